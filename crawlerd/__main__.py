@@ -1,0 +1,3 @@
+from crawlerd.cli import main
+
+raise SystemExit(main())

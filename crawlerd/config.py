@@ -1,0 +1,410 @@
+"""Typed, strict configuration: every key, its default, unit and meaning, in one place.
+
+The schema below is the single source of defaults. ``config.toml`` at the
+repository root is generated from it (``crawlerd config dump``) and a test
+checks the two agree. Loading is strict: an unknown section or key, a wrong
+type or an out-of-range value raises :class:`ConfigError` whose message names
+the file, the key, the value and what was expected; the CLI prints that one
+line and exits 2.
+
+Units are part of the key names (``_s`` seconds, ``_bytes`` bytes).
+Keys marked ``runtime`` are re-read on SIGHUP; all others are fixed for the
+life of the process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+PLACEHOLDER_CONTACT = "CHANGE-ME"
+
+
+class ConfigError(Exception):
+    """A bad config file or override; the message is one line and names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    name: str
+    type: type | tuple[type, ...]
+    default: Any
+    doc: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    item_type: type | None = None   # for lists
+    runtime: bool = False
+
+
+def _k(name, type_, default, doc, **kw) -> Key:
+    return Key(name, type_, default, doc, **kw)
+
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+SCHEMA: dict[str, tuple[str, list[Key]]] = {
+    "crawl": ("What to crawl, where state lives, and how the crawler names itself.", [
+        _k("data_dir", str, "/var/lib/crawlerd",
+           "Directory for all persistent state (frontier, seen-set, WARC, indexes, events)."),
+        _k("user_agent", str,
+           "crawlerd/0.1 (+https://example.org/crawlerd; operator: CHANGE-ME@example.org)",
+           "Full User-Agent header. Must name a real operator contact: `crawlerd run` refuses "
+           "to start while it still contains CHANGE-ME."),
+        _k("seeds_file", str, "", "File of seed URLs, one per line (# comments allowed). Empty: none."),
+        _k("max_pages", int, 0, "Stop after this many pages fetched (0: no limit).", min=0),
+        _k("max_depth", int, 64, "Links further than this many hops from a seed are not queued.", min=0),
+        _k("shards", int, 1, "Crawl shards (host partitions, one process each). Only 1 is supported today.",
+           min=1, max=1),
+    ]),
+    "robots": ("robots.txt (RFC 9309).", [
+        _k("agent_token", str, "crawlerd",
+           "Product token matched against robots.txt user-agent lines (case-insensitive)."),
+        _k("cache_ttl_s", float, 86400.0, "Longest a fetched robots.txt is trusted, seconds (RFC 9309 §2.4: 24 h).",
+           min=1.0, max=86400.0),
+        _k("error_retry_s", float, 600.0,
+           "After a 5xx or network failure (disallow all), retry robots.txt after this many seconds.",
+           min=1.0, max=86400.0),
+        _k("crawl_delay_cap_s", float, 60.0, "Largest robots.txt Crawl-delay honoured, seconds.", min=0.0),
+        _k("max_bytes", int, 512 * KiB, "Robots.txt bytes parsed; the rest is ignored (RFC 9309 §2.5: >= 500 KiB).",
+           min=500 * KiB),
+    ]),
+    "politeness": ("Per-host and per-IP politeness (DESIGN §1.1).", [
+        _k("delay_factor", float, 10.0,
+           "Gap after a request = clamp(delay_factor x its response time, min_delay_s, max_delay_s).", min=0.0),
+        _k("min_delay_s", float, 1.0, "Smallest gap between the end of one request to a host and the next, seconds.",
+           min=0.0, runtime=True),
+        _k("max_delay_s", float, 60.0, "Largest politeness gap from response time, seconds.", min=0.0, runtime=True),
+        _k("per_ip_concurrency", int, 1, "Requests in flight at once to one IP address.", min=1, max=64),
+        _k("ip_delay_s", float, 0.0,
+           "Smallest gap between requests to one IP address (on top of each host's own gap), seconds.", min=0.0),
+        _k("backoff_base_s", float, 30.0, "First backoff after a 429/503/timeout/reset without Retry-After, seconds.",
+           min=0.0),
+        _k("backoff_max_s", float, 3600.0, "Largest backoff, seconds.", min=0.0),
+        _k("retry_after_cap_s", float, 86400.0, "Largest Retry-After honoured, seconds.", min=0.0),
+        _k("park_after_failures", int, 10, "Consecutive failures after which a host is parked.", min=1),
+        _k("park_s", float, 6 * 3600.0, "How long a parked host waits, seconds (its URLs are kept).", min=0.0),
+    ]),
+    "frontier": ("Frontier queues and leases.", [
+        _k("priority_levels", int, 4, "Front-queue priority levels (0 is highest).", min=1, max=16),
+        _k("lease_timeout_s", float, 300.0, "A leased URL not completed by then returns to its queue, seconds.",
+           min=1.0),
+        _k("max_attempts", int, 3, "Attempts before a URL goes to the dead-letter table.", min=1),
+        _k("max_active_hosts", int, 200000, "Hosts with politeness state kept in RAM.", min=1),
+        _k("map_size_bytes", int, 64 * GiB, "LMDB map size for the frontier (address space, not RAM).",
+           min=16 * MiB),
+    ]),
+    "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
+        _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
+        _k("connect_timeout_s", float, 10.0, "TCP+TLS connect timeout, seconds.", min=0.1),
+        _k("timeout_s", float, 60.0, "Whole-transfer timeout, seconds.", min=0.1),
+        _k("low_speed_bytes_per_s", int, 256, "A transfer slower than this for low_speed_time_s is dropped (too_slow).",
+           min=1),
+        _k("low_speed_time_s", int, 15, "See low_speed_bytes_per_s, seconds.", min=1),
+        _k("max_body_bytes", int, 10 * MiB, "Largest raw body kept; more ends the transfer (too_large).", min=1 * KiB),
+        _k("max_decoded_bytes", int, 20 * MiB, "Largest body after content decoding (bomb guard).", min=1 * KiB),
+        _k("max_header_bytes", int, 64 * KiB, "Largest response header block (headers_too_large).", min=1 * KiB),
+        _k("max_url_length", int, 2048, "Longest URL fetched or queued, bytes.", min=64),
+        _k("max_redirects", int, 5, "Redirect hops followed (each hop is a new URL through the frontier).",
+           min=0, max=20),
+        _k("max_connections", int, 2000, "Connection cache size of the curl multi handle.", min=1),
+        _k("verify_tls", bool, False,
+           "Verify TLS certificates. Off by default: an archival crawler records what a site serves, "
+           "and a bad certificate is recorded, not a reason to skip the page."),
+        _k("shutdown_grace_s", float, 5.0, "On stop, in-flight fetches get this long before being abandoned, seconds.",
+           min=0.0),
+    ]),
+    "dns": ("DNS resolution (aiodns / c-ares).", [
+        _k("nameservers", list, [], "Nameservers as \"IP\" or \"IP:PORT\". Empty: the system's resolv.conf.",
+           item_type=str),
+        _k("timeout_s", float, 5.0, "Per-query timeout, seconds.", min=0.1),
+        _k("tries", int, 2, "Attempts per query.", min=1),
+        _k("min_ttl_s", float, 300.0, "Cache an answer at least this long, seconds.", min=0.0),
+        _k("max_ttl_s", float, 86400.0, "Cache an answer at most this long, seconds.", min=0.0),
+        _k("negative_ttl_s", float, 600.0, "Cache NXDOMAIN/SERVFAIL this long, seconds.", min=0.0),
+        _k("max_in_flight", int, 500, "DNS queries in flight at once.", min=1),
+        _k("static_hosts", dict, {},
+           "Names answered locally without DNS, like /etc/hosts: { \"name\" = \"IP\" }.", item_type=str),
+    ]),
+    "network": ("Where the fetcher may connect (DESIGN §1.5).", [
+        _k("allow", list, [],
+           "Networks (CIDR) allowed even though private/loopback/link-local/reserved. "
+           "Empty: only public addresses.", item_type=str, runtime=True),
+        _k("ipv6", bool, False, "Resolve AAAA records and connect over IPv6."),
+    ]),
+    "blocklist": ("Operator blocklist: wins over everything, takes effect at once.", [
+        _k("hosts", list, [],
+           "Hosts or domains never fetched; a domain covers its subdomains.", item_type=str, runtime=True),
+    ]),
+    "warc": ("WARC output.", [
+        _k("prefix", str, "crawlerd", "Segment file name prefix."),
+        _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB),
+    ]),
+    "process": ("Processing of fetched pages.", [
+        _k("workers", int, 0, "Processing worker processes (0: cores - 1, at least 1).", min=0, max=256),
+        _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0),
+    ]),
+    "control": ("Control socket and status.", [
+        _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),
+    ]),
+    "log": ("Logging.", [
+        _k("level", str, "info", "Log level.", choices=("debug", "info", "warning", "error")),
+        _k("events", bool, True, "Write one JSON line per fetch under <data_dir>/events/."),
+    ]),
+}
+
+
+class Section:
+    """Attribute access to one section's values (``cfg.fetch.timeout_s``)."""
+
+    __slots__ = ("_name", "_values")
+
+    def __init__(self, name: str, values: dict[str, Any]):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_values", values)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"config section [{self._name}] has no key {key!r}") from None
+
+    def __setattr__(self, key, value):  # pragma: no cover - guard
+        raise AttributeError("config is read-only")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class Config:
+    """A validated configuration: ``cfg.<section>.<key>``."""
+
+    def __init__(self, values: dict[str, dict[str, Any]], source: str = "<defaults>"):
+        self._values = values
+        self.source = source
+        for name, vals in values.items():
+            setattr(self, name, Section(name, vals))
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {s: dict(v) for s, v in self._values.items()}
+
+    # derived paths -------------------------------------------------------
+    @property
+    def control_socket(self) -> str:
+        return self.control.socket or os.path.join(self.crawl.data_dir, "control.sock")
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.crawl.data_dir, *parts)
+
+    def contact_is_placeholder(self) -> bool:
+        return PLACEHOLDER_CONTACT in self.crawl.user_agent
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for section, (_doc, keys) in SCHEMA.items():
+        out[section] = {k.name: _copy(k.default) for k in keys}
+    return out
+
+
+def _copy(v):
+    if isinstance(v, list):
+        return list(v)
+    if isinstance(v, dict):
+        return dict(v)
+    return v
+
+
+def _type_name(t) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "a table"}
+    return names.get(t, t.__name__)
+
+
+def _check(key: Key, where: str, value: Any) -> Any:
+    """Return the value coerced to the key's type, or raise ConfigError naming the key."""
+    def bad(expected: str):
+        raise ConfigError(f"{where}: {key.name} = {value!r}: expected {expected}")
+
+    t = key.type
+    if t is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            bad(_type_name(float))
+        value = float(value)
+    elif t is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(_type_name(int))
+    elif t is bool:
+        if not isinstance(value, bool):
+            bad(_type_name(bool))
+    elif t is str:
+        if not isinstance(value, str):
+            bad(_type_name(str))
+    elif t is list:
+        if not isinstance(value, list):
+            bad(f"a list of {_type_name(key.item_type)}s" if key.item_type else "a list")
+        if key.item_type and not all(isinstance(x, key.item_type) for x in value):
+            bad(f"a list of {_type_name(key.item_type).split(' ', 1)[1]}s")
+        value = list(value)
+    elif t is dict:
+        if not isinstance(value, dict):
+            bad("a table")
+        if key.item_type and not all(isinstance(x, key.item_type) for x in value.values()):
+            bad(f"a table of {_type_name(key.item_type).split(' ', 1)[1]}s")
+        value = dict(value)
+    if key.min is not None and value < key.min:
+        bad(f"a value >= {key.min:g}")
+    if key.max is not None and value > key.max:
+        bad(f"a value <= {key.max:g}")
+    if key.choices is not None and value not in key.choices:
+        bad("one of " + ", ".join(key.choices))
+    _check_special(key, where, value)
+    return value
+
+
+def _check_special(key: Key, where: str, value: Any) -> None:
+    name = f"{where}: {key.name} = {value!r}"
+    if key.name == "allow":
+        for net in value:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ConfigError(f"{name}: {net!r} is not a network in CIDR form (e.g. \"127.0.0.0/8\")") from None
+    elif key.name == "nameservers":
+        for ns in value:
+            host, _, port = ns.rpartition(":") if ns.count(":") == 1 else (ns, "", "")
+            try:
+                ipaddress.ip_address(host or ns)
+                if port and not (0 < int(port) < 65536):
+                    raise ValueError
+            except ValueError:
+                raise ConfigError(f"{name}: {ns!r} is not \"IP\" or \"IP:PORT\"") from None
+    elif key.name == "static_hosts":
+        for host, ip in value.items():
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                raise ConfigError(f"{name}: {host!r} maps to {ip!r}, which is not an IP address") from None
+
+
+_KEYS = {section: {k.name: k for k in keys} for section, (_d, keys) in SCHEMA.items()}
+
+
+def _apply(values: dict, data: dict, source: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of sections")
+    for section, table in data.items():
+        if section not in _KEYS:
+            raise ConfigError(f"{source}: unknown section [{section}]: expected one of "
+                              + ", ".join(_KEYS))
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table, got {table!r}")
+        for key, value in table.items():
+            spec = _KEYS[section].get(key)
+            if spec is None:
+                raise ConfigError(f"{source}: unknown key {section}.{key}: [{section}] has "
+                                  + ", ".join(_KEYS[section]))
+            values[section][key] = _check(spec, f"{source}: {section}", value)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=VALUE`` (VALUE as TOML, else a plain string)."""
+    if "=" not in text:
+        raise ConfigError(f"-s {text!r}: expected section.key=VALUE")
+    dotted, raw = text.split("=", 1)
+    dotted = dotted.strip()
+    if dotted.count(".") != 1:
+        raise ConfigError(f"-s {text!r}: expected section.key=VALUE (e.g. fetch.timeout_s=30)")
+    section, key = dotted.split(".")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, key, value
+
+
+def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load defaults, then the TOML file (if any), then ``-s`` overrides; validate all."""
+    values = defaults()
+    source = "<defaults>"
+    if path:
+        source = path
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        _apply(values, data, path)
+    for text in overrides:
+        section, key, value = parse_override(text)
+        _apply(values, {section: {key: value}}, "-s")
+    cross = values["politeness"]
+    if cross["min_delay_s"] > cross["max_delay_s"]:
+        raise ConfigError(f"{source}: politeness.min_delay_s = {cross['min_delay_s']!r}: expected a value "
+                          f"<= politeness.max_delay_s ({cross['max_delay_s']!r})")
+    d = values["dns"]
+    if d["min_ttl_s"] > d["max_ttl_s"]:
+        raise ConfigError(f"{source}: dns.min_ttl_s = {d['min_ttl_s']!r}: expected a value <= dns.max_ttl_s")
+    return Config(values, source)
+
+
+# -- the shipped config.toml ------------------------------------------------
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_value(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+def _wrap(text: str, width: int = 88) -> list[str]:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+def render_toml() -> str:
+    """The documented config file: every key with its default, unit and meaning."""
+    out = ["# crawlerd configuration. Every key is listed with its default value.",
+           "# Units are in the key names: _s = seconds, _bytes = bytes.",
+           "# Keys marked (runtime) are re-read on SIGHUP / `systemctl reload crawlerd`;",
+           "# all others are fixed when the daemon starts.",
+           "# Generated by `crawlerd config dump`; a test checks it matches the code.", ""]
+    for section, (doc, keys) in SCHEMA.items():
+        out.append(f"# {doc}")
+        out.append(f"[{section}]")
+        for k in keys:
+            text = k.doc + (" (runtime)" if k.runtime else "")
+            if k.min is not None or k.max is not None:
+                lo = "" if k.min is None else f"{k.min:g}"
+                hi = "" if k.max is None else f"{k.max:g}"
+                text += f" Range: [{lo}, {hi}]."
+            out.extend("# " + line for line in _wrap(text))
+            out.append(f"{k.name} = {_toml_value(k.default)}")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,69 @@
+"""Plain records the stages exchange (DESIGN §3: stages never import each other).
+
+The fetcher returns a :class:`FetchResult`; the shard hands it to processing,
+which returns a :class:`ProcessResult`. Both are plain data so they can cross
+a process boundary (pickle) cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crawlerd.outcome import Outcome
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    url: str                    # absolute, normalised http(s) URL
+    ip: str                     # address to connect to (pinned into curl)
+    port: int                   # port to connect to
+    headers: list[tuple[str, str]] = field(default_factory=list)  # extra request headers (conditional GET)
+    max_body_bytes: int | None = None   # per-request override of the raw body cap
+
+
+@dataclass(slots=True)
+class FetchResult:
+    url: str
+    outcome: Outcome
+    status: int = 0                      # HTTP status, 0 when no answer
+    ip: str = ""
+    started_at: float = 0.0              # wall-clock seconds (time.time()) when the transfer began
+    elapsed_s: float = 0.0               # transfer duration, seconds (politeness input)
+    request_head: bytes = b""            # request line + headers exactly as sent
+    response_head: bytes = b""           # status line + headers exactly as received (final response)
+    body: bytes = b""                    # body bytes exactly as received (transfer/content coding kept)
+    headers: list[tuple[str, str]] = field(default_factory=list)  # parsed response headers, in order
+    error: str = ""                      # human-readable detail for non-ok outcomes
+
+    def header(self, name: str) -> str | None:
+        """First value of a response header, case-insensitive."""
+        lname = name.lower()
+        for k, v in self.headers:
+            if k.lower() == lname:
+                return v
+        return None
+
+
+@dataclass(slots=True)
+class Link:
+    url: str           # normalised absolute URL
+    fp: int            # 64-bit fingerprint (unsigned)
+    host_key: str      # scheme://host[:port], the politeness key
+    nofollow: bool = False
+
+
+@dataclass(slots=True)
+class ProcessResult:
+    url: str
+    outcome: Outcome
+    status: int = 0
+    links: list[Link] = field(default_factory=list)
+    content_type: str = ""
+    digest: str = ""                     # "sha1:BASE32" of the decoded payload
+    simhash: int = 0
+    noindex: bool = False
+    nofollow: bool = False
+    warc_file: str = ""
+    warc_offset: int = -1
+    warc_length: int = 0
+    error: str = ""
