@@ -141,6 +141,21 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("hosts", list, [],
            "Hosts or domains never fetched; a domain covers its subdomains.", item_type=str, runtime=True),
     ]),
+    "drum": ("DRUM URL-seen set (IRLbot §4): RAM buckets spilled to disk, merged in one sequential pass.", [
+        _k("buckets", int, 64, "Buckets k; keys are spread over them by their high bits.", min=1, max=4096),
+        _k("bucket_buffer_bytes", int, 1 * MiB, "RAM buffer per bucket before it is appended to disk, bytes.",
+           min=4 * KiB),
+        _k("merge_bytes", int, 256 * MiB, "Merge once the bucket files hold this many bytes in all.", min=64 * KiB),
+        _k("max_age_s", float, 30.0, "Merge when the oldest pending key is this old, seconds.", min=0.0),
+        _k("cache_entries", int, 1 << 20, "Recently seen fingerprints kept in RAM in front of DRUM (0: off).",
+           min=0),
+    ]),
+    "dedup": ("Content de-duplication.", [
+        _k("simhash_distance", int, 3, "Near-duplicate when simhashes differ in at most this many bits.",
+           min=0, max=3),
+        _k("near_dup_demote_ratio", float, 0.5,
+           "A host whose recent pages are at least this share near-duplicates drops in priority.", min=0.0, max=1.0),
+    ]),
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),
         _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB),
