@@ -66,4 +66,6 @@ class ProcessResult:
     warc_file: str = ""
     warc_offset: int = -1
     warc_length: int = 0
+    duplicate_of: str = ""               # exact duplicate: URL that first had this payload digest
+    near_duplicate_of: str = ""          # simhash within distance: a URL that had a near-identical text
     error: str = ""

@@ -1,0 +1,40 @@
+# crawlerd: `make run` (build, install, crawl the bundled synthetic web) and `make test`.
+# Each target bootstraps its own virtualenv; all are idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx 2>/dev/null | cksum | cut -d' ' -f1)
+SECONDS_RUN ?= 60
+
+.PHONY: run test test-long bench lint install clean config-check
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): $(VENV)/bin/python
+	rm -f $(VENV)/.installed-*
+	$(PIP) install -q -e '.[test,bench]'
+	touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/crawlerd demo --seconds $(SECONDS_RUN)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check crawlerd tests bench
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check crawlerd tests bench
+	$(VENV)/bin/pytest -q tests
+
+test-long: $(STAMP)
+	$(VENV)/bin/pytest -q -m long tests
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf build $(VENV) *.egg-info crawlerd/_native/*.so crawlerd/_native/*.c

@@ -1,0 +1,95 @@
+"""Processing one fetched response: decode, parse, extract links, digest, simhash, WARC.
+
+:class:`PageProcessor` is stateless apart from its WARC writer, so it runs the
+same in the crawl process or in a worker process of the pool. Exact-duplicate
+and near-duplicate decisions belong to one global owner; the processor asks
+through two callbacks (``digest_seen``, ``near_duplicate``) so it does not
+care where that owner lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from crawlerd._native.simhash import simhash as simhash64
+from crawlerd.codec import DecodeError, dechunk, decode_body
+from crawlerd.outcome import Outcome
+from crawlerd.process.html import extract, parse_x_robots_tag
+from crawlerd.process.links import links_from_page
+from crawlerd.records import FetchResult, ProcessResult
+from crawlerd.store.warc import WarcWriter, payload_digest
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+DigestSeen = Callable[[str, str, float], "tuple[str, float] | None"]
+NearDuplicate = Callable[[int, str], str]
+
+
+def _is_chunked(res: FetchResult) -> bool:
+    te = res.header("transfer-encoding")
+    return bool(te) and "chunked" in te.lower()
+
+
+class PageProcessor:
+    def __init__(self, warc: WarcWriter, *, agent_token: str, max_decoded_bytes: int, max_links: int,
+                 digest_seen: DigestSeen | None = None, near_duplicate: NearDuplicate | None = None):
+        self.warc = warc
+        self.agent_token = agent_token
+        self.max_decoded_bytes = max_decoded_bytes
+        self.max_links = max_links
+        self.digest_seen = digest_seen
+        self.near_duplicate = near_duplicate
+
+    def decode(self, res: FetchResult, *, max_bytes: int | None = None) -> bytes:
+        """The entity body with transfer and content codings removed, capped (raises DecodeError)."""
+        return decode_body(res.body, chunked=_is_chunked(res), content_encoding=res.header("content-encoding"),
+                           max_bytes=max_bytes or self.max_decoded_bytes)
+
+    def process(self, res: FetchResult) -> ProcessResult:
+        url = res.url
+        ctype = (res.header("content-type") or "").split(";", 1)[0].strip().lower()
+        pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
+        # the WARC payload is the entity with transfer coding removed (content coding kept)
+        try:
+            entity = dechunk(res.body, len(res.body) + 1) if _is_chunked(res) else res.body
+        except DecodeError as e:
+            entity = res.body
+            pr.outcome, pr.error = e.outcome, str(e)
+        pr.digest = payload_digest(entity)
+        metadata: dict[str, str] = {}
+        noindex, nofollow = parse_x_robots_tag(
+            [v for k, v in res.headers if k.lower() == "x-robots-tag"], self.agent_token)
+        if pr.outcome is Outcome.OK and res.status == 200 and ctype in HTML_TYPES:
+            try:
+                body = self.decode(res)
+            except DecodeError as e:
+                pr.outcome, pr.error = e.outcome, str(e)
+            else:
+                info = extract(body, url, agent_token=self.agent_token, max_links=self.max_links)
+                noindex = noindex or info.noindex
+                nofollow = nofollow or info.nofollow
+                if not nofollow:
+                    pr.links = links_from_page(info.links, info.base_url)
+                pr.simhash = simhash64(info.text)
+                if self.near_duplicate is not None and info.text:
+                    pr.near_duplicate_of = self.near_duplicate(pr.simhash, url)
+        pr.noindex, pr.nofollow = noindex, nofollow
+        if noindex:
+            metadata["robots"] = "noindex"
+        if nofollow:
+            metadata["robots"] = ", ".join(filter(None, [metadata.get("robots"), "nofollow"]))
+        if pr.near_duplicate_of:
+            metadata["near-duplicate-of"] = pr.near_duplicate_of
+        prev = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
+        if prev is not None and res.status == 200:
+            pr.duplicate_of = prev[0]
+            loc = self.warc.write_revisit(url=url, fetched_at=res.started_at, ip=res.ip,
+                                          request_head=res.request_head, response_head=res.response_head,
+                                          payload_digest=pr.digest, refers_to_uri=prev[0],
+                                          refers_to_date=prev[1])
+        else:
+            loc = self.warc.write_fetch(url=url, fetched_at=res.started_at, ip=res.ip,
+                                        request_head=res.request_head, response_head=res.response_head,
+                                        body=res.body, payload_digest=pr.digest, metadata=metadata or None)
+        pr.warc_file, pr.warc_offset, pr.warc_length = loc.filename, loc.offset, loc.length
+        return pr

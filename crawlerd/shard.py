@@ -1,0 +1,476 @@
+"""One crawl shard's event loop: the only place the stages are wired together.
+
+A URL's life (see ``crawlerd/frontier/__init__.py`` for the frontier's side):
+
+1. **Born** as a seed, a redirect target or an outlink. It is normalised and
+   filtered (``url.UrlFilter``), fingerprinted, and submitted to the DRUM
+   seen-set with its record as aux data.
+2. **Unique** answers come back from DRUM in submission order and are added
+   to the frontier (LMDB); duplicates end there.
+3. **Leased** when its host is due (per-host and per-IP politeness). A host's
+   first lease is for its robots.txt; no URL of a host is fetched before its
+   robots state is known (RFC 9309). The host's address was resolved (DNS
+   cache) and checked by the address guard before the host became eligible.
+4. **Fetched** by curl-multi on this loop; the lease is completed at once so
+   the politeness clock starts at the end of the transfer.
+5. **Processed**: decoded, parsed, links extracted, digest and simhash
+   computed, WARC records written, a fetch event logged; its outlinks go back
+   to step 1.
+
+Backpressure: leasing stops when ``fetch.max_in_flight`` transfers or the
+processing queue are full; nothing is dropped to make room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import os
+import time
+from collections import deque
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.dedup.digest_set import DigestSet
+from crawlerd.drum import Drum
+from crawlerd.fetch.curl import Fetcher
+from crawlerd.fetch.dns import Resolver
+from crawlerd.fetch.guard import AddressGuard
+from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
+from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.process.worker import PageProcessor
+from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.store.events import EventLog
+from crawlerd.store.warc import WarcWriter
+
+log = logging.getLogger("crawlerd.shard")
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+EVENT_SCHEMA = 1
+
+
+def parse_retry_after(value: str | None, now_wall: float) -> float | None:
+    """Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; None if absent/garbage."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now_wall)
+
+
+def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
+    return f"{depth} {hops} {priority} {url}".encode()
+
+
+def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
+    depth, hops, priority, url = aux.decode().split(" ", 3)
+    return int(depth), int(hops), int(priority), url
+
+
+class Shard:
+    """Wires DRUM, frontier, robots, DNS, fetcher, processing and storage for one host partition."""
+
+    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.clock = clock
+        self.wall = wall
+        self.paused = False
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._leases: dict[int, object] = {}
+        self._ips: dict[str, str] = {}
+        self._dns_pending: set[str] = set()
+        self._recent_errors: deque[str] = deque(maxlen=20)
+        self._last_flush = 0.0
+        self._last_commit = 0.0
+        p = cfg.politeness
+        fr = cfg.frontier
+        self.frontier = Frontier(
+            cfg.path("frontier"), clock=clock, priority_levels=fr.priority_levels,
+            delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
+            per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
+            backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
+            retry_after_cap_s=p.retry_after_cap_s, park_after_failures=p.park_after_failures,
+            park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
+            crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
+            map_size_bytes=fr.map_size_bytes, blocklist=list(cfg.blocklist.hosts))
+        d = cfg.drum
+        self.seen = Drum(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
+                         merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
+                         clock=clock)
+        self.digests = DigestSet(cfg.path("dedup", "digests"))
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
+        self.url_filter = urlmod.UrlFilter(max_url_length=cfg.fetch.max_url_length)
+        self.warc = WarcWriter(cfg.path("warc"), prefix=cfg.warc.prefix,
+                               segment_max_bytes=cfg.warc.segment_max_bytes, shard="0",
+                               user_agent=cfg.crawl.user_agent)
+        self.events = EventLog(cfg.path("events")) if cfg.log.events else None
+        self.processor = PageProcessor(
+            self.warc, agent_token=cfg.robots.agent_token, max_decoded_bytes=cfg.fetch.max_decoded_bytes,
+            max_links=cfg.process.max_links_per_page, digest_seen=self._digest_seen)
+        self.guard = AddressGuard(list(cfg.network.allow))
+        self.resolver: Resolver | None = None
+        self.fetcher: Fetcher | None = None
+
+    # -- intake ---------------------------------------------------------------
+    def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
+                    base: str | None = None) -> int:
+        """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
+        keys, aux = [], []
+        if priority is None:
+            priority = self._priority_for_depth(depth)
+        for raw in urls:
+            norm = urlmod.normalize(raw, base)
+            if norm is None:
+                self.metrics.dropped["bad_url"] += 1
+                continue
+            reason = self.url_filter.check(norm)
+            if reason:
+                self.metrics.dropped[reason] += 1
+                continue
+            keys.append(urlmod.fingerprint(norm))
+            aux.append(encode_aux(depth, hops, priority, norm))
+        if keys:
+            self.seen.check_update(keys, aux=aux)
+        return len(keys)
+
+    def _priority_for_depth(self, depth: int) -> int:
+        levels = self.cfg.frontier.priority_levels
+        return 0 if depth == 0 else min(levels - 1, 1 + (depth - 1) // 3)
+
+    def _drain_seen(self) -> int:
+        added = []
+        for r in self.seen.results():
+            if not r.unique:
+                self.metrics.counters["seen_duplicate"] += 1
+                continue
+            depth, hops, priority, url = decode_aux(r.aux)
+            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+                                   depth=depth, hops=hops))
+        if added:
+            self.frontier.add(added)
+            for host in {q.host_key for q in added}:
+                if host not in self._ips and host not in self._dns_pending:
+                    self.resolver.prefetch(urlmod.host_of(host))
+        return len(added)
+
+    # -- the loop ---------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        f, dn = self.cfg.fetch, self.cfg.dns
+        self.resolver = Resolver(loop, nameservers=list(dn.nameservers), timeout_s=dn.timeout_s, tries=dn.tries,
+                                 min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
+                                 max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
+                                 ipv6=self.cfg.network.ipv6)
+        self.fetcher = Fetcher(loop, user_agent=self.cfg.crawl.user_agent, guard=self.guard,
+                               connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
+                               low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
+                               max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
+                               max_connections=f.max_connections, verify_tls=f.verify_tls)
+        self._drain_seen()
+        try:
+            while not stop.is_set():
+                if max_pages and self.metrics.pages >= max_pages:
+                    log.info("max_pages reached: %d", self.metrics.pages)
+                    break
+                self._step()
+                await self._sleep_until_next()
+        finally:
+            await self._shutdown()
+
+    def _step(self) -> None:
+        now = self.clock()
+        self.seen.poll(now)
+        self._drain_seen()
+        for host in self.frontier.hosts_needing_dns():
+            if host not in self._dns_pending:
+                self._dns_pending.add(host)
+                self._spawn(self._resolve_host(host))
+        free = self.cfg.fetch.max_in_flight - len(self._leases)
+        if free > 0 and not self.paused:
+            for lease in self.frontier.lease(now, free):
+                self._leases[lease.lease_id] = lease
+                self._spawn(self._handle(lease))
+        # ask DRUM for its pending keys when the frontier is about to run dry (DRUM flush trigger 3)
+        if self.seen.pending and now - self._last_flush > 0.5 and \
+                self.frontier.queued() < 2 * self.cfg.fetch.max_in_flight:
+            self._last_flush = now
+            self.seen.flush()
+            self._drain_seen()
+        if now - self._last_commit > 2.0:
+            self._last_commit = now
+            self.frontier.expire_leases(now)
+            self.frontier.commit()
+            self.warc.flush()
+            if self.events:
+                self.events.flush()
+            self.metrics.trim_hosts()
+        self.metrics.tick()
+
+    async def _sleep_until_next(self) -> None:
+        nd = self.frontier.next_due()
+        now = self.clock()
+        timeout = 0.25 if nd is None else min(0.25, max(0.0, nd - now))
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            exc = t.exception()
+            log.error("task failed: %r", exc, exc_info=exc)
+            self._recent_errors.append(repr(exc))
+        self._wake.set()
+
+    # -- DNS ------------------------------------------------------------------------
+    async def _resolve_host(self, host_key: str) -> None:
+        try:
+            res = await self.resolver.resolve(urlmod.host_of(host_key))
+            ip = next((a for a in res.ips if self.guard.allowed(a)), None)
+            if res.outcome is not Outcome.OK:
+                self.metrics.counters[f"dns_{res.outcome.value}"] += 1
+                self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
+            elif ip is None:
+                self.metrics.counters["dns_blocked_address"] += 1
+                self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
+            else:
+                self._ips[host_key] = ip
+                self.frontier.set_host_ip(host_key, ip)
+        finally:
+            self._dns_pending.discard(host_key)
+
+    # -- one lease ------------------------------------------------------------------
+    async def _handle(self, lease) -> None:
+        try:
+            if lease.kind == "robots":
+                await self._fetch_robots(lease)
+            else:
+                await self._fetch_url(lease)
+        finally:
+            self._leases.pop(lease.lease_id, None)
+
+    def _request(self, url: str, host_key: str, headers=None) -> FetchRequest | None:
+        ip = self._ips.get(host_key)
+        if ip is None:
+            return None
+        return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url), headers=list(headers or ()))
+
+    async def _fetch_robots(self, lease) -> None:
+        host_key = lease.host_key
+        url = lease.url
+        previous = self.robots.stale(host_key)
+        rc = self.cfg.robots
+        total_s = 0.0
+        for hops in range(self.cfg.fetch.max_redirects + 2):
+            req = self._request(url, urlmod.host_key(url)) if hops == 0 else await self._request_for(url)
+            if req is None:
+                res = FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
+            else:
+                res = await self.fetcher.fetch(req)
+            total_s += res.elapsed_s
+            self.metrics.counters["robots_fetches"] += 1
+            body = b""
+            if res.outcome is Outcome.OK and 200 <= res.status < 300:
+                try:
+                    body = self.processor.decode(res, max_bytes=rc.max_bytes)
+                except ValueError:
+                    body = b""
+            decision = robots_decision(
+                status=res.status, outcome_ok=res.outcome is Outcome.OK, body=body,
+                location=res.header("location"), hops=hops, previous=previous, now=self.clock(),
+                agent_token=rc.agent_token, cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
+                max_bytes=rc.max_bytes)
+            if isinstance(decision, RobotsFollow):
+                nxt = urlmod.normalize(decision.url, url)
+                if nxt is None:
+                    break
+                url = nxt
+                continue
+            self.robots.put(host_key, decision)
+            self.frontier.set_robots(host_key, expires_at=decision.expires_at,
+                                     crawl_delay_s=decision.rules.crawl_delay)
+            self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                                   response_time_s=total_s)
+            self._log_event(lease.url, res, kind="robots")
+            return
+        # redirect target unusable: RFC 9309 §2.3.1.2 lets us treat it as unavailable (4xx-like)
+        decision = robots_decision(status=404, outcome_ok=True, body=b"", location=None, hops=0,
+                                   previous=previous, now=self.clock(), agent_token=rc.agent_token,
+                                   cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
+                                   max_bytes=rc.max_bytes)
+        self.robots.put(host_key, decision)
+        self.frontier.set_robots(host_key, expires_at=decision.expires_at, crawl_delay_s=None)
+        self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=404, response_time_s=total_s)
+
+    async def _request_for(self, url: str) -> FetchRequest | None:
+        """A request to a host that is not this lease's (robots redirect): resolve and guard it."""
+        hk = urlmod.host_key(url)
+        if hk not in self._ips:
+            res = await self.resolver.resolve(urlmod.host_of(hk))
+            ip = next((a for a in res.ips if self.guard.allowed(a)), None)
+            if ip is None:
+                return None
+            return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url))
+        return self._request(url, hk)
+
+    async def _fetch_url(self, lease) -> None:
+        host_key, url, item = lease.host_key, lease.url, lease.item
+        now = self.clock()
+        if self.frontier.is_blocked(urlmod.host_of(host_key)):
+            self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
+            self._count_unfetched(host_key, Outcome.BLOCKED)
+            return
+        entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
+        if entry is None or not entry.ok:
+            # robots unknown or unavailable (5xx / network): disallow all for now, keep the URL
+            wait = max(1.0, (entry.expires_at - now) if entry else 1.0)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_UNAVAILABLE, requeue=True,
+                                   retry_after_s=wait)
+            self.metrics.counters["robots_deferred"] += 1
+            return
+        if not entry.rules.allowed(url):
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED)
+            self._count_unfetched(host_key, Outcome.ROBOTS_DENIED)
+            self._log_event(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
+            return
+        req = self._request(url, host_key)
+        if req is None:
+            self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
+            self._count_unfetched(host_key, Outcome.BLOCKED_ADDRESS)
+            return
+        res = await self.fetcher.fetch(req)
+        retry_after = None
+        if res.status in (429, 503):
+            retry_after = parse_retry_after(res.header("retry-after"), self.wall())
+        self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                               response_time_s=res.elapsed_s, retry_after_s=retry_after)
+        self.metrics.fetched(host_key, res.outcome.value, res.status, len(res.body))
+        depth = item.depth if item is not None else 0
+        hops = item.hops if item is not None else 0
+        if res.outcome is not Outcome.OK:
+            self._recent_errors.append(f"{url} {res.outcome.value} {res.error}")
+            self._log_event(url, res)
+            return
+        pr = self.processor.process(res)
+        if res.status in REDIRECT_STATUSES:
+            loc = res.header("location")
+            if loc:
+                if hops + 1 > self.cfg.fetch.max_redirects:
+                    self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
+                else:
+                    self.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
+                                     priority=item.priority if item else None)
+        elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
+            follow = [ln.url for ln in pr.links if not ln.nofollow]
+            self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
+            self.submit_urls(follow, depth=depth + 1)
+        self._log_event(url, res, pr=pr)
+
+    def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
+        self.metrics.outcomes[outcome.value] += 1
+
+    def _digest_seen(self, digest: str, url: str, fetched_at: float):
+        """Exact-duplicate owner: returns (first url, first date) if seen before, else records it."""
+        prev = self.digests.get(digest)
+        if prev is None:
+            self.digests.add(digest, url, fetched_at)
+        return prev
+
+    def _log_event(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
+        if self.events is None:
+            return
+        ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "final_url": res.url,
+              "fetched_at": res.started_at, "status": res.status,
+              "outcome": (pr.outcome if pr is not None else res.outcome).value,
+              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 1)}
+        if pr is not None:
+            ev.update(content_type=pr.content_type, digest=pr.digest, simhash=f"{pr.simhash:016x}",
+                      warc={"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
+                      duplicate_of=pr.duplicate_of, near_duplicate_of=pr.near_duplicate_of,
+                      robots_meta={"noindex": pr.noindex, "nofollow": pr.nofollow},
+                      links_out=len(pr.links))
+        if res.error:
+            ev["error"] = res.error
+        self.events.write(ev)
+
+    # -- control ------------------------------------------------------------------------
+    def status(self) -> dict:
+        st = self.frontier.stats()
+        return {"in_flight": len(self._leases), "queued": st.get("queued", 0),
+                "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
+                "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:]}
+
+    def reload(self, cfg: Config) -> None:
+        """SIGHUP: runtime settings (blocklist, network.allow)."""
+        self.guard.reload(list(cfg.network.allow))
+        current = set(self.frontier.blocked())
+        wanted = set(cfg.blocklist.hosts)
+        for pat in wanted - current:
+            self.frontier.block(pat)
+        for pat in current - wanted:
+            self.frontier.unblock(pat)
+
+    def checkpoint(self) -> None:
+        self.seen.flush()
+        self._drain_seen()
+        self.frontier.commit()
+        self.warc.flush()
+        if self.events:
+            self.events.flush()
+
+    # -- ordered shutdown ------------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        """Stop leasing; finish or abandon fetches within the grace; persist everything."""
+        self._stopping = True
+        grace = self.cfg.fetch.shutdown_grace_s
+        if self.fetcher is not None:
+            await self.fetcher.close(grace)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace + 2.0)
+        for t in list(self._tasks):
+            t.cancel()
+        for lease_id in list(self._leases):
+            self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
+        self._leases.clear()
+        with contextlib.suppress(Exception):
+            self.seen.flush()
+            self._drain_seen()
+        self.frontier.commit()
+        self.frontier.close()
+        self.seen.close()
+        self.warc.close()
+        self.digests.close()
+        if self.events:
+            self.events.close()
+        if self.resolver is not None:
+            await self.resolver.close()
+
+
+def data_dir_problem(path: str) -> str | None:
+    """Why the data dir cannot be used, or None."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"cannot create data dir {path}: {e.strerror}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"data dir {path} is not writable"
+    return None

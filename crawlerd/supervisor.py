@@ -1,0 +1,277 @@
+"""The daemon: owns the event loop, the shard, the control socket, signals and systemd.
+
+Start-up order: validate config → claim the data dir (an exclusive lock, so two
+daemons never share one) → recover torn WARC segments → open the shard (frontier,
+seen-set, stores) → load seeds → listen on the control socket → READY=1.
+
+Shutdown order (SIGTERM, SIGINT, ``crawlerd stop``, ``--duration`` elapsed,
+``crawl.max_pages`` reached): STOPPING=1 → stop leasing → in-flight fetches
+finish or are abandoned after ``fetch.shutdown_grace_s`` (their URLs return to
+their queues) → seen-set flushed into the frontier → frontier committed → WARC
+segments closed → control socket removed → exit 0.
+
+SIGHUP re-reads the config file's runtime keys (blocklist, network.allow).
+SIGQUIT dumps every thread's stack to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import faulthandler
+import fcntl
+import logging
+import os
+import signal
+import sys
+import time
+
+from crawlerd import config as configmod
+from crawlerd import control, url as urlmod
+from crawlerd.config import Config, ConfigError
+from crawlerd.metrics import Metrics, prometheus
+from crawlerd.sdnotify import Notifier
+from crawlerd.shard import Shard, data_dir_problem
+from crawlerd.store.warc import recover as recover_warc
+
+log = logging.getLogger("crawlerd")
+
+
+class StartupError(Exception):
+    """A one-line reason the daemon cannot start (bad seeds file, data dir in use, ...)."""
+
+
+class KeyValueFormatter(logging.Formatter):
+    """One event per line: ``ts level logger msg key=value...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        line = f"{ts}.{int(record.msecs):03d}Z {record.levelname.lower()} {record.name} {record.getMessage()}"
+        if record.exc_info:
+            line += " exc=" + repr(record.exc_info[1])
+        return line
+
+
+def setup_logging(level: str) -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h.formatter, KeyValueFormatter) for h in root.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(KeyValueFormatter())
+        root.addHandler(h)
+    root.setLevel(level.upper())
+
+
+def read_seeds(path: str) -> tuple[list[str], int]:
+    """Seed URLs from a file (one per line, # comments); returns (valid, invalid count)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise StartupError(f"cannot read seeds file {path}: {e.strerror}") from None
+    good, bad = [], 0
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if urlmod.normalize(line) is None:
+            bad += 1
+            log.warning("seed skipped: not an http(s) URL url=%r", line[:200])
+        else:
+            good.append(line)
+    return good, bad
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, *, seeds_files: list[str] = (), duration_s: float | None = None,
+                 notifier: Notifier | None = None, on_tick=None, config_path: str | None = None,
+                 overrides: list[str] = ()):
+        self.cfg = cfg
+        self.seeds_files = list(seeds_files)
+        self.duration_s = duration_s
+        self.notifier = notifier or Notifier()
+        self.on_tick = on_tick
+        self.config_path = config_path
+        self.overrides = list(overrides)
+        self.metrics = Metrics()
+        self.state = "starting"
+        self.shard: Shard | None = None
+        self.stop_event: asyncio.Event | None = None
+        self._lock_fd: int | None = None
+        self.seeds_invalid = 0
+
+    # -- preparation (synchronous, before the loop) ------------------------------
+    def prepare(self) -> list[str]:
+        problem = data_dir_problem(self.cfg.crawl.data_dir)
+        if problem:
+            raise StartupError(problem)
+        self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartupError(f"data dir {self.cfg.crawl.data_dir} is in use by another crawlerd") from None
+        seeds: list[str] = []
+        files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
+        for path in files:
+            good, bad = read_seeds(path)
+            seeds += good
+            self.seeds_invalid += bad
+        os.makedirs(self.cfg.path("warc"), exist_ok=True)
+        for line in recover_warc(self.cfg.path("warc")):
+            log.info("warc recovery: %s", line)
+        return seeds
+
+    def run(self) -> int:
+        import uvloop
+        seeds = self.prepare()
+        return uvloop.run(self._main(seeds))
+
+    # -- the loop ---------------------------------------------------------------------
+    async def _main(self, seeds: list[str]) -> int:
+        loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        self.shard = Shard(self.cfg, self.metrics)
+        self.metrics.dropped["invalid_seed"] += self.seeds_invalid
+        if seeds:
+            self.shard.submit_urls(seeds, depth=0, priority=0)
+        server = control.ControlServer(self.cfg.control_socket, self._handlers())
+        try:
+            await server.start()
+        except (control.ControlError, OSError) as e:
+            self.shard.frontier.close()
+            self.shard.seen.close()
+            raise StartupError(str(e) if isinstance(e, control.ControlError) else
+                               f"cannot listen on control socket {self.cfg.control_socket}: {e.strerror}") from None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, sig.name)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        loop.add_signal_handler(signal.SIGQUIT, faulthandler.dump_traceback)
+        self.state = "running"
+        self.notifier.ready(f"crawling; {len(seeds)} seeds")
+        log.info("started pid=%d data_dir=%s seeds=%d", os.getpid(), self.cfg.crawl.data_dir, len(seeds))
+        ticker = asyncio.ensure_future(self._ticker())
+        timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
+        try:
+            await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages)
+        finally:
+            self.state = "stopping"
+            self.notifier.stopping("draining")
+            if timer:
+                timer.cancel()
+            ticker.cancel()
+            await server.close()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+                loop.remove_signal_handler(sig)
+            self.state = "stopped"
+            log.info("stopped pages=%d", self.metrics.pages)
+        return 0
+
+    async def _ticker(self) -> None:
+        wd = self.notifier.watchdog_interval_s
+        last_wd = 0.0
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            if wd and now - last_wd >= wd:
+                self.notifier.watchdog()
+                last_wd = now
+            s = self.status()
+            self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
+            if self.on_tick is not None:
+                self.on_tick(self, s)
+
+    def request_stop(self, why: str = "") -> None:
+        if self.stop_event is not None and not self.stop_event.is_set():
+            log.info("stop requested reason=%s", why)
+            self.state = "stopping"
+            self.stop_event.set()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read runtime keys from the config file; a bad file keeps the old values."""
+        self.notifier.reloading()
+        try:
+            cfg = configmod.load(self.config_path, self.overrides)
+        except ConfigError as e:
+            log.error("reload failed, keeping current config: %s", e)
+        else:
+            self.shard.reload(cfg)
+            log.info("config reloaded blocklist=%d", len(cfg.blocklist.hosts))
+        self.notifier.ready()
+
+    # -- control socket -------------------------------------------------------------------
+    def status(self) -> dict:
+        snap = self.metrics.snapshot()
+        sh = self.shard.status() if self.shard else {}
+        return {
+            "state": "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state,
+            "pid": os.getpid(), "data_dir": self.cfg.crawl.data_dir,
+            "uptime_s": snap["uptime_s"], "pages": snap["pages"],
+            "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
+            "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
+            "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "errors": sum(v for k, v in snap["outcomes"].items() if k != "ok"),
+        }
+
+    def stats(self) -> dict:
+        snap = self.metrics.snapshot(top=20)
+        sh = self.shard.status() if self.shard else {}
+        ru = os.times()
+        return {**self.status(), "bytes": snap["bytes"], "dropped": snap["dropped"],
+                "counters": snap["counters"], "top_hosts": snap["top_hosts"],
+                "frontier": sh.get("frontier", {}), "seen_pending": sh.get("seen_pending", 0),
+                "recent_errors": sh.get("recent_errors", []),
+                "cpu_s": round(ru.user + ru.system, 3)}
+
+    def _handlers(self) -> dict:
+        def seed_add(req):
+            urls = req.get("urls")
+            if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+                raise ValueError("seed_add needs 'urls': a list of strings")
+            n = self.shard.submit_urls(urls, depth=0, priority=0)
+            return {"submitted": n, "invalid": len(urls) - n}
+
+        def block(req):
+            pat = req.get("pattern")
+            if not isinstance(pat, str) or not pat:
+                raise ValueError("needs 'pattern': a host or domain")
+            return pat.strip().lower()
+
+        def pause(_):
+            self.shard.paused = True
+            return {"state": "paused"}
+
+        def resume(_):
+            self.shard.paused = False
+            return {"state": "running"}
+
+        def checkpoint(_):
+            self.shard.checkpoint()
+            return {"checkpointed": True}
+
+        def stop(_):
+            self.request_stop("control")
+            return {"state": "stopping"}
+
+        def block_add(req):
+            self.shard.frontier.block(block(req))
+            return {"blocked": self.shard.frontier.blocked()}
+
+        def block_remove(req):
+            self.shard.frontier.unblock(block(req))
+            return {"blocked": self.shard.frontier.blocked()}
+
+        return {
+            "status": lambda _: self.status(),
+            "stats": lambda _: self.stats(),
+            "metrics": lambda _: {"text": prometheus(self.metrics.snapshot(),
+                                                     {"queued": self.status()["queued"]})},
+            "seed_add": seed_add, "pause": pause, "resume": resume, "checkpoint": checkpoint, "stop": stop,
+            "block_add": block_add, "block_remove": block_remove,
+            "block_list": lambda _: {"blocked": self.shard.frontier.blocked()},
+        }
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+        self.notifier.close()
