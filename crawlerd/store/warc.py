@@ -1,0 +1,397 @@
+"""WARC/1.1 segment writer and crash recovery.
+
+A segment is ``<prefix>-<UTC YYYYMMDDHHMMSSffffff>-<serial>-<hostname>-<shard>.warc.gz``
+and carries the suffix ``.open`` while it is written. Every record is its own
+gzip member (WARC/1.1 annex D.2), so a reader can seek to any record and a
+torn tail can be cut at a member boundary. The first record is ``warcinfo``.
+
+Invariant: only a ``.open`` segment is ever appended to; a segment without
+``.open`` is complete and has a sorted CDXJ beside it in the index directory.
+``recover()`` re-establishes this after a crash.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import socket
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from crawlerd.store import cdxj
+from crawlerd.store.segment import (
+    BadRecord,
+    check_member,
+    dechunk,
+    http_header,
+    http_status,
+    is_chunked,
+    iter_members,
+)
+
+WARC_VERSION = b"WARC/1.1\r\n"
+REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+CONFORMS_TO = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+OPEN_SUFFIX = ".open"
+_CRLF2 = b"\r\n\r\n"
+_TYPE_REQUEST = b"Content-Type: application/http;msgtype=request\r\n"
+_TYPE_RESPONSE = b"Content-Type: application/http;msgtype=response\r\n"
+_TYPE_FIELDS = b"Content-Type: application/warc-fields\r\n"
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")
+
+
+class WarcLocation(NamedTuple):
+    """Where a record lives: segment file name (final name, no directory), member offset and length."""
+
+    filename: str
+    offset: int
+    length: int
+
+
+def payload_digest(body_dechunked: bytes) -> str:
+    """WARC-Payload-Digest of an entity body with transfer coding removed: ``sha1:`` + base32."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(body_dechunked).digest()).decode("ascii")
+
+
+def _digest_of(*parts: bytes) -> str:
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(p)
+    return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
+
+
+def warc_date(ts: float) -> str:
+    """WARC-Date with microseconds (WARC/1.1 §5.4 allows fractions of a second)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _uuid_ids() -> str:
+    return f"urn:uuid:{uuid.uuid4()}"
+
+
+def _field_value(value: str) -> str:
+    # A field value is one line (WARC/1.1 §4: no CR/LF); keep the byte length honest.
+    return value.replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _uri(url: str) -> str:
+    return url.replace("\r", "%0D").replace("\n", "%0A").replace(" ", "%20")
+
+
+def _ip_field(ip: str) -> str:
+    return f"WARC-IP-Address: {_field_value(ip)}\r\n" if ip else ""
+
+
+def _fields_block(fields: dict[str, str]) -> bytes:
+    return "".join(f"{_field_value(k).replace(':', '_')}: {_field_value(v)}\r\n"
+                   for k, v in fields.items()).encode("utf-8")
+
+
+class WarcWriter:
+    """Append records to rotating WARC segments in ``directory``; one writer per process.
+
+    Key: the segment ``current_path`` (``None`` until the first record). Invariants:
+    only the ``.open`` segment is appended to; ``_size`` is its length on disk plus the
+    bytes still buffered, so returned offsets are exact; each record is one gzip member.
+    Records are buffered up to ``buffer_bytes``; ``flush()`` hands them to the OS (and
+    fsyncs when ``fsync``), so call it before acknowledging work: a crash then loses at
+    most a torn last record, which ``recover()`` cuts off.
+    """
+
+    def __init__(self, directory: str, *, prefix: str = "crawlerd", segment_max_bytes: int = 1 << 30,
+                 hostname: str | None = None, shard: str = "0", software: str = "crawlerd/0.1",
+                 operator: str = "", user_agent: str = "", clock: Callable[[], float] = time.time,
+                 id_gen: Callable[[], str] | None = None, compress_level: int = 6,
+                 buffer_bytes: int = 1 << 20, fsync: bool = False, index_dir: str | None = None):
+        if not 0 <= compress_level <= 9:
+            raise ValueError(f"compress_level must be 0..9, got {compress_level}")
+        if segment_max_bytes < 1:
+            raise ValueError(f"segment_max_bytes must be positive, got {segment_max_bytes}")
+        self.directory = directory
+        self.index_dir = index_dir or directory
+        self.prefix = _UNSAFE_NAME.sub("_", prefix)
+        self.hostname = _UNSAFE_NAME.sub("_", hostname or socket.gethostname())
+        self.shard = _UNSAFE_NAME.sub("_", shard)
+        self.segment_max_bytes = segment_max_bytes
+        self.software = software
+        self.operator = operator
+        self.user_agent = user_agent
+        self.compress_level = compress_level
+        self.buffer_bytes = buffer_bytes
+        self.fsync = fsync
+        self._clock = clock
+        self._id_gen = id_gen or _uuid_ids
+        os.makedirs(directory, exist_ok=True)
+        os.makedirs(self.index_dir, exist_ok=True)
+        self._serial = self._next_serial()
+        self._file = None            # raw file of the .open segment
+        self._index = None           # unsorted CDXJ lines of the open segment (sidecar file)
+        self._name = ""              # final name of the open segment
+        self._size = 0
+        self._buf: list[bytes] = []
+        self._buf_bytes = 0
+        self._warcinfo_id = ""
+        self.segments_closed: list[str] = []
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def current_path(self) -> str | None:
+        """Path of the ``.open`` segment being written, or None between segments."""
+        if self._file is None:
+            return None
+        return os.path.join(self.directory, self._name + OPEN_SUFFIX)
+
+    def write_fetch(self, *, url: str, fetched_at: float, ip: str, request_head: bytes, response_head: bytes,
+                    body: bytes, payload_digest: str | None = None, metadata: dict[str, str] | None = None,
+                    truncated: str | None = None) -> WarcLocation:
+        """Write request + response (+ metadata) records; return the response record's location.
+
+        ``body`` is as received; the payload digest is taken over it with chunked
+        transfer coding removed unless ``payload_digest`` is given. ``truncated``
+        sets WARC-Truncated (``length``, ``time``, ``disconnect``) when the body was cut.
+        """
+        self._ensure_segment()
+        req_id, resp_id = self._id_gen(), self._id_gen()
+        date = warc_date(fetched_at)
+        uri = _uri(url)
+        if payload_digest is None:
+            payload_digest = _digest_of(dechunk(body) if is_chunked(response_head) else body)
+        self._request(uri, date, ip, request_head, req_id, resp_id)
+        extra = f"WARC-Truncated: {_field_value(truncated)}\r\n" if truncated else ""
+        head = (f"WARC-Type: response\r\nWARC-Record-ID: <{resp_id}>\r\nWARC-Date: {date}\r\n"
+                f"WARC-Target-URI: {uri}\r\n{_ip_field(ip)}WARC-Concurrent-To: <{req_id}>\r\n"
+                f"WARC-Warcinfo-ID: <{self._warcinfo_id}>\r\n"
+                f"WARC-Block-Digest: {_digest_of(response_head, body)}\r\n"
+                f"WARC-Payload-Digest: {payload_digest}\r\n{extra}").encode()
+        loc = self._append(head + _TYPE_RESPONSE, response_head, body)
+        self._index_line(uri, date, response_head, payload_digest, loc, revisit=False)
+        if metadata:
+            self._metadata(uri, date, resp_id, metadata)
+        self._after_write()
+        return loc
+
+    def write_revisit(self, *, url: str, fetched_at: float, ip: str, request_head: bytes, response_head: bytes,
+                      payload_digest: str, refers_to_uri: str, refers_to_date: float,
+                      refers_to_id: str | None = None) -> WarcLocation:
+        """Write request + revisit (identical-payload-digest profile, WARC/1.1 §6.7.2); return the
+        revisit record's location. The block is the response head only."""
+        self._ensure_segment()
+        req_id, rev_id = self._id_gen(), self._id_gen()
+        date = warc_date(fetched_at)
+        uri = _uri(url)
+        self._request(uri, date, ip, request_head, req_id, rev_id)
+        refers = f"WARC-Refers-To: <{refers_to_id}>\r\n" if refers_to_id else ""
+        head = (f"WARC-Type: revisit\r\nWARC-Record-ID: <{rev_id}>\r\nWARC-Date: {date}\r\n"
+                f"WARC-Target-URI: {uri}\r\n{_ip_field(ip)}WARC-Concurrent-To: <{req_id}>\r\n"
+                f"WARC-Warcinfo-ID: <{self._warcinfo_id}>\r\nWARC-Profile: {REVISIT_PROFILE}\r\n"
+                f"{refers}WARC-Refers-To-Target-URI: {_uri(refers_to_uri)}\r\n"
+                f"WARC-Refers-To-Date: {warc_date(refers_to_date)}\r\n"
+                f"WARC-Block-Digest: {_digest_of(response_head)}\r\n"
+                f"WARC-Payload-Digest: {payload_digest}\r\n").encode()
+        loc = self._append(head + _TYPE_RESPONSE, response_head, b"")
+        self._index_line(uri, date, response_head, payload_digest, loc, revisit=True)
+        self._after_write()
+        return loc
+
+    def flush(self) -> None:
+        """Hand buffered records to the OS (fsync too when ``fsync``)."""
+        if self._file is None:
+            return
+        self._drain()
+        self._index.flush()
+        if self.fsync:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the open segment: write its sorted CDXJ, then rename ``.open`` away. Idempotent."""
+        if self._file is None:
+            return
+        self._drain()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        index_open = self._index.name
+        self._index.close()
+        self._index = None
+        with open(index_open, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        final = os.path.join(self.directory, self._name)
+        cdxj.write_lines(lines, cdxj.cdxj_path(final, self.index_dir))
+        os.remove(index_open)
+        os.rename(final + OPEN_SUFFIX, final)
+        cdxj.fsync_dir(self.directory)
+        self.segments_closed.append(final)
+
+    def __enter__(self) -> WarcWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- records ------------------------------------------------------------
+
+    def _request(self, uri: str, date: str, ip: str, request_head: bytes, req_id: str, other_id: str) -> None:
+        head = (f"WARC-Type: request\r\nWARC-Record-ID: <{req_id}>\r\nWARC-Date: {date}\r\n"
+                f"WARC-Target-URI: {uri}\r\n{_ip_field(ip)}WARC-Concurrent-To: <{other_id}>\r\n"
+                f"WARC-Warcinfo-ID: <{self._warcinfo_id}>\r\n"
+                f"WARC-Block-Digest: {_digest_of(request_head)}\r\n").encode()
+        self._append(head + _TYPE_REQUEST, request_head, b"")
+
+    def _metadata(self, uri: str, date: str, about_id: str, metadata: dict[str, str]) -> None:
+        block = _fields_block(metadata)
+        head = (f"WARC-Type: metadata\r\nWARC-Record-ID: <{self._id_gen()}>\r\nWARC-Date: {date}\r\n"
+                f"WARC-Target-URI: {uri}\r\nWARC-Concurrent-To: <{about_id}>\r\n"
+                f"WARC-Warcinfo-ID: <{self._warcinfo_id}>\r\n"
+                f"WARC-Block-Digest: {_digest_of(block)}\r\n").encode()
+        self._append(head + _TYPE_FIELDS, block, b"")
+
+    def _warcinfo(self) -> None:
+        self._warcinfo_id = self._id_gen()
+        fields = {"software": self.software, "format": "WARC File Format 1.1", "conformsTo": CONFORMS_TO,
+                  "hostname": self.hostname}
+        if self.operator:
+            fields["operator"] = self.operator
+        if self.user_agent:
+            fields["http-header-user-agent"] = self.user_agent
+        fields["robots"] = "classic"
+        block = _fields_block(fields)
+        head = (f"WARC-Type: warcinfo\r\nWARC-Record-ID: <{self._warcinfo_id}>\r\n"
+                f"WARC-Date: {warc_date(self._clock())}\r\nWARC-Filename: {self._name}\r\n"
+                f"WARC-Block-Digest: {_digest_of(block)}\r\n").encode()
+        self._append(head + _TYPE_FIELDS, block, b"")
+
+    def _append(self, head: bytes, block_a: bytes, block_b: bytes) -> WarcLocation:
+        """Compress one record (header + block) into one gzip member and buffer it."""
+        length = len(block_a) + len(block_b)
+        data = b"".join((WARC_VERSION, head, b"Content-Length: %d\r\n\r\n" % length, block_a, block_b, _CRLF2))
+        member = zlib.compress(data, self.compress_level, 31)
+        loc = WarcLocation(self._name, self._size, len(member))
+        self._buf.append(member)
+        self._buf_bytes += len(member)
+        self._size += len(member)
+        return loc
+
+    def _index_line(self, uri: str, date: str, response_head: bytes, digest: str, loc: WarcLocation,
+                    revisit: bool) -> None:
+        mime = "warc/revisit" if revisit else cdxj.mime_of(http_header(response_head, b"content-type"))
+        cap = cdxj.Capture(url=uri, warc_date=date, mime=mime, status=http_status(response_head),
+                           digest=digest, length=loc.length, offset=loc.offset, filename=loc.filename)
+        self._index.write(cap.line() + "\n")
+
+    # -- segments -----------------------------------------------------------
+
+    def _after_write(self) -> None:
+        if self._size >= self.segment_max_bytes:
+            self.close()            # the next record opens the next segment
+        elif self._buf_bytes >= self.buffer_bytes:
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self._buf:
+            return
+        data = memoryview(b"".join(self._buf))
+        self._buf.clear()
+        self._buf_bytes = 0
+        while data:
+            n = self._file.write(data)
+            data = data[n:]
+
+    def _ensure_segment(self) -> None:
+        if self._file is not None:
+            return
+        while True:
+            stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d%H%M%S%f")
+            name = f"{self.prefix}-{stamp}-{self._serial:05d}-{self.hostname}-{self.shard}.warc.gz"
+            self._serial += 1
+            path = os.path.join(self.directory, name)
+            if os.path.exists(path):
+                continue
+            try:
+                self._file = open(path + OPEN_SUFFIX, "xb", buffering=0)
+            except FileExistsError:
+                continue
+            break
+        self._name = name
+        self._size = 0
+        self._index = open(cdxj.cdxj_path(path, self.index_dir) + OPEN_SUFFIX, "w", encoding="utf-8")
+        self._warcinfo()
+
+    def _next_serial(self) -> int:
+        """Serials continue across restarts for this prefix, host and shard."""
+        pat = re.compile(rf"{re.escape(self.prefix)}-\d{{20}}-(\d+)-{re.escape(self.hostname)}-"
+                         rf"{re.escape(self.shard)}\.warc\.gz(\.open)?$")
+        serials = [int(m.group(1)) for n in os.listdir(self.directory) if (m := pat.match(n))]
+        return max(serials) + 1 if serials else 0
+
+
+def recover(directory: str, *, index_dir: str | None = None) -> list[str]:
+    """Make every segment in ``directory`` complete and indexed after a crash; return what was done.
+
+    For each ``*.warc.gz.open``: keep the longest prefix of whole gzip members that
+    parse as whole records, truncate the rest (torn record, garbage), fsync, write its
+    CDXJ and rename it to its final name. A segment left with no record but its
+    warcinfo is removed. Finished segments missing their CDXJ get one; stale CDXJ
+    sidecars (``.cdxj.open``) are removed.
+    """
+    index_dir = index_dir or directory
+    done: list[str] = []
+    if not os.path.isdir(directory):
+        return done
+    names = sorted(os.listdir(directory))
+    for name in names:
+        if not name.endswith(".warc.gz" + OPEN_SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        final = path[:-len(OPEN_SUFFIX)]
+        keep, records, data_records = _valid_prefix(path)
+        size = os.path.getsize(path)
+        if data_records == 0:
+            os.remove(path)
+            done.append(f"removed {name}: no complete data record ({size} bytes)")
+            continue
+        if keep < size:
+            os.truncate(path, keep)
+            done.append(f"truncated {name} from {size} to {keep} bytes ({records} records kept)")
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        cdxj.write_lines(cdxj.index(path), cdxj.cdxj_path(final, index_dir))
+        os.rename(path, final)
+        done.append(f"closed {os.path.basename(final)}")
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".warc.gz"):
+            path = os.path.join(directory, name)
+            target = cdxj.cdxj_path(path, index_dir)
+            if not os.path.exists(target):
+                cdxj.write_lines(cdxj.index(path), target)
+                done.append(f"indexed {name}")
+    if os.path.isdir(index_dir):
+        for name in sorted(os.listdir(index_dir)):
+            if name.endswith(".cdxj" + OPEN_SUFFIX) or name.endswith(".cdxj.tmp"):
+                os.remove(os.path.join(index_dir, name))
+                done.append(f"removed stale {name}")
+    if done:
+        cdxj.fsync_dir(directory)
+    return done
+
+
+def _valid_prefix(path: str) -> tuple[int, int, int]:
+    """(bytes, records, non-warcinfo records) of the longest run of whole records from the start."""
+    keep = records = data_records = 0
+    with open(path, "rb") as f:
+        for member in iter_members(f):
+            try:
+                head = check_member(member)
+            except (BadRecord, ValueError):
+                break
+            keep = member.offset + member.length
+            records += 1
+            if head.type != "warcinfo":
+                data_records += 1
+    return keep, records, data_records
