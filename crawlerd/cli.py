@@ -1,0 +1,329 @@
+"""Command line: one small function per verb.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad usage / config / input,
+3 no daemon running (status, stats and the other control verbs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from crawlerd import __version__
+from crawlerd import config as configmod
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- helpers ------------------------------------------------------------------------
+def _load_config(args, extra: list[str] = ()) -> configmod.Config:
+    overrides = list(args.set or []) + list(extra)
+    if getattr(args, "data_dir", None):
+        overrides.append(f"crawl.data_dir={json.dumps(args.data_dir)}")
+    return configmod.load(args.config, overrides)
+
+
+def _ask(args, cmd: str, **kw) -> dict:
+    from crawlerd import control
+    cfg = _load_config(args)
+    reply = control.request(cfg.control_socket, cmd, **kw)
+    if not reply.get("ok"):
+        raise UsageError(reply.get("error", "request failed"))
+    return reply
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def _fmt_counts(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])) or "-"
+
+
+# -- verbs ----------------------------------------------------------------------------
+def cmd_run(args) -> int:
+    from crawlerd.supervisor import Supervisor, setup_logging
+    cfg = _load_config(args)
+    if cfg.contact_is_placeholder():
+        raise UsageError(f"{cfg.source}: crawl.user_agent still has the placeholder operator contact "
+                         f"({configmod.PLACEHOLDER_CONTACT}); set a real contact before crawling")
+    setup_logging(cfg.log.level)
+    sup = Supervisor(cfg, seeds_files=[args.seeds] if args.seeds else [], duration_s=args.duration,
+                     config_path=args.config, overrides=list(args.set or []))
+    try:
+        return sup.run()
+    finally:
+        sup.close()
+
+
+def cmd_demo(args) -> int:
+    from crawlerd.demo import run_demo
+    return run_demo(args)
+
+
+def cmd_status(args) -> int:
+    s = _ask(args, "status")
+    if args.json:
+        _print_json(s)
+        return EXIT_OK
+    print(f"crawlerd  {s['state']}  pid {s['pid']}  up {s['uptime_s']:.0f}s  data {s['data_dir']}")
+    print(f"pages     {s['pages']}  ({s['pages_per_s_10s']:.1f}/s 10s, {s['pages_per_s_60s']:.1f}/s 60s)")
+    print(f"queued    {s['queued']} URLs  {s['hosts_active']} hosts active  {s['in_flight']} in flight")
+    print(f"outcomes  {_fmt_counts(s['outcomes'])}")
+    print(f"statuses  {_fmt_counts(s['statuses'])}")
+    return EXIT_OK
+
+
+def cmd_stats(args) -> int:
+    while True:
+        s = _ask(args, "stats")
+        if args.json:
+            _print_json(s)
+        else:
+            print(f"state {s['state']}  up {s['uptime_s']:.0f}s  pages {s['pages']}  "
+                  f"{s['pages_per_s_10s']:.1f}/s (10s)  {s['pages_per_s_60s']:.1f}/s (60s)  cpu {s['cpu_s']}s")
+            print(f"queued {s['queued']}  hosts active {s['hosts_active']}  in flight {s['in_flight']}  "
+                  f"bytes {s['bytes']}")
+            print("fetch outcomes: " + _fmt_counts(s["outcomes"]))
+            print("HTTP statuses:  " + _fmt_counts(s["statuses"]))
+            print("dropped:        " + _fmt_counts(s["dropped"]))
+            print("counters:       " + _fmt_counts(s["counters"]))
+            fr = s.get("frontier", {})
+            if fr:
+                print("frontier:       " + ", ".join(f"{k} {v}" for k, v in sorted(fr.items())
+                                                      if not isinstance(v, dict)))
+            print("top hosts:      " + ", ".join(f"{h} {n}" for h, n in s["top_hosts"][:10]))
+            for e in s.get("recent_errors", []):
+                print("recent error:   " + e)
+        if not args.watch:
+            return EXIT_OK
+        time.sleep(args.interval)
+        print()
+
+
+def cmd_seed_add(args) -> int:
+    from crawlerd.supervisor import read_seeds
+    urls: list[str] = []
+    invalid = 0
+    for item in args.items:
+        if "://" in item:
+            urls.append(item)
+        else:
+            good, bad = read_seeds(item)
+            urls += good
+            invalid += bad
+    r = _ask(args, "seed_add", urls=urls)
+    print(f"submitted {r['submitted']} seeds, {r['invalid'] + invalid} invalid skipped")
+    return EXIT_OK
+
+
+def cmd_block(args) -> int:
+    if args.action == "list":
+        r = _ask(args, "block_list")
+    else:
+        if not args.patterns:
+            raise UsageError(f"block {args.action}: name at least one HOST or DOMAIN")
+        for pat in args.patterns:
+            r = _ask(args, f"block_{args.action}", pattern=pat)
+    for pat in r["blocked"]:
+        print(pat)
+    return EXIT_OK
+
+
+def _simple(cmd: str):
+    def run(args) -> int:
+        r = _ask(args, cmd)
+        print(r.get("state") or ("checkpoint written" if r.get("checkpointed") else "ok"))
+        return EXIT_OK
+    return run
+
+
+def cmd_robots_check(args) -> int:
+    from crawlerd.fetch.robots import check_lines
+    cfg = _load_config(args)
+    agent = args.agent or cfg.robots.agent_token
+    if args.robots:
+        try:
+            with open(args.robots, "rb") as f:
+                body = f.read()
+        except OSError as e:
+            raise UsageError(f"cannot read robots file {args.robots}: {e.strerror}") from None
+        for line in check_lines(body, agent, args.urls):
+            print(line)
+        return EXIT_OK
+    from crawlerd.robots_online import RobotsCheckError, check_online
+    try:
+        lines = check_online(cfg, args.robots_url, agent, args.urls)
+    except RobotsCheckError as e:
+        raise UsageError(str(e)) from None
+    for line in lines:
+        print(line)
+    return EXIT_OK
+
+
+def cmd_url_normalize(args) -> int:
+    from crawlerd.url import normalize
+    rc = EXIT_OK
+    for u in args.urls:
+        n = normalize(u)
+        if n is None:
+            print(f"crawlerd: error: not a valid http(s) URL: {u!r}", file=sys.stderr)
+            rc = EXIT_USAGE
+        else:
+            print(n)
+    return rc
+
+
+def cmd_warc_verify(args) -> int:
+    from crawlerd.store.verify import verify
+    rc = EXIT_OK
+    for path in args.files:
+        rep = verify(path)
+        print(rep.summary())
+        if not rep.ok:
+            rc = EXIT_FAIL
+    return rc
+
+
+def cmd_warc_index(args) -> int:
+    from crawlerd.store.verify import index
+    for path in args.files:
+        for line in index(path):
+            print(line)
+    return EXIT_OK
+
+
+def cmd_config_dump(args) -> int:
+    sys.stdout.write(configmod.render_toml())
+    return EXIT_OK
+
+
+def cmd_config_check(args) -> int:
+    cfg = _load_config(args)
+    print(f"{cfg.source}: ok")
+    return EXIT_OK
+
+
+# -- parser ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", help="config file (TOML); default: built-in defaults")
+    common.add_argument("-s", "--set", action="append", metavar="SECTION.KEY=VALUE",
+                        help="override a config key; VALUE is TOML (e.g. -s 'network.allow=[\"127.0.0.0/8\"]'), "
+                             "else a string; repeatable")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="crawlerd", formatter_class=fmt,
+                                description="crawlerd: a single-server, high-throughput, polite web crawler daemon.",
+                                epilog="Exit codes: 0 ok, 1 failure, 2 bad usage/config/input, 3 no daemon running.")
+    p.add_argument("--version", action="version", version=f"crawlerd {__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
+
+    def add(name, func, help_, parents=(common,)):
+        sp = sub.add_parser(name, help=help_, description=help_, parents=list(parents), formatter_class=fmt)
+        sp.set_defaults(func=func)
+        return sp
+
+    r = add("run", cmd_run, "run the crawler in the foreground (systemd ExecStart)")
+    r.add_argument("--seeds", metavar="FILE", help="seed URLs, one per line")
+    r.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir")
+    r.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this many seconds")
+
+    d = add("demo", cmd_demo, "start the bundled synthetic web on loopback and crawl it, with live progress")
+    d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl")
+    d.add_argument("--hosts", type=int, default=300, help="synthetic hosts")
+    d.add_argument("--data-dir", metavar="DIR", help="where to keep the demo crawl (default: a temp dir)")
+    d.add_argument("--no-netns", action="store_true", help="do not enter a private network namespace")
+    d.add_argument("--inside-netns", action="store_true", help=argparse.SUPPRESS)
+
+    st = add("status", cmd_status, "one screen: state, uptime, rates, queues, errors")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    ss = add("stats", cmd_stats, "detailed counters: outcomes, statuses, drops, top hosts")
+    ss.add_argument("--json", action="store_true", help="machine-readable output")
+    ss.add_argument("--watch", action="store_true", help="repeat until interrupted")
+    ss.add_argument("--interval", type=float, default=2.0, help="seconds between --watch updates")
+    ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+
+    seed = sub.add_parser("seed", help="add seeds to a running crawl", formatter_class=fmt)
+    seed_sub = seed.add_subparsers(dest="seed_verb", metavar="ACTION", required=True)
+    sa = seed_sub.add_parser("add", help="add seed URLs or files of URLs", parents=[common], formatter_class=fmt)
+    sa.add_argument("items", nargs="+", metavar="URL|FILE")
+    sa.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    sa.set_defaults(func=cmd_seed_add)
+
+    b = add("block", cmd_block, "operator blocklist: add, remove or list hosts/domains (effective at once)")
+    b.add_argument("action", choices=["add", "remove", "list"])
+    b.add_argument("patterns", nargs="*", metavar="HOST|DOMAIN")
+    b.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+
+    for verb, help_ in (("pause", "stop starting new fetches"), ("resume", "start fetching again"),
+                        ("checkpoint", "flush the seen-set and commit the frontier now"),
+                        ("stop", "ordered shutdown of the running daemon")):
+        sp = add(verb, _simple(verb), help_)
+        sp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+
+    rob = sub.add_parser("robots", help="robots.txt tools", formatter_class=fmt)
+    rob_sub = rob.add_subparsers(dest="robots_verb", metavar="ACTION", required=True)
+    rc = rob_sub.add_parser("check", help="print 'allow URL' or 'disallow URL' per URL (RFC 9309)",
+                            parents=[common], formatter_class=fmt)
+    src = rc.add_mutually_exclusive_group(required=True)
+    src.add_argument("--robots", metavar="FILE", help="a robots.txt file")
+    src.add_argument("--robots-url", metavar="URL", help="fetch robots.txt through the crawler's fetch path")
+    rc.add_argument("--agent", metavar="TOKEN", help="product token (default: robots.agent_token)")
+    rc.add_argument("urls", nargs="+", metavar="URL")
+    rc.set_defaults(func=cmd_robots_check)
+
+    u = sub.add_parser("url", help="URL tools", formatter_class=fmt)
+    u_sub = u.add_subparsers(dest="url_verb", metavar="ACTION", required=True)
+    un = u_sub.add_parser("normalize", help="print one normalised URL per line", parents=[common],
+                          formatter_class=fmt)
+    un.add_argument("urls", nargs="+", metavar="URL")
+    un.set_defaults(func=cmd_url_normalize)
+
+    w = sub.add_parser("warc", help="WARC tools", formatter_class=fmt)
+    w_sub = w.add_subparsers(dest="warc_verb", metavar="ACTION", required=True)
+    wv = w_sub.add_parser("verify", help="validate segments: every record parses, digests match",
+                          parents=[common], formatter_class=fmt)
+    wv.add_argument("files", nargs="+", metavar="FILE")
+    wv.set_defaults(func=cmd_warc_verify)
+    wi = w_sub.add_parser("index", help="print CDXJ lines for segments", parents=[common], formatter_class=fmt)
+    wi.add_argument("files", nargs="+", metavar="FILE")
+    wi.set_defaults(func=cmd_warc_index)
+
+    c = sub.add_parser("config", help="configuration tools", formatter_class=fmt)
+    c_sub = c.add_subparsers(dest="config_verb", metavar="ACTION", required=True)
+    cd = c_sub.add_parser("dump", help="print the documented default config (config.toml)", parents=[common],
+                          formatter_class=fmt)
+    cd.set_defaults(func=cmd_config_dump)
+    cc = c_sub.add_parser("check", help="validate a config file and -s overrides", parents=[common],
+                          formatter_class=fmt)
+    cc.set_defaults(func=cmd_config_check)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from crawlerd.control import ControlError, NoDaemon
+    from crawlerd.supervisor import StartupError
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except configmod.ConfigError as e:
+        print(f"crawlerd: config error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except NoDaemon as e:
+        print(f"crawlerd: {e}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except (ControlError, StartupError, UsageError) as e:
+        print(f"crawlerd: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK

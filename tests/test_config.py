@@ -1,0 +1,93 @@
+import os
+import tomllib
+
+import pytest
+
+from crawlerd import config
+from tests.conftest import ROOT
+
+SHIPPED = os.path.join(ROOT, "config.toml")
+
+
+def test_shipped_file_matches_code_defaults():
+    with open(SHIPPED, "rb") as f:
+        data = tomllib.load(f)
+    assert data == config.defaults()
+
+
+def test_shipped_file_is_the_rendered_schema():
+    with open(SHIPPED) as f:
+        assert f.read() == config.render_toml(), "regenerate with: crawlerd config dump > config.toml"
+
+
+def test_every_key_is_commented_in_shipped_file():
+    lines = open(SHIPPED).read().splitlines()
+    for i, line in enumerate(lines):
+        if "=" in line and not line.startswith("#") and not line.startswith("["):
+            assert lines[i - 1].startswith("#"), f"key without a comment: {line}"
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("fetch.timeout_s=-1", "fetch: timeout_s = -1.0: expected a value >= 0.1"),
+    ("fetch.nope=1", "unknown key fetch.nope"),
+    ("nosuch.key=1", "unknown section [nosuch]"),
+    ("fetch.verify_tls=3", "verify_tls = 3: expected true or false"),
+    ("fetch.max_in_flight=1.5", "max_in_flight = 1.5: expected an integer"),
+    ("network.allow=[\"10.0.0.0/33\"]", "is not a network in CIDR form"),
+    ("network.allow=[1, 2]", "expected a list of strings"),
+    ("log.level=loud", "expected one of debug, info, warning, error"),
+    ("dns.nameservers=[\"1.2.3\"]", "is not \"IP\" or \"IP:PORT\""),
+    ("politeness.min_delay_s=100", "min_delay_s = 100.0: expected a value <= politeness.max_delay_s"),
+    ("fetchtimeout", "expected section.key=VALUE"),
+])
+def test_bad_override_names_key_and_expectation(override, fragment):
+    with pytest.raises(config.ConfigError) as e:
+        config.load(None, [override])
+    msg = str(e.value)
+    assert fragment in msg
+    assert "\n" not in msg
+
+
+def test_bad_file_names_file_key_value(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[fetch]\ntimeout_s = \"soon\"\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load(str(p))
+    assert str(e.value) == f"{p}: fetch: timeout_s = 'soon': expected a number"
+
+
+def test_unknown_key_in_file(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[crawl]\ndatadir = \"/x\"\n")
+    with pytest.raises(config.ConfigError, match=r"unknown key crawl.datadir"):
+        config.load(str(p))
+
+
+def test_not_toml_and_missing(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[crawl\n")
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(str(p))
+    with pytest.raises(config.ConfigError, match="config file not found"):
+        config.load(str(tmp_path / "missing.toml"))
+
+
+def test_overrides_parse_toml_else_string():
+    cfg = config.load(None, ['network.allow=["127.0.0.0/8"]', "crawl.data_dir=/tmp/x y",
+                             "fetch.timeout_s=30", "dns.static_hosts={\"a.sim\" = \"127.0.0.2\"}"])
+    assert cfg.network.allow == ["127.0.0.0/8"]
+    assert cfg.crawl.data_dir == "/tmp/x y"
+    assert cfg.fetch.timeout_s == 30.0 and isinstance(cfg.fetch.timeout_s, float)
+    assert cfg.dns.static_hosts == {"a.sim": "127.0.0.2"}
+    assert cfg.control_socket == "/tmp/x y/control.sock"
+
+
+def test_placeholder_contact_detected():
+    assert config.load().contact_is_placeholder()
+    assert not config.load(None, ["crawl.user_agent=bot/1 (ops@example.net)"]).contact_is_placeholder()
+
+
+def test_defaults_are_independent_copies():
+    a = config.load()
+    a.network.allow.append("10.0.0.0/8")
+    assert config.load().network.allow == []
