@@ -1,0 +1,463 @@
+"""robots.txt per RFC 9309: parse once, match fast, and decide what a fetch of it means.
+
+Three parts:
+
+- :class:`RobotsRules` parses a body for one product token and answers ``allowed(url)``.
+  Only the group that applies to the token is kept (RFC 9309 §2.2.1), its rules precompiled and
+  sorted so that the first hit is the most specific match (§2.2.2).
+- :func:`robots_decision` maps the result of fetching ``/robots.txt`` to a cache entry or to a
+  redirect to follow (§2.3.1), with the clock injected.
+- :class:`RobotsCache` keeps entries per host key, bounded, least recently used out first.
+
+Where Google's parser (google/robotstxt) is more lenient than the RFC and the leniency is harmless,
+it is followed: a missing colon, partial UTF-8 BOMs, lines cut at 16663 bytes, ``index.html`` rules.
+Where it contradicts the RFC (percent-encoded unreserved characters), the RFC wins.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "RobotsCache", "RobotsEntry", "RobotsFollow", "RobotsRules", "RobotsState",
+    "check_lines", "robots_decision",
+]
+
+# Google cuts lines at 2083 * 8 - 1 bytes; we cut at as many characters (same for ASCII).
+_MAX_LINE = 2083 * 8 - 1
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+_UA, _ALLOW, _DISALLOW, _DELAY, _SITEMAP = range(5)
+# Directive names, lower-cased, with the common misspellings Google also accepts.
+_DIRECTIVES = {
+    "user-agent": _UA, "useragent": _UA, "user agent": _UA,
+    "allow": _ALLOW,
+    "disallow": _DISALLOW, "dissallow": _DISALLOW, "dissalow": _DISALLOW, "disalow": _DISALLOW,
+    "diasllow": _DISALLOW, "disallaw": _DISALLOW,
+    "crawl-delay": _DELAY, "crawldelay": _DELAY,
+    "sitemap": _SITEMAP, "site-map": _SITEMAP,
+}
+_SPACES = " \t\v\f"
+# RFC 9309 §2.2.1: the product token is [a-zA-Z_-]+; anything after it ("Foo/1.0", "Foo Bar") is not.
+_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
+
+# Percent-encoding normalisation, RFC 9309 §2.2.2 with RFC 3986 §2.3: %XX of an unreserved
+# character is decoded, any other %XX is upper-cased, and every octet outside printable ASCII
+# (non-ASCII as UTF-8, controls, space) is %-encoded. Applied to rules and URLs alike.
+_NEEDS_NORM = re.compile(r"[^\x21-\x7e]|%")
+_NORM_TOKEN = re.compile(r"%([0-9A-Fa-f]{2})|[^\x21-\x7e]+")
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+# Everything before the path: optional "scheme://" or "//", then the authority.
+_BEFORE_PATH = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*://|//)?[^/?;#]*")
+
+# Rule kinds, see _compile_rule.
+_PREFIX, _EXACT, _GLOB = range(3)
+
+
+def _octets(text: str) -> bytes:
+    try:
+        # surrogateescape gives back the raw bytes of a body that was not valid UTF-8
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _norm_repl(m: re.Match) -> str:
+    hx = m.group(1)
+    if hx is not None:
+        octet = int(hx, 16)
+        return chr(octet) if octet in _UNRESERVED else "%" + hx.upper()
+    return "".join(f"%{b:02X}" for b in _octets(m.group(0)))
+
+
+def normalize_path(path: str) -> str:
+    """Path (and query) in the canonical percent-encoding used for matching (RFC 9309 §2.2.2)."""
+    if _NEEDS_NORM.search(path) is None:
+        return path
+    return _NORM_TOKEN.sub(_norm_repl, path)
+
+
+def path_of(url: str) -> str:
+    """Path, params and query of an absolute URL or of a path; "/" when there is none.
+
+    The fragment is dropped. Without a scheme the first segment is taken as the authority
+    ("example.com/a" -> "/a"), as google/robotstxt does.
+    """
+    if url[:1] == "/" and url[1:2] != "/":
+        end = url.find("#")
+        return url if end < 0 else url[:end]
+    pos = _BEFORE_PATH.match(url).end()
+    if pos == len(url) or url[pos] == "#":
+        return "/"
+    end = url.find("#", pos)
+    rest = url[pos:] if end < 0 else url[pos:end]
+    return rest if rest[0] == "/" else "/" + rest
+
+
+def _compile_rule(pattern: str, allow: bool) -> tuple | None:
+    """One normalised pattern as (priority, allow, kind, head, middles, tail), or None if it can never match.
+
+    head is the literal text before the first ``*``; middles are the literal pieces between
+    stars, found left to right (leftmost-first is exact for ``*``-only globs, so matching is
+    linear and a hostile pattern cannot make it backtrack); tail is the piece that must end
+    the path when the pattern ends in ``$``.
+    """
+    if not pattern or pattern[0] not in "/*":
+        return None      # a path always starts with "/": this rule matches nothing
+    priority = len(pattern)       # RFC 9309 §2.2.2: the match with the most octets wins
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    if "*" not in body:
+        return (priority, allow, _EXACT if anchored else _PREFIX, body, (), "")
+    parts = body.split("*")
+    head, rest = parts[0], parts[1:]
+    if anchored and rest[-1]:
+        tail = rest[-1]
+        middles = tuple(p for p in rest[:-1] if p)
+        return (priority, allow, _GLOB, head, middles, tail)
+    middles = tuple(p for p in rest if p)
+    if not middles:
+        return (priority, allow, _PREFIX, head, (), "")     # "/a*" and "/a*$" are the prefix "/a"
+    return (priority, allow, _GLOB, head, middles, "")
+
+
+def _glob_matches(path: str, pos: int, middles: tuple, tail: str) -> bool:
+    for piece in middles:
+        i = path.find(piece, pos)
+        if i < 0:
+            return False
+        pos = i + len(piece)
+    if tail:
+        return path.endswith(tail) and len(path) - len(tail) >= pos
+    return True
+
+
+class RobotsRules:
+    """The rules of one robots.txt that apply to one product token, ready to match.
+
+    Key: none (one instance per host and token; the cache keys it by host).
+    Invariant: ``_rules`` is sorted by decreasing priority (pattern length in octets), Allow
+    before Disallow at equal priority, so the first rule that matches a path decides it
+    (longest match wins, Allow wins a tie: RFC 9309 §2.2.2); no rule after a rule that matches
+    every path is kept. ``_heads`` holds the literal head of every rule, so a path starting
+    with none of them matches no rule. Instances are immutable after construction.
+    """
+
+    __slots__ = ("_rules", "_heads", "_crawl_delay", "_sitemaps")
+
+    def __init__(self, rules: list[tuple] = (), crawl_delay: float | None = None,
+                 sitemaps: list[str] = ()) -> None:
+        ordered = sorted(set(rules), key=lambda r: (-r[0], not r[1]))
+        kept = []
+        for rule in ordered:
+            kept.append((rule[1], rule[2], rule[3], rule[4], rule[5]))
+            if rule[2] == _PREFIX and rule[3] in ("", "/"):
+                break      # matches every path: nothing after it can win
+        self._rules = tuple(kept)
+        self._heads = tuple({r[2] for r in kept})
+        self._crawl_delay = crawl_delay
+        self._sitemaps = tuple(sitemaps)
+
+    @classmethod
+    def allow_all(cls) -> RobotsRules:
+        return cls()
+
+    @classmethod
+    def disallow_all(cls) -> RobotsRules:
+        return cls([_compile_rule("/", False)])
+
+    @classmethod
+    def parse(cls, body: bytes, agent_token: str, max_bytes: int = 512 * 1024) -> RobotsRules:
+        """Parse the first ``max_bytes`` of a robots.txt body for ``agent_token`` (a product token).
+
+        The group whose user-agent matches the token case-insensitively is used, all such groups
+        merged (RFC 9309 §2.2.1); else the ``*`` groups, merged; else nothing is disallowed.
+        Lines that are not understood are skipped and do not end a group (§2.2.4).
+        """
+        body = body[:max_bytes]
+        if body.startswith(_UTF8_BOM):
+            body = body[3:]
+        elif body.startswith((b"\xef\xbb", b"\xef")):
+            body = body[2:] if body[1:2] == b"\xbb" else body[1:]   # partial BOM, as Google skips it
+        text = body.decode("utf-8", "surrogateescape")
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        agent = agent_token.lower()
+
+        specific: list[tuple[bool, str]] = []    # rules of the groups naming our token
+        fallback: list[tuple[bool, str]] = []    # rules of the "*" groups
+        delay_specific: float | None = None
+        delay_fallback: float | None = None
+        sitemaps: list[str] = []
+        seen_specific = seen_fallback = False
+        in_specific = in_fallback = False        # the current group applies to us / to "*"
+        in_agent_lines = False                   # inside the user-agent lines that open a group
+        check_len = len(text) > _MAX_LINE
+
+        for line in lines:
+            if not line:
+                continue
+            if check_len and len(line) > _MAX_LINE:
+                line = line[:_MAX_LINE]
+            cut = line.find("#")
+            if cut >= 0:
+                line = line[:cut]
+            key, colon, value = line.partition(":")
+            if not colon:
+                # Google-specific leniency: "Disallow /x" (two words, no colon) is read as a rule
+                words = line.split()
+                if len(words) != 2:
+                    continue
+                key, value = words
+            kind = _DIRECTIVES.get(key.strip(_SPACES).lower())
+            if kind is None:
+                continue
+            value = value.strip(_SPACES)
+            if kind == _UA:
+                if not in_agent_lines:
+                    in_agent_lines = True
+                    in_specific = in_fallback = False
+                if value[:1] == "*" and (len(value) == 1 or value[1] in _SPACES):
+                    in_fallback = seen_fallback = True
+                elif agent and _PRODUCT_TOKEN.match(value).group(0).lower() == agent:
+                    in_specific = seen_specific = True
+            elif kind == _ALLOW or kind == _DISALLOW:
+                in_agent_lines = False
+                if value:
+                    rule = (kind == _ALLOW, value)
+                    if in_specific:
+                        specific.append(rule)
+                    if in_fallback:
+                        fallback.append(rule)
+            elif kind == _DELAY:
+                # not in RFC 9309 (§2.2.4 other records); belongs to the current group, the
+                # largest value wins when groups merge
+                delay = _parse_delay(value)
+                if delay is not None:
+                    if in_specific:
+                        delay_specific = delay if delay_specific is None else max(delay, delay_specific)
+                    if in_fallback:
+                        delay_fallback = delay if delay_fallback is None else max(delay, delay_fallback)
+            elif value:      # sitemap: not tied to any group
+                sitemaps.append(value)
+
+        if seen_specific:
+            raw, delay = specific, delay_specific
+        elif seen_fallback:
+            raw, delay = fallback, delay_fallback
+        else:
+            raw, delay = [], None
+        return cls(_compile_rules(raw), crawl_delay=delay, sitemaps=sitemaps)
+
+    @property
+    def crawl_delay(self) -> float | None:
+        """Crawl-delay of the applicable group in seconds (uncapped), or None."""
+        return self._crawl_delay
+
+    @property
+    def sitemaps(self) -> list[str]:
+        """Sitemap URLs named anywhere in the file, as written."""
+        return list(self._sitemaps)
+
+    @property
+    def rule_count(self) -> int:
+        return len(self._rules)
+
+    def allowed(self, url: str) -> bool:
+        """Whether ``url`` (absolute, or a path with optional query) may be fetched."""
+        path = path_of(url)
+        if path.startswith("/robots.txt") and (len(path) == 11 or path[11] == "?"):
+            return True     # RFC 9309 §2.2.2: /robots.txt is implicitly allowed
+        if not self._rules:
+            return True
+        if _NEEDS_NORM.search(path) is not None:
+            path = _NORM_TOKEN.sub(_norm_repl, path)
+        if not path.startswith(self._heads):
+            return True
+        for allow, kind, head, middles, tail in self._rules:
+            if path.startswith(head):
+                if kind == _PREFIX:
+                    return allow
+                if kind == _EXACT:
+                    if len(path) == len(head):
+                        return allow
+                elif _glob_matches(path, len(head), middles, tail):
+                    return allow
+        return True
+
+    def __repr__(self) -> str:
+        return f"RobotsRules(rules={len(self._rules)}, crawl_delay={self._crawl_delay!r})"
+
+
+def _parse_delay(value: str) -> float | None:
+    try:
+        delay = float(value)
+    except ValueError:
+        return None
+    return delay if math.isfinite(delay) and delay >= 0 else None
+
+
+def _compile_rules(raw: list[tuple[bool, str]]) -> list[tuple]:
+    compiled = []
+    for allow, value in raw:
+        pattern = normalize_path(value)
+        rule = _compile_rule(pattern, allow)
+        if rule is not None:
+            compiled.append(rule)
+        if allow:
+            # Google-specific: "Allow: /d/index.html" also allows "/d/" (a directory serves its
+            # index page), added as the rule "/d/$".
+            slash = pattern.rfind("/")
+            if slash >= 0 and pattern.startswith("/index.htm", slash):
+                extra = _compile_rule(pattern[:slash + 1] + "$", True)
+                if extra is not None:
+                    compiled.append(extra)
+    return compiled
+
+
+def check_lines(body: bytes, agent_token: str, urls: list[str]) -> list[str]:
+    """``"allow URL"`` / ``"disallow URL"`` for each URL, in order (``crawlerd robots check``)."""
+    rules = RobotsRules.parse(body, agent_token)
+    return [f"{'allow' if rules.allowed(u) else 'disallow'} {u}" for u in urls]
+
+
+# --------------------------------------------------------------------------- fetch-state policy
+
+
+class RobotsState(StrEnum):
+    """Why a host's robots entry says what it says (logged and counted by name)."""
+
+    PARSED = "parsed"                          # 2xx: the file's rules
+    UNAVAILABLE = "unavailable"                # 4xx: allow all (RFC 9309 §2.3.1.3)
+    REDIRECT_LIMIT = "redirect_limit"          # more than max_hops redirects: as unavailable (§2.3.1.2)
+    UNREACHABLE = "robots_unavailable"         # 5xx / network: disallow all (§2.3.1.4)
+    STALE = "stale"                            # unreachable, but a good earlier copy is kept (§2.4)
+
+
+_GOOD_STATES = frozenset({RobotsState.PARSED.value, RobotsState.UNAVAILABLE.value,
+                          RobotsState.REDIRECT_LIMIT.value, RobotsState.STALE.value})
+
+
+@dataclass(slots=True)
+class RobotsFollow:
+    """robots.txt answered with a redirect: fetch ``url`` next (the Location as sent; resolve it
+    against the request URL and pass it through the address guard)."""
+
+    url: str
+
+
+@dataclass(slots=True)
+class RobotsEntry:
+    """What is known about one host's robots.txt.
+
+    ``fetched_at`` is when the rules were obtained (for a kept stale copy: when that copy was
+    fetched); ``expires_at`` is when robots.txt must be fetched again; ``outcome_name`` is a
+    :class:`RobotsState` value; ``failures`` counts consecutive unreachable fetches (backoff).
+    Invariant: ``ok`` is False exactly when the rules are the disallow-all of an unreachable file.
+    """
+
+    rules: RobotsRules
+    fetched_at: float
+    expires_at: float
+    status: int
+    outcome_name: str
+    note: str
+    failures: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome_name in _GOOD_STATES
+
+
+def robots_decision(*, status: int, outcome_ok: bool, body: bytes, location: str | None, hops: int,
+                    previous: RobotsEntry | None, now: float, agent_token: str, cache_ttl_s: float,
+                    error_retry_s: float, max_hops: int = 5, max_bytes: int,
+                    stale_max_s: float = 30 * 86400.0) -> RobotsFollow | RobotsEntry:
+    """Map one robots.txt fetch to the entry to cache, or to the redirect to follow (RFC 9309 §2.3.1).
+
+    ``hops`` is how many redirects were followed to get this answer. 2xx: parse. 3xx with a
+    Location and ``hops < max_hops``: follow. 4xx: allow all. 5xx, 429 and transport failure
+    (``outcome_ok`` False): disallow all, retried after ``error_retry_s`` doubled per consecutive
+    failure (at most ``cache_ttl_s``) -- unless ``previous`` holds a good copy fetched less than
+    ``stale_max_s`` ago, which is kept (§2.4) and retried after ``error_retry_s``.
+    """
+    if outcome_ok and 200 <= status < 300:
+        rules = RobotsRules.parse(body, agent_token, max_bytes)
+        return RobotsEntry(rules, now, now + cache_ttl_s, status, RobotsState.PARSED.value,
+                           f"{rules.rule_count} rules from {len(body)} bytes")
+    if outcome_ok and 300 <= status < 400:
+        if location and hops < max_hops:
+            return RobotsFollow(location)
+        if status == 304 and previous is not None and previous.ok:
+            # a conditional re-fetch: the copy we hold is still the file
+            return RobotsEntry(previous.rules, now, now + cache_ttl_s, status, previous.outcome_name,
+                               "not modified")
+        # RFC 9309 §2.3.1.2: after five consecutive redirects the crawler MAY assume the file is
+        # unavailable (4xx, allow all). A redirect without a Location is treated the same way:
+        # there is no file to obtain, and the server is answering (not erring).
+        note = f"more than {max_hops} redirects" if location else f"{status} without Location"
+        return RobotsEntry(RobotsRules.allow_all(), now, now + cache_ttl_s, status,
+                           RobotsState.REDIRECT_LIMIT.value, note)
+    if outcome_ok and 400 <= status < 500 and status != 429:
+        return RobotsEntry(RobotsRules.allow_all(), now, now + cache_ttl_s, status,
+                           RobotsState.UNAVAILABLE.value, f"{status}: allow all")
+    # Unreachable (§2.3.1.4): 5xx, transport failure, or a status no server should send. 429 is
+    # a 4xx the RFC would read as "allow all", but it asks us to slow down, so we wait instead.
+    why = f"status {status}" if outcome_ok else "network failure"
+    if previous is not None and previous.ok and now - previous.fetched_at < stale_max_s:
+        return RobotsEntry(previous.rules, previous.fetched_at, now + error_retry_s, status,
+                           RobotsState.STALE.value, f"{why}: kept copy fetched at {previous.fetched_at:.0f}",
+                           previous.failures + 1)
+    failures = (previous.failures if previous is not None else 0) + 1
+    retry_s = min(error_retry_s * 2.0 ** min(failures - 1, 30), max(cache_ttl_s, error_retry_s))
+    return RobotsEntry(RobotsRules.disallow_all(), now, now + retry_s, status,
+                       RobotsState.UNREACHABLE.value, f"{why}: disallow all", failures)
+
+
+class RobotsCache:
+    """Robots entries by host key, bounded, least recently used evicted first.
+
+    Key: host key ``"scheme://host[:port]"`` (the politeness key; robots.txt applies per
+    scheme and authority, RFC 9309 §2.3). Invariant: at most ``max_entries`` entries; the
+    iteration order of ``_entries`` is least to most recently used (``get``/``put`` move an entry
+    to the end). Expired entries stay until evicted, so ``stale`` can still hand them out.
+    """
+
+    __slots__ = ("_entries", "_max_entries")
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self._entries: OrderedDict[str, RobotsEntry] = OrderedDict()
+        self._max_entries = max_entries
+
+    def get(self, host_key: str, now: float) -> RobotsEntry | None:
+        """The entry for ``host_key`` if known and not expired at ``now``, else None."""
+        entry = self._entries.get(host_key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(host_key)
+        return entry if now < entry.expires_at else None
+
+    def stale(self, host_key: str) -> RobotsEntry | None:
+        """The last entry for ``host_key``, expired or not (None if never stored or evicted)."""
+        return self._entries.get(host_key)
+
+    def put(self, host_key: str, entry: RobotsEntry) -> None:
+        self._entries[host_key] = entry
+        self._entries.move_to_end(host_key)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+    def discard(self, host_key: str) -> None:
+        self._entries.pop(host_key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, host_key: object) -> bool:
+        return host_key in self._entries
