@@ -64,7 +64,7 @@ class ControlServer:
             reply = self.dispatch(line)
             writer.write(json.dumps(reply, default=str).encode() + b"\n")
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+        except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
             writer.close()

@@ -41,6 +41,9 @@ class Outcome(str, Enum):
     BAD_RESPONSE = "bad_response"          # not HTTP, or malformed framing
     BAD_ENCODING = "bad_encoding"          # content-encoding could not be decoded
     NETWORK_ERROR = "network_error"        # any other transport failure
+    # processing
+    PROCESS_ERROR = "process_error"        # the processor raised on this response (bug); raw record kept
+    PROCESS_CRASHED = "process_crashed"    # workers died processing this response (poison page)
 
     def __str__(self) -> str:
         return self.value

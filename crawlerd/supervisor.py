@@ -27,7 +27,8 @@ import sys
 import time
 
 from crawlerd import config as configmod
-from crawlerd import control, url as urlmod
+from crawlerd import control
+from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.metrics import Metrics, prometheus
 from crawlerd.sdnotify import Notifier

@@ -25,9 +25,20 @@ DigestSeen = Callable[[str, str, float], "tuple[str, float] | None"]
 NearDuplicate = Callable[[int, str], str]
 
 
+_ASK = object()
+
+
 def _is_chunked(res: FetchResult) -> bool:
     te = res.header("transfer-encoding")
     return bool(te) and "chunked" in te.lower()
+
+
+def entity_digest(res: FetchResult) -> str:
+    """WARC-Payload-Digest of a response: the entity with transfer coding removed (content coding kept)."""
+    try:
+        return payload_digest(dechunk(res.body, len(res.body) + 1) if _is_chunked(res) else res.body)
+    except DecodeError:
+        return payload_digest(res.body)
 
 
 class PageProcessor:
@@ -45,7 +56,9 @@ class PageProcessor:
         return decode_body(res.body, chunked=_is_chunked(res), content_encoding=res.header("content-encoding"),
                            max_bytes=max_bytes or self.max_decoded_bytes)
 
-    def process(self, res: FetchResult) -> ProcessResult:
+    def process(self, res: FetchResult, prior=_ASK) -> ProcessResult:
+        """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
+        ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked."""
         url = res.url
         ctype = (res.header("content-type") or "").split(";", 1)[0].strip().lower()
         pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
@@ -80,7 +93,9 @@ class PageProcessor:
             metadata["robots"] = ", ".join(filter(None, [metadata.get("robots"), "nofollow"]))
         if pr.near_duplicate_of:
             metadata["near-duplicate-of"] = pr.near_duplicate_of
-        prev = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
+        if prior is _ASK:
+            prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
+        prev = prior
         if prev is not None and res.status == 200:
             pr.duplicate_of = prev[0]
             loc = self.warc.write_revisit(url=url, fetched_at=res.started_at, ip=res.ip,
