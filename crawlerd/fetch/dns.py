@@ -1,0 +1,253 @@
+"""Asynchronous DNS with a TTL-bounded cache (aiodns over c-ares).
+
+IRLbot (§6) found DNS the first wall a single-box crawler hits; the answer is
+an asynchronous resolver with many queries in flight and a local cache. This
+resolver asks for A records (and AAAA when IPv6 is on), caches answers for
+their TTL clamped to ``[min_ttl_s, max_ttl_s]``, caches NXDOMAIN, SERVFAIL,
+no-address and garbled answers for ``negative_ttl_s``, coalesces concurrent
+lookups of one name into one query, and caps the queries in flight.
+Timeouts are not cached: the next lookup asks again (the shard backs the host
+off). The resolver only names addresses; the address guard decides whether
+they may be used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiodns
+import pycares
+from aiodns.error import DNSError
+from pycares import errno as ares_errno
+
+from crawlerd.outcome import Outcome
+
+RECEIVE_BUFFER_BYTES = 4 * 1024 * 1024    # bursts of answers must not overflow the UDP socket
+
+
+@dataclass(slots=True)
+class Resolution:
+    outcome: Outcome            # ok or one of the dns_* outcomes
+    ips: list[str]              # addresses, IPv4 first; empty unless ok
+    ttl_s: float                # how much longer this answer may be used, seconds
+    error: str = ""             # detail for non-ok outcomes
+
+
+@dataclass(slots=True)
+class _Entry:
+    expires_at: float
+    resolution: Resolution
+
+
+@dataclass(slots=True)
+class _Stats:
+    lookups: int = 0            # resolve() calls
+    literal: int = 0            # answered as IP literals or static hosts
+    hits: int = 0               # answered from the cache
+    coalesced: int = 0          # joined a query already in flight
+    queries: int = 0            # lookups sent to c-ares (A and AAAA count once together)
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+_NEGATIVE = frozenset({Outcome.DNS_NXDOMAIN, Outcome.DNS_SERVFAIL, Outcome.DNS_ERROR})
+
+
+def _outcome_of(code: int) -> Outcome:
+    if code in (ares_errno.ARES_ENOTFOUND, ares_errno.ARES_ENODATA, ares_errno.ARES_ENONAME):
+        return Outcome.DNS_NXDOMAIN
+    if code == ares_errno.ARES_ESERVFAIL:
+        return Outcome.DNS_SERVFAIL
+    if code == ares_errno.ARES_ETIMEOUT:
+        return Outcome.DNS_TIMEOUT
+    return Outcome.DNS_ERROR
+
+
+def _literal(host: str) -> str | None:
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+class Resolver:
+    """Host name -> addresses, cached.
+
+    Cache key: lower-case host name without trailing dot. Invariant: an entry
+    is served only while ``clock() < expires_at``; positive entries live
+    ``clamp(min record TTL, min_ttl_s, max_ttl_s)``, negative ones
+    ``negative_ttl_s``; at most ``max_entries`` entries are held (expired ones
+    are dropped first, then the oldest inserted). At most one query per name
+    is in flight, and at most ``max_in_flight`` in all.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, nameservers: list[str], timeout_s: float, tries: int,
+                 min_ttl_s: float, max_ttl_s: float, negative_ttl_s: float, max_in_flight: int,
+                 static_hosts: dict[str, str], ipv6: bool, clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = 200_000):
+        self._loop = loop
+        self._min_ttl_s = min_ttl_s
+        self._max_ttl_s = max_ttl_s
+        self._negative_ttl_s = negative_ttl_s
+        self._ipv6 = ipv6
+        self._clock = clock
+        self._max_entries = max_entries
+        self._static = {self._key(k): str(ipaddress.ip_address(v)) for k, v in static_hosts.items()}
+        self._resolver = aiodns.DNSResolver(
+            nameservers or None, loop, timeout=timeout_s, tries=tries,
+            socket_receive_buffer_size=RECEIVE_BUFFER_BYTES,
+            flags=pycares.ARES_FLAG_NOSEARCH,    # crawl names are absolute: never try search domains
+        )
+        self._sem = asyncio.Semaphore(max_in_flight)
+        self._cache: dict[str, _Entry] = {}
+        self._pending: dict[str, asyncio.Future[Resolution]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._stats = _Stats()
+        self._closed = False
+
+    @staticmethod
+    def _key(host: str) -> str:
+        return host.strip().rstrip(".").lower()
+
+    async def resolve(self, host: str) -> Resolution:
+        """Addresses of ``host``. Never raises for DNS trouble: the outcome says what happened."""
+        st = self._stats
+        st.lookups += 1
+        key = self._key(host)
+        ip = _literal(key)
+        if ip is not None or key in self._static:
+            st.literal += 1
+            return Resolution(Outcome.OK, [ip or self._static[key]], self._max_ttl_s)
+        entry = self._cache.get(key)
+        if entry is not None:
+            left = entry.expires_at - self._clock()
+            if left > 0:
+                st.hits += 1
+                r = entry.resolution
+                return Resolution(r.outcome, list(r.ips), left, r.error)
+            del self._cache[key]
+        fut = self._pending.get(key)
+        if fut is not None:
+            st.coalesced += 1
+            r = await asyncio.shield(fut)
+            return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
+        if self._closed:
+            return Resolution(Outcome.DNS_ERROR, [], 0.0, "resolver closed")
+        fut = self._loop.create_future()
+        self._pending[key] = fut
+        try:
+            r = await self._query(key)
+        except asyncio.CancelledError:
+            r = Resolution(Outcome.DNS_ERROR, [], 0.0, "lookup cancelled")
+            fut.set_result(r)
+            raise
+        except Exception as e:   # channel trouble must not strand the waiters coalesced on fut
+            r = Resolution(Outcome.DNS_ERROR, [], 0.0, f"resolver failure: {e!r}")
+        finally:
+            del self._pending[key]
+        st.outcomes[r.outcome.value] = st.outcomes.get(r.outcome.value, 0) + 1
+        self._store(key, r)
+        if not fut.done():
+            fut.set_result(r)
+        return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
+
+    async def _query(self, name: str) -> Resolution:
+        async with self._sem:
+            self._stats.queries += 1
+            if self._ipv6:
+                a, aaaa = await asyncio.gather(self._ask(name, "A"), self._ask(name, "AAAA"))
+            else:
+                a, aaaa = await self._ask(name, "A"), None
+        if aaaa is None or (aaaa.outcome is not Outcome.OK and a.outcome is Outcome.OK):
+            return a
+        if a.outcome is not Outcome.OK:
+            return aaaa if aaaa.outcome is Outcome.OK else a
+        return Resolution(Outcome.OK, a.ips + aaaa.ips, min(a.ttl_s, aaaa.ttl_s))
+
+    async def _ask(self, name: str, qtype: str) -> Resolution:
+        try:
+            result = await self._resolver.query_dns(name, qtype)
+        except DNSError as e:
+            code = e.args[0] if e.args else ares_errno.ARES_EBADRESP
+            detail = e.args[1] if len(e.args) > 1 else str(e)
+            return Resolution(_outcome_of(code), [], 0.0, f"{qtype}: {detail}")
+        except (ValueError, UnicodeError) as e:
+            return Resolution(Outcome.DNS_ERROR, [], 0.0, f"{qtype}: bad name: {e}")
+        want = pycares.QUERY_TYPE_A if qtype == "A" else pycares.QUERY_TYPE_AAAA
+        ips: list[str] = []
+        ttl = None
+        # the answer may start with a CNAME chain; every record in it bounds the TTL
+        for rec in result.answer:
+            ttl = rec.ttl if ttl is None else min(ttl, rec.ttl)
+            if rec.type == want and rec.data.addr not in ips:
+                ips.append(rec.data.addr)
+        if not ips:
+            return Resolution(Outcome.DNS_NXDOMAIN, [], 0.0, f"{qtype}: no address records")
+        ttl_s = min(max(float(ttl or 0), self._min_ttl_s), self._max_ttl_s)
+        return Resolution(Outcome.OK, ips, ttl_s)
+
+    def _store(self, key: str, r: Resolution) -> None:
+        if r.outcome is Outcome.OK:
+            life = r.ttl_s
+        elif r.outcome in _NEGATIVE:
+            life = r.ttl_s = self._negative_ttl_s
+        else:
+            return
+        if life <= 0:
+            return
+        if len(self._cache) >= self._max_entries:
+            self._evict()
+        self._cache[key] = _Entry(self._clock() + life, r)
+
+    def _evict(self) -> None:
+        now = self._clock()
+        for k in [k for k, e in self._cache.items() if e.expires_at <= now]:
+            del self._cache[k]
+        # still full: drop the oldest quarter (dicts keep insertion order)
+        excess = len(self._cache) - self._max_entries * 3 // 4
+        if excess > 0:
+            for k in list(self._cache)[:excess]:
+                del self._cache[k]
+
+    def cached(self, host: str) -> Resolution | None:
+        """The cached answer for ``host`` if still fresh, without querying."""
+        entry = self._cache.get(self._key(host))
+        if entry is None:
+            return None
+        left = entry.expires_at - self._clock()
+        if left <= 0:
+            return None
+        r = entry.resolution
+        return Resolution(r.outcome, list(r.ips), left, r.error)
+
+    def prefetch(self, host: str) -> None:
+        """Start resolving ``host`` in the background so a later resolve() hits the cache."""
+        key = self._key(host)
+        if self._closed or key in self._pending or self.cached(key) is not None or _literal(key):
+            return
+        task = self._loop.create_task(self.resolve(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stats(self) -> dict:
+        st = self._stats
+        return {
+            "lookups": st.lookups, "literal": st.literal, "cache_hits": st.hits, "coalesced": st.coalesced,
+            "queries": st.queries, "in_flight": len(self._pending), "cache_entries": len(self._cache),
+            "outcomes": dict(st.outcomes),
+        }
+
+    async def close(self) -> None:
+        """Cancel lookups in flight and release the c-ares channel."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._resolver.close()
