@@ -1,0 +1,92 @@
+"""``python -m crawlerd.simweb``: run the synthetic web until SIGTERM.
+
+Prints exactly one JSON line on stdout once listening (port, control_port, hosts, seeds,
+static_hosts, and dns_port when --dns-port is given); logs go to stderr. SIGTERM or SIGINT
+writes the ledger to --ledger-out (JSON lines) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+
+from crawlerd.simweb.netns import check_bind
+from crawlerd.simweb.server import SimServer, log
+from crawlerd.simweb.site import Site
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m crawlerd.simweb", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--hosts", type=int, default=200, help="number of hosts h0.sim … h{N-1}.sim")
+    p.add_argument("--seed", type=int, default=1, help="the whole site is a function of this seed")
+    p.add_argument("--bind", default="127.0.0.1",
+                   help="listen address: a loopback address, or 0.0.0.0 inside a private network namespace")
+    p.add_argument("--port", type=int, default=0, help="HTTP port shared by all hosts (0: any free port)")
+    p.add_argument("--control-port", type=int, default=0, help="control port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--min-pages", type=int, default=20, help="fewest /p/ pages per host")
+    p.add_argument("--max-pages", type=int, default=500, help="most /p/ pages per host")
+    p.add_argument("--cache-mb", type=int, default=64, help="rendered-body cache size, MiB")
+    p.add_argument("--ledger-out", default="", help="on SIGTERM, write the ledger here (JSON lines)")
+    p.add_argument("--dns-port", type=int, default=None,
+                   help="also answer DNS (UDP, 127.0.0.1) for every host on this port (0: any free port)")
+    return p
+
+
+async def _run(args: argparse.Namespace) -> int:
+    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages)
+    server = SimServer(site, cache_bytes=args.cache_mb << 20)
+    await server.start(args.bind, args.port, args.control_port)
+    announcement = server.announcement()
+    dns = None
+    if args.dns_port is not None:
+        from crawlerd.simweb.dns import DnsServer
+        dns = DnsServer(records={name: ([ip], 300) for name, ip in server.static_hosts().items()})
+        _, dns_port = await dns.start("127.0.0.1", args.dns_port)
+        announcement["dns_port"] = dns_port
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sys.stdout.write(json.dumps(announcement, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    log(f"{args.hosts} hosts on {args.bind}:{server.port}, control 127.0.0.1:{server.control_port}")
+    await stop.wait()
+    await server.close()
+    if dns is not None:
+        dns.close()
+    if args.ledger_out:
+        server.ledger.write_jsonl(args.ledger_out)
+        log(f"ledger: {len(server.ledger.entries)} entries -> {args.ledger_out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.hosts < 1:
+        print("simweb: --hosts must be >= 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.min_pages <= args.max_pages:
+        print("simweb: need 1 <= --min-pages <= --max-pages", file=sys.stderr)
+        return 2
+    problem = check_bind(args.bind)
+    if problem:
+        print(f"simweb: {problem}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(_run(args))
+    except OSError as e:
+        print(f"simweb: cannot listen: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

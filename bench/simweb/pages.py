@@ -1,0 +1,185 @@
+"""HTML bodies of the synthetic web, rendered deterministically from (seed, host, path, port).
+
+Each body is a join of pre-built paragraphs (``text.ParagraphPool``) and generated link lists, so
+rendering costs microseconds. Links come in the forms a crawler must resolve (RFC 3986 §5.2):
+root-relative, relative, ``./`` and ``../`` (also one ``..`` too many, which §5.2.4 drops at the
+root), absolute, protocol-relative, with fragments; some point across hosts, to robots-protected
+``/private/`` pages, to ``rel=nofollow``-only pages, to redirects, to missing pages and to media.
+"""
+
+from __future__ import annotations
+
+import random
+
+from crawlerd.simweb import site as S
+from crawlerd.simweb.text import ParagraphPool, sentence, words
+
+_LINK_KINDS = ("root_rel", "rel", "dotdot", "abs", "frag", "cross_abs", "cross_proto", "private",
+               "nofollow", "redirect", "missing", "media")
+_LINK_WEIGHTS = (28, 12, 8, 10, 7, 8, 3, 4, 2, 2, 1, 3)
+_MEDIA = ("/img/{}.png", "/files/{}.txt", "/files/{}.pdf", "/data/{}.json")
+
+_SAME_HOST_PAGE_KINDS = frozenset({"root_rel", "rel", "dotdot", "abs", "frag"})
+
+SID_MARK = b"@SID@"   # placeholder in session-trap bodies, replaced by a fresh value per response
+
+
+def _with_sid(href: str) -> str:
+    """Insert the session-id placeholder before any fragment."""
+    base, hash_, frag = href.partition("#")
+    return base + "?sid=" + SID_MARK.decode() + hash_ + frag
+
+
+class PageRenderer:
+    """Renders bodies for one bound port (absolute links carry it). Holds no per-request state."""
+
+    __slots__ = ("site", "pool", "port", "seed")
+
+    def __init__(self, site: S.Site, pool: ParagraphPool, port: int) -> None:
+        self.site = site
+        self.pool = pool
+        self.port = port
+        self.seed = site.seed
+
+    # --- helpers ---
+    def authority(self, host: S.HostSpec) -> str:
+        return host.name if self.port == 80 else f"{host.name}:{self.port}"
+
+    def _rng(self, host: S.HostSpec, key: str) -> random.Random:
+        return random.Random(f"simweb-page/{self.seed}/{host.index}/{key}")
+
+    def _doc(self, title: str, parts: list[bytes], meta_nofollow: bool = False) -> bytes:
+        meta = b'<meta name="robots" content="nofollow">\n' if meta_nofollow else b""
+        head = (b'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>'
+                + title.encode() + b"</title>\n" + meta + b"</head>\n<body>\n<h1>" + title.encode() + b"</h1>\n")
+        return head + b"".join(parts) + b"</body></html>\n"
+
+    @staticmethod
+    def _ul(links: list[tuple[str, str, bool]]) -> bytes:
+        items = []
+        for href, anchor, nofollow in links:
+            rel = ' rel="nofollow"' if nofollow else ""
+            items.append(f'<li><a href="{href}"{rel}>{anchor}</a></li>\n')
+        return ("<ul>\n" + "".join(items) + "</ul>\n").encode()
+
+    def _paragraphs(self, rng: random.Random, target_bytes: int) -> list[bytes]:
+        paras = self.pool.paragraphs
+        return [paras[i] for i in self.pool.pick(rng, target_bytes)]
+
+    def entry_path(self, host: S.HostSpec, rng: random.Random) -> str:
+        """A path that exists on ``host``, as another host would link to it."""
+        if host.role == S.ROLE_TRAP_CALENDAR:
+            return f"/cal?y={2020 + rng.randrange(10)}&m={1 + rng.randrange(12)}"
+        if host.role == S.ROLE_TRAP_DEPTH:
+            return "/a/b/"
+        if host.role == S.ROLE_TRAP_SESSION:
+            return f"/p/{rng.randrange(host.pages)}.html?sid={rng.getrandbits(64):016x}"
+        return f"/p/{rng.randrange(host.pages)}.html"
+
+    def _link(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, str, bool]:
+        href, anchor, nofollow = self._link_of_kind(host, rng, kind)
+        if host.role == S.ROLE_TRAP_SESSION and kind in _SAME_HOST_PAGE_KINDS:
+            href = _with_sid(href)
+        return href, anchor, nofollow
+
+    def _link_of_kind(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, str, bool]:
+        anchor = self.pool.anchors[rng.getrandbits(ParagraphPool.ANCHOR_BITS)]
+        k = int(rng.random() * host.pages)
+        if kind == "root_rel":
+            return f"/p/{k}.html", anchor, False
+        if kind == "rel":
+            return f"{k}.html", anchor, False
+        if kind == "dotdot":
+            return rng.choice((f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")), anchor, False
+        if kind == "abs":
+            return f"http://{self.authority(host)}/p/{k}.html", anchor, False
+        if kind == "frag":
+            return f"/p/{k}.html#s{rng.randrange(8)}", anchor, False
+        if kind in ("cross_abs", "cross_proto"):
+            other = self.site.hosts[rng.randrange(self.site.n_hosts)]
+            scheme = "http:" if kind == "cross_abs" else ""
+            return f"{scheme}//{self.authority(other)}{self.entry_path(other, rng)}", anchor, False
+        if kind == "private":
+            sub = "open/" if rng.random() < 0.5 else ""
+            return f"/private/{sub}{rng.randrange(S.LEAF_PAGES)}.html", anchor, False
+        if kind == "nofollow":
+            return f"/nf/{rng.randrange(S.LEAF_PAGES)}.html", anchor, True
+        if kind == "redirect":
+            return f"/r/{k}", anchor, False
+        if kind == "missing":
+            return f"/p/{host.pages + rng.randrange(5)}.html", anchor, False
+        return rng.choice(_MEDIA).format(rng.randrange(S.MEDIA_FILES)), anchor, False
+
+    # --- bodies ---
+    def page(self, host: S.HostSpec, k: int) -> bytes:
+        """/p/{k}.html. Exact duplicates return the source's bytes; near duplicates add one line."""
+        src = host.exact_dups.get(k)
+        if src is not None:
+            return self.page(host, src)
+        src = host.near_dups.get(k)
+        if src is not None:
+            return self.page(host, src).replace(b"</h1>\n", f"</h1>\n<p>Revision {k}.</p>\n".encode(), 1)
+        rng = self._rng(host, f"p/{k}")
+        title = sentence(rng, rng.randint(3, 7))[:-1]
+        target = rng.randint(5 * 1024, 30 * 1024)
+        n_links = rng.randint(10, 60)
+        if k in host.meta_nofollow:
+            # only reachable from here: a crawler that ignores <meta name=robots> fetches /mnf/
+            links = [(f"/mnf/{rng.randrange(S.LEAF_PAGES)}.html", " ".join(words(rng, 2)), False)
+                     for _ in range(n_links)]
+        else:
+            kinds = rng.choices(_LINK_KINDS, _LINK_WEIGHTS, k=n_links)
+            links = [self._link(host, rng, kind) for kind in kinds]
+        paras = self._paragraphs(rng, target - 60 * n_links)
+        parts: list[bytes] = []
+        per = max(1, len(links) // max(1, len(paras)))
+        li = 0
+        for p in paras:
+            parts.append(p)
+            if li < len(links):
+                parts.append(self._ul(links[li:li + per]))
+                li += per
+        if li < len(links):
+            parts.append(self._ul(links[li:]))
+        if rng.random() < 0.3:
+            parts.append(f'<p><img src="/img/{rng.randrange(S.MEDIA_FILES)}.png" alt="figure"></p>\n'.encode())
+        return self._doc(title, parts, k in host.meta_nofollow)
+
+    def leaf(self, host: S.HostSpec, prefix: str, k: int) -> bytes:
+        """/private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html: small pages linking back."""
+        rng = self._rng(host, f"{prefix}{k}")
+        title = sentence(rng, 4)[:-1]
+        links = [(f"/p/{rng.randrange(host.pages)}.html", " ".join(words(rng, 2)), False) for _ in range(5)]
+        return self._doc(title, self._paragraphs(rng, 3000) + [self._ul(links)])
+
+    def root(self, host: S.HostSpec) -> bytes:
+        rng = self._rng(host, "root")
+        title = f"{host.name} home"
+        if host.role == S.ROLE_TRAP_CALENDAR:
+            links = [("/cal?y=2026&m=11", "calendar", False)]
+        elif host.role == S.ROLE_TRAP_DEPTH:
+            links = [("a/", "a", False), ("b/", "b", False)]
+        else:
+            links = [(f"/p/{k}.html", " ".join(words(rng, 2)), False) for k in range(min(host.pages, 30))]
+            for _ in range(3):
+                other = self.site.hosts[rng.randrange(self.site.n_hosts)]
+                links.append((f"http://{self.authority(other)}{self.entry_path(other, rng)}", other.name, False))
+            links += [("/private/0.html", "private", False), ("/private/open/0.html", "open", False),
+                      ("/nf/0.html", "nofollow", True), ("/files/0.txt", "notes", False)]
+            if host.role == S.ROLE_TRAP_SESSION:
+                links = [(_with_sid(href), a, nf) if href.startswith("/p/") else (href, a, nf)
+                         for href, a, nf in links]
+        return self._doc(title, self._paragraphs(rng, 2000) + [self._ul(links)])
+
+    def calendar(self, host: S.HostSpec, y: int, m: int) -> bytes:
+        rng = self._rng(host, f"cal/{y}/{m}")
+        py, pm = (y, m - 1) if m > 1 else (y - 1, 12)
+        ny, nm = (y, m + 1) if m < 12 else (y + 1, 1)
+        links = [(f"/cal?y={py}&m={pm}", "previous month", False), (f"/cal?y={ny}&m={nm}", "next month", False),
+                 (f"/cal?y={y + 1}&m={m}", "next year", False), (f"/cal?y={y - 1}&m={m}", "previous year", False)]
+        return self._doc(f"Calendar {y:04d}-{m:02d}", self._paragraphs(rng, 1500) + [self._ul(links)])
+
+    def depth(self, host: S.HostSpec, path: str) -> bytes:
+        rng = self._rng(host, "depth/" + path[-64:])
+        links = [("a/", "deeper a", False), ("b/", "deeper b", False), ("/", "home", False)]
+        return self._doc(f"Depth {path.count('/') - 1}", self._paragraphs(rng, 1500) + [self._ul(links)])
