@@ -78,6 +78,7 @@ class HostileServer:
         self.max_stream_s = max_stream_s
         self.log: list[tuple[str, str, str]] = []
         self.connections = 0
+        self._logged = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
         self._gzip_bomb: bytes | None = None
         self._br_bomb: bytes | None = None
@@ -101,6 +102,12 @@ class HostileServer:
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
         return self.address
+
+    async def wait_requests(self, n: int) -> None:
+        """Return once at least ``n`` requests have been received."""
+        while len(self.log) < n:
+            self._logged.clear()
+            await self._logged.wait()
 
     def close(self) -> None:
         if self._server is not None:
@@ -144,6 +151,7 @@ class HostileServer:
         url = urlsplit(target)
         path, query = url.path, parse_qs(url.query)
         self.log.append((f"{peer[0]}:{peer[1]}" if peer else "", headers.get("host", ""), target))
+        self._logged.set()
         close = headers.get("connection", "").lower() == "close"
         w = writer.write
 

@@ -130,30 +130,37 @@ class Resolver:
                 r = entry.resolution
                 return Resolution(r.outcome, list(r.ips), left, r.error)
             del self._cache[key]
-        fut = self._pending.get(key)
-        if fut is not None:
+        if key in self._pending:
             st.coalesced += 1
-            r = await asyncio.shield(fut)
-            return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
-        if self._closed:
+        elif self._closed:
             return Resolution(Outcome.DNS_ERROR, [], 0.0, "resolver closed")
-        fut = self._loop.create_future()
-        self._pending[key] = fut
+        r = await asyncio.shield(self._lookup(key))     # a cancelled caller leaves the shared query running
+        return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
+
+    def _lookup(self, key: str) -> asyncio.Future[Resolution]:
+        """The future of the one query for ``key``, started now if none is in flight."""
+        fut = self._pending.get(key)
+        if fut is None:
+            fut = self._pending[key] = self._loop.create_future()
+            task = self._loop.create_task(self._run(key, fut))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return fut
+
+    async def _run(self, key: str, fut: asyncio.Future[Resolution]) -> None:
         try:
             r = await self._query(key)
         except asyncio.CancelledError:
-            r = Resolution(Outcome.DNS_ERROR, [], 0.0, "lookup cancelled")
-            fut.set_result(r)
+            fut.set_result(Resolution(Outcome.DNS_ERROR, [], 0.0, "lookup cancelled"))
             raise
-        except Exception as e:   # channel trouble must not strand the waiters coalesced on fut
+        except Exception as e:   # channel trouble must not strand the callers waiting on fut
             r = Resolution(Outcome.DNS_ERROR, [], 0.0, f"resolver failure: {e!r}")
         finally:
-            del self._pending[key]
+            self._pending.pop(key, None)
+        st = self._stats
         st.outcomes[r.outcome.value] = st.outcomes.get(r.outcome.value, 0) + 1
         self._store(key, r)
-        if not fut.done():
-            fut.set_result(r)
-        return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
+        fut.set_result(r)
 
     async def _query(self, name: str) -> Resolution:
         async with self._sem:
@@ -227,11 +234,10 @@ class Resolver:
     def prefetch(self, host: str) -> None:
         """Start resolving ``host`` in the background so a later resolve() hits the cache."""
         key = self._key(host)
-        if self._closed or key in self._pending or self.cached(key) is not None or _literal(key):
+        if self._closed or key in self._pending or _literal(key) or key in self._static:
             return
-        task = self._loop.create_task(self.resolve(key))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if self.cached(key) is None:
+            self._lookup(key)
 
     def stats(self) -> dict:
         st = self._stats

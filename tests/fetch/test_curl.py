@@ -1,0 +1,306 @@
+"""Fetcher on uvloop against the loopback test server: bytes kept exactly, limits, outcomes."""
+
+import asyncio
+import socket
+
+import pytest
+import uvloop
+from crawlerd.simweb.hostile import HostileServer
+
+from crawlerd.codec import decode_body
+from crawlerd.fetch.curl import Fetcher
+from crawlerd.fetch.guard import AddressGuard
+from crawlerd.outcome import Outcome
+from crawlerd.records import FetchRequest
+
+UA = "crawlerd-test/0.1 (+https://example.org/bot)"
+
+
+def make_fetcher(guard=None, **kw) -> Fetcher:
+    params = dict(user_agent=UA, guard=guard or AddressGuard(["127.0.0.0/8", "::1/128"]), connect_timeout_s=2.0,
+                  timeout_s=10.0, low_speed_bytes_per_s=1, low_speed_time_s=10, max_body_bytes=1 << 20,
+                  max_header_bytes=64 << 10, max_connections=50, verify_tls=False)
+    params.update(kw)
+    return Fetcher(asyncio.get_running_loop(), **params)
+
+
+def run(scenario, *, host="127.0.0.1", **kw):
+    """Start a HostileServer and a Fetcher, run ``scenario(fetcher, server, port)``, close both."""
+    async def main():
+        server = HostileServer(bomb_bytes=8 << 20)
+        _, port = await server.start(host)
+        f = make_fetcher(**kw)
+        try:
+            return await scenario(f, server, port)
+        finally:
+            await f.close(0)
+            server.close()
+    return uvloop.run(main())
+
+
+def req(port, path, ip="127.0.0.1", host="site.test", **kw):
+    return FetchRequest(url=f"http://{host}:{port}{path}", ip=ip, port=port, **kw)
+
+
+def test_ok_result_fields():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/ok"))
+    r = run(scenario)
+    assert r.outcome is Outcome.OK
+    assert r.status == 200
+    assert r.body == b"<html><body>ok</body></html>"
+    assert r.response_head.startswith(b"HTTP/1.1 200 OK\r\n") and r.response_head.endswith(b"\r\n\r\n")
+    assert r.header("content-length") == str(len(r.body))
+    assert r.ip == "127.0.0.1" and r.started_at > 0 and r.elapsed_s >= 0
+    assert r.error == ""
+
+
+def test_request_head_is_exactly_what_the_server_received():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/echo?q=a%20b&x=1", headers=[("If-None-Match", '"abc"')]))
+    r = run(scenario)
+    assert r.body == r.request_head
+    assert r.request_head.startswith(b"GET /echo?q=a%20b&x=1 HTTP/1.1\r\nHost: site.test:")
+    assert b"User-Agent: " + UA.encode() + b"\r\n" in r.request_head
+    assert b"Accept-Encoding: gzip, deflate, br\r\n" in r.request_head
+    assert b'If-None-Match: "abc"\r\n' in r.request_head
+
+
+def test_path_is_sent_as_given():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/echo/a/../b/./c"))
+    r = run(scenario)
+    assert r.request_head.startswith(b"GET /echo/a/../b/./c HTTP/1.1\r\n")
+
+
+def test_header_injection_is_dropped():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/echo", headers=[("X-A", "1\r\nX-Evil: 1"), ("X-B", "2")]))
+    r = run(scenario)
+    assert b"X-Evil" not in r.request_head
+    assert b"X-B: 2\r\n" in r.request_head
+
+
+def test_keep_alive_reuses_one_connection():
+    async def scenario(f, server, port):
+        out = [await f.fetch(req(port, "/page?size=20000")) for _ in range(5)]
+        return out, server.connections, f.stats()
+    out, connections, stats = run(scenario)
+    assert all(r.outcome is Outcome.OK and len(r.body) == 20000 for r in out)
+    assert connections == 1
+    assert stats["sockets_opened"] == 1
+
+
+def test_concurrent_fetches_all_complete():
+    async def scenario(f, server, port):
+        reqs = [req(port, f"/page?size={1000 + i}", host=f"h{i}.test") for i in range(60)]
+        return await asyncio.gather(*(f.fetch(r) for r in reqs)), f.in_flight
+    out, left = run(scenario)
+    assert [len(r.body) for r in out] == [1000 + i for i in range(60)]
+    assert left == 0
+
+
+def test_chunked_body_is_kept_raw_and_decodes():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/chunked"))
+    r = run(scenario)
+    assert r.outcome is Outcome.OK
+    assert r.body == b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: t\r\n\r\n"
+    assert r.header("transfer-encoding") == "chunked"
+    assert decode_body(r.body, chunked=True, content_encoding=None, max_bytes=100) == b"hello, world"
+
+
+def test_connection_survives_a_chunked_answer():
+    async def scenario(f, server, port):
+        a = await f.fetch(req(port, "/chunked"))
+        b = await f.fetch(req(port, "/ok"))
+        return a, b, server.connections
+    a, b, connections = run(scenario)
+    assert a.outcome is b.outcome is Outcome.OK
+    assert connections == 1                       # curl found the end of the chunked body
+
+
+def test_gzip_body_is_not_decoded_by_curl():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/gzip-bomb"))
+    r = run(scenario)
+    assert r.outcome is Outcome.OK
+    assert r.body[:2] == b"\x1f\x8b"
+    assert r.header("content-encoding") == "gzip"
+
+
+def test_interim_1xx_is_dropped_from_response_head():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/continue"))
+    r = run(scenario)
+    assert r.status == 200
+    assert r.response_head.startswith(b"HTTP/1.1 200 OK")
+    assert b"100 Continue" not in r.response_head
+    assert r.body == b"after continue"
+
+
+def test_conditional_get_gives_not_modified():
+    async def scenario(f, server, port):
+        first = await f.fetch(req(port, "/etag"))
+        again = await f.fetch(req(port, "/etag", headers=[("If-None-Match", first.header("etag"))]))
+        return first, again
+    first, again = run(scenario)
+    assert first.outcome is Outcome.OK and first.header("etag") == '"v1"'
+    assert again.outcome is Outcome.NOT_MODIFIED and again.status == 304 and again.body == b""
+
+
+def test_redirect_is_returned_not_followed():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/redirect?to=/ok")), len(server.log)
+    r, requests = run(scenario)
+    assert r.outcome is Outcome.OK and r.status == 302
+    assert r.header("location") == "/ok"
+    assert requests == 1
+
+
+def test_http_error_status_is_ok_transport_outcome():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/status/503"))
+    r = run(scenario)
+    assert r.outcome is Outcome.OK and r.status == 503
+
+
+def test_unsupported_scheme_is_refused_without_connecting():
+    async def scenario(f, server, port):
+        r = await f.fetch(FetchRequest(url=f"ftp://site.test:{port}/x", ip="127.0.0.1", port=port))
+        return r, server.connections
+    r, connections = run(scenario)
+    assert r.outcome is Outcome.UNSUPPORTED_SCHEME
+    assert connections == 0
+
+
+def test_forbidden_address_is_refused_before_connecting():
+    async def scenario(f, server, port):
+        r = await f.fetch(req(port, "/ok"))
+        return r, server.connections
+    r, connections = run(scenario, guard=AddressGuard([]))   # loopback not allowed
+    assert r.outcome is Outcome.BLOCKED_ADDRESS
+    assert "loopback" in r.error
+    assert connections == 0
+
+
+class _FlipGuard(AddressGuard):
+    """Allows the first check (the shard's) and refuses the second (the socket's)."""
+
+    def __init__(self):
+        super().__init__(["127.0.0.0/8"])
+        self.calls = 0
+
+    def allowed(self, ip):
+        self.calls += 1
+        return self.calls == 1
+
+
+def test_socket_open_checks_the_address_again():
+    guard = _FlipGuard()
+
+    async def scenario(f, server, port):
+        r = await f.fetch(req(port, "/ok"))
+        return r, server.connections
+    r, connections = run(scenario, guard=guard)
+    assert r.outcome is Outcome.BLOCKED_ADDRESS
+    assert guard.calls >= 2                       # the shard's check, then the socket's
+    assert connections == 0
+
+
+def test_connect_refused():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    dead_port = probe.getsockname()[1]
+    probe.close()                                  # nothing listens there now
+
+    async def scenario(f, server, port):
+        return await f.fetch(req(dead_port, "/ok"))
+    assert run(scenario).outcome is Outcome.CONNECT_REFUSED
+
+
+def test_total_timeout():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/drip"))
+    r = run(scenario, timeout_s=1.0, low_speed_bytes_per_s=1, low_speed_time_s=30)
+    assert r.outcome is Outcome.TIMEOUT
+
+
+def test_drip_is_too_slow():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/drip"))
+    r = run(scenario, low_speed_bytes_per_s=100, low_speed_time_s=1)
+    assert r.outcome is Outcome.TOO_SLOW
+
+
+def test_per_request_body_cap_overrides_default():
+    async def scenario(f, server, port):
+        small = await f.fetch(req(port, "/page?size=5000", max_body_bytes=4096))
+        fine = await f.fetch(req(port, "/page?size=5000"))
+        return small, fine
+    small, fine = run(scenario)
+    assert small.outcome is Outcome.TOO_LARGE
+    assert fine.outcome is Outcome.OK
+
+
+def test_body_cap_in_write_callback_without_content_length():
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/endless-chunked"))
+    r = run(scenario, max_body_bytes=100_000)
+    assert r.outcome is Outcome.TOO_LARGE
+    assert len(r.body) <= 100_000                  # what arrived before the cut-off, never more
+
+
+def test_close_abandons_a_drip_within_grace():
+    async def scenario(f, server, port):
+        task = asyncio.ensure_future(f.fetch(req(port, "/drip")))
+        await server.wait_requests(1)
+        await f.close(0.1)
+        r = await task
+        after = await f.fetch(req(port, "/ok"))
+        return r, after, f.stats()
+    r, after, stats = run(scenario, timeout_s=60.0)
+    assert r.outcome is Outcome.ABORTED
+    assert r.elapsed_s < 30                        # abandoned, not run to its 60 s timeout
+    assert after.outcome is Outcome.ABORTED        # a closed fetcher takes no new work
+    assert stats["in_flight"] == 0 and stats["watched_fds"] == 0
+
+
+def test_close_lets_quick_transfers_finish():
+    async def scenario(f, server, port):
+        tasks = [asyncio.ensure_future(f.fetch(req(port, f"/page?size={i + 1}", host=f"q{i}.test")))
+                 for i in range(10)]
+        await asyncio.sleep(0)                     # let every fetch register its handle
+        await f.close(5.0)
+        return [t.result() for t in tasks]
+    out = run(scenario)
+    assert [r.outcome for r in out] == [Outcome.OK] * 10
+
+
+def test_cancelled_fetch_releases_its_handle():
+    async def scenario(f, server, port):
+        task = asyncio.ensure_future(f.fetch(req(port, "/drip")))
+        await server.wait_requests(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return f.in_flight, await f.fetch(req(port, "/ok"))
+    left, after = run(scenario)
+    assert left == 0
+    assert after.outcome is Outcome.OK
+
+
+def test_ipv6_loopback_pinning():
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+
+    async def scenario(f, server, port):
+        return await f.fetch(req(port, "/echo", ip="::1"))
+    r = run(scenario, host="::1")
+    assert r.outcome is Outcome.OK
+    assert r.ip == "::1"
+    assert b"Host: site.test:" in r.request_head
