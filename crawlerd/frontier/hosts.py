@@ -1,0 +1,141 @@
+"""Per-host politeness state: a compact in-RAM table for active hosts, a record on disk for all.
+
+A host is *active* while it has queued URLs or leases out, up to
+``max_active_hosts``; its state then lives in one slot of :class:`HostTable`
+(struct-of-arrays, about 60 bytes a slot plus its key in a dict). When it runs
+dry it is written back as a :class:`HostRecord` under its host key in the LMDB
+``hosts`` table and its slot is reused, so RAM follows active hosts only
+(DESIGN §1.4).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass
+
+# Host states (slot of an active host). In the due heap exactly when READY or DNS_BACKOFF.
+DNS = 1            # waiting for set_host_ip (listed by hosts_needing_dns)
+DNS_BACKOFF = 2    # DNS failed transiently; at its due time it asks again
+READY = 3          # may be leased at its due time
+IPWAIT = 4         # due, but its IP is at per_ip_concurrency; waits in the IP's waiter heap
+BUSY = 5           # at its lease limit, or has leases out and nothing queued
+ROBOTS = 6         # its robots.txt lease is out: no URL lease until that returns
+
+FLAG_WAITING = 1   # HostRecord: listed in the waiting table (no free slot when it got work)
+
+_REC = struct.Struct("<IqHIHBBIddddd")
+
+
+@dataclass(slots=True)
+class HostRecord:
+    """Value of the ``hosts`` table. Key: host key (UTF-8).
+
+    Invariant (every committed transaction): ``queued`` equals the number of
+    ``queues`` entries with prefix ``hid`` and ``mask`` has bit ``l`` set iff
+    level ``l`` of that host is non-empty. Times are clock readings of session
+    ``session``; another session reads them relative to ``written_at``.
+    """
+
+    hid: int
+    queued: int = 0
+    mask: int = 0
+    picks: int = 0
+    fails: int = 0
+    demote: int = 0
+    flags: int = 0
+    session: int = 0
+    written_at: float = 0.0
+    due: float = 0.0
+    robots_exp: float = 0.0
+    crawl_delay: float = 0.0
+    ip_exp: float = 0.0
+    ip: str = ""
+
+    def encode(self) -> bytes:
+        return _REC.pack(self.hid, self.queued, self.mask, self.picks & 0xFFFFFFFF, min(self.fails, 0xFFFF),
+                         self.demote, self.flags, self.session, self.written_at, self.due, self.robots_exp,
+                         self.crawl_delay, self.ip_exp) + self.ip.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> HostRecord:
+        return cls(*_REC.unpack_from(raw), raw[_REC.size:].decode())
+
+
+class HostTable:
+    """Active hosts by slot. Key: slot (dense int, reused; the due heap's host id).
+
+    Invariant: ``slot_of[keys[s]] == s`` for every live slot ``s``; ``keys[s]``
+    is None exactly for slots on the free list; ``len(slot_of) <= capacity``.
+    """
+
+    __slots__ = ("capacity", "slot_of", "keys", "free", "hid", "queued", "mask", "picks", "fails", "demote",
+                 "state", "out", "conc", "due", "robots_exp", "crawl_delay", "ip_exp", "ip")
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.slot_of: dict[str, int] = {}
+        self.keys: list[str | None] = []
+        self.free: list[int] = []
+        self.hid = array("I")           # persistent host id (queue key prefix)
+        self.queued = array("q")        # URLs in this host's back queues
+        self.mask = array("H")          # bit l set iff level l non-empty
+        self.picks = array("I")         # level picks so far (drives the ruler sequence)
+        self.fails = array("H")         # consecutive failures (backoff exponent)
+        self.demote = array("B")        # near-duplicate demotion, levels
+        self.state = array("B")
+        self.out = array("B")           # leases out
+        self.conc = array("B")          # lease limit (1 unless host_concurrency says more)
+        self.due = array("d")           # earliest start of the next request
+        self.robots_exp = array("d")    # robots.txt known until (0: unknown)
+        self.crawl_delay = array("d")   # robots Crawl-delay, capped, seconds
+        self.ip_exp = array("d")        # IP known until
+        self.ip = array("i")            # IP slot, -1 unknown
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def full(self) -> bool:
+        return len(self.slot_of) >= self.capacity
+
+    def add(self, key: str, rec: HostRecord, conc: int) -> int:
+        """Give ``key`` a slot filled from ``rec`` (times already converted to this session)."""
+        if self.free:
+            s = self.free.pop()
+            self.keys[s] = key
+            self.hid[s], self.queued[s], self.mask[s], self.picks[s] = rec.hid, rec.queued, rec.mask, rec.picks
+            self.fails[s], self.demote[s], self.state[s], self.out[s], self.conc[s] = (
+                rec.fails, rec.demote, 0, 0, conc)
+            self.due[s], self.robots_exp[s], self.crawl_delay[s], self.ip_exp[s], self.ip[s] = (
+                rec.due, rec.robots_exp, rec.crawl_delay, rec.ip_exp, -1)
+        else:
+            s = len(self.keys)
+            self.keys.append(key)
+            self.hid.append(rec.hid)
+            self.queued.append(rec.queued)
+            self.mask.append(rec.mask)
+            self.picks.append(rec.picks)
+            self.fails.append(rec.fails)
+            self.demote.append(rec.demote)
+            self.state.append(0)
+            self.out.append(0)
+            self.conc.append(conc)
+            self.due.append(rec.due)
+            self.robots_exp.append(rec.robots_exp)
+            self.crawl_delay.append(rec.crawl_delay)
+            self.ip_exp.append(rec.ip_exp)
+            self.ip.append(-1)
+        self.slot_of[key] = s
+        return s
+
+    def record(self, s: int, session: int, now: float, ip: str) -> HostRecord:
+        return HostRecord(self.hid[s], self.queued[s], self.mask[s], self.picks[s], self.fails[s],
+                          self.demote[s], 0, session, now, self.due[s], self.robots_exp[s], self.crawl_delay[s],
+                          self.ip_exp[s], ip)
+
+    def release(self, s: int) -> None:
+        key = self.keys[s]
+        del self.slot_of[key]
+        self.keys[s] = None
+        self.state[s] = 0
+        self.free.append(s)

@@ -1,0 +1,175 @@
+"""The frontier's LMDB environment: back queues, host records, leases, and the ledgers.
+
+Tables (all keys big-endian where they are numbers, so byte order is queue order):
+
+``queues``   hid u32 | level u8 | seq u64 -> URL record. One FIFO per (host, level);
+             ``seq`` is global and only grows, so a URL put back under its old key
+             returns to the front of its queue.
+``hosts``    host key -> :class:`~crawlerd.frontier.hosts.HostRecord`.
+``leases``   lease id u64 -> (host key, queue key, URL record) of every URL lease
+             out at the last commit; on open they all go back to their queues.
+``waiting``  level u8 | seq u64 -> host key: hosts with work but no free active
+             slot (Mercator's front queues, one per priority level).
+``dead``     seq u64 -> (outcome, host key, queue key, URL record): gave up.
+``events``   seq u64 -> (reason, host key, queue key, URL record): dropped or dead
+             URLs not yet handed to the event log (``drain_dropped``).
+``meta``     counters, sequence numbers, session, blocklist entries (``block:<pattern>``).
+
+Durability: one write transaction is open at a time and is committed by each
+``add()``/``lease()`` batch, by ``commit()``, and every ``group_ops`` smaller
+operations. LMDB commits are atomic (copy-on-write B-tree, two meta pages), so
+``kill -9`` loses only the open transaction. With ``sync=True`` each commit is
+flushed with one fdatasync (``metasync=False``: an OS crash may undo the last
+transaction but cannot corrupt the file). With ``sync=False`` a commit reaches
+only the page cache: it survives ``kill -9`` but an OS crash may lose or
+corrupt recent transactions; ``commit()`` then forces a flush.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import lmdb
+
+_U64 = struct.Struct(">Q")
+_COUNTERS = ("seq", "lease_seq", "hid_next", "session", "wseq", "added", "queued", "completed", "dead",
+             "waiting", "clean", "retried", "requeued", "expired")
+_META_COUNTERS = struct.Struct("<" + "Q" * len(_COUNTERS))
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+class FrontierStore:
+    """One LMDB environment. Key/invariants per table: see the module docstring."""
+
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool):
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
+                             readahead=False, meminit=False)
+        self.sync = sync
+        self.queues = self.env.open_db(b"queues")
+        self.hosts = self.env.open_db(b"hosts")
+        self.leases = self.env.open_db(b"leases")
+        self.waiting = self.env.open_db(b"waiting")
+        self.dead = self.env.open_db(b"dead")
+        self.events = self.env.open_db(b"events")
+        self.meta = self.env.open_db(b"meta")
+        self._txn: lmdb.Transaction | None = None
+        self._qcur: lmdb.Cursor | None = None
+
+    # -- transactions ------------------------------------------------------
+    def txn(self) -> lmdb.Transaction:
+        if self._txn is None:
+            self._txn = self.env.begin(write=True)
+        return self._txn
+
+    def qcursor(self) -> lmdb.Cursor:
+        if self._qcur is None:
+            self._qcur = self.txn().cursor(db=self.queues)
+        return self._qcur
+
+    @property
+    def open(self) -> bool:
+        return self._txn is not None
+
+    def commit(self) -> None:
+        if self._txn is not None:
+            self._qcur = None
+            txn, self._txn = self._txn, None
+            txn.commit()
+
+    def flush(self) -> None:
+        self.env.sync(True)
+
+    def close(self) -> None:
+        if self._txn is not None:
+            self._qcur = None
+            self._txn.abort()
+            self._txn = None
+        self.env.close()
+
+    # -- meta ----------------------------------------------------------------
+    def load_meta(self) -> tuple[dict[str, int], dict[str, int], list[str]]:
+        txn = self.txn()
+        raw = txn.get(b"counters", db=self.meta)
+        counters = dict.fromkeys(_COUNTERS, 0)
+        if raw is not None:
+            counters.update(zip(_COUNTERS, _META_COUNTERS.unpack(raw), strict=True))
+        dropped_raw = txn.get(b"dropped", db=self.meta)
+        dropped = json.loads(dropped_raw) if dropped_raw else {}
+        blocked = []
+        cur = txn.cursor(db=self.meta)
+        if cur.set_range(b"block:"):
+            for k in cur.iternext(values=False):
+                if not k.startswith(b"block:"):
+                    break
+                blocked.append(k[6:].decode())
+        return counters, dropped, blocked
+
+    def save_meta(self, counters: dict[str, int], dropped: dict[str, int] | None) -> None:
+        txn = self.txn()
+        txn.put(b"counters", _META_COUNTERS.pack(*(counters[k] for k in _COUNTERS)), db=self.meta)
+        if dropped is not None:
+            txn.put(b"dropped", json.dumps(dropped, sort_keys=True).encode(), db=self.meta)
+
+    def put_block(self, pattern: str, on: bool) -> None:
+        k = b"block:" + pattern.encode()
+        if on:
+            self.txn().put(k, b"", db=self.meta)
+        else:
+            self.txn().delete(k, db=self.meta)
+
+    # -- back queues ---------------------------------------------------------
+    def pop_head(self, prefix: bytes) -> tuple[bytes, bytes, bool] | None:
+        """Remove the head of one (host, level) queue: (key, record, level still non-empty)."""
+        cur = self.qcursor()
+        if not cur.set_range(prefix):
+            return None
+        key = cur.key()
+        if key[:5] != prefix:
+            return None
+        value = cur.value()
+        cur.delete()                         # moves to the next entry
+        nxt = cur.key()
+        return key, value, bool(nxt) and nxt[:5] == prefix
+
+    def take_host(self, hprefix: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Remove and return up to ``limit`` queued entries of one host, in key order."""
+        cur = self.qcursor()
+        out = []
+        if not cur.set_range(hprefix):
+            return out
+        while len(out) < limit:
+            key = cur.key()
+            if not key or key[:4] != hprefix:
+                break
+            out.append((key, cur.value()))
+            cur.delete()
+        return out
+
+    def scan(self, db, limit: int = 10000):
+        """Yield every (key, value) of a table, read in chunks so the caller may write to it meanwhile."""
+        after = None
+        while True:
+            cur = self.txn().cursor(db=db)
+            if not (cur.set_range(after) if after is not None else cur.first()):
+                return
+            chunk = []
+            for k, v in cur:
+                if k == after:
+                    continue
+                chunk.append((k, v))
+                if len(chunk) >= limit:
+                    break
+            if not chunk:
+                return
+            yield from chunk
+            after = chunk[-1][0]
+
+    def count(self, db) -> int:
+        return self.txn().stat(db)["entries"]

@@ -1,0 +1,894 @@
+"""The frontier the crawl shard drives: queue, schedule, lease, release (see the package docstring)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterable
+
+from crawlerd._native.heap import DueHeap
+from crawlerd.frontier import hosts as hs
+from crawlerd.frontier.blocklist import Blocklist
+from crawlerd.frontier.hosts import HostRecord, HostTable
+from crawlerd.frontier.ips import IPTable
+from crawlerd.frontier.items import (
+    KIND_ROBOTS,
+    KIND_URL,
+    Lease,
+    QueuedURL,
+    decode_tagged,
+    decode_url,
+    encode_tagged,
+    encode_url,
+    hprefix,
+    qkey,
+    qkey_level,
+    qprefix,
+    with_attempts,
+)
+from crawlerd.frontier.politeness import RETRY_LATER_STATUS, Politeness, is_failure, is_retryable
+from crawlerd.frontier.queues import FrontierStore, u64
+from crawlerd.outcome import BACKOFF_OUTCOMES, Outcome
+
+GiB = 1 << 30
+_IN_HEAP = (hs.READY, hs.DNS_BACKOFF)
+DROP_CHUNK = 10000
+
+
+class _Out:
+    """A lease in flight. Key: lease id in ``Frontier._leases``."""
+
+    __slots__ = ("lease", "slot", "hid", "ip", "key", "urec")
+
+    def __init__(self, lease: Lease, slot: int, hid: int, ip: int, key: bytes | None, urec: bytes | None):
+        self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
+
+
+class Frontier:
+    """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
+
+    Heap invariant: a host is in the due heap iff it is active, in state READY
+    (has queued URLs, fewer leases out than its limit, a known unexpired IP,
+    robots not being fetched) or DNS_BACKOFF (has queued URLs, waiting to ask
+    DNS again); its key is the earliest start its politeness allows.
+    Accounting invariant: ``added == queued + leased URLs + completed +
+    dead_letter + dropped`` (``check_invariants`` verifies both).
+
+    Single-threaded: call it from one thread (LMDB write transactions are bound to it).
+    """
+
+    def __init__(self, path: str, *, clock=time.monotonic, rng: random.Random | None = None,
+                 priority_levels: int = 4, delay_factor: float = 10.0, min_delay_s: float = 1.0,
+                 max_delay_s: float = 60.0, per_ip_concurrency: int = 1, ip_delay_s: float = 0.0,
+                 backoff_base_s: float = 30.0, backoff_max_s: float = 3600.0, retry_after_cap_s: float = 86400.0,
+                 park_after_failures: int = 10, park_s: float = 21600.0, lease_timeout_s: float = 300.0,
+                 max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
+                 map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
+                 blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096):
+        if not 1 <= priority_levels <= 16:
+            raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
+        if not 1 <= per_ip_concurrency <= 0xFFFF:
+            raise ValueError(f"per_ip_concurrency = {per_ip_concurrency}: expected 1..65535")
+        if max_active_hosts < 1 or max_attempts < 1 or lease_timeout_s <= 0 or group_ops < 1:
+            raise ValueError("max_active_hosts, max_attempts, lease_timeout_s and group_ops must be positive")
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._levels = priority_levels
+        self._pol = Politeness(delay_factor, min_delay_s, max_delay_s, crawl_delay_cap_s, backoff_base_s,
+                               backoff_max_s, retry_after_cap_s, park_after_failures, park_s)
+        self._grace = self._pol.restart_grace_s(ip_delay_s)
+        self._lease_timeout_s = lease_timeout_s
+        self._max_attempts = max_attempts
+        self._host_conc = {k: max(1, min(int(v), 255)) for k, v in (host_concurrency or {}).items()}
+        self._group_ops = group_ops
+        self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync)
+        self._hosts = HostTable(max_active_hosts)
+        self._ips = IPTable(per_ip_concurrency, ip_delay_s)
+        self._heap = DueHeap(1024)
+        self._leases: dict[int, _Out] = {}
+        self._min_deadline = math.inf
+        self._need_dns: set[int] = set()
+        self._dirty: set[int] = set()
+        self._blocked_slots: set[int] = set()
+        self._ops = 0
+        self._wpicks = 0
+        self._c, self._dropped, patterns = self._store.load_meta()
+        self._blocklist = Blocklist(patterns)
+        for p in blocklist:
+            if self._blocklist.normalise(p) not in self._blocklist.patterns:
+                self._store.put_block(self._blocklist.add(p), True)
+        crashed = self._c["session"] > 0 and not self._c["clean"]
+        self._c["session"] += 1
+        self._c["clean"] = 0
+        self._session = self._c["session"]
+        self._recovered = self._recover(self._clock(), crashed)
+        self._commit()
+
+    # == recovery ===========================================================
+    def _recover(self, now: float, crashed: bool) -> int:
+        """Return leases of the last run to their queues; activate hosts with work. Returns leases restored."""
+        st, txn = self._store, self._store.txn()
+        touched: dict[str, HostRecord] = {}
+        restored = 0
+        for _lid, raw in txn.cursor(db=st.leases):
+            _tag, hk, key, urec = decode_tagged(raw)
+            rec = touched.get(hk)
+            if rec is None:
+                rec = touched[hk] = HostRecord.decode(txn.get(hk.encode("utf-8", "surrogateescape"), db=st.hosts))
+            txn.put(key, urec, db=st.queues)
+            rec.queued += 1
+            rec.mask |= 1 << qkey_level(key)
+            restored += 1
+        txn.drop(st.leases, delete=False)
+        self._c["queued"] += restored
+        for hk, rec in touched.items():
+            # Those requests were cut off just now (IRLbot §6: the gap runs from the end).
+            rec.due = max(rec.due, rec.written_at + self._pol.min_delay_s)
+            txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
+        grace_until = now + self._grace if crashed or restored else -math.inf
+        for kb, raw in st.scan(st.hosts):
+            rec = HostRecord.decode(raw)
+            if rec.queued <= 0 or rec.flags & hs.FLAG_WAITING:
+                continue
+            hk = kb.decode("utf-8", "surrogateescape")
+            if self._blocklist.matches(hk):
+                self._drop_record_queue(hk, rec, "blocked")
+                txn.put(kb, rec.encode(), db=st.hosts)
+                continue
+            if self._hosts.full():
+                self._to_waiting(hk, rec)
+                continue
+            s = self._activate(hk, rec, now)
+            if self._hosts.due[s] < grace_until:
+                self._reschedule(s, grace_until)
+        return restored
+
+    # == host activation =====================================================
+    def _activate(self, hk: str, rec: HostRecord, now: float) -> int:
+        """Give a host with work an active slot and schedule it."""
+        if rec.session != self._session:
+            # Clock readings of another run mean nothing here: keep the remaining wait only.
+            rec.due = now + max(0.0, rec.due - rec.written_at)
+            rec.robots_exp = 0.0
+            rec.ip, rec.ip_exp = "", 0.0
+        rec.flags &= ~hs.FLAG_WAITING
+        H = self._hosts
+        s = H.add(hk, rec, self._host_conc.get(hk, 1) if self._host_conc else 1)
+        if rec.ip and rec.ip_exp > now:
+            H.ip[s] = self._ips.attach(rec.ip)
+        self._dirty.add(s)
+        if self._blocklist and self._blocklist.matches(hk):
+            self._blocked_slots.add(s)
+        self._schedule(s, now)
+        return s
+
+    def _schedule(self, s: int, now: float) -> None:
+        """A host with work and room for a lease: into the heap, or ask DNS first."""
+        H = self._hosts
+        if H.ip[s] >= 0 and H.ip_exp[s] > now:
+            H.state[s] = hs.READY
+            self._heap.push(s, H.due[s])
+        else:
+            H.state[s] = hs.DNS
+            self._need_dns.add(s)
+
+    def _reschedule(self, s: int, due: float) -> None:
+        H = self._hosts
+        if due > H.due[s]:
+            H.due[s] = due
+        if H.state[s] in _IN_HEAP:
+            self._heap.update(s, H.due[s])
+
+    def _unschedule(self, s: int) -> None:
+        """Take a host out of whatever it waits in (heap, DNS list, IP waiters); state becomes BUSY."""
+        H = self._hosts
+        st = H.state[s]
+        if st in _IN_HEAP:
+            self._heap.remove(s)
+            if st == hs.READY and H.ip[s] >= 0:
+                self._wake_ip(H.ip[s])
+        elif st == hs.DNS:
+            self._need_dns.discard(s)
+        H.state[s] = hs.BUSY   # an IPWAIT entry left behind is skipped when popped
+
+    def _settle(self, s: int, now: float) -> None:
+        """Re-derive a host's place after its queue or leases changed."""
+        H = self._hosts
+        if H.queued[s] == 0 or s in self._blocked_slots:
+            if H.state[s] != hs.ROBOTS:
+                self._unschedule(s)
+            if H.out[s] == 0:
+                self._deactivate(s, now)
+            return
+        if H.state[s] == hs.BUSY and H.out[s] < H.conc[s]:
+            self._schedule(s, now)
+
+    def _deactivate(self, s: int, now: float) -> None:
+        H, ips = self._hosts, self._ips
+        ip = H.ip[s]
+        rec = H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "")
+        self._store.txn().put(H.keys[s].encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
+        if ip >= 0:
+            ips.detach(ip)
+        self._dirty.discard(s)
+        self._blocked_slots.discard(s)
+        H.release(s)
+        self._fill_slots(now)
+
+    def _to_waiting(self, hk: str, rec: HostRecord) -> None:
+        st = self._store
+        level = (rec.mask & -rec.mask).bit_length() - 1
+        self._c["wseq"] += 1
+        st.txn().put(bytes((level,)) + u64(self._c["wseq"]), hk.encode("utf-8", "surrogateescape"), db=st.waiting)
+        rec.flags |= hs.FLAG_WAITING
+        st.txn().put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
+        self._c["waiting"] += 1
+
+    def _fill_slots(self, now: float) -> None:
+        """Move waiting hosts into free slots: weighted pick across front-queue levels (Mercator §3.2)."""
+        st = self._store
+        while self._c["waiting"] > 0 and not self._hosts.full():
+            txn = st.txn()
+            cur = txn.cursor(db=st.waiting)
+            heads = {}
+            for level in range(self._levels):
+                if cur.set_range(bytes((level,))) and cur.key()[0] == level:
+                    heads[level] = (cur.key(), cur.value())
+            if not heads:
+                self._c["waiting"] = 0
+                return
+            self._wpicks += 1
+            key, hkb = heads[self._nearest(self._ruler(self._wpicks), sum(1 << lv for lv in heads))]
+            txn.delete(key, db=st.waiting)
+            self._c["waiting"] -= 1
+            raw = txn.get(hkb, db=st.hosts)
+            if raw is None:
+                continue
+            rec = HostRecord.decode(raw)
+            hk = hkb.decode("utf-8", "surrogateescape")
+            rec.flags &= ~hs.FLAG_WAITING
+            if rec.queued == 0 or hk in self._hosts.slot_of:
+                txn.put(hkb, rec.encode(), db=st.hosts)
+                continue
+            if self._blocklist.matches(hk):
+                self._drop_record_queue(hk, rec, "blocked")
+                txn.put(hkb, rec.encode(), db=st.hosts)
+                continue
+            self._activate(hk, rec, now)
+
+    # == levels ===============================================================
+    def _ruler(self, n: int) -> int:
+        """Target level of the n-th pick: the ruler sequence 0,1,0,2,0,1,0,3,... capped at the last level.
+
+        Level l (< last) is the target every 2**(l+1) picks, the last every
+        2**(levels-1): weights 1/2, 1/4, ... and no level waits longer than that.
+        """
+        t = (n & -n).bit_length() - 1
+        return t if t < self._levels else self._levels - 1
+
+    def _nearest(self, target: int, mask: int) -> int:
+        if mask >> target & 1:
+            return target
+        for d in range(1, self._levels):
+            if target - d >= 0 and mask >> (target - d) & 1:
+                return target - d
+            if mask >> (target + d) & 1:
+                return target + d
+        raise ValueError("no non-empty level")
+
+    # == add ===================================================================
+    def add(self, items: Iterable[QueuedURL]) -> int:
+        """Queue URLs that passed the seen-set (one write transaction, committed). Returns URLs queued.
+
+        URLs of blocked hosts are dropped with reason "blocked" (see drain_dropped).
+        """
+        now = self._clock()
+        st, H = self._store, self._hosts
+        txn, qdb, hdb = st.txn(), st.queues, st.hosts
+        groups: dict[str, list[QueuedURL]] = {}
+        for it in items:
+            g = groups.get(it.host_key)
+            if g is None:
+                groups[it.host_key] = [it]
+            else:
+                g.append(it)
+        last = self._levels - 1
+        seq = self._c["seq"]
+        queued = 0
+        blocklist = self._blocklist
+        for hk, lst in groups.items():
+            if blocklist and blocklist.matches(hk):
+                self._c["seq"] = seq
+                self._drop_items(hk, lst, "blocked")
+                seq = self._c["seq"]
+                continue
+            s = H.slot_of.get(hk)
+            rec = None
+            if s is not None:
+                hid, demote = H.hid[s], H.demote[s]
+            else:
+                raw = txn.get(hk.encode("utf-8", "surrogateescape"), db=hdb)
+                if raw is None:
+                    rec = HostRecord(self._c["hid_next"])
+                    self._c["hid_next"] += 1
+                else:
+                    rec = HostRecord.decode(raw)
+                hid, demote = rec.hid, rec.demote
+            mask = 0
+            for it in lst:
+                level = it.priority + demote
+                level = 0 if level < 0 else (last if level > last else level)
+                seq += 1
+                txn.put(qkey(hid, level, seq), encode_url(it), db=qdb)
+                mask |= 1 << level
+            queued += len(lst)
+            if s is not None:
+                H.queued[s] += len(lst)
+                H.mask[s] |= mask
+                self._dirty.add(s)
+                if H.state[s] == hs.BUSY:
+                    self._settle(s, now)
+            else:
+                rec.queued += len(lst)
+                rec.mask |= mask
+                if rec.flags & hs.FLAG_WAITING:
+                    txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=hdb)
+                elif H.full():
+                    self._to_waiting(hk, rec)
+                else:
+                    self._activate(hk, rec, now)
+        self._c["seq"] = seq
+        self._c["added"] += queued
+        self._c["queued"] += queued
+        self._commit()
+        return queued
+
+    # == lease ==================================================================
+    def lease(self, now: float | None = None, limit: int = 100) -> list[Lease]:
+        """Lease up to ``limit`` due hosts (one request each), per-IP limits applied; commits."""
+        if now is None:
+            now = self._clock()
+        out: list[Lease] = []
+        heap = self._heap
+        while len(out) < limit:
+            due = heap.pop_due(now, limit - len(out))
+            if not due:
+                break
+            for s in due:
+                lease = self._lease_host(s, now)
+                if lease is not None:
+                    out.append(lease)
+        if out and out[0].deadline < self._min_deadline:
+            self._min_deadline = out[0].deadline
+        self._commit()
+        return out
+
+    def _lease_host(self, s: int, now: float) -> Lease | None:
+        H, ips = self._hosts, self._ips
+        if H.state[s] == hs.DNS_BACKOFF:
+            H.state[s] = hs.DNS
+            self._need_dns.add(s)
+            return None
+        ip = H.ip[s]
+        if ip < 0 or H.ip_exp[s] <= now:
+            H.state[s] = hs.DNS
+            self._need_dns.add(s)
+            if ip >= 0:
+                self._wake_ip(ip)
+            return None
+        if ips.inflight[ip] >= ips.limit:
+            H.state[s] = hs.IPWAIT
+            ips.wait(ip, H.due[s], H.hid[s], s)
+            return None
+        if ips.due[ip] > now:
+            self._heap.push(s, ips.due[ip])
+            return None
+        hk = H.keys[s]
+        self._c["lease_seq"] += 1
+        lid = self._c["lease_seq"]
+        deadline = now + self._lease_timeout_s
+        if H.robots_exp[s] <= now:
+            if H.out[s]:
+                H.state[s] = hs.BUSY     # robots expired while URL leases are out: wait for them
+                return None
+            H.state[s] = hs.ROBOTS
+            lease = Lease(lid, KIND_ROBOTS, hk, hk + "/robots.txt", None, deadline, 1, ips.names[ip])
+            self._leases[lid] = _Out(lease, s, H.hid[s], ip, None, None)
+        else:
+            hid = H.hid[s]
+            level = self._nearest(self._ruler(self._next_pick(s)), H.mask[s])
+            head = self._store.pop_head(qprefix(hid, level))
+            if head is None:
+                raise RuntimeError(f"frontier: queue {hk} level {level} is empty but marked non-empty")
+            key, urec, more = head
+            if not more:
+                H.mask[s] &= ~(1 << level)
+            H.queued[s] -= 1
+            self._c["queued"] -= 1
+            item = decode_url(urec, hk, level)
+            self._store.txn().put(u64(lid), encode_tagged("", hk, key, urec), db=self._store.leases)
+            lease = Lease(lid, KIND_URL, hk, item.url, item, deadline, item.attempts + 1, ips.names[ip])
+            self._leases[lid] = _Out(lease, s, hid, ip, key, urec)
+            if H.out[s] + 1 < H.conc[s] and H.queued[s] > 0:
+                H.state[s] = hs.READY
+                self._heap.push(s, H.due[s])
+            else:
+                H.state[s] = hs.BUSY
+        H.out[s] += 1
+        ips.start(ip, now)
+        ips.refs[ip] += 1            # the lease holds its IP until it is released
+        self._dirty.add(s)
+        return lease
+
+    def _next_pick(self, s: int) -> int:
+        H = self._hosts
+        p = (H.picks[s] + 1) & 0xFFFFFFFF or 1
+        H.picks[s] = p
+        return p
+
+    def _wake_ip(self, ip: int) -> None:
+        """The IP has room again: move the earliest-due waiting host back into the heap."""
+        H, ips = self._hosts, self._ips
+        if ips.inflight[ip] >= ips.limit:
+            return
+        while True:
+            entry = ips.pop_waiter(ip)
+            if entry is None:
+                return
+            _due, hid, s = entry
+            if H.keys[s] is not None and H.hid[s] == hid and H.state[s] == hs.IPWAIT and H.ip[s] == ip:
+                H.state[s] = hs.READY
+                self._heap.push(s, max(H.due[s], ips.due[ip]))
+                return
+
+    # == complete ================================================================
+    def complete(self, lease_id: int, *, outcome: Outcome, status: int = 0, response_time_s: float = 0.0,
+                 retry_after_s: float | None = None, requeue: bool = False) -> bool:
+        """Release a lease. False if the id is unknown, expired or already completed.
+
+        The host's next start is at least now + the gap rule (DESIGN §1.1);
+        failures back off (429/503 honour Retry-After); a retryable failure
+        returns the URL to the front of its queue, or dead-letters it after
+        ``max_attempts``. ``requeue`` returns it without counting an attempt.
+        Durable at the next commit (add/lease/commit), or at once when it set
+        a wait longer than a restart's grace.
+        """
+        o = self._leases.pop(lease_id, None)
+        if o is None:
+            return False
+        self._release(o, self._clock(), outcome, status, response_time_s, retry_after_s, requeue)
+        return True
+
+    def _release(self, o: _Out, now: float, outcome: Outcome, status: int, response_time_s: float,
+                 retry_after_s: float | None, requeue: bool) -> None:
+        H, ips, pol = self._hosts, self._ips, self._pol
+        s, lease = o.slot, o.lease
+        ips.finish(o.ip, now)
+        ips.detach(o.ip)
+        self._wake_ip(o.ip)
+        H.out[s] -= 1
+        gap = pol.gap_s(response_time_s, H.crawl_delay[s], H.demote[s])
+        if not requeue and is_failure(outcome, status):
+            fails = min(H.fails[s] + 1, 0xFFFF)
+            H.fails[s] = fails
+            wait = pol.failure_wait_s(fails, retry_after_s if status in RETRY_LATER_STATUS else None, self._rng)
+            if wait > gap:
+                gap = wait
+        elif not requeue and H.fails[s]:
+            H.fails[s] >>= 1          # success decays the backoff exponent
+        due = now + gap
+        if due > H.due[s]:
+            H.due[s] = due
+        if lease.kind == KIND_URL:
+            self._finish_url(o, outcome, status, requeue)
+        if H.state[s] == hs.ROBOTS:
+            H.state[s] = hs.BUSY
+        elif H.state[s] == hs.READY:
+            self._heap.update(s, H.due[s])
+        self._dirty.add(s)
+        self._settle(s, now)
+        self._ops += 1
+        if gap > self._grace or self._ops >= self._group_ops:
+            self._commit()
+
+    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> None:
+        st, s = self._store, o.slot
+        txn = st.txn()
+        txn.delete(u64(o.lease.lease_id), db=st.leases)
+        hk = o.lease.host_key
+        if s in self._blocked_slots:
+            self._drop_raw(hk, o.key, o.urec, "blocked")
+            return
+        if requeue:
+            self._c["requeued"] += 1
+            self._put_back(s, o.key, o.urec)
+        elif is_retryable(outcome, status):
+            attempts = o.lease.attempt
+            if attempts >= self._max_attempts:
+                self._dead_letter(hk, o.key, o.urec, outcome, status)
+            else:
+                self._c["retried"] += 1
+                self._put_back(s, o.key, with_attempts(o.urec, attempts))
+        else:
+            self._c["completed"] += 1
+
+    def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
+        H = self._hosts
+        self._store.txn().put(key, urec, db=self._store.queues)
+        H.queued[s] += 1
+        H.mask[s] |= 1 << qkey_level(key)
+        self._c["queued"] += 1
+
+    def _dead_letter(self, hk: str, key: bytes, urec: bytes, outcome: Outcome, status: int) -> None:
+        st = self._store
+        self._c["seq"] += 1
+        tag = outcome.value if not status else f"{outcome.value}:{status}"
+        st.txn().put(u64(self._c["seq"]), encode_tagged(tag, hk, key, urec), db=st.dead)
+        st.txn().put(u64(self._c["seq"]), encode_tagged("dead_letter:" + tag, hk, key, urec), db=st.events)
+        self._c["dead"] += 1
+
+    # == leases that never came back =================================================
+    def expire_leases(self, now: float | None = None) -> int:
+        """Take back leases past their deadline as timeouts (attempt counted, host backed off)."""
+        if now is None:
+            now = self._clock()
+        if now < self._min_deadline:
+            return 0
+        late = [lid for lid, o in self._leases.items() if o.lease.deadline <= now]
+        for lid in late:
+            o = self._leases.pop(lid)
+            self._c["expired"] += 1
+            self._release(o, now, Outcome.TIMEOUT, 0, self._lease_timeout_s, None, False)
+        self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
+        return len(late)
+
+    def next_due(self) -> float | None:
+        """Earliest time a lease() could hand something out (None: nothing scheduled)."""
+        top = self._heap.peek()
+        return None if top is None else top[1]
+
+    @property
+    def next_deadline(self) -> float:
+        """Earliest lease deadline (inf when none): when expire_leases() has work."""
+        return self._min_deadline
+
+    # == DNS and robots ==============================================================
+    def hosts_needing_dns(self) -> list[str]:
+        """Hosts with work whose IP is unknown or expired; each is listed once per lookup round.
+
+        Answer every one with set_host_ip (a host is never leased before its IP is known).
+        """
+        H = self._hosts
+        out = [H.keys[s] for s in self._need_dns if H.state[s] == hs.DNS]
+        self._need_dns.clear()
+        return out
+
+    def set_host_ip(self, host_key: str, ip: str | None, *, outcome: Outcome | None = None,
+                    expires_at: float | None = None) -> None:
+        """Record a DNS answer. ``ip=None`` is a failure named by ``outcome`` (default dns_error).
+
+        Transient failures (dns_servfail, dns_timeout, dns_error) back the host off
+        like a failed fetch and ask again later; any other (dns_nxdomain,
+        blocked_address) drops the host's queued URLs with that outcome as reason.
+        """
+        s = self._hosts.slot_of.get(host_key)
+        if s is None:
+            return
+        now = self._clock()
+        H, ips = self._hosts, self._ips
+        old = H.ip[s]
+        st = H.state[s]
+        if ip is None:
+            outcome = outcome or Outcome.DNS_ERROR
+            if old >= 0:
+                ips.detach(old)
+                H.ip[s], H.ip_exp[s] = -1, 0.0
+            if outcome in BACKOFF_OUTCOMES:
+                fails = min(H.fails[s] + 1, 0xFFFF)
+                H.fails[s] = fails
+                wait = self._pol.failure_wait_s(fails, None, self._rng)
+                if now + wait > H.due[s]:
+                    H.due[s] = now + wait
+                if st not in (hs.BUSY, hs.ROBOTS):
+                    self._unschedule(s)
+                    H.state[s] = hs.DNS_BACKOFF
+                    self._heap.push(s, H.due[s])
+                self._dirty.add(s)
+                if wait > self._grace:
+                    self._commit()
+            else:
+                self._dirty.add(s)
+                self._drop_host_queue(s, outcome.value)
+                self._settle(s, now)
+            return
+        new = ips.attach(ip)
+        H.ip[s] = new
+        H.ip_exp[s] = math.inf if expires_at is None else expires_at
+        if old >= 0:
+            ips.detach(old)
+        if st == hs.DNS:
+            self._need_dns.discard(s)
+            self._schedule(s, now)
+        elif st == hs.DNS_BACKOFF or (st == hs.IPWAIT and old != new):
+            if st == hs.DNS_BACKOFF:
+                self._heap.remove(s)
+            H.state[s] = hs.READY
+            self._heap.push(s, H.due[s])
+        self._dirty.add(s)
+
+    def needs_robots(self, host_key: str, now: float | None = None) -> bool:
+        """Whether the host's robots.txt is unknown or expired (it gets a robots lease first)."""
+        if now is None:
+            now = self._clock()
+        s = self._hosts.slot_of.get(host_key)
+        if s is not None:
+            return self._hosts.robots_exp[s] <= now
+        rec = self._record(host_key)
+        return rec is None or rec.session != self._session or rec.robots_exp <= now
+
+    def set_robots(self, host_key: str, *, expires_at: float, crawl_delay_s: float | None) -> None:
+        """Robots.txt of the host is known until ``expires_at``; Crawl-delay capped at crawl_delay_cap_s."""
+        delay = self._pol.crawl_delay(crawl_delay_s)
+        s = self._hosts.slot_of.get(host_key)
+        if s is not None:
+            self._hosts.robots_exp[s] = expires_at
+            self._hosts.crawl_delay[s] = delay
+            self._dirty.add(s)
+            return
+        rec = self._record(host_key)
+        if rec is not None:
+            rec.robots_exp, rec.crawl_delay = expires_at, delay
+            self._put_record(host_key, rec)
+
+    # == dropping ===================================================================
+    def _event(self, reason: str, hk: str, key: bytes, urec: bytes) -> None:
+        self._c["seq"] += 1
+        self._store.txn().put(u64(self._c["seq"]), encode_tagged(reason, hk, key, urec), db=self._store.events)
+
+    def _count_drop(self, reason: str, n: int) -> None:
+        if n:
+            self._dropped[reason] = self._dropped.get(reason, 0) + n
+
+    def _drop_items(self, hk: str, items: list[QueuedURL], reason: str) -> None:
+        for it in items:
+            self._event(reason, hk, qkey(0, min(max(it.priority, 0), self._levels - 1), 0), encode_url(it))
+        self._c["added"] += len(items)
+        self._count_drop(reason, len(items))
+
+    def _drop_raw(self, hk: str, key: bytes, urec: bytes, reason: str) -> None:
+        self._event(reason, hk, key, urec)
+        self._count_drop(reason, 1)
+
+    def _drain_queue(self, hid: int, hk: str, reason: str) -> int:
+        n = 0
+        while True:
+            chunk = self._store.take_host(hprefix(hid), DROP_CHUNK)
+            for key, urec in chunk:
+                self._event(reason, hk, key, urec)
+            n += len(chunk)
+            if len(chunk) < DROP_CHUNK:
+                break
+        self._c["queued"] -= n
+        self._count_drop(reason, n)
+        return n
+
+    def _drop_host_queue(self, s: int, reason: str) -> None:
+        H = self._hosts
+        self._drain_queue(H.hid[s], H.keys[s], reason)
+        H.queued[s] = 0
+        H.mask[s] = 0
+
+    def _drop_record_queue(self, hk: str, rec: HostRecord, reason: str) -> None:
+        self._drain_queue(rec.hid, hk, reason)
+        rec.queued = 0
+        rec.mask = 0
+
+    def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
+        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
+        st = self._store
+        txn = st.txn()
+        out = []
+        cur = txn.cursor(db=st.events)
+        if cur.first():
+            while len(out) < limit:
+                raw = cur.value()
+                if not raw:
+                    break
+                reason, hk, key, urec = decode_tagged(raw)
+                out.append((decode_url(urec, hk, qkey_level(key)), reason))
+                if not cur.delete():
+                    break
+        self._commit()
+        return out
+
+    def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
+        """Dead-lettered URLs with the outcome they ended in (oldest first; they stay stored)."""
+        out = []
+        for _k, raw in self._store.txn().cursor(db=self._store.dead):
+            if len(out) >= limit:
+                break
+            tag, hk, key, urec = decode_tagged(raw)
+            out.append((decode_url(urec, hk, qkey_level(key)), tag))
+        return out
+
+    # == blocklist ====================================================================
+    def block(self, pattern: str) -> int:
+        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
+        p = self._blocklist.add(pattern)
+        self._store.put_block(p, True)
+        now = self._clock()
+        before = self._dropped.get("blocked", 0)
+        H = self._hosts
+        for hk, s in list(H.slot_of.items()):
+            if Blocklist.covers(p, hk) and H.keys[s] == hk:
+                self._blocked_slots.add(s)
+                self._dirty.add(s)
+                self._drop_host_queue(s, "blocked")
+                self._settle(s, now)
+        hit = []
+        for kb, raw in self._store.scan(self._store.hosts):
+            hk = kb.decode("utf-8", "surrogateescape")
+            if hk not in H.slot_of and Blocklist.covers(p, hk):
+                rec = HostRecord.decode(raw)
+                if rec.queued:
+                    hit.append((hk, rec))
+        for hk, rec in hit:
+            self._drop_record_queue(hk, rec, "blocked")
+            self._put_record(hk, rec)
+        self._commit()
+        return self._dropped.get("blocked", 0) - before
+
+    def unblock(self, pattern: str) -> None:
+        p = self._blocklist.discard(pattern)
+        self._store.put_block(p, False)
+        H = self._hosts
+        self._blocked_slots = {s for s in self._blocked_slots if self._blocklist.matches(H.keys[s])}
+        self._commit()
+
+    def blocked(self) -> list[str]:
+        return list(self._blocklist)
+
+    def is_blocked(self, host: str) -> bool:
+        return self._blocklist.matches(host)
+
+    # == feedback ======================================================================
+    def demote_host(self, host_key: str, levels: int = 1) -> None:
+        """Near-duplicate trap feedback: later URLs of the host queue ``levels`` lower and it is
+        visited (1 + demotion) times less often. Already queued URLs keep their level."""
+        last = self._levels - 1
+        s = self._hosts.slot_of.get(host_key)
+        if s is not None:
+            self._hosts.demote[s] = max(0, min(last, self._hosts.demote[s] + levels))
+            self._dirty.add(s)
+            return
+        rec = self._record(host_key)
+        if rec is None:
+            rec = HostRecord(self._c["hid_next"])
+            self._c["hid_next"] += 1
+        rec.demote = max(0, min(last, rec.demote + levels))
+        self._put_record(host_key, rec)
+
+    # == records ==========================================================================
+    def _record(self, host_key: str) -> HostRecord | None:
+        raw = self._store.txn().get(host_key.encode("utf-8", "surrogateescape"), db=self._store.hosts)
+        return None if raw is None else HostRecord.decode(raw)
+
+    def _put_record(self, host_key: str, rec: HostRecord) -> None:
+        self._store.txn().put(host_key.encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
+
+    # == durability ========================================================================
+    def _commit(self) -> None:
+        st, H, ips = self._store, self._hosts, self._ips
+        if self._dirty:
+            txn, hdb, now = st.txn(), st.hosts, self._clock()
+            for s in self._dirty:
+                hk = H.keys[s]
+                if hk is not None:
+                    ip = H.ip[s]
+                    txn.put(hk.encode("utf-8", "surrogateescape"),
+                            H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "").encode(), db=hdb)
+            self._dirty.clear()
+        if st.open:
+            st.save_meta(self._c, self._dropped)
+            st.commit()
+        self._ops = 0
+
+    def commit(self) -> None:
+        """Make everything so far durable (fsync even when sync=False)."""
+        self._ips.sweep(self._clock())
+        self._commit()
+        st = self._store
+        if not st.sync:
+            st.flush()
+
+    def close(self) -> None:
+        """Commit and close. Leases still out go back to their queues on the next open."""
+        self._c["clean"] = 1
+        self._store.txn()
+        self._commit()
+        self._store.flush()
+        self._store.close()
+
+    # == introspection =======================================================================
+    def check_invariants(self, deep: bool = False) -> None:
+        """Raise AssertionError naming the first broken invariant. ``deep`` also recounts LMDB."""
+        H, heap, ips = self._hosts, self._heap, self._ips
+        heap.check_invariant()
+        in_heap = 0
+        out_total = 0
+        for hk, s in H.slot_of.items():
+            st, q, out = H.state[s], H.queued[s], H.out[s]
+            where = f"host {hk} (state {st}, queued {q}, leases {out})"
+            assert H.keys[s] == hk, f"{where}: slot key mismatch"
+            assert (s in heap) == (st in _IN_HEAP), f"{where}: in heap {s in heap}"
+            in_heap += st in _IN_HEAP
+            out_total += out
+            assert q > 0 or out > 0, f"{where}: active with no work and no lease"
+            assert q >= 0 and (q > 0) == (H.mask[s] != 0), f"{where}: mask {H.mask[s]:b}"
+            if st in (hs.READY, hs.DNS, hs.DNS_BACKOFF, hs.IPWAIT):
+                assert q > 0 and out < H.conc[s], f"{where}: scheduled without work or room"
+            if st in (hs.READY, hs.IPWAIT):
+                assert H.ip[s] >= 0, f"{where}: scheduled without an IP"
+            if st in (hs.BUSY, hs.ROBOTS):
+                assert out > 0, f"{where}: busy without a lease"
+            assert st != 0, f"{where}: no state"
+        assert in_heap == len(heap), f"heap holds {len(heap)} hosts, {in_heap} are scheduled"
+        assert out_total == len(self._leases), f"{out_total} leases by host, {len(self._leases)} out"
+        per_ip: dict[int, int] = {}
+        for o in self._leases.values():
+            per_ip[o.ip] = per_ip.get(o.ip, 0) + 1
+        for ip, n in per_ip.items():
+            assert n == ips.inflight[ip] <= ips.limit, f"IP {ips.names[ip]}: {n} leases, {ips.inflight[ip]} counted"
+        s = self.stats()
+        total = s["queued"] + s["leased_urls"] + s["completed"] + s["dead_letter"] + s["dropped_total"]
+        assert s["added"] == total, f"accounting: added {s['added']} != {total} ({s})"
+        if deep:
+            st = self._store
+            counts: dict[bytes, int] = {}
+            masks: dict[bytes, int] = {}
+            for k in st.txn().cursor(db=st.queues).iternext(values=False):
+                counts[k[:4]] = counts.get(k[:4], 0) + 1
+                masks[k[:4]] = masks.get(k[:4], 0) | 1 << k[4]
+            assert sum(counts.values()) == s["queued"], f"{sum(counts.values())} queue entries, {s['queued']} counted"
+            assert st.count(st.leases) <= s["leased_urls"]
+            for hk, s_ in H.slot_of.items():
+                p = hprefix(H.hid[s_])
+                assert counts.get(p, 0) == H.queued[s_], f"host {hk}: {counts.get(p, 0)} entries, {H.queued[s_]}"
+                assert masks.get(p, 0) == H.mask[s_], f"host {hk}: mask {masks.get(p, 0):b} != {H.mask[s_]:b}"
+
+    def queued(self) -> int:
+        return self._c["queued"]
+
+    def stats(self) -> dict:
+        H = self._hosts
+        park = self._pol.park_after_failures
+        states = {}
+        parked = 0
+        for s in H.slot_of.values():
+            states[H.state[s]] = states.get(H.state[s], 0) + 1
+            if H.fails[s] >= park:
+                parked += 1
+        url_leases = sum(1 for o in self._leases.values() if o.key is not None)
+        return {
+            "added": self._c["added"],
+            "queued": self._c["queued"],
+            "leased": len(self._leases),
+            "leased_urls": url_leases,
+            "completed": self._c["completed"],
+            "dead_letter": self._c["dead"],
+            "dropped": dict(self._dropped),
+            "dropped_total": sum(self._dropped.values()),
+            "retried": self._c["retried"],
+            "requeued": self._c["requeued"],
+            "expired": self._c["expired"],
+            "recovered_leases": self._recovered,
+            "hosts_active": len(H),
+            "hosts_total": self._store.count(self._store.hosts),
+            "hosts_waiting": self._c["waiting"],
+            "hosts_ready": len(self._heap),
+            "hosts_dns": states.get(hs.DNS, 0) + states.get(hs.DNS_BACKOFF, 0),
+            "hosts_ip_wait": states.get(hs.IPWAIT, 0),
+            "parked": parked,
+            "ips_active": len(self._ips),
+        }
