@@ -25,7 +25,7 @@ used), so one server on one port covers every case:
 
 Every endless behaviour is bounded by ``max_stream_bytes`` and
 ``max_stream_s`` so a broken client cannot make the server run forever.
-``log`` records (peer, host, path) per request; ``connections`` counts
+``log`` records (peer, local address, Host, target) per request; ``connections`` counts
 accepted connections (keep-alive reuse shows as fewer connections than
 requests).
 """
@@ -76,7 +76,7 @@ class HostileServer:
         self.huge_header_bytes = huge_header_bytes
         self.max_stream_bytes = max_stream_bytes
         self.max_stream_s = max_stream_s
-        self.log: list[tuple[str, str, str]] = []
+        self.log: list[tuple[str, str, str, str]] = []     # (peer, local address, Host, target)
         self.connections = 0
         self._logged = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
@@ -122,13 +122,14 @@ class HostileServer:
         self._handlers.add(task)
         self.connections += 1
         peer = writer.get_extra_info("peername")
+        local = writer.get_extra_info("sockname")
         try:
             while True:
                 try:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.max_stream_s)
                 except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
                     return
-                keep = await asyncio.wait_for(self._respond(head, reader, writer, peer), self.max_stream_s)
+                keep = await asyncio.wait_for(self._respond(head, writer, peer, local), self.max_stream_s)
                 if not keep:
                     return
         except (TimeoutError, ConnectionError, asyncio.CancelledError):
@@ -138,7 +139,7 @@ class HostileServer:
             if not writer.transport.is_closing():
                 writer.close()
 
-    async def _respond(self, head: bytes, reader, writer: asyncio.StreamWriter, peer) -> bool:
+    async def _respond(self, head: bytes, writer: asyncio.StreamWriter, peer, local) -> bool:
         """Answer one request; return False to close the connection."""
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
@@ -150,7 +151,8 @@ class HostileServer:
                 headers[k.strip().lower()] = v.strip()
         url = urlsplit(target)
         path, query = url.path, parse_qs(url.query)
-        self.log.append((f"{peer[0]}:{peer[1]}" if peer else "", headers.get("host", ""), target))
+        self.log.append((f"{peer[0]}:{peer[1]}" if peer else "", local[0] if local else "",
+                         headers.get("host", ""), target))
         self._logged.set()
         close = headers.get("connection", "").lower() == "close"
         w = writer.write
