@@ -371,6 +371,7 @@ def recover(directory: str, *, index_dir: str | None = None) -> list[str]:
     done: list[str] = []
     if not os.path.isdir(directory):
         return done
+    os.makedirs(index_dir, exist_ok=True)
     names = sorted(os.listdir(directory))
     for name in names:
         if not name.endswith(".warc.gz" + OPEN_SUFFIX):
