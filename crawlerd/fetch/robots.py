@@ -21,6 +21,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import itemgetter
 
 __all__ = [
     "RobotsCache", "RobotsEntry", "RobotsFollow", "RobotsRules", "RobotsState",
@@ -42,21 +43,23 @@ _DIRECTIVES = {
     "sitemap": _SITEMAP, "site-map": _SITEMAP,
 }
 _SPACES = " \t\v\f"
-# RFC 9309 §2.2.1: the product token is [a-zA-Z_-]+; anything after it ("Foo/1.0", "Foo Bar") is not.
-_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
+# RFC 9309 §2.2.1: the product token is [a-zA-Z_-]+; what follows it ("Foo/1.0", "Foo Bar") is not.
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-")
 
 # Percent-encoding normalisation, RFC 9309 §2.2.2 with RFC 3986 §2.3: %XX of an unreserved
 # character is decoded, any other %XX is upper-cased, and every octet outside printable ASCII
 # (non-ASCII as UTF-8, controls, space) is %-encoded. Applied to rules and URLs alike.
-_NEEDS_NORM = re.compile(r"[^\x21-\x7e]|%")
-_NORM_TOKEN = re.compile(r"%([0-9A-Fa-f]{2})|[^\x21-\x7e]+")
+# A token is one character that is "%" or outside printable ASCII, and up to two hex digits
+# after it (so "%XX" is one token); a single character class keeps the scan fast.
+_NORM_TOKEN = re.compile(r"[^\x21-\x24\x26-\x7e][0-9A-Fa-f]{0,2}")
+_NORM_TOKEN_LINES = re.compile(r"[^\x21-\x24\x26-\x7e\n][0-9A-Fa-f]{0,2}")     # keeps newlines
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
-# Everything before the path: optional "scheme://" or "//", then the authority.
-_BEFORE_PATH = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*://|//)?[^/?;#]*")
+# Optional "scheme://" or "//", the authority, then (group 1) path, params and query.
+_AFTER_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*://|//)?[^/?;#]*([^#]*)")
 
 # Rule kinds, see _compile_rule.
-_PREFIX, _EXACT, _GLOB = range(3)
+_PREFIX, _CONTAINS, _SUFFIX, _EXACT, _GLOB = range(5)     # literals in _scan
 
 
 def _octets(text: str) -> bytes:
@@ -68,18 +71,23 @@ def _octets(text: str) -> bytes:
 
 
 def _norm_repl(m: re.Match) -> str:
-    hx = m.group(1)
-    if hx is not None:
-        octet = int(hx, 16)
-        return chr(octet) if octet in _UNRESERVED else "%" + hx.upper()
-    return "".join(f"%{b:02X}" for b in _octets(m.group(0)))
+    token = m.group(0)
+    if token[0] == "%":
+        if len(token) < 3:
+            return token        # a "%" not followed by two hex digits stays literal
+        octet = int(token[1:], 16)
+        return chr(octet) if octet in _UNRESERVED else token.upper()
+    return "".join(f"%{b:02X}" for b in _octets(token[0])) + token[1:]
+
+
+def _is_canonical(text: str) -> bool:
+    """True if normalisation cannot change ``text`` (printable ASCII without "%" or space)."""
+    return text.isascii() and "%" not in text and " " not in text and text.isprintable()
 
 
 def normalize_path(path: str) -> str:
     """Path (and query) in the canonical percent-encoding used for matching (RFC 9309 §2.2.2)."""
-    if _NEEDS_NORM.search(path) is None:
-        return path
-    return _NORM_TOKEN.sub(_norm_repl, path)
+    return path if _is_canonical(path) else _NORM_TOKEN.sub(_norm_repl, path)
 
 
 def path_of(url: str) -> str:
@@ -91,39 +99,43 @@ def path_of(url: str) -> str:
     if url[:1] == "/" and url[1:2] != "/":
         end = url.find("#")
         return url if end < 0 else url[:end]
-    pos = _BEFORE_PATH.match(url).end()
-    if pos == len(url) or url[pos] == "#":
+    rest = _AFTER_AUTHORITY.match(url).group(1)
+    if not rest:
         return "/"
-    end = url.find("#", pos)
-    rest = url[pos:] if end < 0 else url[pos:end]
     return rest if rest[0] == "/" else "/" + rest
 
 
 def _compile_rule(pattern: str, allow: bool) -> tuple | None:
-    """One normalised pattern as (priority, allow, kind, head, middles, tail), or None if it can never match.
+    """One normalised pattern as (rank, kind, head, a, b), or None if it can never match.
 
-    head is the literal text before the first ``*``; middles are the literal pieces between
-    stars, found left to right (leftmost-first is exact for ``*``-only globs, so matching is
-    linear and a hostile pattern cannot make it backtrack); tail is the piece that must end
-    the path when the pattern ends in ``$``.
+    rank is 2 * priority + allow: priority is the pattern length in octets (RFC 9309 §2.2.2:
+    the match with the most octets wins) and the low bit makes Allow win a tie.
+
+    head is the literal text before the first ``*``. Per kind: _PREFIX and _EXACT use head
+    alone; _CONTAINS has one literal piece ``a`` somewhere after head; _SUFFIX has the literal
+    ``b`` ending the path; _GLOB has pieces ``a`` found left to right, then ``b`` (maybe empty)
+    ending the path. Leftmost-first search is exact for ``*``-only globs, so matching is linear
+    and a hostile pattern cannot make it backtrack.
     """
     if not pattern or pattern[0] not in "/*":
         return None      # a path always starts with "/": this rule matches nothing
-    priority = len(pattern)       # RFC 9309 §2.2.2: the match with the most octets wins
-    anchored = pattern.endswith("$")
+    rank = 2 * len(pattern) + allow
+    anchored = pattern[-1] == "$"
     body = pattern[:-1] if anchored else pattern
     if "*" not in body:
-        return (priority, allow, _EXACT if anchored else _PREFIX, body, (), "")
+        return (rank, _EXACT if anchored else _PREFIX, body, "", "")
     parts = body.split("*")
     head, rest = parts[0], parts[1:]
-    if anchored and rest[-1]:
-        tail = rest[-1]
-        middles = tuple(p for p in rest[:-1] if p)
-        return (priority, allow, _GLOB, head, middles, tail)
-    middles = tuple(p for p in rest if p)
-    if not middles:
-        return (priority, allow, _PREFIX, head, (), "")     # "/a*" and "/a*$" are the prefix "/a"
-    return (priority, allow, _GLOB, head, middles, "")
+    tail = rest.pop() if anchored else ""
+    middles = tuple(filter(None, rest))
+    if not tail:          # "/a*b*" and "/a*b*$" need only "b" somewhere after "/a"
+        if not middles:
+            return (rank, _PREFIX, head, "", "")
+        if len(middles) == 1:
+            return (rank, _CONTAINS, head, middles[0], "")
+    elif not middles:
+        return (rank, _SUFFIX, head, "", tail)
+    return (rank, _GLOB, head, middles, tail)
 
 
 def _glob_matches(path: str, pos: int, middles: tuple, tail: str) -> bool:
@@ -137,29 +149,75 @@ def _glob_matches(path: str, pos: int, middles: tuple, tail: str) -> bool:
     return True
 
 
+_RANK = itemgetter(0)
+
+
+def _scan(rules: tuple, path: str, floor: int) -> int:
+    """Rank of the first rule in ``rules`` (sorted by decreasing rank) matching ``path``, or -1.
+
+    Rules of rank ``floor`` or lower are not looked at: they cannot beat a match already found.
+    Kinds are written as literals here (see ``_PREFIX`` ...): this loop is the hot path.
+    """
+    for rank, kind, head, n, a, b in rules:
+        if rank <= floor:
+            return -1
+        if path.startswith(head):
+            if kind == 0:                                   # _PREFIX
+                return rank
+            if kind == 1:                                   # _CONTAINS
+                if path.find(a, n) >= 0:
+                    return rank
+            elif kind == 2:                                 # _SUFFIX
+                if path.endswith(b) and len(path) - len(b) >= n:
+                    return rank
+            elif kind == 3:                                 # _EXACT
+                if len(path) == n:
+                    return rank
+            elif _glob_matches(path, n, a, b):              # _GLOB
+                return rank
+    return -1
+
+
 class RobotsRules:
     """The rules of one robots.txt that apply to one product token, ready to match.
 
     Key: none (one instance per host and token; the cache keys it by host).
-    Invariant: ``_rules`` is sorted by decreasing priority (pattern length in octets), Allow
-    before Disallow at equal priority, so the first rule that matches a path decides it
-    (longest match wins, Allow wins a tie: RFC 9309 §2.2.2); no rule after a rule that matches
-    every path is kept. ``_heads`` holds the literal head of every rule, so a path starting
-    with none of them matches no rule. Instances are immutable after construction.
+    Invariant: rules are tuples ``(rank, kind, head, len(head), a, b)`` (see ``_compile_rule``); every rule
+    list is sorted by decreasing rank, so the first rule of a list that matches a path is that
+    list's best (longest match wins, Allow wins a tie: RFC 9309 §2.2.2). ``_general`` holds the
+    rules whose literal head is shorter than ``_KEY_LEN`` and ends at the first rule matching
+    every path; ``_buckets[k]`` holds the rules whose head starts with ``k`` (``len(k) ==
+    _KEY_LEN``) that outrank that rule. So the rules that can match ``path`` are
+    ``_buckets.get(path[:_KEY_LEN])`` and ``_general``, and the higher rank of their first
+    matches decides. Immutable after construction.
     """
 
-    __slots__ = ("_rules", "_heads", "_crawl_delay", "_sitemaps")
+    __slots__ = ("_general", "_buckets", "_count", "_crawl_delay", "_sitemaps")
+
+    _KEY_LEN = 3
 
     def __init__(self, rules: list[tuple] = (), crawl_delay: float | None = None,
                  sitemaps: list[str] = ()) -> None:
-        ordered = sorted(set(rules), key=lambda r: (-r[0], not r[1]))
-        kept = []
-        for rule in ordered:
-            kept.append((rule[1], rule[2], rule[3], rule[4], rule[5]))
-            if rule[2] == _PREFIX and rule[3] in ("", "/"):
-                break      # matches every path: nothing after it can win
-        self._rules = tuple(kept)
-        self._heads = tuple({r[2] for r in kept})
+        k = self._KEY_LEN
+        buckets: dict[str, list] = {}
+        general: list[tuple] = []
+        floor = -1
+        for rank, kind, head, a, b in sorted(set(rules), key=_RANK, reverse=True):
+            rule = (rank, kind, head, len(head), a, b)
+            if len(head) >= k:
+                if rank > floor:
+                    bucket = buckets.get(head[:k])
+                    if bucket is None:
+                        buckets[head[:k]] = [rule]
+                    else:
+                        bucket.append(rule)
+            elif floor < 0:
+                general.append(rule)
+                if kind == _PREFIX and head in ("", "/"):
+                    floor = rank      # matches every path: nothing ranked lower can win
+        self._general = tuple(general)
+        self._buckets = {key: tuple(lst) for key, lst in buckets.items()}
+        self._count = len(general) + sum(map(len, buckets.values()))
         self._crawl_delay = crawl_delay
         self._sitemaps = tuple(sitemaps)
 
@@ -180,13 +238,21 @@ class RobotsRules:
         Lines that are not understood are skipped and do not end a group (§2.2.4).
         """
         body = body[:max_bytes]
-        if body.startswith(_UTF8_BOM):
-            body = body[3:]
-        elif body.startswith((b"\xef\xbb", b"\xef")):
-            body = body[2:] if body[1:2] == b"\xbb" else body[1:]   # partial BOM, as Google skips it
+        if body[:1] == b"\xef":
+            if body.startswith(_UTF8_BOM):
+                body = body[3:]
+            else:       # a partial BOM, skipped as Google does
+                body = body[2:] if body[1:2] == b"\xbb" else body[1:]
         text = body.decode("utf-8", "surrogateescape")
-        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        agent = agent_token.lower()
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if len(text) > _MAX_LINE:
+            lines = text.split("\n")
+            if max(map(len, lines)) > _MAX_LINE:
+                text = "\n".join(line[:_MAX_LINE] for line in lines)
+        # a token with other characters ("Foo Bar", "Foo/1.0") can match no user-agent line
+        agent = agent_token.lower() if _TOKEN_CHARS.issuperset(agent_token) else ""
+        agent_len = len(agent)
 
         specific: list[tuple[bool, str]] = []    # rules of the groups naming our token
         fallback: list[tuple[bool, str]] = []    # rules of the "*" groups
@@ -196,36 +262,32 @@ class RobotsRules:
         seen_specific = seen_fallback = False
         in_specific = in_fallback = False        # the current group applies to us / to "*"
         in_agent_lines = False                   # inside the user-agent lines that open a group
-        check_len = len(text) > _MAX_LINE
 
-        for line in lines:
+        for line in text.split("\n"):
             if not line:
                 continue
-            if check_len and len(line) > _MAX_LINE:
-                line = line[:_MAX_LINE]
-            cut = line.find("#")
-            if cut >= 0:
-                line = line[:cut]
             key, colon, value = line.partition(":")
-            if not colon:
-                # Google-specific leniency: "Disallow /x" (two words, no colon) is read as a rule
-                words = line.split()
-                if len(words) != 2:
-                    continue
-                key, value = words
-            kind = _DIRECTIVES.get(key.strip(_SPACES).lower())
+            kind = _DIRECTIVES.get(key.lower())
             if kind is None:
-                continue
+                # not a plain "Key: value" line: spaces around the key, a comment, garbage, or
+                # Google's leniency "Key value" (no colon, exactly two words)
+                cut = line.find("#")
+                if cut >= 0:
+                    line = line[:cut]
+                    key, colon, value = line.partition(":")
+                if colon:
+                    kind = _DIRECTIVES.get(key.strip(_SPACES).lower())
+                else:
+                    words = line.split()
+                    if len(words) == 2:
+                        kind = _DIRECTIVES.get(words[0].lower())
+                        value = words[1]
+                if kind is None:
+                    continue
+            elif "#" in value:
+                value = value[:value.index("#")]
             value = value.strip(_SPACES)
-            if kind == _UA:
-                if not in_agent_lines:
-                    in_agent_lines = True
-                    in_specific = in_fallback = False
-                if value[:1] == "*" and (len(value) == 1 or value[1] in _SPACES):
-                    in_fallback = seen_fallback = True
-                elif agent and _PRODUCT_TOKEN.match(value).group(0).lower() == agent:
-                    in_specific = seen_specific = True
-            elif kind == _ALLOW or kind == _DISALLOW:
+            if kind == _ALLOW or kind == _DISALLOW:
                 in_agent_lines = False
                 if value:
                     rule = (kind == _ALLOW, value)
@@ -233,6 +295,15 @@ class RobotsRules:
                         specific.append(rule)
                     if in_fallback:
                         fallback.append(rule)
+            elif kind == _UA:
+                if not in_agent_lines:
+                    in_agent_lines = True
+                    in_specific = in_fallback = False
+                if value[:1] == "*" and (len(value) == 1 or value[1] in _SPACES):
+                    in_fallback = seen_fallback = True
+                elif agent and value[:agent_len].lower() == agent and (
+                        len(value) == agent_len or value[agent_len] not in _TOKEN_CHARS):
+                    in_specific = seen_specific = True
             elif kind == _DELAY:
                 # not in RFC 9309 (§2.2.4 other records); belongs to the current group, the
                 # largest value wins when groups merge
@@ -265,32 +336,25 @@ class RobotsRules:
 
     @property
     def rule_count(self) -> int:
-        return len(self._rules)
+        return self._count
 
     def allowed(self, url: str) -> bool:
         """Whether ``url`` (absolute, or a path with optional query) may be fetched."""
         path = path_of(url)
         if path.startswith("/robots.txt") and (len(path) == 11 or path[11] == "?"):
             return True     # RFC 9309 §2.2.2: /robots.txt is implicitly allowed
-        if not self._rules:
-            return True
-        if _NEEDS_NORM.search(path) is not None:
+        if not _is_canonical(path):
             path = _NORM_TOKEN.sub(_norm_repl, path)
-        if not path.startswith(self._heads):
-            return True
-        for allow, kind, head, middles, tail in self._rules:
-            if path.startswith(head):
-                if kind == _PREFIX:
-                    return allow
-                if kind == _EXACT:
-                    if len(path) == len(head):
-                        return allow
-                elif _glob_matches(path, len(head), middles, tail):
-                    return allow
-        return True
+        bucket = self._buckets.get(path[:3])
+        best = -1 if bucket is None else _scan(bucket, path, -1)
+        if self._general:
+            rank = _scan(self._general, path, best)
+            if rank > best:
+                best = rank
+        return best < 0 or bool(best & 1)
 
     def __repr__(self) -> str:
-        return f"RobotsRules(rules={len(self._rules)}, crawl_delay={self._crawl_delay!r})"
+        return f"RobotsRules(rules={self._count}, crawl_delay={self._crawl_delay!r})"
 
 
 def _parse_delay(value: str) -> float | None:
@@ -303,16 +367,22 @@ def _parse_delay(value: str) -> float | None:
 
 def _compile_rules(raw: list[tuple[bool, str]]) -> list[tuple]:
     compiled = []
-    for allow, value in raw:
-        pattern = normalize_path(value)
-        rule = _compile_rule(pattern, allow)
-        if rule is not None:
-            compiled.append(rule)
-        if allow:
+    patterns = [value for _, value in raw]
+    joined = "\n".join(patterns)      # values hold no newline: normalise them all in one pass
+    if not _is_canonical(joined.replace("\n", "")):
+        patterns = _NORM_TOKEN_LINES.sub(_norm_repl, joined).split("\n")
+    for (allow, _), pattern in zip(raw, patterns):
+        if pattern[0] == "/" and "*" not in pattern and pattern[-1] != "$":
+            compiled.append((2 * len(pattern) + allow, _PREFIX, pattern, "", ""))     # the common case
+        else:
+            rule = _compile_rule(pattern, allow)
+            if rule is not None:
+                compiled.append(rule)
+        if allow and "/index.htm" in pattern:
             # Google-specific: "Allow: /d/index.html" also allows "/d/" (a directory serves its
             # index page), added as the rule "/d/$".
             slash = pattern.rfind("/")
-            if slash >= 0 and pattern.startswith("/index.htm", slash):
+            if pattern.startswith("/index.htm", slash):
                 extra = _compile_rule(pattern[:slash + 1] + "$", True)
                 if extra is not None:
                     compiled.append(extra)
