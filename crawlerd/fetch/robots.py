@@ -371,7 +371,7 @@ def _compile_rules(raw: list[tuple[bool, str]]) -> list[tuple]:
     joined = "\n".join(patterns)      # values hold no newline: normalise them all in one pass
     if not _is_canonical(joined.replace("\n", "")):
         patterns = _NORM_TOKEN_LINES.sub(_norm_repl, joined).split("\n")
-    for (allow, _), pattern in zip(raw, patterns):
+    for (allow, _), pattern in zip(raw, patterns, strict=True):
         if pattern[0] == "/" and "*" not in pattern and pattern[-1] != "$":
             compiled.append((2 * len(pattern) + allow, _PREFIX, pattern, "", ""))     # the common case
         else:
