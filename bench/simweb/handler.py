@@ -19,7 +19,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import xxhash
-
 from crawlerd.simweb import site as S
 from crawlerd.simweb.pages import SID_MARK, PageRenderer
 from crawlerd.simweb.text import ParagraphPool
@@ -214,7 +213,7 @@ class Handler:
                 k = _canonical_int(path[len(prefix):-5])
                 if k is None or k >= S.LEAF_PAGES:
                     return self.not_found()
-                return self._serve(host, (prefix, k), lambda p=prefix: (pages.leaf(host, p, k), HTML),
+                return self._serve(host, (prefix, k), lambda p=prefix, k=k: (pages.leaf(host, p, k), HTML),
                                    inm, ims, gz)
         if path.startswith("/r/"):
             k = _canonical_int(path[3:])

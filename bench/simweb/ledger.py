@@ -2,11 +2,11 @@
 
 The ledger is the referee for politeness (DESIGN §1.1) and robots (§1.2): it is written by the
 server, never by the crawler, so a crawler cannot mark its own homework. Times are measured on
-the server: ``t_start`` when the request's first bytes arrived, ``t_end`` when the last byte of
-the answer left the socket buffer (or the connection ended). Seen from the server, a request
-starts no earlier and ends no later than the crawler saw it, so server-side gaps are never
-shorter than the crawler's own: a polite crawler passes with zero tolerance, up to clock
-granularity.
+the server: ``t_start`` when the request's first bytes were read, ``t_end`` just before the
+answer was handed whole to the kernel (or, for an answer too big for the socket buffer, when the
+buffer drained; or when the connection ended). Seen from the server, a request starts no earlier
+and (answers that fit the socket buffer) ends no later than the crawler saw it, so server-side
+gaps are never shorter than the crawler's own: a polite crawler passes with zero tolerance.
 
 The checks take plain lists of :class:`LedgerEntry` and the site description (``Site.describe()``
 or GET /site), and return lists of :class:`Violation`; an empty list means clean.
@@ -44,7 +44,7 @@ class LedgerEntry:
     if_modified_since: str = ""
     t_start: float = 0.0       # time.monotonic() when the request's first bytes arrived
     t_start_wall: float = 0.0  # time.time() at the same moment
-    t_end: float = 0.0         # time.monotonic() when the answer was fully written / conn ended
+    t_end: float = 0.0         # time.monotonic() when the answer went to the kernel / conn ended
     t_end_wall: float = 0.0
     status: int = 0            # 0: no HTTP answer (held, reset, client left)
     bytes: int = 0             # bytes written (head + body)

@@ -6,8 +6,9 @@ binds 0.0.0.0 and each host's 127.x.y.z reaches it). Requests on a connection ar
 order (keep-alive, pipelining tolerated); a delayed answer holds the requests queued behind it.
 
 Every request is entered in the :class:`~crawlerd.simweb.ledger.Ledger` when its head is
-parsed, and closed when the answer has left the socket buffer: the transport's write-buffer
-limits are set to zero, so ``resume_writing`` fires exactly when the buffer drains.
+parsed (stamped with the arrival of its first bytes), and closed when the answer is handed to the
+kernel: stamped just before the write when the kernel takes it whole (the usual case on loopback),
+else when the transport's buffer drains (``resume_writing``; write-buffer limits are zero).
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ class SimHttpProtocol(asyncio.Protocol):
     async def _deferred(self, entry: LedgerEntry, reply: Reply, head_only: bool, keep_alive: bool) -> None:
         try:
             await asyncio.wait_for(self.closed_event.wait(), reply.delay_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if self.closed:
             entry.t_end, entry.t_end_wall, entry.note = time.monotonic(), time.time(), "client_closed"
@@ -279,9 +280,13 @@ class SimHttpProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             entry.t_end, entry.t_end_wall, entry.note = time.monotonic(), time.time(), "client_closed"
             return
+        # Stamp before writing: if the kernel takes every byte at once, the client cannot have read
+        # the last one before this moment, so a server-side gap never exceeds what the client saw,
+        # however long this process is descheduled after the write (the machine is shared).
+        t_end, t_end_wall = time.monotonic(), time.time()
         transport.write(data)
         if transport.get_write_buffer_size() == 0:
-            entry.t_end, entry.t_end_wall = time.monotonic(), time.time()
+            entry.t_end, entry.t_end_wall = t_end, t_end_wall
         else:
             self.undrained.append(entry)
 
