@@ -160,11 +160,14 @@ class WarcWriter:
         self._file = None            # raw file of the .open segment
         self._index = None           # unsorted CDXJ lines of the open segment (sidecar file)
         self._name = ""              # final name of the open segment
-        self._size = 0
+        self._size = 0               # bytes of the open segment, written or buffered
+        self._on_disk = 0            # bytes of the open segment handed to the OS
+        self.records_written = 0
+        self.bytes_written = 0       # compressed bytes over all segments, buffered included
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._warcinfo_id = ""
-        self.segments_closed: list[str] = []
+        self.segments_closed: list[str] = []   # final paths of the segments this writer closed, in order
 
     # -- public API ---------------------------------------------------------
 
@@ -303,6 +306,8 @@ class WarcWriter:
         self._buf.append(member)
         self._buf_bytes += len(member)
         self._size += len(member)
+        self.records_written += 1
+        self.bytes_written += len(member)
         return loc
 
     def _index_line(self, uri: str, date: str, response_head: bytes, digest: str, loc: WarcLocation,
@@ -326,9 +331,38 @@ class WarcWriter:
         data = memoryview(b"".join(self._buf))
         self._buf.clear()
         self._buf_bytes = 0
-        while data:
-            n = self._file.write(data)
-            data = data[n:]
+        try:
+            while data:
+                n = self._file.write(data)
+                data = data[n:]
+        except OSError:
+            self._abandon_segment()
+            raise
+        self._on_disk = self._size
+
+    def _abandon_segment(self) -> None:
+        """After a failed write (disk full, I/O error): cut the segment back to its last whole
+        write and close it, indexed from its content. Buffered records are lost and the caller
+        sees the error; the next record opens a new segment. If this fails too, ``recover()``
+        finishes the job at the next start."""
+        path, file, index = self.current_path, self._file, self._index
+        self._file = self._index = None
+        self._buf.clear()
+        self._buf_bytes = 0
+        try:
+            file.truncate(self._on_disk)
+            file.close()
+            index.close()
+            os.remove(index.name)
+            if self._on_disk == 0:
+                os.remove(path)
+                return
+            final = path[:-len(OPEN_SUFFIX)]
+            cdxj.write_lines(cdxj.index(path), cdxj.cdxj_path(final, self.index_dir))
+            os.rename(path, final)
+            self.segments_closed.append(final)
+        except OSError:
+            pass    # left as .open for recover(); the original error is what the caller needs
 
     def _ensure_segment(self) -> None:
         if self._file is not None:
@@ -347,6 +381,7 @@ class WarcWriter:
             break
         self._name = name
         self._size = 0
+        self._on_disk = 0
         self._index = open(cdxj.cdxj_path(path, self.index_dir) + OPEN_SUFFIX, "w", encoding="utf-8")
         self._warcinfo()
 

@@ -279,6 +279,8 @@ def test_rotation_keeps_closed_segments_untouched(tmp_path):
         assert recs[0][0].rec_type == "warcinfo"
         assert recs[0][0].rec_headers.get_header("WARC-Filename") == os.path.basename(p)
         total += sum(r.rec_type == "response" for r, _, _ in recs)
+        with open(p, "rb") as f:
+            assert sum(1 for rec in FastIterator(f, parse_http=False) if rec.verify_block_digest()) == len(recs)
         assert verify(p).ok
         size = os.path.getsize(p)
         # rotation happens once a segment passes the limit: only its last fetch may cross it
@@ -336,3 +338,37 @@ def test_gzip_member_round_trip():
         member = gzip_member(b"x" * 1000, compressor, level)
         assert member[:2] == b"\x1f\x8b"
         assert gzip.decompress(member) == b"x" * 1000
+
+
+class _FullDisk:
+    """A segment file that takes a few bytes of the next write and then fails like a full disk."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def write(self, data):
+        self.raw.write(bytes(data[:7]))
+        raise OSError(28, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def test_failed_write_leaves_a_valid_closed_segment(tmp_path):
+    w = det_writer(tmp_path, buffer_bytes=1 << 30)
+    kept = [write_page(w, i) for i in range(3)]
+    w.flush()
+    path = w.current_path
+    write_page(w, 3)
+    w._file = _FullDisk(w._file)          # the disk fills up under the writer
+    with pytest.raises(OSError, match="No space"):
+        w.flush()
+    assert w.current_path is None
+    final = path[:-len(".open")]
+    assert w.segments_closed == [final]
+    assert os.path.getsize(final) == kept[-1].offset + kept[-1].length
+    assert verify(final).ok
+    assert len(open(final[:-len(".warc.gz")] + ".cdxj").read().splitlines()) == 3
+    write_page(w, 4)                        # the next record opens a new segment
+    w.close()
+    assert len(w.segments_closed) == 2 and verify(w.segments_closed[1]).ok
