@@ -53,8 +53,9 @@ import xxhash
 from publicsuffixlist import PublicSuffixList
 
 __all__ = [
-    "MAX_INPUT_CHARS", "DEFAULT_PORTS", "normalize", "normalize_authority", "fingerprint", "host_key",
-    "host_of", "port_of", "registered_domain", "UrlFilter",
+    "MAX_INPUT_CHARS", "DEFAULT_PORTS", "PATH_CHARS", "QUERY_CHARS", "BaseUrl", "normalize",
+    "normalize_authority", "parse_base", "fingerprint", "host_key", "host_of", "port_of",
+    "registered_domain", "UrlFilter",
 ]
 
 # Longer inputs are refused outright: bounds the work done per hostile href. The
@@ -67,12 +68,13 @@ _TAB_NL = str.maketrans("", "", "\t\n\r")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # RFC 3986 §3.3 pchar plus "/" (path) and §3.4 "/" "?" (query), without "%".
-_PATH_CHARS = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
-_QUERY_CHARS = _PATH_CHARS + "?"
-_PATH_CLEAN = re.compile(f"[{_PATH_CHARS}]*")
-_QUERY_CLEAN = re.compile(f"[{_QUERY_CHARS}]*")
-_PATH_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})|[^{_PATH_CHARS}]")
-_QUERY_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})|[^{_QUERY_CHARS}]")
+# (Regex character-class bodies; exported for fast paths that must agree with normalize.)
+PATH_CHARS = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
+QUERY_CHARS = PATH_CHARS + "?"
+_PATH_CLEAN = re.compile(f"[{PATH_CHARS}]*")
+_QUERY_CLEAN = re.compile(f"[{QUERY_CHARS}]*")
+_PATH_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})|[^{PATH_CHARS}]")
+_QUERY_FIX = re.compile(f"%([0-9A-Fa-f]{{2}})|[^{QUERY_CHARS}]")
 _HOST_OK = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _TWO_SLASHES = ("//", "\\\\", "/\\", "\\/")    # a backslash is a slash in http(s) (WHATWG)
@@ -276,8 +278,8 @@ def normalize_authority(scheme: str, authority: str) -> str | None:
     return host if port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
 
-class _Base(NamedTuple):
-    """A parsed, normalised base URL: what resolving a relative reference needs."""
+class BaseUrl(NamedTuple):
+    """A parsed base URL, every part already normalised: what resolving a relative reference needs."""
     scheme: str
     netloc: str
     path: str
@@ -286,7 +288,8 @@ class _Base(NamedTuple):
 
 
 @lru_cache(maxsize=1024)
-def _parse_base(base: str) -> _Base | None:
+def parse_base(base: str) -> BaseUrl | None:
+    """Normalise and split a base URL (cached: one page resolves many links against one base)."""
     url = normalize(base)
     if url is None:
         return None
@@ -294,7 +297,7 @@ def _parse_base(base: str) -> _Base | None:
     slash = rest.find("/")
     netloc, pathq = rest[:slash], rest[slash:]
     path, qmark, query = pathq.partition("?")
-    return _Base(scheme, netloc, path, query if qmark else None, path[: path.rfind("/") + 1])
+    return BaseUrl(scheme, netloc, path, query if qmark else None, path[: path.rfind("/") + 1])
 
 
 def _absolute(scheme: str, rest: str) -> str | None:
@@ -311,7 +314,7 @@ def _absolute(scheme: str, rest: str) -> str | None:
     return _assemble(scheme, netloc, path.replace("\\", "/"), query if qmark else None)
 
 
-def _relative(ref: str, b: _Base) -> str | None:
+def _relative(ref: str, b: BaseUrl) -> str | None:
     if ref[:2] in _TWO_SLASHES:          # network-path reference
         return _absolute(b.scheme, ref.lstrip("/\\"))
     path, qmark, query = ref.partition("?")
@@ -344,13 +347,13 @@ def normalize(url: str, base: str | None = None) -> str | None:
             return None
         rest = s[m.end():]
         if isinstance(base, str) and rest[:2] not in _TWO_SLASHES:
-            b = _parse_base(base)
+            b = parse_base(base)
             if b is not None and b.scheme == scheme:
                 return _relative(rest, b)           # "http:x", "http:/x" against an http base
         return _absolute(scheme, rest.lstrip("/\\"))
     if not isinstance(base, str):
         return None
-    b = _parse_base(base)
+    b = parse_base(base)
     if b is None:
         return None
     return _relative(s, b)

@@ -1,0 +1,102 @@
+"""links_from_page: dedup, fast path agreeing with normalize, fingerprints and host keys."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crawlerd.process.links import links_from_page
+from crawlerd.records import Link
+from crawlerd.url import fingerprint, host_key, normalize
+
+BASE = "https://www.example.com/news/world/article-1.html?page=2"
+
+
+def test_typical_page():
+    hrefs = [
+        ("/about/", False),
+        ("related.html", False),
+        ("../index.html", False),
+        ("https://www.example.com/news?id=7&ref=home", False),
+        ("//cdn.example.net/app.js", False),
+        ("HTTP://Other.ORG:80/A%7e", True),
+        ("mailto:x@example.com", False),
+        ("javascript:void(0)", False),
+        ("#top", False),
+        ("?page=3", False),
+    ]
+    links = links_from_page(hrefs, BASE)
+    assert [(lk.url, lk.host_key, lk.nofollow) for lk in links] == [
+        ("https://www.example.com/about/", "https://www.example.com", False),
+        ("https://www.example.com/news/world/related.html", "https://www.example.com", False),
+        ("https://www.example.com/news/index.html", "https://www.example.com", False),
+        ("https://www.example.com/news?id=7&ref=home", "https://www.example.com", False),
+        ("https://cdn.example.net/app.js", "https://cdn.example.net", False),
+        ("http://other.org/A~", "http://other.org", True),
+        ("https://www.example.com/news/world/article-1.html?page=2", "https://www.example.com", False),
+        ("https://www.example.com/news/world/article-1.html?page=3", "https://www.example.com", False),
+    ]
+    assert all(isinstance(lk, Link) and lk.fp == fingerprint(lk.url) for lk in links)
+
+
+def test_duplicates_before_and_after_normalising():
+    hrefs = [("/a", True), ("/a", False), ("/a#x", True), ("https://WWW.example.com/a", True),
+             ("/b", True), ("/b", True), ("/./b", True)]
+    links = links_from_page(hrefs, BASE)
+    assert [(lk.url, lk.nofollow) for lk in links] == [
+        ("https://www.example.com/a", False),          # one followable occurrence makes it followable
+        ("https://www.example.com/b", True),
+    ]
+
+
+def test_max_url_length():
+    long_path = "/" + "x" * 100
+    links = links_from_page([(long_path, False), ("/short", False)], "http://a.com/", max_url_length=50)
+    assert [lk.url for lk in links] == ["http://a.com/short"]
+    assert len(links_from_page([(long_path, False)], "http://a.com/", max_url_length=113)) == 1
+    assert len(links_from_page([(long_path, False)], "http://a.com/", max_url_length=112)) == 0
+
+
+def test_invalid_base_keeps_absolute_links_only():
+    links = links_from_page([("rel", False), ("http://a.com/x", False), ("//b.com/", False)], "not a url")
+    assert [lk.url for lk in links] == ["http://a.com/x"]
+
+
+def test_bad_hosts_dropped_in_fast_path():
+    hrefs = [("http://a..b/", False), ("//a..b/x", False), ("http://1.2.3.4.5/", False), ("http://ok.com:99999/", False)]
+    assert links_from_page(hrefs, BASE) == []
+
+
+def test_empty():
+    assert links_from_page([], BASE) == []
+
+
+FAST_CASES = [
+    "/", "/a/b", "/a/b/", "/a?b=c&d", "/a?", "/a#f", "/a?b#f", "/.well-known/x", "/a/./b", "/a/../b", "/a/..",
+    "a", "a/b", "a?x", "a/./b", "a/../../../b", "a:b", "1a:b", "_x", "~u/", "a//b", "a/b/.",
+    "http://A.com", "http://a.com", "http://a.com:80/x", "http://a.com:8080", "https://a.com:443/?", "http://a.com.",
+    "https://a.com/x#y z", "http://a.com?x", "http://a.com/a/../b", "http://0x7f.1/", "http://1.2.3.4:0/",
+    "//a.com/x", "//a.com", "///a.com/x", "http:/a.com/x", "httpx://a.com/", "https:a", "http://a.com:/",
+    "http://a_b.com/", "http://-.com/", "http://a.com:0080/", "http://a.com:1/", "http://a.com/%41",
+]
+
+
+@pytest.mark.parametrize("href", FAST_CASES)
+@pytest.mark.parametrize("base", [BASE, "http://a.com", "http://a.com/dir/", "https://[::1]:8443/x/y"])
+def test_fast_path_agrees_with_normalize(href, base):
+    links = links_from_page([(href, False)], base)
+    expected = normalize(href, base)
+    assert (links[0].url if links else None) == expected
+    if links:
+        assert links[0].host_key == host_key(expected)
+
+
+HREF_CHARS = st.sampled_from(list("aB9-._~!$&'()*+,;=:@/?#%. \\\t") + ["..", "./", "//", "http://", "https://",
+                                                                           "x.com", ":8080", "%2e", "ü", "@"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(HREF_CHARS, max_size=20).map("".join),
+       st.sampled_from([BASE, "http://a.com/p/q", "https://b.org"]))
+def test_fast_path_agrees_with_normalize_property(href, base):
+    links = links_from_page([(href, False)], base)
+    assert (links[0].url if links else None) == normalize(href, base)
