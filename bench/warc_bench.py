@@ -20,7 +20,7 @@ import time
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawlerd.store.warc import WarcWriter
+from crawlerd.store.warc import WarcWriter, available_compressors
 
 REQUEST_HEAD = (b"GET /page HTTP/1.1\r\nHost: example.org\r\nUser-Agent: crawlerd/0.1 (+https://example.org)\r\n"
                 b"Accept: */*\r\nAccept-Encoding: gzip, br\r\n\r\n")
@@ -104,7 +104,8 @@ def main() -> None:
                     help="comma-separated compressor:level pairs for crawlerd's writer")
     args = ap.parse_args()
     pages = make_pages(args.records, args.body_bytes)
-    variants = [(c, int(lv)) for c, lv in (v.split(":") for v in args.variants.split(","))]
+    variants = [(c, int(lv)) for c, lv in (v.split(":") for v in args.variants.split(","))
+                if c in available_compressors()]
     results: dict[str, list[tuple[float, int]]] = {f"crawlerd {c} {lv}": [] for c, lv in variants}
     results["warcio (zlib 6)"] = []
     with tempfile.TemporaryDirectory() as d:

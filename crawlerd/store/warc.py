@@ -54,6 +54,11 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")
 _COMPRESSORS = {"zlib": (zlib, 9, 1), "isal": (_isal_zlib, 3, 2)}
 
 
+def available_compressors() -> list[str]:
+    """gzip back ends usable here (``isal`` needs the isal package)."""
+    return [name for name, (module, _, _) in _COMPRESSORS.items() if module is not None]
+
+
 def default_compressor() -> str:
     """``isal`` when the isal package is installed, else ``zlib``."""
     return "isal" if _isal_zlib is not None else "zlib"
@@ -129,9 +134,9 @@ class WarcWriter:
                  compress_level: int | None = None, buffer_bytes: int = 1 << 20, fsync: bool = False,
                  index_dir: str | None = None):
         compressor = compressor or default_compressor()
-        if compressor not in _COMPRESSORS or _COMPRESSORS[compressor][0] is None:
+        if compressor not in available_compressors():
             raise ValueError(f"compressor {compressor!r} is not available: expected "
-                             + " or ".join(k for k, v in _COMPRESSORS.items() if v[0] is not None))
+                             + " or ".join(available_compressors()))
         module, max_level, default_level = _COMPRESSORS[compressor]
         compress_level = default_level if compress_level is None else compress_level
         if not 0 <= compress_level <= max_level:

@@ -18,7 +18,14 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.store.segment import dechunk, is_chunked, iter_members
 from crawlerd.store.verify import verify
-from crawlerd.store.warc import REVISIT_PROFILE, WarcWriter, gzip_member, payload_digest, warc_date
+from crawlerd.store.warc import (
+    REVISIT_PROFILE,
+    WarcWriter,
+    available_compressors,
+    gzip_member,
+    payload_digest,
+    warc_date,
+)
 from tests.store.helpers import CHUNKED_HEAD, REQUEST_HEAD, RESPONSE_HEAD, T0, det_writer, html, write_page
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -333,8 +340,11 @@ def test_dechunk_inverts_chunking(chunks, upper):
     assert dechunk(coded) == b"".join(chunks)
 
 
-def test_gzip_member_round_trip():
-    for compressor, level in (("zlib", 1), ("zlib", 6), ("isal", 2)):
+@pytest.mark.parametrize("compressor,level", [("zlib", 1), ("zlib", 6), ("isal", 0), ("isal", 3)])
+def test_gzip_member_round_trip(compressor, level):
+    if compressor not in available_compressors():
+        pytest.skip(f"{compressor} not installed")
+    for _ in range(2):
         member = gzip_member(b"x" * 1000, compressor, level)
         assert member[:2] == b"\x1f\x8b"
         assert gzip.decompress(member) == b"x" * 1000
@@ -352,6 +362,19 @@ class _FullDisk:
 
     def __getattr__(self, name):
         return getattr(self.raw, name)
+
+
+@pytest.mark.parametrize("compressor", ["zlib", "isal"])
+def test_each_compressor_writes_readable_segments(tmp_path, compressor):
+    if compressor not in available_compressors():
+        pytest.skip(f"{compressor} not installed")
+    w = det_writer(tmp_path, compressor=compressor)
+    for i in range(3):
+        write_page(w, i)
+    w.close()
+    assert [r.rec_type for r, _, _ in records(w.segments_closed[0], check_digests=True)] == \
+        ["warcinfo"] + ["request", "response"] * 3
+    assert verify(w.segments_closed[0]).ok
 
 
 def test_failed_write_leaves_a_valid_closed_segment(tmp_path):
