@@ -158,6 +158,11 @@ class _Ready:
         self.block: _Block | None = None
         self._f = None
 
+    def fileno(self) -> int:
+        if self._f is None:
+            self._f = open(self.journal, "rb", buffering=1 << 20)
+        return self._f.fileno()
+
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
@@ -307,30 +312,53 @@ class Drum:
         self._ack()
         limit = self.max_results if limit is None else limit
         V = self.value_size
-        first_seq = None
-        parts_k, parts_u, parts_v = [], [], []
+        avail = min(limit, sum(r.end_seq - r.seq for r in self._ready))
+        keys = np.empty(avail, np.uint64)
+        unique = np.empty(avail, np.uint8)
+        values = np.empty(avail * V, np.uint8)
+        first_seq = self._handed_seq
         got = 0
-        while got < limit:
+        while got < avail:
             r = self._next_block()
             if r is None:
                 break
             blk = r.block
-            i0 = r.offset_in_block
-            n = min(len(blk.keys) - i0, limit - got)
-            unique, vals = self._answers(r, blk)
-            if first_seq is None:
-                first_seq = blk.first_seq + i0
-            parts_k.append(blk.keys[i0:i0 + n])
-            parts_u.append(unique[i0:i0 + n])
-            if V:
-                parts_v.append(vals[i0 * V:(i0 + n) * V])
-            got += n
-            self._advance(r, blk, n)
-        keys = np.concatenate(parts_k) if parts_k else np.empty(0, np.uint64)
-        unique = np.concatenate(parts_u).astype(bool) if parts_u else np.empty(0, bool)
-        values = (np.concatenate(parts_v) if parts_v else np.empty(0, np.uint8)).reshape(-1, V) if V \
-            else np.empty((len(keys), 0), np.uint8)
-        return (self._handed_seq - got if first_seq is None else first_seq), keys, unique, values
+            if r.offset_in_block < len(blk.keys):
+                # Rest of a block begun by results(), or one too big for the output or a read.
+                n = min(len(blk.keys) - r.offset_in_block, avail - got)
+                u, v = self._answers(r, blk)
+                i0 = r.offset_in_block
+                keys[got:got + n] = blk.keys[i0:i0 + n]
+                unique[got:got + n] = u[i0:i0 + n]
+                if V:
+                    values[got * V:(got + n) * V] = v[i0 * V:(i0 + n) * V]
+                got += n
+                self._advance(r, blk, n)
+                if r.offset_in_block < len(blk.keys):
+                    continue
+            # Whole blocks from here on, decoded natively straight from the journal.
+            r.pos = blk.end
+            r.ordinal += int(len(blk.keys) - int(blk.hit.sum()))
+            r.block = None
+            while got < avail and r.seq < r.end_seq:
+                chunk = os.pread(r.fileno(), 1 << 22, r.pos)
+                try:
+                    off, nk, nord = self._kern.decode_blocks(chunk, V, r.unique, r.values, r.ordinal, r.seq,
+                                                             keys, unique, values, got)
+                except ValueError as e:
+                    raise DrumCorrupt(f"{r.journal}: {e}") from None
+                if nk == 0:
+                    break
+                r.pos += off
+                r.ordinal += nord
+                got += nk
+                r.seq += nk
+                self._handed_seq += nk
+                self._handed = (r.epoch, r.seq)
+            if r.seq < r.end_seq and got < avail:
+                r.block = self._read_block(r)
+                r.offset_in_block = 0
+        return first_seq, keys[:got], unique[:got].view(bool), values[:got * V].reshape(got, V)
 
     @property
     def pending(self) -> int:
@@ -554,9 +582,8 @@ class Drum:
         return None
 
     def _read_block(self, r: _Ready) -> _Block:
-        if r._f is None:
-            r._f = open(r.journal, "rb", buffering=1 << 20)
-            r._f.seek(r.pos)
+        r.fileno()
+        r._f.seek(r.pos)
         blk = self._parse_block(r._f, r.pos, os.fstat(r._f.fileno()).st_size)
         if blk is None:
             raise DrumCorrupt(f"{r.journal}: journal ends before result {r.seq}")
@@ -676,7 +703,12 @@ class Drum:
             if mv != V:
                 raise DrumError(f"{self.path} holds value_size {mv}, opened with {V}")
         else:
+            if any(_NAME.match(n) for n in os.listdir(self.path)):
+                raise DrumCorrupt(f"{mpath} is missing but DRUM files are present")
             gen, count, khash, merged, manifest_seq = 0, 0, 0, -1, 0
+            self._next_seq = 0
+            self._write_manifest(gen, count, khash, merged)
+            _fsync_dir(self.path)
         self._gen, self._count, self._hash = gen, count, khash
         if gen:
             self._check_key_file(gen, count, khash)

@@ -30,6 +30,10 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset
 from posix.unistd cimport pread, pwrite, read, write
 
+
+cdef extern from *:
+    void __builtin_prefetch(const void*) nogil
+
 cdef enum:
     OP_CHECK = 0
     OP_UPDATE = 1
@@ -541,7 +545,10 @@ cdef class Core:
         p = hitvals + n * V
         # Only updates that change a value must reach the merge; everything else a cached key answers.
         may_hit = not (op == OP_UPDATE and V)
-        if may_hit:
+        if may_hit and self.ckeys != NULL:
+            # One cache line per probe: ask for all of them before the first compare.
+            for i in range(n):
+                __builtin_prefetch(self.ckeys + (mix64(keys[i]) & self.cmask) * WAYS)
             for i in range(n):
                 if self._cache_probe(keys[i], hitvals + i * V):
                     hit[i] = 1
@@ -800,3 +807,70 @@ cdef class Core:
             i = j
         return E_OK
 
+
+
+def decode_blocks(const uint8_t[::1] buf not None, Py_ssize_t value_size, const uint8_t[::1] unique_in not None,
+                  const uint8_t[::1] values_in not None, uint64_t ordinal, uint64_t seq,
+                  uint64_t[::1] keys_out not None, uint8_t[::1] unique_out not None,
+                  uint8_t[::1] values_out not None, Py_ssize_t out_pos):
+    """Answer whole journal blocks from ``buf`` into the output arrays (the dispatch fast path).
+
+    Each block is checked (magic, value size, length, checksum, ``first_seq ==
+    seq``); its cache hits are duplicates with their cached value, the others
+    take the next ordinal's answer from ``unique_in`` / ``values_in``. Stops at
+    the end of ``buf``, before a block that is not complete in it, or before one
+    that does not fit the output (possibly the first: then nothing is consumed). Returns (bytes consumed, keys written,
+    ordinals used); raises ValueError for a bad block.
+    """
+    cdef size_t off = 0, size = buf.shape[0], plen, n, i, V = value_size, want, aux_b
+    cdef Py_ssize_t cap = keys_out.shape[0], pos = out_pos
+    cdef const uint8_t* b
+    cdef const uint8_t* kp
+    cdef const uint8_t* hp
+    cdef const uint8_t* hv
+    cdef uint64_t o = ordinal, h, s = seq
+    cdef uint8_t flags
+    if <size_t>values_out.shape[0] < <size_t>cap * V:
+        raise ValueError("values_out too small")
+    while off + BLOCK_HEADER <= size:
+        b = &buf[0] + off
+        n = (<const uint32_t*>(b + 8))[0]
+        plen = (<const uint64_t*>(b + 24))[0]
+        flags = b[5]
+        aux_b = (<const uint32_t*>(b + 12))[0]
+        if ((<const uint32_t*>b)[0] != BLOCK_MAGIC or b[4] > 2 or flags > 3
+                or (<const uint16_t*>(b + 6))[0] != V):
+            raise ValueError(f"bad journal block header at offset {off}")
+        want = n * (9 + V) + (n * V if flags & 1 else 0) + (n * 4 + aux_b if flags & 2 else 0)
+        if ((want + 7) & ~<size_t>7) != plen:
+            raise ValueError(f"bad journal block length at offset {off}")
+        if off + BLOCK_HEADER + plen > size:
+            break
+        if pos + <Py_ssize_t>n > cap:
+            break
+        h = _hash_words(b, 32, 0) + _hash_words(b + BLOCK_HEADER, plen, 4)
+        if h != (<const uint64_t*>(b + 32))[0]:
+            raise ValueError(f"journal block checksum mismatch at offset {off}")
+        if (<const uint64_t*>(b + 16))[0] != s:
+            raise ValueError(f"journal block at offset {off} starts at seq "
+                             f"{(<const uint64_t*>(b + 16))[0]}, expected {s}")
+        kp = b + BLOCK_HEADER
+        hp = kp + n * 8
+        hv = hp + n
+        memcpy(&keys_out[pos], kp, n * 8)
+        for i in range(n):
+            if hp[i]:
+                unique_out[pos + i] = 0
+                if V:
+                    memcpy(&values_out[(pos + i) * V], hv + i * V, V)
+            else:
+                if o >= <uint64_t>unique_in.shape[0]:
+                    raise ValueError("fewer answers than journalled keys")
+                unique_out[pos + i] = unique_in[o]
+                if V:
+                    memcpy(&values_out[(pos + i) * V], &values_in[o * V], V)
+                o += 1
+        pos += n
+        s += n
+        off += BLOCK_HEADER + plen
+    return off, pos - out_pos, o - ordinal

@@ -280,3 +280,45 @@ class Core:
                 if k in state:
                     self._insert(k, state[k])
         return len(state), hash_words(out)
+
+
+def decode_blocks(buf, value_size, unique_in, values_in, ordinal, seq, keys_out, unique_out, values_out,
+                  out_pos):
+    """Answer whole journal blocks from ``buf`` into the output arrays; see ``drum.decode_blocks``."""
+    buf = bytes(buf)
+    V = value_size
+    off, pos, o, s = 0, out_pos, ordinal, seq
+    while off + BLOCK_HEADER <= len(buf):
+        magic, op, flags, bv, n, auxb, first, plen, h = struct.unpack_from("<IBBHIIQQQ", buf, off)
+        if magic != BLOCK_MAGIC or op > 2 or flags > 3 or bv != V:
+            raise ValueError(f"bad journal block header at offset {off}")
+        want = n * (9 + V) + (n * V if flags & 1 else 0) + (n * 4 + auxb if flags & 2 else 0)
+        if want + (-want % 8) != plen:
+            raise ValueError(f"bad journal block length at offset {off}")
+        if off + BLOCK_HEADER + plen > len(buf) or pos + n > len(keys_out):
+            break
+        payload = buf[off + BLOCK_HEADER:off + BLOCK_HEADER + plen]
+        if (hash_words(buf[off:off + 32]) + hash_words(payload, 4)) & _M64 != h:
+            raise ValueError(f"journal block checksum mismatch at offset {off}")
+        if first != s:
+            raise ValueError(f"journal block at offset {off} starts at seq {first}, expected {s}")
+        keys = struct.unpack_from(f"<{n}Q", payload, 0)
+        hit = payload[n * 8:n * 9]
+        hv = payload[n * 9:n * 9 + n * V]
+        for i in range(n):
+            keys_out[pos + i] = keys[i]
+            if hit[i]:
+                unique_out[pos + i] = 0
+                if V:
+                    values_out[(pos + i) * V:(pos + i + 1) * V] = np.frombuffer(hv[i * V:(i + 1) * V], np.uint8)
+            else:
+                if o >= len(unique_in):
+                    raise ValueError("fewer answers than journalled keys")
+                unique_out[pos + i] = unique_in[o]
+                if V:
+                    values_out[(pos + i) * V:(pos + i + 1) * V] = values_in[o * V:(o + 1) * V]
+                o += 1
+        pos += n
+        s += n
+        off += BLOCK_HEADER + plen
+    return off, pos - out_pos, o - ordinal

@@ -1,0 +1,307 @@
+"""DRUM seen-set: answers against a dict model, kernels against their reference, triggers, invariants."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crawlerd._native import drum as native
+from crawlerd._native import drum_ref as ref
+from crawlerd.drum import HEADER_BYTES, Drum, DrumError, Op
+
+KERNELS = [pytest.param(native, id="native"), pytest.param(ref, id="ref")]
+
+
+class Model:
+    """The specification: a dict, operations applied in submission order."""
+
+    def __init__(self):
+        self.d: dict[int, bytes] = {}
+        self.seq = 0
+        self.expected: list[tuple] = []
+
+    def apply(self, op: Op, keys, values, aux, V: int):
+        for i, k in enumerate(keys):
+            present = k in self.d
+            old = self.d.get(k) if V else None
+            self.expected.append((k, op, not present, old if present else None,
+                                  aux[i] if aux is not None else None, self.seq))
+            self.seq += 1
+            v = values[i] if values is not None else bytes(V)
+            if op == Op.UPDATE or (op == Op.CHECK_UPDATE and not present):
+                self.d[k] = v
+
+
+def _tuples(results):
+    return [(r.key, r.op, r.unique, r.value, r.aux, r.seq) for r in results]
+
+
+def _key_file(path: str, V: int) -> list[tuple[int, bytes]]:
+    names = [n for n in os.listdir(path) if n.startswith("keys.") and not n.endswith(".tmp")]
+    if not names:
+        return []
+    assert len(names) == 1
+    data = open(os.path.join(path, names[0]), "rb").read()[HEADER_BYTES:]
+    R = 8 + V
+    return [(int.from_bytes(data[i:i + 8], "little"), data[i + 8:i + R]) for i in range(0, len(data), R)]
+
+
+call = st.tuples(
+    st.sampled_from([Op.CHECK, Op.UPDATE, Op.CHECK_UPDATE, Op.CHECK_UPDATE]),
+    st.lists(st.integers(0, 40), max_size=12),
+    st.booleans(),                       # with aux
+    st.booleans(),                       # with values
+)
+action = st.one_of(
+    call.map(lambda c: ("call", c)),
+    st.just(("flush", None)),
+    st.just(("poll", None)),
+    st.integers(1, 9).map(lambda n: ("results", n)),
+    st.integers(1, 9).map(lambda n: ("arrays", n)),
+    st.just(("reopen", None)),
+)
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(action, max_size=40), V=st.sampled_from([0, 3]), buckets=st.integers(1, 5),
+       cache=st.sampled_from([0, 8, 64]), seed=st.integers(0, 2**32))
+def test_random_streams_match_dict(kern, actions, V, buckets, cache, seed):
+    # Tiny buffers so spills and merges happen every few calls.
+    rng = random.Random(seed)
+    space = [rng.getrandbits(64) for _ in range(41)]
+    space[0] = 0                           # key 0 is never cached; it must still work
+    model = Model()
+    got: list[tuple] = []
+    clock = [0.0]
+    with tempfile.TemporaryDirectory() as d:
+        kw = dict(buckets=buckets, bucket_buffer_bytes=48, merge_bytes=buckets * 160, max_age_s=5.0,
+                  cache_entries=cache, value_size=V, clock=lambda: clock[0], _kernels=kern)
+        dr = Drum(d, **kw)
+        try:
+            for kind, arg in actions:
+                clock[0] += 1.0
+                if kind == "call":
+                    op, idx, with_aux, with_vals = arg
+                    keys = [space[i] for i in idx]
+                    aux = [b"u%d/%d" % (i, rng.randrange(3)) for i in idx] if with_aux else None
+                    vals = [bytes(rng.randrange(256) for _ in range(V)) for _ in idx] if with_vals else None
+                    if op == Op.CHECK:
+                        dr.check(keys, aux=aux)
+                        vals = None
+                    elif op == Op.UPDATE:
+                        dr.update(keys, values=vals, aux=aux)
+                    else:
+                        dr.check_update(keys, aux=aux, values=vals)
+                    model.apply(op, keys, vals if V else None, aux, V)
+                elif kind == "flush":
+                    dr.flush()
+                elif kind == "poll":
+                    dr.poll()
+                elif kind == "results":
+                    got += _tuples(dr.results(arg))
+                elif kind == "arrays":
+                    first, ks, un, vs = dr.results_arrays(arg)
+                    for j in range(len(ks)):
+                        m = model.expected[first + j]
+                        got.append((int(ks[j]), m[1], bool(un[j]),
+                                    vs[j].tobytes() if V and not un[j] else None, m[4], first + j))
+                else:
+                    dr.close()
+                    dr = Drum(d, **kw)
+                assert dr.pending == model.seq - len(got)
+            dr.flush()
+            while True:
+                r = dr.results(7)
+                if not r:
+                    break
+                got += _tuples(r)
+            assert got == model.expected
+            assert dr.pending == 0
+            assert len(dr) == len(model.d)
+            # Invariant of the key file: strictly sorted, exactly the model's keys and values.
+            assert _key_file(d, V) == sorted(model.d.items())
+        finally:
+            dr.close()
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_many_merges_aux_intact_and_in_order(kern, tmp_path):
+    rng = random.Random(7)
+    pool = [rng.getrandbits(64) for _ in range(3000)]
+    seen: set[int] = set()
+    expected, got = [], []
+    with Drum(str(tmp_path), buckets=8, bucket_buffer_bytes=256, merge_bytes=8 * 1024,
+              cache_entries=256, _kernels=kern) as dr:
+        merges = 0
+        for _ in range(300):
+            keys = [rng.choice(pool) for _ in range(rng.randint(1, 30))]
+            aux = [b"https://h%d.example/%x" % (k % 97, k) for k in keys]
+            gen = dr._gen
+            dr.check_update(keys, aux=aux)
+            merges += dr._gen != gen
+            for k, a in zip(keys, aux, strict=True):
+                expected.append((k, k not in seen, a))
+                seen.add(k)
+            got += [(r.key, r.unique, r.aux) for r in dr.results()]
+        dr.flush()
+        got += [(r.key, r.unique, r.aux) for r in dr.results(1 << 20)]
+        assert merges >= 5
+        assert dr.cache_hits > 0
+        assert got == expected
+        assert len(dr) == len(seen)
+
+
+def test_native_and_reference_write_identical_files(tmp_path):
+    rng = random.Random(3)
+    calls = []
+    for _ in range(60):
+        keys = [rng.getrandbits(64) if rng.random() < 0.6 else rng.choice([1, 2, 3, 2**63, 2**64 - 1])
+                for _ in range(rng.randint(1, 9))]
+        calls.append((rng.choice([0, 1, 2]), keys, [b"a" * rng.randint(0, 5) for _ in keys],
+                      bytes(rng.randrange(256) for _ in range(4 * len(keys)))))
+    dirs = {}
+    for kern in (native, ref):
+        d = tmp_path / kern.__name__.rsplit(".", 1)[1]
+        dr = Drum(str(d), buckets=3, bucket_buffer_bytes=100, merge_bytes=1 << 20, cache_entries=16,
+                  value_size=4, _kernels=kern)
+        for i, (op, keys, aux, vals) in enumerate(calls):
+            [dr.check, dr.update, dr.check_update][op](keys, aux=aux) if op == 0 else \
+                [dr.check, dr.update, dr.check_update][op](keys, values=vals, aux=aux)
+            if i % 20 == 19:
+                dr.flush()
+        dirs[kern] = (d, dr)
+    d1, d2 = dirs[native][0], dirs[ref][0]
+    names = sorted(n for n in os.listdir(d1) if n not in ("LOCK",))
+    assert names == sorted(n for n in os.listdir(d2) if n not in ("LOCK",))
+    assert any(n.startswith("keys.") for n in names) and any(n.startswith("journal.") for n in names)
+    for n in names:
+        assert (d1 / n).read_bytes() == (d2 / n).read_bytes(), n
+    for _, dr in dirs.values():
+        dr.close()
+
+
+@given(data=st.binary(max_size=200), word0=st.integers(0, 2**40))
+def test_hash_words_matches_reference(data, word0):
+    assert native.hash_words(data, word0) == ref.hash_words(data, word0)
+
+
+@given(keys=st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 5, 2**64 - 1]), max_size=300))
+def test_radix_sort_is_stable_and_matches_reference(keys):
+    arr = np.array(keys, dtype=np.uint64)
+    assert native.sort_keys(arr) == ref.sort_keys(arr)
+
+
+@given(key=st.integers(0, 2**64 - 1), other=st.integers(0, 2**64 - 1), k=st.integers(1, 4096))
+def test_buckets_are_key_ranges(key, other, k):
+    b = native.bucket_of(key, k)
+    assert b == ref.bucket_of(key, k) and 0 <= b < k
+    # Monotone in the key: bucket order is key order, so merging buckets in order writes a sorted file.
+    if key <= other:
+        assert b <= native.bucket_of(other, k)
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_cache_answers_repeats_and_is_bounded(kern, tmp_path):
+    with Drum(str(tmp_path), buckets=2, cache_entries=100, _kernels=kern) as dr:
+        assert dr._core.cache_capacity == 64          # power-of-two sets of 8, never above the request
+        dr.check_update([11, 12, 13])
+        dr.check_update([11, 12, 13, 14])             # 11..13 answered at submission, 14 goes to a bucket
+        assert dr.cache_hits == 3
+        assert dr._core.ordinals == 4
+        dr.flush()
+        assert [r.unique for r in dr.results()] == [True, True, True, False, False, False, True]
+        dr.check_update(list(range(1000, 2000)))
+        assert sum(dr._core.cache_lookup(k)[0] for k in range(1000, 2000)) <= 64
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_cached_value_is_the_current_value(kern, tmp_path):
+    with Drum(str(tmp_path), buckets=2, cache_entries=64, value_size=2, _kernels=kern) as dr:
+        dr.check_update([5], values=[b"aa"])
+        dr.flush()
+        dr.check_update([5], values=[b"bb"])      # duplicate: the value stays aa (admitted by the merge)
+        dr.update([5], values=[b"cc"])             # overwrites
+        dr.check([5])
+        dr.flush()
+        assert [(r.unique, r.value) for r in dr.results()] == [(True, None), (False, b"aa"), (False, b"aa"),
+                                                                (False, b"cc")]
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_age_trigger_and_explicit_flush(kern, tmp_path):
+    now = [100.0]
+    with Drum(str(tmp_path), max_age_s=30.0, clock=lambda: now[0], _kernels=kern) as dr:
+        assert not dr.poll()                       # nothing pending
+        dr.check_update([1, 2, 3])
+        now[0] = 129.0
+        assert not dr.poll()
+        assert dr.results() == [] and dr.pending == 3
+        assert dr.poll(now=130.0)                  # the oldest submission is 30 s old
+        assert [r.unique for r in dr.results()] == [True] * 3
+        dr.check_update([3, 4])
+        assert not dr.poll(now=131.0)
+        dr.flush()                                 # the frontier is running dry
+        assert [r.unique for r in dr.results()] == [False, True]
+        assert dr.pending == 0
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_full_bucket_merges_inline(kern, tmp_path):
+    with Drum(str(tmp_path), buckets=4, bucket_buffer_bytes=64, merge_bytes=4 * 256, cache_entries=0,
+              _kernels=kern) as dr:
+        keys = list(range(1, 2**64, 2**64 // 200))
+        dr.check_update(keys[:10])
+        assert dr.results() == []
+        dr.check_update(keys[10:])                 # a bucket reaches 256 bytes: merge in this call
+        assert len(dr) > 0
+        out = dr.results(1000)
+        assert out and all(r.unique for r in out)
+
+
+def test_fast_path_arrays(tmp_path):
+    keys = np.arange(1, 1001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    with Drum(str(tmp_path), buckets=4, merge_bytes=1 << 20) as dr:
+        for i in range(0, 1000, 50):
+            dr.check_update(keys[i:i + 50])
+        dr.check_update(keys[:100])
+        dr.flush()
+        first, ks, un, vs = dr.results_arrays(10**6)
+        assert first == 0 and np.array_equal(ks, np.concatenate([keys, keys[:100]]))
+        assert un.dtype == bool and un[:1000].all() and not un[1000:].any()
+        assert vs.shape == (1100, 0)
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_bad_arguments(kern, tmp_path):
+    with Drum(str(tmp_path), value_size=2, _kernels=kern) as dr:
+        with pytest.raises(ValueError):
+            dr.check_update([1, 2], values=[b"aa"])
+        with pytest.raises(ValueError):
+            dr.check_update([1, 2], aux=[b"x"])
+        with pytest.raises((ValueError, OverflowError)):
+            dr.check_update([-1])
+        with pytest.raises(DrumError):
+            Drum(str(tmp_path))                    # the directory is locked by the open DRUM
+        dr.check_update([])                        # nothing to do
+        assert dr.pending == 0
+    with pytest.raises(DrumError):
+        dr.check([1])                              # closed
+    with pytest.raises(DrumError, match="value_size"):
+        Drum(str(tmp_path), value_size=3).close()
+
+
+def test_key_file_header_is_checked(tmp_path):
+    with Drum(str(tmp_path)) as dr:
+        dr.check_update([1, 2, 3])
+        dr.flush()
+    name = next(n for n in os.listdir(tmp_path) if n.startswith("keys."))
+    head = (tmp_path / name).read_bytes()[:HEADER_BYTES]
+    assert head.startswith(b"DRUMKEY1") and struct.unpack_from("<Q", head, 16)[0] == 3
