@@ -256,7 +256,8 @@ class RobotsRules:
 
         specific: list[tuple[bool, str]] = []    # rules of the groups naming our token
         fallback: list[tuple[bool, str]] = []    # rules of the "*" groups
-        delay_specific: float | None = None
+        delay_specific: float | None = None     # crawl-delay of the groups naming our token
+        group_delay: float | None = None        # crawl-delay of the current group
         delay_fallback: float | None = None
         sitemaps: list[str] = []
         seen_specific = seen_fallback = False
@@ -297,24 +298,33 @@ class RobotsRules:
                         fallback.append(rule)
             elif kind == _UA:
                 if not in_agent_lines:
+                    if group_delay is not None:
+                        if in_specific:
+                            delay_specific = max(group_delay, delay_specific or 0.0)
+                        if in_fallback:
+                            delay_fallback = max(group_delay, delay_fallback or 0.0)
                     in_agent_lines = True
                     in_specific = in_fallback = False
+                    group_delay = None
                 if value[:1] == "*" and (len(value) == 1 or value[1] in _SPACES):
                     in_fallback = seen_fallback = True
                 elif agent and value[:agent_len].lower() == agent and (
                         len(value) == agent_len or value[agent_len] not in _TOKEN_CHARS):
                     in_specific = seen_specific = True
             elif kind == _DELAY:
-                # not in RFC 9309 (§2.2.4 other records); belongs to the current group, the
-                # largest value wins when groups merge
+                # not in RFC 9309 (§2.2.4 other records): it belongs to the current group (also
+                # to user-agent lines after it, as it does not end them); the largest value
+                # wins when groups merge
                 delay = _parse_delay(value)
                 if delay is not None:
-                    if in_specific:
-                        delay_specific = delay if delay_specific is None else max(delay, delay_specific)
-                    if in_fallback:
-                        delay_fallback = delay if delay_fallback is None else max(delay, delay_fallback)
+                    group_delay = delay if group_delay is None else max(delay, group_delay)
             elif value:      # sitemap: not tied to any group
                 sitemaps.append(value)
+        if group_delay is not None:
+            if in_specific:
+                delay_specific = max(group_delay, delay_specific or 0.0)
+            if in_fallback:
+                delay_fallback = max(group_delay, delay_fallback or 0.0)
 
         if seen_specific:
             raw, delay = specific, delay_specific
