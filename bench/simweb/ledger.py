@@ -243,7 +243,9 @@ def robots_violations(entries: Iterable[LedgerEntry], site: Mapping, agent: str 
             continue
         robots = spec["robots"]
         robots_paths = set(robots["paths"])
-        first_robots_end = min((e.t_end for e in lst if e.path == "/robots.txt"), default=None)
+        # robots.txt is known when the last hop of its redirect chain (usually /robots.txt) is answered
+        final = robots["paths"][-1]
+        first_robots_end = min((e.t_end for e in lst if e.path == final), default=None)
         for e in lst:
             if e.path in robots_paths:
                 continue

@@ -69,12 +69,12 @@ class PageRenderer:
     def entry_path(self, host: S.HostSpec, rng: random.Random) -> str:
         """A path that exists on ``host``, as another host would link to it."""
         if host.role == S.ROLE_TRAP_CALENDAR:
-            return f"/cal?y={2020 + rng.randrange(10)}&m={1 + rng.randrange(12)}"
+            return f"/cal?y={2020 + int(rng.random() * 10)}&m={1 + int(rng.random() * 12)}"
         if host.role == S.ROLE_TRAP_DEPTH:
             return "/a/b/"
         if host.role == S.ROLE_TRAP_SESSION:
-            return f"/p/{rng.randrange(host.pages)}.html?sid={rng.getrandbits(64):016x}"
-        return f"/p/{rng.randrange(host.pages)}.html"
+            return f"/p/{int(rng.random() * host.pages)}.html?sid={rng.getrandbits(64):016x}"
+        return f"/p/{int(rng.random() * host.pages)}.html"
 
     def _link(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, str, bool]:
         href, anchor, nofollow = self._link_of_kind(host, rng, kind)
@@ -90,25 +90,25 @@ class PageRenderer:
         if kind == "rel":
             return f"{k}.html", anchor, False
         if kind == "dotdot":
-            return rng.choice((f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")), anchor, False
+            return (f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")[int(rng.random() * 3)], anchor, False
         if kind == "abs":
             return f"http://{self.authority(host)}/p/{k}.html", anchor, False
         if kind == "frag":
-            return f"/p/{k}.html#s{rng.randrange(8)}", anchor, False
+            return f"/p/{k}.html#s{int(rng.random() * 8)}", anchor, False
         if kind in ("cross_abs", "cross_proto"):
-            other = self.site.hosts[rng.randrange(self.site.n_hosts)]
+            other = self.site.hosts[int(rng.random() * self.site.n_hosts)]
             scheme = "http:" if kind == "cross_abs" else ""
             return f"{scheme}//{self.authority(other)}{self.entry_path(other, rng)}", anchor, False
         if kind == "private":
             sub = "open/" if rng.random() < 0.5 else ""
-            return f"/private/{sub}{rng.randrange(S.LEAF_PAGES)}.html", anchor, False
+            return f"/private/{sub}{int(rng.random() * S.LEAF_PAGES)}.html", anchor, False
         if kind == "nofollow":
-            return f"/nf/{rng.randrange(S.LEAF_PAGES)}.html", anchor, True
+            return f"/nf/{int(rng.random() * S.LEAF_PAGES)}.html", anchor, True
         if kind == "redirect":
             return f"/r/{k}", anchor, False
         if kind == "missing":
-            return f"/p/{host.pages + rng.randrange(5)}.html", anchor, False
-        return rng.choice(_MEDIA).format(rng.randrange(S.MEDIA_FILES)), anchor, False
+            return f"/p/{host.pages + int(rng.random() * 5)}.html", anchor, False
+        return _MEDIA[int(rng.random() * len(_MEDIA))].format(int(rng.random() * S.MEDIA_FILES)), anchor, False
 
     # --- bodies ---
     def page(self, host: S.HostSpec, k: int) -> bytes:
@@ -125,7 +125,7 @@ class PageRenderer:
         n_links = rng.randint(10, 60)
         if k in host.meta_nofollow:
             # only reachable from here: a crawler that ignores <meta name=robots> fetches /mnf/
-            links = [(f"/mnf/{rng.randrange(S.LEAF_PAGES)}.html", " ".join(words(rng, 2)), False)
+            links = [(f"/mnf/{int(rng.random() * S.LEAF_PAGES)}.html", " ".join(words(rng, 2)), False)
                      for _ in range(n_links)]
         else:
             kinds = rng.choices(_LINK_KINDS, _LINK_WEIGHTS, k=n_links)
@@ -142,14 +142,14 @@ class PageRenderer:
         if li < len(links):
             parts.append(self._ul(links[li:]))
         if rng.random() < 0.3:
-            parts.append(f'<p><img src="/img/{rng.randrange(S.MEDIA_FILES)}.png" alt="figure"></p>\n'.encode())
+            parts.append(f'<p><img src="/img/{int(rng.random() * S.MEDIA_FILES)}.png" alt="figure"></p>\n'.encode())
         return self._doc(title, parts, k in host.meta_nofollow)
 
     def leaf(self, host: S.HostSpec, prefix: str, k: int) -> bytes:
         """/private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html: small pages linking back."""
         rng = self._rng(host, f"{prefix}{k}")
         title = sentence(rng, 4)[:-1]
-        links = [(f"/p/{rng.randrange(host.pages)}.html", " ".join(words(rng, 2)), False) for _ in range(5)]
+        links = [(f"/p/{int(rng.random() * host.pages)}.html", " ".join(words(rng, 2)), False) for _ in range(5)]
         return self._doc(title, self._paragraphs(rng, 3000) + [self._ul(links)])
 
     def root(self, host: S.HostSpec) -> bytes:
@@ -162,7 +162,7 @@ class PageRenderer:
         else:
             links = [(f"/p/{k}.html", " ".join(words(rng, 2)), False) for k in range(min(host.pages, 30))]
             for _ in range(3):
-                other = self.site.hosts[rng.randrange(self.site.n_hosts)]
+                other = self.site.hosts[int(rng.random() * self.site.n_hosts)]
                 links.append((f"http://{self.authority(other)}{self.entry_path(other, rng)}", other.name, False))
             links += [("/private/0.html", "private", False), ("/private/open/0.html", "open", False),
                       ("/nf/0.html", "nofollow", True), ("/files/0.txt", "notes", False)]

@@ -245,6 +245,9 @@ class SimHttpProtocol(asyncio.Protocol):
             await asyncio.wait_for(self.closed_event.wait(), reply.delay_s)
         except TimeoutError:
             pass
+        except asyncio.CancelledError:
+            entry.t_end, entry.t_end_wall, entry.note = time.monotonic(), time.time(), "aborted"  # shutdown
+            raise
         if self.closed:
             entry.t_end, entry.t_end_wall, entry.note = time.monotonic(), time.time(), "client_closed"
             return

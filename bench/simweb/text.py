@@ -81,7 +81,7 @@ class ParagraphPool:
         total = 0
         n = len(self.paragraphs)
         while total < target_bytes:
-            idx = rng.randrange(n)
+            idx = int(rng.random() * n)   # cheaper than randrange; deterministic all the same
             chosen.append(idx)
             total += len(self.paragraphs[idx])
         return chosen

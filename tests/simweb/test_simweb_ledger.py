@@ -143,6 +143,12 @@ def test_page_before_robots_detected():
     assert kinds(vs2) == [L.ROBOTS_NOT_FIRST]
 
 
+def test_page_between_robots_redirect_hops_detected():
+    entries = [E(0, "hop.sim", 0.0, 0.1, "/robots.txt"), E(1, "hop.sim", 0.5, 0.6, "/p/1.html"),
+               E(2, "hop.sim", 1.0, 1.1, "/moved/robots-hop.txt"), E(3, "hop.sim", 1.5, 1.6, "/moved/robots-final.txt")]
+    assert [(v.kind, v.seq) for v in L.robots_violations(entries, SITE)] == [(L.ROBOTS_NOT_FIRST, 1)]
+
+
 def test_page_started_while_robots_in_flight_detected():
     entries = [E(0, "ok.sim", 0.0, 2.0, "/robots.txt"), E(1, "ok.sim", 1.0, 1.1, "/p/1.html")]
     assert kinds(L.robots_violations(entries, SITE)) == [L.ROBOTS_NOT_FIRST]

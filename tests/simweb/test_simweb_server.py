@@ -295,3 +295,20 @@ def test_ledger_checks_on_real_traffic(sim, site):
     entries = wait_ledger(sim, lambda e: e.host == slow and e.t_end > 0)
     kinds = [v.kind for v in politeness_violations(entries, min_gap_s=0.0) if v.key == slow]
     assert kinds == [HOST_OVERLAP]
+
+
+def test_dns_port_answers_every_host():
+    import struct
+
+    with SimWebProcess(hosts=4, seed=1, max_pages=20, dns_port=0) as sim:
+        assert sim.dns_port
+        name = "h2.sim"
+        query = struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"".join(
+            bytes([len(label)]) + label.encode() for label in name.split(".")) + b"\x00" + struct.pack("!HH", 1, 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(10)
+            s.sendto(query, ("127.0.0.1", sim.dns_port))
+            reply, _ = s.recvfrom(512)
+        qid, flags, _, ancount = struct.unpack("!HHHH", reply[:8])
+        assert qid == 0x1234 and flags & 0x000F == 0 and ancount == 1
+        assert socket.inet_ntoa(reply[-4:]) == sim.static_hosts[name]
