@@ -93,6 +93,7 @@ class Frontier:
         self._blocked_slots: set[int] = set()
         self._ops = 0
         self._wpicks = 0
+        self.commits = 0                 # write transactions committed (tests use it to know what is durable)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._blocklist = Blocklist(patterns)
         for p in blocklist:
@@ -497,21 +498,20 @@ class Frontier:
         txn = st.txn()
         txn.delete(u64(o.lease.lease_id), db=st.leases)
         hk = o.lease.host_key
-        if s in self._blocked_slots:
-            self._drop_raw(hk, o.key, o.urec, "blocked")
-            return
-        if requeue:
+        if not requeue and not is_retryable(outcome, status):
+            self._c["completed"] += 1
+        elif s in self._blocked_slots:
+            self._drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
+        elif requeue:
             self._c["requeued"] += 1
             self._put_back(s, o.key, o.urec)
-        elif is_retryable(outcome, status):
+        else:
             attempts = o.lease.attempt
             if attempts >= self._max_attempts:
                 self._dead_letter(hk, o.key, o.urec, outcome, status)
             else:
                 self._c["retried"] += 1
                 self._put_back(s, o.key, with_attempts(o.urec, attempts))
-        else:
-            self._c["completed"] += 1
 
     def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
         H = self._hosts
@@ -550,7 +550,8 @@ class Frontier:
 
     @property
     def next_deadline(self) -> float:
-        """Earliest lease deadline (inf when none): when expire_leases() has work."""
+        """Earliest lease deadline (inf when none): when expire_leases() has work. O(leases out)."""
+        self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
         return self._min_deadline
 
     # == DNS and robots ==============================================================
@@ -792,6 +793,7 @@ class Frontier:
         if st.open:
             st.save_meta(self._c, self._dropped)
             st.commit()
+            self.commits += 1
         self._ops = 0
 
     def commit(self) -> None:
