@@ -1,0 +1,135 @@
+"""Exact-duplicate payload digests, for WARC revisit records.
+
+A payload whose SHA-1 digest was seen before is written as a ``revisit``
+record (WARC 1.1 §6.7.2, profile identical-payload-digest) that refers to the
+first capture: its URL (WARC-Refers-To-Target-URI) and date
+(WARC-Refers-To-Date). This set remembers that first capture per digest.
+
+It lives in an LMDB environment in its own directory, owned by one process
+(an exclusive flock on ``owner.lock``; a second opener gets a clear error).
+Each ``add`` is its own committed transaction, so ``kill -9`` loses nothing
+that ``add`` returned for; ``durable=False`` (the default) skips the fsync per
+commit, and ``flush()`` at checkpoints makes everything survive a power loss.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fcntl
+import os
+from pathlib import Path
+
+import lmdb
+
+_SHA1_BYTES = 20
+_MAX_DATE_BYTES = 255
+
+
+def digest_key(digest: bytes | bytearray | memoryview | str) -> bytes:
+    """The 20 raw bytes of a SHA-1 digest given raw, as hex, or as base32 (``sha1:`` prefix optional)."""
+    if isinstance(digest, (bytes, bytearray, memoryview)):
+        raw = bytes(digest)
+    elif isinstance(digest, str):
+        text = digest.strip()
+        if text[:5].lower() == "sha1:":
+            text = text[5:]
+        try:
+            if len(text) == 32:
+                raw = base64.b32decode(text.upper())
+            elif len(text) == 40:
+                raw = bytes.fromhex(text)
+            else:
+                raw = b""
+        except (binascii.Error, ValueError):
+            raw = b""
+    else:
+        raise TypeError(f"digest must be bytes or str, not {type(digest).__name__}")
+    if len(raw) != _SHA1_BYTES:
+        raise ValueError(f"not a SHA-1 digest (20 bytes, 40 hex or 32 base32 chars): {digest!r}")
+    return raw
+
+
+def _encode(url: str, date: str) -> bytes:
+    d = date.encode("utf-8")
+    if len(d) > _MAX_DATE_BYTES:
+        raise ValueError(f"date longer than {_MAX_DATE_BYTES} bytes: {date!r}")
+    return bytes([len(d)]) + d + url.encode("utf-8")
+
+
+def _decode(value: bytes) -> tuple[str, str]:
+    n = value[0]
+    return value[1 + n :].decode("utf-8"), value[1 : 1 + n].decode("utf-8")
+
+
+class DigestSet:
+    """Map payload digest -> (first URL, first fetch date), insert-only.
+
+    Key: the 20-byte SHA-1 payload digest (``digest_key``). Value: one byte of
+    date length, the date (WARC-Date string), the URL, UTF-8.
+    Invariant: an entry is never overwritten, so it always names the first
+    capture of that payload.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, map_size_bytes: int = 64 * 2**30,
+                 durable: bool = False) -> None:
+        self._dir = Path(directory)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self._dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise RuntimeError(f"digest set {self._dir} is already open by another owner") from None
+        try:
+            # sync=False still writes every commit to the file before it returns
+            # (a process crash loses nothing); only the fsync waits for flush().
+            self._env = lmdb.open(str(self._dir), map_size=map_size_bytes, subdir=True, max_dbs=0,
+                                  sync=durable, metasync=durable, readahead=False, lock=True)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def get(self, digest: bytes | str) -> tuple[str, str] | None:
+        """(first URL, first date) for a digest seen before, else None."""
+        key = digest_key(digest)
+        with self._env.begin() as txn:
+            value = txn.get(key)
+        return None if value is None else _decode(value)
+
+    def add(self, digest: bytes | str, url: str, date: str) -> bool:
+        """Record the first capture of a payload; False (and no change) if the digest is present."""
+        key, value = digest_key(digest), _encode(url, date)
+        with self._env.begin(write=True) as txn:
+            return txn.put(key, value, overwrite=False)
+
+    def add_many(self, items: list[tuple[bytes | str, str, str]]) -> list[bool]:
+        """``add`` for several captures in one transaction (in order, so a repeat within the batch is False)."""
+        encoded = [(digest_key(d), _encode(u, t)) for d, u, t in items]
+        with self._env.begin(write=True) as txn:
+            return [txn.put(k, v, overwrite=False) for k, v in encoded]
+
+    def __contains__(self, digest: object) -> bool:
+        return self.get(digest) is not None  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return self._env.stat()["entries"]
+
+    def flush(self) -> None:
+        """Force committed entries to disk (checkpoint)."""
+        self._env.sync(True)
+
+    def close(self) -> None:
+        """Flush and release the environment and the owner lock (idempotent)."""
+        if self._lock_fd < 0:
+            return
+        self._env.sync(True)
+        self._env.close()
+        os.close(self._lock_fd)
+        self._lock_fd = -1
+
+    def __enter__(self) -> DigestSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

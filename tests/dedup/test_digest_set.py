@@ -1,0 +1,52 @@
+"""DigestSet: first capture wins, digests in any notation, survives reopen, one owner."""
+
+import base64
+import hashlib
+
+import pytest
+
+from crawlerd.dedup.digest_set import DigestSet, digest_key
+
+
+def test_first_capture_wins_and_notations_agree(tmp_path):
+    raw = hashlib.sha1(b"payload").digest()
+    b32 = "sha1:" + base64.b32encode(raw).decode()
+    with DigestSet(tmp_path / "d") as ds:
+        assert ds.get(raw) is None and raw not in ds
+        assert ds.add(b32, "http://a.test/x", "2024-05-01T12:00:00Z") is True
+        assert ds.add(raw.hex(), "http://b.test/y", "2024-06-01T00:00:00Z") is False
+        assert ds.get(raw) == ("http://a.test/x", "2024-05-01T12:00:00Z")
+        assert ds.get(b32.lower()) == ds.get(raw.hex().upper()) == ds.get(bytearray(raw))
+        assert len(ds) == 1
+        other = hashlib.sha1(b"other").digest()
+        assert ds.add_many([(other, "http://c.test/ü", "d1"), (other, "http://d.test/", "d2")]) == [True, False]
+        assert ds.get(other) == ("http://c.test/ü", "d1")
+
+
+def test_survives_reopen(tmp_path):
+    digests = [hashlib.sha1(str(i).encode()).digest() for i in range(500)]
+    with DigestSet(tmp_path / "d") as ds:
+        for i, d in enumerate(digests):
+            assert ds.add(d, f"http://h{i}.test/", f"2024-01-01T00:00:{i % 60:02d}Z")
+    with DigestSet(tmp_path / "d") as ds:
+        assert len(ds) == 500
+        assert ds.get(digests[123]) == ("http://h123.test/", "2024-01-01T00:00:03Z")
+        assert ds.add(digests[0], "http://late.test/", "x") is False
+
+
+def test_single_owner(tmp_path):
+    with DigestSet(tmp_path / "d"):
+        with pytest.raises(RuntimeError, match="already open"):
+            DigestSet(tmp_path / "d")
+    DigestSet(tmp_path / "d").close()  # released on close
+
+
+@pytest.mark.parametrize("bad", [b"short", "sha1:tooshort", "zz" * 20, "sha256:" + "a" * 64, "1" * 33])
+def test_bad_digests(bad):
+    with pytest.raises(ValueError):
+        digest_key(bad)
+
+
+def test_bad_types():
+    with pytest.raises(TypeError):
+        digest_key(12345)
