@@ -25,7 +25,7 @@ record, indexes it and closes it. ``verify.py`` re-reads a segment two ways
 from crawlerd.store.cdxj import index, surt
 from crawlerd.store.events import EventLog, read_events
 from crawlerd.store.verify import VerifyReport, verify
-from crawlerd.store.warc import WarcLocation, WarcWriter, payload_digest, recover
+from crawlerd.store.warc import WarcLocation, WarcWriter, payload_digest, recover, recover_segment
 
 __all__ = ["EventLog", "VerifyReport", "WarcLocation", "WarcWriter", "index", "payload_digest",
-           "read_events", "recover", "surt", "verify"]
+           "read_events", "recover", "recover_segment", "surt", "verify"]

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
+from crawlerd.store.cdxj import index
 from crawlerd.store.segment import BadRecord, check_member, dechunk, http_split, is_chunked, iter_members
+
+__all__ = ["VerifyReport", "digest_matches", "index", "verify"]   # index: for `crawlerd warc index`
 
 _KNOWN_TYPES = frozenset({"warcinfo", "response", "resource", "request", "metadata", "revisit",
                           "conversion", "continuation"})

@@ -401,37 +401,18 @@ class WarcWriter:
 def recover(directory: str, *, index_dir: str | None = None) -> list[str]:
     """Make every segment in ``directory`` complete and indexed after a crash; return what was done.
 
-    For each ``*.warc.gz.open``: keep the longest prefix of whole gzip members that
-    parse as whole records, truncate the rest (torn record, garbage), fsync, write its
-    CDXJ and rename it to its final name. A segment left with no record but its
-    warcinfo is removed. Finished segments missing their CDXJ get one; stale CDXJ
-    sidecars (``.cdxj.open``) are removed.
+    Run it before any writer starts on the directory. Each ``*.warc.gz.open`` goes
+    through :func:`recover_segment`; finished segments missing their CDXJ get one;
+    stale CDXJ sidecars (``.cdxj.open``, ``.cdxj.tmp``) are removed.
     """
     index_dir = index_dir or directory
     done: list[str] = []
     if not os.path.isdir(directory):
         return done
     os.makedirs(index_dir, exist_ok=True)
-    names = sorted(os.listdir(directory))
-    for name in names:
-        if not name.endswith(".warc.gz" + OPEN_SUFFIX):
-            continue
-        path = os.path.join(directory, name)
-        final = path[:-len(OPEN_SUFFIX)]
-        keep, records, data_records = _valid_prefix(path)
-        size = os.path.getsize(path)
-        if data_records == 0:
-            os.remove(path)
-            done.append(f"removed {name}: no complete data record ({size} bytes)")
-            continue
-        if keep < size:
-            os.truncate(path, keep)
-            done.append(f"truncated {name} from {size} to {keep} bytes ({records} records kept)")
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
-        cdxj.write_lines(cdxj.index(path), cdxj.cdxj_path(final, index_dir))
-        os.rename(path, final)
-        done.append(f"closed {os.path.basename(final)}")
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".warc.gz" + OPEN_SUFFIX):
+            done += recover_segment(os.path.join(directory, name), index_dir=index_dir)
     for name in sorted(os.listdir(directory)):
         if name.endswith(".warc.gz"):
             path = os.path.join(directory, name)
@@ -439,13 +420,52 @@ def recover(directory: str, *, index_dir: str | None = None) -> list[str]:
             if not os.path.exists(target):
                 cdxj.write_lines(cdxj.index(path), target)
                 done.append(f"indexed {name}")
-    if os.path.isdir(index_dir):
-        for name in sorted(os.listdir(index_dir)):
-            if name.endswith(".cdxj" + OPEN_SUFFIX) or name.endswith(".cdxj.tmp"):
-                os.remove(os.path.join(index_dir, name))
-                done.append(f"removed stale {name}")
-    if done:
-        cdxj.fsync_dir(directory)
+    for name in sorted(os.listdir(index_dir)):
+        if name.endswith(".cdxj" + OPEN_SUFFIX) or name.endswith(".cdxj.tmp"):
+            os.remove(os.path.join(index_dir, name))
+            done.append(f"removed stale {name}")
+    return done
+
+
+def recover_segment(path: str, *, index_dir: str | None = None) -> list[str]:
+    """Close one segment whose writer died (``path`` with or without ``.open``); return what was done.
+
+    Keeps the longest prefix of whole gzip members that parse as whole records,
+    truncates the rest (torn record, garbage), fsyncs, writes the CDXJ, then renames
+    to the final name. A segment with no record but its warcinfo is removed. A
+    segment already closed only gets its CDXJ if that is missing.
+    """
+    final = path.removesuffix(OPEN_SUFFIX)
+    open_path = final + OPEN_SUFFIX
+    name = os.path.basename(open_path)
+    index_dir = index_dir or os.path.dirname(final)
+    target = cdxj.cdxj_path(final, index_dir)
+    done: list[str] = []
+    if not os.path.exists(open_path):
+        if os.path.exists(final) and not os.path.exists(target):
+            os.makedirs(index_dir, exist_ok=True)
+            cdxj.write_lines(cdxj.index(final), target)
+            done.append(f"indexed {os.path.basename(final)}")
+        return done
+    os.makedirs(index_dir, exist_ok=True)
+    keep, records, data_records = _valid_prefix(open_path)
+    size = os.path.getsize(open_path)
+    if data_records == 0:
+        os.remove(open_path)
+        done.append(f"removed {name}: no complete data record ({size} bytes)")
+    else:
+        if keep < size:
+            os.truncate(open_path, keep)
+            done.append(f"truncated {name} from {size} to {keep} bytes ({records} records kept)")
+        with open(open_path, "rb+") as f:
+            os.fsync(f.fileno())
+        cdxj.write_lines(cdxj.index(open_path), target)
+        os.rename(open_path, final)
+        done.append(f"closed {os.path.basename(final)}")
+    sidecar = target + OPEN_SUFFIX
+    if os.path.exists(sidecar):
+        os.remove(sidecar)
+    cdxj.fsync_dir(os.path.dirname(final) or ".")
     return done
 
 

@@ -14,7 +14,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.store.cdxj import cdxj_path, index
 from crawlerd.store.verify import verify
-from crawlerd.store.warc import gzip_member, recover
+from crawlerd.store.warc import gzip_member, recover, recover_segment
 from tests.store.helpers import REQUEST_HEAD, RESPONSE_HEAD, det_writer, write_page
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -183,3 +183,17 @@ def test_torn_segment_still_indexable_before_recovery(tmp_path):
     lines = index(str(tmp_path / "torn.warc.gz.open"))
     assert len(lines) == 2 and all('"filename": "torn.warc.gz"' in line for line in lines)
 
+
+
+def test_recover_segment_of_a_dead_writer(tmp_path):
+    warc, idx = tmp_path / "warc", tmp_path / "index"
+    src, locs = open_segment(warc, index_dir=str(idx))
+    os.truncate(src, locs[-1].offset + 5)
+    done = recover_segment(src, index_dir=str(idx))
+    final = src[:-len(".open")]
+    assert done[0].startswith("truncated ") and done[-1] == f"closed {os.path.basename(final)}"
+    assert os.listdir(idx) == [os.path.basename(cdxj_path(final))]      # sidecar gone, CDXJ written
+    assert len(open(cdxj_path(final, str(idx))).read().splitlines()) == 2
+    assert recover_segment(src, index_dir=str(idx)) == []                # already closed: nothing to do
+    os.remove(cdxj_path(final, str(idx)))
+    assert recover_segment(final, index_dir=str(idx)) == [f"indexed {os.path.basename(final)}"]
