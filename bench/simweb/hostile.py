@@ -5,6 +5,7 @@ behaviour is chosen by the request path (the Host header is recorded, not
 used), so one server on one port covers every case:
 
     /ok, /page?size=N        well-formed keep-alive answers (N bytes of body)
+    /close-after             a keep-alive answer, then the server closes the idle connection
     /chunked                 a well-formed chunked body
     /echo                    the body is the request head exactly as received
     /status/NNN              an empty answer with that status
@@ -79,6 +80,7 @@ class HostileServer:
         self.log: list[tuple[str, str, str, str]] = []     # (peer, local address, Host, target)
         self.connections = 0
         self._logged = asyncio.Event()
+        self._all_closed = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
         self._gzip_bomb: bytes | None = None
         self._br_bomb: bytes | None = None
@@ -109,6 +111,11 @@ class HostileServer:
             self._logged.clear()
             await self._logged.wait()
 
+    async def wait_all_closed(self) -> None:
+        """Return once no client connection is open (each one ended by either side)."""
+        while self._handlers:
+            await self._all_closed.wait()
+
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -120,6 +127,7 @@ class HostileServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._handlers.add(task)
+        self._all_closed.clear()
         self.connections += 1
         peer = writer.get_extra_info("peername")
         local = writer.get_extra_info("sockname")
@@ -138,6 +146,8 @@ class HostileServer:
             self._handlers.discard(task)
             if not writer.transport.is_closing():
                 writer.close()
+            if not self._handlers:
+                self._all_closed.set()
 
     async def _respond(self, head: bytes, writer: asyncio.StreamWriter, peer, local) -> bool:
         """Answer one request; return False to close the connection."""
@@ -164,6 +174,10 @@ class HostileServer:
 
         if path in ("/", "/ok"):
             answer(200, b"<html><body>ok</body></html>")
+        elif path == "/close-after":
+            answer(200, b"then the server drops the idle connection")
+            await writer.drain()
+            return False
         elif path == "/page":
             size = int(query.get("size", ["20000"])[0])
             answer(200, b"x" * min(size, self.max_stream_bytes))

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 import time
+import warnings
 
 import pycurl
 
@@ -112,6 +114,7 @@ class _Transfer:
         c.setopt(pycurl.VERBOSE, 1)                      # the debug stream carries the request head as sent
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)
         c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)
+        c.setopt(pycurl.CLOSESOCKETFUNCTION, fetcher._on_close_socket)
 
     def _clear(self) -> None:
         self.pinned = ""
@@ -171,8 +174,12 @@ class _Transfer:
             self.abort = Outcome.BLOCKED_ADDRESS
             self.detail = f"address {ip} is {f.guard.reason(ip)}"
             return pycurl.SOCKET_BAD
+        fd = socket.socket(address.family, address.socktype, address.protocol).detach()
+        if fd in f._watched:
+            f._unwatch(fd)                               # a registration left by a socket closed behind our back
+        f._own.add(fd)                                   # pycurl uses an int as is (no dup)
         f.sockets_opened += 1
-        return socket.socket(address.family, address.socktype, address.protocol)
+        return fd
 
 
 def _same_ip(a: str, b: str) -> bool:
@@ -254,7 +261,9 @@ class Fetcher:
         m.setopt(pycurl.M_MAXCONNECTS, max_connections)   # the keep-alive connection cache
         self._idle: list[_Transfer] = []
         self._active: dict[pycurl.Curl, _Transfer] = {}
-        self._watched: dict[int, int] = {}                  # fd -> curl POLL_* mask registered with the loop
+        self._watched: dict[int, int] = {}                  # fd -> POLL_* mask registered with the loop
+        self._own: set[int] = set()                         # fds opened by our open-socket callback
+        self._parked: set[int] = set()                      # own idle keep-alive fds left registered
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self.counts: dict[str, int] = {}
@@ -340,20 +349,39 @@ class Fetcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        # Stop watching before curl closes its cached connections, so the loop never holds a
+        # closed fd. pycurl cannot run the close-socket callback outside a transfer: it warns
+        # and closes those sockets itself. The easy handles go last (their callbacks may run).
+        for fd in list(self._watched):
+            self._unwatch(fd)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self._multi.close()
+        self._own.clear()
         for t in self._idle:
             t.curl.close()
         self._idle.clear()
-        self._multi.close()                               # closes cached connections (POLL_REMOVE first)
-        for fd in list(self._watched):
-            self._unwatch(fd)
         self._share.close()
 
     # -- event-loop plumbing -------------------------------------------------
     def _on_socket(self, what: int, fd: int, multi, socketp) -> None:
         old = self._watched.get(fd, 0)
         if what == pycurl.POLL_REMOVE:
-            if old:
+            if fd in self._own and old & pycurl.POLL_IN:
+                # An idle keep-alive connection: keep the reader registered ("parked") so the
+                # next request on it costs no loop (epoll) calls. A parked socket that turns
+                # readable (peer closed it) is unregistered at once; curl closes its own
+                # sockets through _on_close_socket, which unregisters before the fd is freed.
+                if old & pycurl.POLL_OUT:
+                    self._loop.remove_writer(fd)
+                    self._watched[fd] = pycurl.POLL_IN
+                self._parked.add(fd)
+            elif old:
                 self._unwatch(fd)
+            return
+        if self._parked:
+            self._parked.discard(fd)
+        if what == old:
             return
         loop = self._loop
         if what & pycurl.POLL_IN and not old & pycurl.POLL_IN:
@@ -367,11 +395,22 @@ class Fetcher:
         self._watched[fd] = what
 
     def _unwatch(self, fd: int) -> None:
+        self._parked.discard(fd)
         old = self._watched.pop(fd, 0)
         if old & pycurl.POLL_IN:
             self._loop.remove_reader(fd)
         if old & pycurl.POLL_OUT:
             self._loop.remove_writer(fd)
+
+    def _on_close_socket(self, fd: int) -> int:
+        if fd in self._watched:
+            self._unwatch(fd)
+        self._own.discard(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            return 1
+        return 0
 
     def _on_timer(self, timeout_ms: int) -> None:
         # Called by curl; never call socket_action from inside it (curl docs), schedule instead.
@@ -386,6 +425,9 @@ class Fetcher:
         self._act(pycurl.SOCKET_TIMEOUT, 0)
 
     def _on_readable(self, fd: int) -> None:
+        if fd in self._parked:
+            self._unwatch(fd)                             # idle connection closed or spoke: stop watching
+            return
         self._act(fd, pycurl.CSELECT_IN)
 
     def _on_writable(self, fd: int) -> None:
@@ -433,9 +475,6 @@ class Fetcher:
         t.fut = None
         t.req = None
         t._clear()
-        if self._closed:
-            c.close()
-        else:
-            self._idle.append(t)
+        self._idle.append(t)                              # closed in close(), after the multi handle
         if fut is not None and not fut.done():
             fut.set_result(res)

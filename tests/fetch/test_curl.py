@@ -91,6 +91,17 @@ def test_keep_alive_reuses_one_connection():
     assert stats["sockets_opened"] == 1
 
 
+def test_server_closing_idle_connections_is_survived():
+    async def scenario(f, server, port):
+        out = [await f.fetch(req(port, "/close-after")) for _ in range(20)]
+        out.append(await f.fetch(req(port, "/ok")))
+        return out, server.connections, f.stats()
+    out, connections, stats = run(scenario)
+    assert all(r.outcome is Outcome.OK for r in out)
+    assert connections == 21                      # a dead idle connection is never reused
+    assert stats["watched_fds"] <= 1              # closed sockets are no longer watched
+
+
 def test_concurrent_fetches_all_complete():
     async def scenario(f, server, port):
         reqs = [req(port, f"/page?size={1000 + i}", host=f"h{i}.test") for i in range(60)]
@@ -288,6 +299,27 @@ def test_cancelled_fetch_releases_its_handle():
     left, after = run(scenario)
     assert left == 0
     assert after.outcome is Outcome.OK
+
+
+def _open_fds() -> int:
+    import os
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_close_releases_every_socket():
+    async def scenario(f, server, port):
+        before = _open_fds()
+        g = make_fetcher()
+        await asyncio.gather(*(g.fetch(req(port, "/ok", host=f"s{i}.test")) for i in range(30)))
+        await g.fetch(req(port, "/close-after"))
+        opened = g.stats()["sockets_opened"]
+        await g.close(0)
+        await server.wait_all_closed()            # the server saw every client socket close
+        return before, _open_fds(), opened, g.stats()
+    before, after, opened, stats = run(scenario)
+    assert opened >= 30
+    assert after == before
+    assert stats["watched_fds"] == 0
 
 
 def test_ipv6_loopback_pinning():
