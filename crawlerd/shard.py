@@ -42,10 +42,12 @@ from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
-from crawlerd.process.worker import PageProcessor
+from crawlerd.codec import DecodeError, decode_body
+from crawlerd.process.pool import WorkerPool, default_workers
+from crawlerd.process.worker import entity_digest
 from crawlerd.records import FetchRequest, FetchResult
 from crawlerd.store.events import EventLog
-from crawlerd.store.warc import WarcWriter
+from crawlerd.store.warc import recover_segment
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -114,13 +116,12 @@ class Shard:
         self.digests = DigestSet(cfg.path("dedup", "digests"))
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
         self.url_filter = urlmod.UrlFilter(max_url_length=cfg.fetch.max_url_length)
-        self.warc = WarcWriter(cfg.path("warc"), prefix=cfg.warc.prefix,
-                               segment_max_bytes=cfg.warc.segment_max_bytes, shard="0",
-                               user_agent=cfg.crawl.user_agent)
         self.events = EventLog(cfg.path("events")) if cfg.log.events else None
-        self.processor = PageProcessor(
-            self.warc, agent_token=cfg.robots.agent_token, max_decoded_bytes=cfg.fetch.max_decoded_bytes,
-            max_links=cfg.process.max_links_per_page, digest_seen=self._digest_seen)
+        self.pool = WorkerPool(default_workers(cfg.process.workers), {
+            "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
+            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
+            "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
+            "max_links": cfg.process.max_links_per_page}, on_worker_death=self._worker_died)
         self.guard = AddressGuard(list(cfg.network.allow))
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
@@ -180,6 +181,7 @@ class Shard:
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=f.max_connections, verify_tls=f.verify_tls)
+        await self.pool.start()
         self._drain_seen()
         try:
             while not stop.is_set():
@@ -214,7 +216,6 @@ class Shard:
             self._last_commit = now
             self.frontier.expire_leases(now)
             self.frontier.commit()
-            self.warc.flush()
             if self.events:
                 self.events.flush()
             self.metrics.trim_hosts()
@@ -289,11 +290,16 @@ class Shard:
             total_s += res.elapsed_s
             self.metrics.counters["robots_fetches"] += 1
             body = b""
-            if res.outcome is Outcome.OK and 200 <= res.status < 300:
-                try:
-                    body = self.processor.decode(res, max_bytes=rc.max_bytes)
-                except ValueError:
-                    body = b""
+            if res.outcome is Outcome.OK:
+                self._spawn(self.pool.process(res, None))     # archive robots.txt answers too
+                if 200 <= res.status < 300:
+                    te = (res.header("transfer-encoding") or "").lower()
+                    try:
+                        body = decode_body(res.body, chunked="chunked" in te,
+                                           content_encoding=res.header("content-encoding"),
+                                           max_bytes=rc.max_bytes)
+                    except DecodeError:
+                        body = b""      # undecodable: parsed as empty (allow all), RFC 9309 §2.3.1.1
             decision = robots_decision(
                 status=res.status, outcome_ok=res.outcome is Outcome.OK, body=body,
                 location=res.header("location"), hops=hops, previous=previous, now=self.clock(),
@@ -370,7 +376,13 @@ class Shard:
             self._recent_errors.append(f"{url} {res.outcome.value} {res.error}")
             self._log_event(url, res)
             return
-        pr = self.processor.process(res)
+        digest = entity_digest(res)
+        prior = self._digest_seen(digest, url, res.started_at) if res.status == 200 else None
+        pr = await self.pool.process(res, prior)
+        if pr.outcome is not Outcome.OK:
+            self.metrics.counters[f"process_{pr.outcome.value}"] += 1
+        if pr.duplicate_of:
+            self.metrics.counters["duplicate_exact"] += 1
         if res.status in REDIRECT_STATUSES:
             loc = res.header("location")
             if loc:
@@ -429,11 +441,17 @@ class Shard:
         for pat in current - wanted:
             self.frontier.unblock(pat)
 
+    def _worker_died(self, index: int, segment: str) -> None:
+        """A dead worker's open segment is closed at once (torn tail cut) so no file stays .open."""
+        self.metrics.counters["worker_restarts"] += 1
+        if segment:
+            for line in recover_segment(segment, index_dir=self.cfg.path("index")):
+                log.warning("worker %d segment recovery: %s", index, line)
+
     def checkpoint(self) -> None:
         self.seen.flush()
         self._drain_seen()
         self.frontier.commit()
-        self.warc.flush()
         if self.events:
             self.events.flush()
 
@@ -445,9 +463,10 @@ class Shard:
         if self.fetcher is not None:
             await self.fetcher.close(grace)
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=grace + 2.0)
+            await asyncio.wait(list(self._tasks), timeout=grace + 10.0)
         for t in list(self._tasks):
             t.cancel()
+        await self.pool.close()
         for lease_id in list(self._leases):
             self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
         self._leases.clear()
@@ -457,7 +476,6 @@ class Shard:
         self.frontier.commit()
         self.frontier.close()
         self.seen.close()
-        self.warc.close()
         self.digests.close()
         if self.events:
             self.events.close()

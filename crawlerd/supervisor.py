@@ -117,7 +117,7 @@ class Supervisor:
             seeds += good
             self.seeds_invalid += bad
         os.makedirs(self.cfg.path("warc"), exist_ok=True)
-        for line in recover_warc(self.cfg.path("warc")):
+        for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
             log.info("warc recovery: %s", line)
         return seeds
 
