@@ -14,6 +14,7 @@ or GET /site), and return lists of :class:`Violation`; an empty list means clean
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from collections import defaultdict
@@ -170,26 +171,23 @@ def politeness_violations(entries: Iterable[LedgerEntry], min_gap_s: float, per_
 
 
 def _ip_concurrency(entries: list[LedgerEntry], limit: int, tolerance_s: float) -> list[Violation]:
-    """Sweep line per IP: +1 at t_start, -1 at t_end - tolerance (ends sort before starts on ties)."""
-    events: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+    """Per IP, in order of start: a request is in flight from t_start until t_end - tolerance;
+    starting one while ``limit`` others are in flight is a violation."""
+    by_ip: dict[str, list[LedgerEntry]] = defaultdict(list)
     for e in entries:
-        if not e.ip:
-            continue
-        end = max(e.t_start, e.t_end - tolerance_s)
-        events[e.ip].append((e.t_start, 1, e.seq))
-        events[e.ip].append((end, 0, e.seq))
+        if e.ip:
+            by_ip[e.ip].append(e)
     out = []
-    for ip, evs in events.items():
-        evs.sort()
-        in_flight: set[int] = set()
-        for _, kind, seq in evs:
-            if kind == 0:
-                in_flight.discard(seq)
-                continue
-            if len(in_flight) >= limit:
-                out.append(Violation(IP_CONCURRENCY, ip, seq, min(in_flight),
-                                     f"{len(in_flight) + 1} requests in flight > {limit}"))
-            in_flight.add(seq)
+    for ip, lst in by_ip.items():
+        lst.sort(key=lambda e: (e.t_start, e.seq))
+        ends: list[tuple[float, int]] = []          # min-heap of (end - tolerance, seq) in flight
+        for e in lst:
+            while ends and ends[0][0] <= e.t_start:
+                heapq.heappop(ends)
+            if len(ends) >= limit:
+                out.append(Violation(IP_CONCURRENCY, ip, e.seq, min(seq for _, seq in ends),
+                                     f"{len(ends) + 1} requests in flight > {limit}"))
+            heapq.heappush(ends, (e.t_end - tolerance_s, e.seq))
     return out
 
 

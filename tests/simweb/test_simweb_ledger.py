@@ -6,6 +6,8 @@ import json
 
 from crawlerd.simweb import ledger as L
 from crawlerd.simweb.site import Site
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def E(seq, host, t0, t1, target="/p/1.html", ip="127.0.0.2", status=200, retry_after_s=None):
@@ -60,6 +62,18 @@ def test_ip_concurrency_detected_across_hosts():
     vs2 = L.politeness_violations(entries, min_gap_s=0.0, per_ip_concurrency=2)
     assert [(v.kind, v.seq) for v in vs2] == [(L.IP_CONCURRENCY, 2)]
     assert L.politeness_violations(entries, min_gap_s=0.0, per_ip_concurrency=3) == []
+
+
+def test_short_requests_do_not_stay_in_flight():
+    # a request shorter than the tolerance must still leave the in-flight set
+    entries = [E(0, "a.sim", 0.0, 0.001), E(1, "b.sim", 0.5, 0.501), E(2, "c.sim", 1.0, 1.001)]
+    assert L.politeness_violations(entries, min_gap_s=0.0, tolerance_s=0.01) == []
+
+
+def test_short_request_inside_long_one_is_concurrency():
+    entries = [E(0, "a.sim", 0.0, 10.0), E(1, "b.sim", 5.0, 5.001)]
+    vs = L.politeness_violations(entries, min_gap_s=0.0, tolerance_s=0.01)
+    assert [(v.kind, v.seq, v.other_seq) for v in vs] == [(L.IP_CONCURRENCY, 1, 0)]
 
 
 def test_back_to_back_on_one_ip_is_not_concurrency():
@@ -198,3 +212,24 @@ def test_ledger_store_since_and_reset_keep_seq_monotonic(tmp_path):
 def test_summary_counts():
     s = L.summary([E(0, "a.sim", 0, 1), E(1, "a.sim", 2, 3, status=404), E(2, "b.sim", 0, 1)])
     assert s == {"requests": 3, "by_status": {200: 2, 404: 1}, "by_host": {"a.sim": 2, "b.sim": 1}}
+
+
+# --- the sweep against a brute-force definition ---
+
+_interval = st.tuples(st.integers(0, 50), st.integers(0, 20)).map(lambda t: (t[0] / 10, (t[0] + t[1]) / 10))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_interval, max_size=12), st.integers(1, 3))
+def test_ip_concurrency_matches_brute_force(intervals, limit):
+    tol = 0.05
+    entries = [E(i, f"h{i}.sim", a, b) for i, (a, b) in enumerate(intervals)]
+    order = sorted(entries, key=lambda e: (e.t_start, e.seq))
+    expected = set()
+    for i, e in enumerate(order):
+        in_flight = [o for o in order[:i] if o.t_end - tol > e.t_start]
+        if len(in_flight) >= limit:
+            expected.add(e.seq)
+    got = {v.seq for v in L.politeness_violations(entries, 0.0, limit, tolerance_s=tol)
+           if v.kind == L.IP_CONCURRENCY}
+    assert got == expected
