@@ -38,9 +38,10 @@ _LABEL_OVERRIDES = {
 # Codecs that decode bytes as something other than a text encoding of a page.
 _NOT_PAGE_ENCODINGS = frozenset({"idna", "punycode", "unicode-escape", "raw-unicode-escape", "utf-7",
                                  "mbcs", "oem", "charmap"})
-# Elements whose content is not visible text (HTML §15 rendering: display none or not rendered).
-_INVISIBLE = ["script", "style", "noscript", "template", "svg", "math", "iframe", "object", "embed",
-              "noembed", "noframes", "canvas", "head", "title", "xmp"]
+# Elements inside <body> whose content is not rendered as text (HTML §15: display none,
+# replaced elements, fallback content).
+_INVISIBLE = ["script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "noembed",
+              "noframes", "canvas"]
 # Nesting guard. Lexbor's tree builder walks the stack of open elements for each
 # block start tag ("close a p element in button scope", HTML §13.2.6.4.7), so
 # parse time grows with tags x depth: 200,000 nested <div>s take minutes.
@@ -66,7 +67,7 @@ class PageInfo:
     noindex: bool = False       # page-level, from meta robots
     nofollow: bool = False      # page-level, from meta robots
     title: str = ""
-    text: str = ""              # visible text, whitespace collapsed (simhash input)
+    text: str = ""              # visible text, node by node, space-separated (simhash input)
     encoding: str = "utf-8"     # codec the body was decoded with
     truncated: bool = False     # nesting over the depth cap: only the part before it was parsed
 
@@ -262,8 +263,7 @@ def extract(body: bytes, base_url: str, *, agent_token: str = "crawlerd", max_li
     body_node = tree.body
     if body_node is not None:
         tree.strip_tags(_INVISIBLE, recursive=True)
-        raw = body_node.text(separator=" ")
-        if len(raw) > 4 * max_text_chars:
-            raw = raw[:4 * max_text_chars]      # bound the split below; whitespace runs shrink it
-        info.text = " ".join(raw.split())[:max_text_chars]
+        # Text nodes stripped and joined by one space; whitespace inside a node is kept
+        # (collapsing it would cost more than the parse; the simhash tokenizer splits anyway).
+        info.text = body_node.text(separator=" ", strip=True, skip_empty=True)[:max_text_chars]
     return info
