@@ -237,7 +237,11 @@ class RobotsRules:
         merged (RFC 9309 §2.2.1); else the ``*`` groups, merged; else nothing is disallowed.
         Lines that are not understood are skipped and do not end a group (§2.2.4).
         """
-        body = body[:max_bytes]
+        if len(body) > max_bytes:
+            # RFC 9309 §2.5: parse at least 500 KiB; a line cut by the limit is dropped, as its
+            # rule would be broader than the one written
+            body = body[:max_bytes]
+            body = body[:max(body.rfind(b"\n"), body.rfind(b"\r")) + 1]
         if body[:1] == b"\xef":
             if body.startswith(_UTF8_BOM):
                 body = body[3:]

@@ -190,6 +190,13 @@ def test_500_kib_parsed_and_cap_honoured():
     assert rules(text, max_bytes=100 * 1024).allowed("/late")
 
 
+def test_line_cut_by_max_bytes_is_dropped():
+    text = "User-agent: *\nDisallow: /\nAllow: /public-but-long\n"
+    r = rules(text, max_bytes=len(text) - 8)   # the cut would leave "Allow: /public-b"
+    assert not r.allowed("/public-b")
+    assert r.rule_count == 1
+
+
 def test_many_rules():
     lines = ["User-agent: *"] + [f"Disallow: /d{i}/" for i in range(20000)] + ["Allow: /d77/ok"]
     r = rules("\n".join(lines))
