@@ -53,7 +53,8 @@ Recovery rule (on open, after a clean close or a crash at any point):
    acknowledged by the next ``results()`` / ``results_arrays()`` / ``close()``
    call, so delivery is at-least-once: after a crash a consumer can see a
    result again (same ``seq``, same answer), never a key answered ``unique``
-   by two different checks.
+   by two different checks. With ``auto_ack=False`` only ``ack()``
+   acknowledges, so a consumer can acknowledge after its own commit.
 
 Merge triggers: a bucket's bytes (spilled + buffered) reach ``merge_bytes /
 buckets`` or the journal reaches ``merge_bytes`` (inline, in the submitting
@@ -202,7 +203,7 @@ class Drum:
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
                  merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
                  value_size: int = 0, clock: Callable[[], float] = time.monotonic,
-                 max_results: int = 1 << 16, _kernels=None):
+                 max_results: int = 1 << 16, auto_ack: bool = True, _kernels=None):
         if buckets < 1 or buckets > 4096:
             raise ValueError("buckets must be in [1, 4096]")
         if value_size < 0 or value_size > 4096:
@@ -215,6 +216,7 @@ class Drum:
         self.merge_bytes = merge_bytes
         self.max_age_s = max_age_s
         self.max_results = max_results
+        self.auto_ack = auto_ack
         self._clock = clock
         self._kern = _kernels or _native_drum
         self._bucket_limit = max(1, merge_bytes // buckets)
@@ -273,7 +275,8 @@ class Drum:
         Call again until it returns an empty list to drain a large merge.
         """
         self._usable()
-        self._ack()
+        if self.auto_ack:
+            self._ack()
         out: list[DrumResult] = []
         limit = self.max_results if limit is None else limit
         V = self.value_size
@@ -309,7 +312,8 @@ class Drum:
         Same order, acknowledgement and limit as ``results``; aux is not returned.
         """
         self._usable()
-        self._ack()
+        if self.auto_ack:
+            self._ack()
         limit = self.max_results if limit is None else limit
         V = self.value_size
         avail = min(limit, sum(r.end_seq - r.seq for r in self._ready))
@@ -360,10 +364,25 @@ class Drum:
                 r.offset_in_block = 0
         return first_seq, keys[:got], unique[:got].view(bool), values[:got * V].reshape(got, V)
 
+    def ack(self) -> None:
+        """Acknowledge every result handed out so far: they are not delivered again after a crash.
+
+        With ``auto_ack=False`` call it once the consumer has made them durable
+        (the shard: right after its frontier commit); until then a crash
+        redelivers them.
+        """
+        self._usable()
+        self._ack()
+
     @property
     def pending(self) -> int:
         """Keys submitted but not yet handed out by ``results``."""
         return self._next_seq - self._handed_seq
+
+    @property
+    def ready(self) -> int:
+        """Results dispatched by merges and not yet handed out."""
+        return sum(r.end_seq - r.seq for r in self._ready)
 
     @property
     def next_seq(self) -> int:
@@ -395,7 +414,8 @@ class Drum:
         self._closed = True
         try:
             if self._broken is None:
-                self._ack()
+                if self.auto_ack:
+                    self._ack()
                 os.fsync(self._jfd)
         finally:
             for r in self._ready:

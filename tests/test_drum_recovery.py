@@ -316,3 +316,22 @@ def test_leftovers_of_an_uncommitted_merge_are_removed(tmp_path):
         dr.flush()
         assert [r.unique for r in dr.results()] == [False, True]
     assert not any(n.endswith(".tmp") or n == "results.000000099999" for n in os.listdir(d))
+
+
+def test_unacknowledged_results_are_delivered_again_after_reopen(tmp_path):
+    d = str(tmp_path)
+    with Drum(d, buckets=2, auto_ack=False) as dr:
+        dr.check_update([1, 2, 3, 4])
+        dr.flush()
+        assert [r.key for r in dr.results(2)] == [1, 2]
+        dr.ack()                                   # the consumer committed 1 and 2
+        assert [r.key for r in dr.results(2)] == [3, 4]
+    with Drum(d, buckets=2, auto_ack=False) as dr:   # 3 and 4 were never acknowledged
+        assert dr.pending == 2
+        again = dr.results()
+        assert [(r.key, r.seq, r.unique) for r in again] == [(3, 2, True), (4, 3, True)]
+        dr.ack()
+    with Drum(d, buckets=2) as dr:
+        assert dr.pending == 0 and dr.results() == []
+        assert not any(n.startswith(("journal.", "results.")) and os.path.getsize(os.path.join(d, n))
+                       for n in os.listdir(d))
