@@ -9,6 +9,7 @@ fragment, repeated navigation links) and a ~20 KB HTML document holding them:
 - the same work done by normalize() per href (no fast path);
 - a naive baseline: urllib.parse.urljoin + urlsplit per href (less correct: no
   IDNA, no percent-encoding or port normalisation, no validation);
+- UrlFilter.check per resulting link;
 - extract(), µs per 20 KB page; against lexbor's parse alone (the floor) and a
   naive stdlib html.parser link extractor.
 
@@ -32,7 +33,7 @@ from xxhash import xxh3_64_intdigest
 from crawlerd.process.html import extract
 from crawlerd.process.links import links_from_page
 from crawlerd.records import Link
-from crawlerd.url import fingerprint, host_key, normalize, normalize_authority, parse_base
+from crawlerd.url import UrlFilter, fingerprint, host_key, normalize, normalize_authority, parse_base
 
 BASE = "https://www.example.com/news/world/2024/05/article-12345.html"
 
@@ -60,7 +61,7 @@ def make_page(target_bytes: int = 20_000) -> bytes:
              "<style>body{font:16px/1.4 sans-serif}.nav a{margin:0 4px}</style>",
              "<script>window.dataLayer=[];function track(e){dataLayer.push(e)}</script></head><body>",
              '<header><nav class="nav">']
-    for href, nofollow in HREFS[:10]:
+    for href, _ in HREFS[:10]:
         parts.append(f'<a href="{href}">{href.strip("/") or "home"}</a>')
     parts.append("</nav></header><main><article><h1>An article about the world</h1>")
     para = ("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt "
@@ -74,7 +75,7 @@ def make_page(target_bytes: int = 20_000) -> bytes:
             rel = ' rel="nofollow noopener"' if nofollow else ""
             parts.append(f'<p>See <a href="{href}"{rel}>link {i}</a> and <span class="x">more</span>.</p>')
             i += 1
-    for href, nofollow in rest[i:]:
+    for href, _ in rest[i:]:
         parts.append(f'<a href="{href}">more</a>')
     parts.append('</article></main><footer><p>&copy; Example</p></footer>'
                  '<script>track({"page":"article"})</script></body></html>')
@@ -144,11 +145,14 @@ def main() -> None:
     print(f"page: {len(page)} bytes, {n} hrefs, {len(info.links)} unique a/area hrefs, "
           f"{len(links_from_page(info.links, BASE))} links out; {args.runs} runs x {args.pages} pages")
 
+    url_filter = UrlFilter()
+    out_urls = [lk.url for lk in links_from_page(HREFS, BASE)]
     link_cases = {
         "links_from_page (warm)": lambda: links_from_page(HREFS, BASE),
         "links_from_page (cold caches)": lambda: cold_links(HREFS, BASE),
         "normalize() per href": lambda: general_links(HREFS, BASE),
         "naive urljoin+urlsplit": lambda: naive_links(HREFS, BASE),
+        "UrlFilter.check (per link out)": lambda: [url_filter.check(u) for u in out_urls],
     }
     page_cases = {
         "extract() 20 KB page": lambda: extract(page, BASE),
@@ -159,7 +163,8 @@ def main() -> None:
     results: dict[str, list[float]] = {k: [] for k in (*link_cases, *page_cases)}
     for _ in range(args.runs):
         for name, fn in link_cases.items():
-            results[name].append(per_item_us(fn, n, args.pages))
+            items = len(out_urls) if name.startswith("UrlFilter") else n
+            results[name].append(per_item_us(fn, items, args.pages))
         for name, fn in page_cases.items():
             results[name].append(per_item_us(fn, 1, max(1, args.pages // 3)))
 

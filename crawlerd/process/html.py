@@ -190,11 +190,11 @@ def _depth_cut(text: str) -> int:
     """
     depth = 0
     opened: dict[str, int] = {}
-    for m in _TAG.finditer(text):
-        name = m.group(2).lower()
+    for k, (slash, name) in enumerate(_TAG.findall(text)):     # findall: no Match objects per tag
+        name = name.lower()
         if name in _NO_DEPTH:
             continue
-        if m.group(1):
+        if slash:
             n = opened.get(name, 0)
             if n:
                 opened[name] = n - 1
@@ -203,7 +203,9 @@ def _depth_cut(text: str) -> int:
             opened[name] = opened.get(name, 0) + 1
             depth += 1
             if depth > _MAX_DEPTH:
-                return m.start()
+                for i, m in enumerate(_TAG.finditer(text)):      # rare: locate the k-th tag
+                    if i == k:
+                        return m.start()
     return -1
 
 
