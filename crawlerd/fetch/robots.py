@@ -152,32 +152,6 @@ def _glob_matches(path: str, pos: int, middles: tuple, tail: str) -> bool:
 _RANK = itemgetter(0)
 
 
-def _scan(rules: tuple, path: str, floor: int) -> int:
-    """Rank of the first rule in ``rules`` (sorted by decreasing rank) matching ``path``, or -1.
-
-    Rules of rank ``floor`` or lower are not looked at: they cannot beat a match already found.
-    Kinds are written as literals here (see ``_PREFIX`` ...): this loop is the hot path.
-    """
-    for rank, kind, head, n, a, b in rules:
-        if rank <= floor:
-            return -1
-        if path.startswith(head):
-            if kind == 0:                                   # _PREFIX
-                return rank
-            if kind == 1:                                   # _CONTAINS
-                if path.find(a, n) >= 0:
-                    return rank
-            elif kind == 2:                                 # _SUFFIX
-                if path.endswith(b) and len(path) - len(b) >= n:
-                    return rank
-            elif kind == 3:                                 # _EXACT
-                if len(path) == n:
-                    return rank
-            elif _glob_matches(path, n, a, b):              # _GLOB
-                return rank
-    return -1
-
-
 class RobotsRules:
     """The rules of one robots.txt that apply to one product token, ready to match.
 
@@ -188,11 +162,12 @@ class RobotsRules:
     rules whose literal head is shorter than ``_KEY_LEN`` and ends at the first rule matching
     every path; ``_buckets[k]`` holds the rules whose head starts with ``k`` (``len(k) ==
     _KEY_LEN``) that outrank that rule. So the rules that can match ``path`` are
-    ``_buckets.get(path[:_KEY_LEN])`` and ``_general``, and the higher rank of their first
-    matches decides. Immutable after construction.
+    ``_buckets.get(path[:_KEY_LEN])`` and ``_general``. ``_merged[k]`` memoises those two
+    lists merged in rank order for a key met by ``allowed`` (at most one entry per key of
+    ``_KEY_LEN`` printable characters). Rules never change after construction.
     """
 
-    __slots__ = ("_general", "_buckets", "_count", "_crawl_delay", "_sitemaps")
+    __slots__ = ("_general", "_buckets", "_merged", "_count", "_crawl_delay", "_sitemaps")
 
     _KEY_LEN = 3
 
@@ -217,6 +192,7 @@ class RobotsRules:
                     floor = rank      # matches every path: nothing ranked lower can win
         self._general = tuple(general)
         self._buckets = {key: tuple(lst) for key, lst in buckets.items()}
+        self._merged: dict[str, tuple] = {}
         self._count = len(general) + sum(map(len, buckets.values()))
         self._crawl_delay = crawl_delay
         self._sitemaps = tuple(sitemaps)
@@ -359,13 +335,38 @@ class RobotsRules:
             return True     # RFC 9309 §2.2.2: /robots.txt is implicitly allowed
         if not _is_canonical(path):
             path = _NORM_TOKEN.sub(_norm_repl, path)
-        bucket = self._buckets.get(path[:3])
-        best = -1 if bucket is None else _scan(bucket, path, -1)
-        if self._general:
-            rank = _scan(self._general, path, best)
-            if rank > best:
-                best = rank
-        return best < 0 or bool(best & 1)
+        rules = self._merged.get(path[:3])
+        if rules is None:
+            rules = self._merge(path[:3])
+        # Kinds are literals here (see _PREFIX ...): this loop is the hot path. rank & 1 is Allow.
+        for rank, kind, head, n, a, b in rules:
+            if path.startswith(head):
+                if kind == 0:                                   # _PREFIX
+                    return bool(rank & 1)
+                if kind == 1:                                   # _CONTAINS
+                    if path.find(a, n) >= 0:
+                        return bool(rank & 1)
+                elif kind == 2:                                 # _SUFFIX
+                    if path.endswith(b) and len(path) - len(b) >= n:
+                        return bool(rank & 1)
+                elif kind == 3:                                 # _EXACT
+                    if len(path) == n:
+                        return bool(rank & 1)
+                elif _glob_matches(path, n, a, b):              # _GLOB
+                    return bool(rank & 1)
+        return True
+
+    def _merge(self, key: str) -> tuple:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            merged = self._general
+        elif not self._general:
+            merged = bucket
+        else:
+            merged = tuple(sorted(bucket + self._general, key=_RANK, reverse=True))
+        if len(key) == self._KEY_LEN:
+            self._merged[key] = merged
+        return merged
 
     def __repr__(self) -> str:
         return f"RobotsRules(rules={self._count}, crawl_delay={self._crawl_delay!r})"
