@@ -156,6 +156,17 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("near_dup_demote_ratio", float, 0.5,
            "A host whose recent pages are at least this share near-duplicates drops in priority.", min=0.0, max=1.0),
     ]),
+    "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
+        _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1),
+        _k("max_repeated_segments", int, 2,
+           "A run of path segments repeated more often than this is a trap (/a/b/a/b/a/b/).", min=1),
+        _k("max_query_params", int, 20, "URLs with more query parameters are dropped.", min=0),
+        _k("max_param_values", int, 1000,
+           "Per host+path+parameter name, distinct values kept before new ones are dropped "
+           "(calendars, session ids).", min=1),
+        _k("max_hosts", int, 4096, "Hosts whose parameter values are tracked (LRU).", min=1),
+        _k("max_tracked_values", int, 500000, "Parameter values remembered in all (bounds RAM).", min=1),
+    ]),
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),
         _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB),

@@ -115,7 +115,11 @@ class Shard:
                          clock=clock)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
-        self.url_filter = urlmod.UrlFilter(max_url_length=cfg.fetch.max_url_length)
+        uf = cfg.url_filter
+        self.url_filter = urlmod.UrlFilter(
+            max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
+            max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
+            max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
         self.events = EventLog(cfg.path("events")) if cfg.log.events else None
         self.pool = WorkerPool(default_workers(cfg.process.workers), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,

@@ -78,7 +78,8 @@ class PageProcessor:
             except DecodeError as e:
                 pr.outcome, pr.error = e.outcome, str(e)
             else:
-                info = extract(body, url, agent_token=self.agent_token, max_links=self.max_links)
+                info = extract(body, url, agent_token=self.agent_token, max_links=self.max_links,
+                               content_type=res.header("content-type"))
                 noindex = noindex or info.noindex
                 nofollow = nofollow or info.nofollow
                 if not nofollow:
