@@ -657,6 +657,10 @@ class Drum:
         e, s = self._handed
         os.pwrite(self._cursor_fd, _CURSOR.pack(e, s, self._kern.hash_words(struct.pack("<QQ", e, s))), 0)
         self._acked = self._handed
+        while self._ready and self._ready[0].seq >= self._ready[0].end_seq:
+            r = self._ready.pop(0)
+            r.close()
+            self._done.append(r)
         for r in self._done:
             for p in (r.journal, r.results):
                 try:
