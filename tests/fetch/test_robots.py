@@ -272,3 +272,22 @@ def test_check_lines():
     body = b"User-agent: *\nDisallow: /private\n"
     assert check_lines(body, "crawlerd", ["https://x/a", "https://x/private/b"]) == [
         "allow https://x/a", "disallow https://x/private/b"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _pattern), max_size=20), st.lists(_path, max_size=20))
+def test_rule_lists_invariant(rule_list, paths):
+    """Every list is sorted by decreasing rank; a merged list is its bucket plus the general rules."""
+    text = "user-agent: *\n" + "\n".join(f"{'allow' if a else 'disallow'}:{p}" for a, p in rule_list)
+    r = RobotsRules.parse(text.encode(), "crawlerd")
+    for path in paths:
+        r.allowed("http://h" + path)
+    lists = [r._general, *r._buckets.values(), *r._merged.values()]
+    for rules_ in lists:
+        ranks = [rule[0] for rule in rules_]
+        assert ranks == sorted(ranks, reverse=True)
+    for key, bucket in r._buckets.items():
+        assert all(rule[2].startswith(key) for rule in bucket) and len(key) == 3
+    assert all(len(rule[2]) < 3 for rule in r._general)
+    for key, merged in r._merged.items():
+        assert sorted(merged) == sorted(r._buckets.get(key, ()) + r._general)
