@@ -25,7 +25,7 @@ from operator import itemgetter
 
 __all__ = [
     "RobotsCache", "RobotsEntry", "RobotsFollow", "RobotsRules", "RobotsState",
-    "check_lines", "robots_decision",
+    "check_lines", "normalize_path", "path_of", "robots_decision",
 ]
 
 # Google cuts lines at 2083 * 8 - 1 bytes; we cut at as many characters (same for ASCII).
@@ -59,7 +59,7 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _AFTER_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*://|//)?[^/?;#]*([^#]*)")
 
 # Rule kinds, see _compile_rule.
-_PREFIX, _CONTAINS, _SUFFIX, _EXACT, _GLOB = range(5)     # literals in _scan
+_PREFIX, _CONTAINS, _SUFFIX, _EXACT, _GLOB = range(5)     # written as literals in allowed()
 
 
 def _octets(text: str) -> bytes:
@@ -335,7 +335,7 @@ class RobotsRules:
             return True     # RFC 9309 §2.2.2: /robots.txt is implicitly allowed
         if not _is_canonical(path):
             path = _NORM_TOKEN.sub(_norm_repl, path)
-        rules = self._merged.get(path[:3])
+        rules = self._merged.get(path[:3])          # 3 == _KEY_LEN
         if rules is None:
             rules = self._merge(path[:3])
         # Kinds are literals here (see _PREFIX ...): this loop is the hot path. rank & 1 is Allow.
