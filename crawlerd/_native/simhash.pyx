@@ -127,6 +127,30 @@ cdef extern from *:
         return out;
     }
 
+    /* The ASCII special case of _tokenize: table[c] is the lowercase of c if c is
+       alphanumeric, else 0. Branch-free: word boundaries are irregular, and a
+       mispredicted branch per boundary costs more than a few extra stores. A
+       non-word byte is written as a space and kept only right after a word, so
+       each gap collapses to one separator; starts[words] is written speculatively
+       and only kept when a word begins there. */
+    static Py_ssize_t cd_tokenize_ascii(const unsigned char *s, Py_ssize_t len, const unsigned char *table,
+                                        unsigned char *buf, int32_t *starts, Py_ssize_t *nbytes) {
+        Py_ssize_t n = 0, words = 0;
+        unsigned prev = 0;
+        for (Py_ssize_t i = 0; i < len; i++) {
+            unsigned a = table[s[i]];
+            unsigned w = a != 0;
+            buf[n] = (unsigned char)(a | ((w ^ 1u) << 5));
+            starts[words] = (int32_t)n;
+            words += w & (prev ^ 1u);
+            n += w | prev;
+            prev = w;
+        }
+        if (!prev && n > 0) n--;
+        *nbytes = n;
+        return words;
+    }
+
     /* popcount(d) <= k for small k: clear the lowest set bit k times. */
     static inline int cd_within(uint64_t d, int k) {
         for (int j = 0; j < k; j++) d &= d - 1;
@@ -156,14 +180,18 @@ cdef extern from *:
     uint64_t cd_vote_shingles(const unsigned char *buf, Py_ssize_t n, const int32_t *starts,
                               Py_ssize_t words, const uint64_t *spread) nogil
     int cd_within(uint64_t d, int k) nogil
+    Py_ssize_t cd_tokenize_ascii(const unsigned char *s, Py_ssize_t len, const unsigned char *table,
+                                 unsigned char *buf, int32_t *starts, Py_ssize_t *nbytes) nogil
     int cd_popcount64(uint64_t x) nogil
     Py_ssize_t cd_lower_bound(const uint64_t *a, Py_ssize_t n, uint64_t key) nogil
 
 
 # _SPREAD[b]: byte lane m of the result holds bit m of b (0 or 1).
 cdef uint64_t _SPREAD[256]
-# _ASCII_WORD[c]: the lowercase of ASCII c if c is alphanumeric, else 0.
-cdef uint8_t _ASCII_WORD[128]
+# _ASCII_WORD[c]: the lowercase of ASCII c if c is alphanumeric, else 0 (0 above 127).
+cdef uint8_t _ASCII_WORD[256]
+# _LATIN1_ALNUM[c]: str.isalnum() of U+0000..U+00FF (saves a database lookup per Latin-1 letter).
+cdef uint8_t _LATIN1_ALNUM[256]
 
 
 cdef void _init_tables() noexcept:
@@ -173,12 +201,14 @@ cdef void _init_tables() noexcept:
         for m in range(8):
             if (b >> m) & 1:
                 _SPREAD[b] |= (<uint64_t>1) << (8 * m)
-    for b in range(128):
+    for b in range(256):
         _ASCII_WORD[b] = 0
         if 48 <= b <= 57 or 97 <= b <= 122:
             _ASCII_WORD[b] = b
         elif 65 <= b <= 90:
             _ASCII_WORD[b] = b + 32
+    for b in range(256):
+        _LATIN1_ALNUM[b] = cd_isalnum(b)
 
 
 _init_tables()
@@ -224,10 +254,7 @@ cdef Py_ssize_t _tokenize(const uchar_t* s, Py_ssize_t length, unsigned char* bu
     for i in range(length):
         c = s[i]
         if c < 128:
-            # Branch-free on ASCII: word boundaries are irregular, and a mispredicted
-            # branch per boundary costs more than the few extra stores. A non-word
-            # character is written as a space and kept only right after a word, so
-            # each gap collapses to one separator.
+            # the same branch-free step as cd_tokenize_ascii
             a = _ASCII_WORD[c]
             w = a != 0
             buf[n] = a if w else 32
@@ -235,7 +262,7 @@ cdef Py_ssize_t _tokenize(const uchar_t* s, Py_ssize_t length, unsigned char* bu
             words += w and not prev
             n += w or prev
             prev = w
-        elif cd_isalnum(c):
+        elif (_LATIN1_ALNUM[c] != 0) if c < 256 else cd_isalnum(c):
             if not prev:
                 starts[words] = <int32_t>n
                 words += 1
@@ -273,7 +300,9 @@ def simhash(str text not None):
         free(starts)
         raise MemoryError()
     with nogil:
-        if kind == 1:
+        if per_char == 1:
+            words = cd_tokenize_ascii(<const unsigned char*>data, length, _ASCII_WORD, buf, starts, &n)
+        elif kind == 1:
             words = _tokenize(<const uint8_t*>data, length, buf, starts, &n)
         elif kind == 2:
             words = _tokenize(<const uint16_t*>data, length, buf, starts, &n)
