@@ -10,6 +10,7 @@ root), absolute, protocol-relative, with fragments; some point across hosts, to 
 from __future__ import annotations
 
 import random
+from itertools import accumulate
 
 from crawlerd.simweb import site as S
 from crawlerd.simweb.text import ParagraphPool, sentence, words
@@ -17,6 +18,7 @@ from crawlerd.simweb.text import ParagraphPool, sentence, words
 _LINK_KINDS = ("root_rel", "rel", "dotdot", "abs", "frag", "cross_abs", "cross_proto", "private",
                "nofollow", "redirect", "missing", "media")
 _LINK_WEIGHTS = (28, 12, 8, 10, 7, 8, 3, 4, 2, 2, 1, 3)
+_LINK_CUM = tuple(accumulate(_LINK_WEIGHTS))
 _MEDIA = ("/img/{}.png", "/files/{}.txt", "/files/{}.pdf", "/data/{}.json")
 
 _SAME_HOST_PAGE_KINDS = frozenset({"root_rel", "rel", "dotdot", "abs", "frag"})
@@ -76,39 +78,50 @@ class PageRenderer:
             return f"/p/{int(rng.random() * host.pages)}.html?sid={rng.getrandbits(64):016x}"
         return f"/p/{int(rng.random() * host.pages)}.html"
 
-    def _link(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, str, bool]:
-        href, anchor, nofollow = self._link_of_kind(host, rng, kind)
-        if host.role == S.ROLE_TRAP_SESSION and kind in _SAME_HOST_PAGE_KINDS:
-            href = _with_sid(href)
-        return href, anchor, nofollow
+    def _li_items(self, host: S.HostSpec, rng: random.Random, n: int) -> list[str]:
+        """n ``<li>`` link items. The hot path of page rendering: common kinds are built inline."""
+        anchors, bits = self.pool.anchors, ParagraphPool.ANCHOR_BITS
+        rand, getbits, pages = rng.random, rng.getrandbits, host.pages
+        session = host.role == S.ROLE_TRAP_SESSION
+        out = []
+        for kind in rng.choices(_LINK_KINDS, cum_weights=_LINK_CUM, k=n):
+            anchor = anchors[getbits(bits)]
+            k = int(rand() * pages)
+            nofollow = False
+            if kind == "root_rel":
+                href = f"/p/{k}.html"
+            elif kind == "rel":
+                href = f"{k}.html"
+            elif kind == "dotdot":
+                href = (f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")[int(rand() * 3)]
+            elif kind == "abs":
+                href = f"http://{self.authority(host)}/p/{k}.html"
+            elif kind == "frag":
+                href = f"/p/{k}.html#s{int(rand() * 8)}"
+            else:
+                href, nofollow = self._rare_href(host, rng, kind)
+            if session and kind in _SAME_HOST_PAGE_KINDS:
+                href = _with_sid(href)
+            out.append(f'<li><a href="{href}" rel="nofollow">{anchor}</a></li>\n' if nofollow
+                       else f'<li><a href="{href}">{anchor}</a></li>\n')
+        return out
 
-    def _link_of_kind(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, str, bool]:
-        anchor = self.pool.anchors[rng.getrandbits(ParagraphPool.ANCHOR_BITS)]
-        k = int(rng.random() * host.pages)
-        if kind == "root_rel":
-            return f"/p/{k}.html", anchor, False
-        if kind == "rel":
-            return f"{k}.html", anchor, False
-        if kind == "dotdot":
-            return (f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")[int(rng.random() * 3)], anchor, False
-        if kind == "abs":
-            return f"http://{self.authority(host)}/p/{k}.html", anchor, False
-        if kind == "frag":
-            return f"/p/{k}.html#s{int(rng.random() * 8)}", anchor, False
+    def _rare_href(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, bool]:
+        rand = rng.random
         if kind in ("cross_abs", "cross_proto"):
-            other = self.site.hosts[int(rng.random() * self.site.n_hosts)]
+            other = self.site.hosts[int(rand() * self.site.n_hosts)]
             scheme = "http:" if kind == "cross_abs" else ""
-            return f"{scheme}//{self.authority(other)}{self.entry_path(other, rng)}", anchor, False
+            return f"{scheme}//{self.authority(other)}{self.entry_path(other, rng)}", False
         if kind == "private":
-            sub = "open/" if rng.random() < 0.5 else ""
-            return f"/private/{sub}{int(rng.random() * S.LEAF_PAGES)}.html", anchor, False
+            sub = "open/" if rand() < 0.5 else ""
+            return f"/private/{sub}{int(rand() * S.LEAF_PAGES)}.html", False
         if kind == "nofollow":
-            return f"/nf/{int(rng.random() * S.LEAF_PAGES)}.html", anchor, True
+            return f"/nf/{int(rand() * S.LEAF_PAGES)}.html", True
         if kind == "redirect":
-            return f"/r/{k}", anchor, False
+            return f"/r/{int(rand() * host.pages)}", False
         if kind == "missing":
-            return f"/p/{host.pages + int(rng.random() * 5)}.html", anchor, False
-        return _MEDIA[int(rng.random() * len(_MEDIA))].format(int(rng.random() * S.MEDIA_FILES)), anchor, False
+            return f"/p/{host.pages + int(rand() * 5)}.html", False
+        return _MEDIA[int(rand() * len(_MEDIA))].format(int(rand() * S.MEDIA_FILES)), False
 
     # --- bodies ---
     def page(self, host: S.HostSpec, k: int) -> bytes:
@@ -125,22 +138,21 @@ class PageRenderer:
         n_links = rng.randint(10, 60)
         if k in host.meta_nofollow:
             # only reachable from here: a crawler that ignores <meta name=robots> fetches /mnf/
-            links = [(f"/mnf/{int(rng.random() * S.LEAF_PAGES)}.html", " ".join(words(rng, 2)), False)
+            items = [f'<li><a href="/mnf/{int(rng.random() * S.LEAF_PAGES)}.html">{" ".join(words(rng, 2))}</a></li>\n'
                      for _ in range(n_links)]
         else:
-            kinds = rng.choices(_LINK_KINDS, _LINK_WEIGHTS, k=n_links)
-            links = [self._link(host, rng, kind) for kind in kinds]
+            items = self._li_items(host, rng, n_links)
         paras = self._paragraphs(rng, target - 60 * n_links)
         parts: list[bytes] = []
-        per = max(1, len(links) // max(1, len(paras)))
+        per = max(1, len(items) // max(1, len(paras)))
         li = 0
         for p in paras:
             parts.append(p)
-            if li < len(links):
-                parts.append(self._ul(links[li:li + per]))
+            if li < len(items):
+                parts.append(("<ul>\n" + "".join(items[li:li + per]) + "</ul>\n").encode())
                 li += per
-        if li < len(links):
-            parts.append(self._ul(links[li:]))
+        if li < len(items):
+            parts.append(("<ul>\n" + "".join(items[li:]) + "</ul>\n").encode())
         if rng.random() < 0.3:
             parts.append(f'<p><img src="/img/{int(rng.random() * S.MEDIA_FILES)}.png" alt="figure"></p>\n'.encode())
         return self._doc(title, parts, k in host.meta_nofollow)
