@@ -99,8 +99,9 @@ class HostileServer:
             self._br_bomb = _zeros_brotli(self.bomb_bytes)
         return self._br_bomb
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+    async def start(self, host: str = "127.0.0.1", port: int = 0, ssl=None) -> tuple[str, int]:
+        """Listen (TLS when ``ssl`` is an SSLContext); returns the bound (host, port)."""
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True, ssl=ssl)
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
         return self.address

@@ -177,9 +177,20 @@ class _Transfer:
         fd = socket.socket(address.family, address.socktype, address.protocol).detach()
         if fd in f._watched:
             f._unwatch(fd)                               # a registration left by a socket closed behind our back
-        f._own.add(fd)                                   # pycurl uses an int as is (no dup)
+        st = os.fstat(fd)
+        f._own[fd] = (st.st_dev, st.st_ino)              # pycurl uses an int as is (no dup)
         f.sockets_opened += 1
         return fd
+
+
+def _close_if_same(fd: int, ident: tuple[int, int]) -> None:
+    """Close ``fd`` only if it is still the socket we opened (the number may have been reused)."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) == ident:
+        os.close(fd)
 
 
 def _same_ip(a: str, b: str) -> bool:
@@ -262,10 +273,11 @@ class Fetcher:
         self._idle: list[_Transfer] = []
         self._active: dict[pycurl.Curl, _Transfer] = {}
         self._watched: dict[int, int] = {}                  # fd -> POLL_* mask registered with the loop
-        self._own: set[int] = set()                         # fds opened by our open-socket callback
+        self._own: dict[int, tuple[int, int]] = {}          # fd we opened -> (st_dev, st_ino) of its socket
         self._parked: set[int] = set()                      # own idle keep-alive fds left registered
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._released = False
         self.counts: dict[str, int] = {}
 
     @property
@@ -350,13 +362,16 @@ class Fetcher:
             self._timer.cancel()
             self._timer = None
         # Stop watching before curl closes its cached connections, so the loop never holds a
-        # closed fd. pycurl cannot run the close-socket callback outside a transfer: it warns
-        # and closes those sockets itself. The easy handles go last (their callbacks may run).
+        # closed fd (libuv aborts on one). pycurl cannot run the close-socket callback outside a
+        # transfer (it warns and skips it). The easy handles go last (their callbacks may run).
         for fd in list(self._watched):
             self._unwatch(fd)
+        self._released = True                             # from here on curl's socket/timer requests are ignored
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             self._multi.close()
+        for fd, ident in self._own.items():
+            _close_if_same(fd, ident)                     # the ones pycurl could not hand to our callback
         self._own.clear()
         for t in self._idle:
             t.curl.close()
@@ -365,6 +380,8 @@ class Fetcher:
 
     # -- event-loop plumbing -------------------------------------------------
     def _on_socket(self, what: int, fd: int, multi, socketp) -> None:
+        if self._released:
+            return
         old = self._watched.get(fd, 0)
         if what == pycurl.POLL_REMOVE:
             if fd in self._own and old & pycurl.POLL_IN:
@@ -405,7 +422,7 @@ class Fetcher:
     def _on_close_socket(self, fd: int) -> int:
         if fd in self._watched:
             self._unwatch(fd)
-        self._own.discard(fd)
+        self._own.pop(fd, None)
         try:
             os.close(fd)
         except OSError:
@@ -417,7 +434,7 @@ class Fetcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if timeout_ms >= 0:
+        if timeout_ms >= 0 and not self._released:
             self._timer = self._loop.call_later(timeout_ms / 1000.0, self._on_timeout)
 
     def _on_timeout(self) -> None:

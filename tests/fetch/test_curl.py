@@ -1,7 +1,10 @@
 """Fetcher on uvloop against the loopback test server: bytes kept exactly, limits, outcomes."""
 
 import asyncio
+import shutil
 import socket
+import ssl
+import subprocess
 
 import pytest
 import uvloop
@@ -228,6 +231,69 @@ def test_connect_refused():
     async def scenario(f, server, port):
         return await f.fetch(req(dead_port, "/ok"))
     assert run(scenario).outcome is Outcome.CONNECT_REFUSED
+
+
+def test_connect_timeout():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)                             # never accepted: once the queue is full, SYNs are dropped
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+
+    async def scenario(f, server, _port):
+        return await f.fetch(req(port, "/ok"))
+    try:
+        r = run(scenario, connect_timeout_s=0.3)
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
+    assert r.outcome is Outcome.CONNECT_TIMEOUT
+
+
+def _self_signed(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    proc = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                           "-out", str(cert), "-days", "1", "-subj", "/CN=tls.test"], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip("openssl cannot make a test certificate")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl tool")
+def test_tls_unverified_by_default_and_refused_when_verifying(tmp_path):
+    ctx = _self_signed(tmp_path)
+
+    async def main():
+        server = HostileServer()
+        _, port = await server.start(ssl=ctx)
+        lax, strict = make_fetcher(), make_fetcher(verify_tls=True)
+        try:
+            url = f"https://tls.test:{port}/echo"
+            a = await lax.fetch(FetchRequest(url=url, ip="127.0.0.1", port=port))
+            b = await lax.fetch(FetchRequest(url=url, ip="127.0.0.1", port=port))
+            c = await strict.fetch(FetchRequest(url=url, ip="127.0.0.1", port=port))
+            return a, b, c, server.connections
+        finally:
+            await lax.close(0)
+            await strict.close(0)
+            server.close()
+    a, b, c, connections = uvloop.run(main())
+    assert a.outcome is Outcome.OK and b.outcome is Outcome.OK
+    assert a.body == a.request_head                # the head is captured before encryption, as sent
+    assert a.request_head.startswith(b"GET /echo HTTP/1.1\r\nHost: tls.test:")
+    assert c.outcome is Outcome.TLS_ERROR
+    assert connections == 1                        # lax reused its TLS connection; strict never finished a handshake
 
 
 def test_total_timeout():
