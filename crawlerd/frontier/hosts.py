@@ -14,6 +14,8 @@ import struct
 from array import array
 from dataclasses import dataclass
 
+from crawlerd.frontier.keyindex import KeyIndex
+
 # Host states (slot of an active host). In the due heap exactly when READY or DNS_BACKOFF.
 DNS = 1            # waiting for set_host_ip (listed by hosts_needing_dns)
 DNS_BACKOFF = 2    # DNS failed transiently; at its due time it asks again
@@ -65,7 +67,7 @@ class HostRecord:
 class HostTable:
     """Active hosts by slot. Key: slot (dense int, reused; the due heap's host id).
 
-    Invariant: ``slot_of[keys[s]] == s`` for every live slot ``s``; ``keys[s]``
+    Invariant: ``slot_of.get(keys[s]) == s`` for every live slot ``s``; ``keys[s]``
     is None exactly for slots on the free list; ``len(slot_of) <= capacity``.
     """
 
@@ -74,8 +76,8 @@ class HostTable:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.slot_of: dict[str, int] = {}
         self.keys: list[str | None] = []
+        self.slot_of = KeyIndex(self.keys)
         self.free: list[int] = []
         self.hid = array("I")           # persistent host id (queue key prefix)
         self.queued = array("q")        # URLs in this host's back queues
@@ -88,7 +90,7 @@ class HostTable:
         self.conc = array("B")          # lease limit (1 unless host_concurrency says more)
         self.due = array("d")           # earliest start of the next request
         self.robots_exp = array("d")    # robots.txt known until (0: unknown)
-        self.crawl_delay = array("d")   # robots Crawl-delay, capped, seconds
+        self.crawl_delay = array("f")   # robots Crawl-delay, capped, seconds
         self.ip_exp = array("d")        # IP known until
         self.ip = array("i")            # IP slot, -1 unknown
 
@@ -125,7 +127,7 @@ class HostTable:
             self.crawl_delay.append(rec.crawl_delay)
             self.ip_exp.append(rec.ip_exp)
             self.ip.append(-1)
-        self.slot_of[key] = s
+        self.slot_of.put(key, s)
         return s
 
     def record(self, s: int, session: int, now: float, ip: str) -> HostRecord:
@@ -134,8 +136,7 @@ class HostTable:
                           self.ip_exp[s], ip)
 
     def release(self, s: int) -> None:
-        key = self.keys[s]
-        del self.slot_of[key]
+        self.slot_of.delete(self.keys[s])
         self.keys[s] = None
         self.state[s] = 0
         self.free.append(s)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import heapq
 from array import array
 
+from crawlerd.frontier.keyindex import KeyIndex
+
 
 class IPTable:
     """Addresses used by active hosts or leases. Key: IP slot (dense int, reused).
 
     Invariants: ``inflight[s] <= limit`` for every slot; ``slot_of[names[s]] ==
-    s`` for live slots; a slot is freed only when no host refers to it, nothing
+    s`` (a :class:`KeyIndex`) for live slots; a slot is freed only when no host refers to it, nothing
     is in flight and its ``due`` has passed (so ``ip_delay_s`` survives a host
     leaving). ``waiters[s]`` is a heap of ``(host due, host id, host slot)`` of
     hosts that were due while the IP was full; entries are checked against the
@@ -26,8 +28,8 @@ class IPTable:
     def __init__(self, limit: int, delay_s: float):
         self.limit = limit
         self.delay_s = delay_s
-        self.slot_of: dict[str, int] = {}
         self.names: list[str | None] = []
+        self.slot_of = KeyIndex(self.names)
         self.free: list[int] = []
         self.inflight = array("H")
         self.due = array("d")
@@ -52,7 +54,7 @@ class IPTable:
                 self.inflight.append(0)
                 self.due.append(0.0)
                 self.refs.append(0)
-            self.slot_of[ip] = s
+            self.slot_of.put(ip, s)
         self.refs[s] += 1
         self.idle.discard(s)
         return s
@@ -68,7 +70,7 @@ class IPTable:
         for s in done:
             self.idle.discard(s)
             self.waiters.pop(s, None)
-            del self.slot_of[self.names[s]]
+            self.slot_of.delete(self.names[s])
             self.names[s] = None
             self.free.append(s)
         return len(done)

@@ -171,5 +171,15 @@ class FrontierStore:
             yield from chunk
             after = chunk[-1][0]
 
+    def usage(self) -> dict[str, int]:
+        """Bytes in use per table (pages x page size) and entries; the map file's size."""
+        txn = self.txn()
+        out = {"file_bytes": os.path.getsize(os.path.join(self.path, "data.mdb"))}
+        for name in ("queues", "hosts", "leases", "waiting", "dead", "events", "meta"):
+            st = txn.stat(getattr(self, name))
+            out[f"{name}_entries"] = st["entries"]
+            out[f"{name}_bytes"] = st["psize"] * (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"])
+        return out
+
     def count(self, db) -> int:
         return self.txn().stat(db)["entries"]

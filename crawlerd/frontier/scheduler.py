@@ -65,7 +65,8 @@ class Frontier:
                  park_after_failures: int = 10, park_s: float = 21600.0, lease_timeout_s: float = 300.0,
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
-                 blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096):
+                 blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
+                 commit_interval_s: float = 1.0):
         if not 1 <= priority_levels <= 16:
             raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
         if not 1 <= per_ip_concurrency <= 0xFFFF:
@@ -82,6 +83,8 @@ class Frontier:
         self._max_attempts = max_attempts
         self._host_conc = {k: max(1, min(int(v), 255)) for k, v in (host_concurrency or {}).items()}
         self._group_ops = group_ops
+        self._commit_interval_s = commit_interval_s
+        self._last_commit = -math.inf
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync)
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
@@ -347,7 +350,10 @@ class Frontier:
 
     # == lease ==================================================================
     def lease(self, now: float | None = None, limit: int = 100) -> list[Lease]:
-        """Lease up to ``limit`` due hosts (one request each), per-IP limits applied; commits."""
+        """Lease up to ``limit`` due hosts (one request each), per-IP limits applied.
+
+        Commits when ``group_ops`` operations or ``commit_interval_s`` have gone by since the last commit.
+        """
         if now is None:
             now = self._clock()
         out: list[Lease] = []
@@ -362,7 +368,11 @@ class Frontier:
                     out.append(lease)
         if out and out[0].deadline < self._min_deadline:
             self._min_deadline = out[0].deadline
-        self._commit()
+        # Group commit: an uncommitted lease is harmless (after a crash the URL is simply still
+        # queued); completions wait at most commit_interval_s or group_ops operations.
+        self._ops += len(out)
+        if self._ops >= self._group_ops or now - self._last_commit >= self._commit_interval_s:
+            self._commit()
         return out
 
     def _lease_host(self, s: int, now: float) -> Lease | None:
@@ -452,8 +462,9 @@ class Frontier:
         failures back off (429/503 honour Retry-After); a retryable failure
         returns the URL to the front of its queue, or dead-letters it after
         ``max_attempts``. ``requeue`` returns it without counting an attempt.
-        Durable at the next commit (add/lease/commit), or at once when it set
-        a wait longer than a restart's grace.
+        Durable at the next commit (add, commit, or lease's group commit), or at
+        once when it set a wait longer than a restart's grace: after a crash a
+        completion that was not durable is fetched again (at least once).
         """
         o = self._leases.pop(lease_id, None)
         if o is None:
@@ -795,6 +806,7 @@ class Frontier:
             st.commit()
             self.commits += 1
         self._ops = 0
+        self._last_commit = self._clock()
 
     def commit(self) -> None:
         """Make everything so far durable (fsync even when sync=False)."""
@@ -861,6 +873,10 @@ class Frontier:
 
     def queued(self) -> int:
         return self._c["queued"]
+
+    def storage(self) -> dict[str, int]:
+        """LMDB bytes and entries per table (for stats and the bench)."""
+        return self._store.usage()
 
     def stats(self) -> dict:
         H = self._hosts
