@@ -23,8 +23,9 @@ DEMO_UA = "crawlerd-demo/0.1 (+synthetic web on loopback; operator: demo@localho
 
 def in_private_netns() -> bool:
     """True when the only network interface is loopback."""
+    import socket
     try:
-        return os.listdir("/sys/class/net") == ["lo"]
+        return [name for _i, name in socket.if_nameindex()] == ["lo"]
     except OSError:
         return False
 
@@ -141,6 +142,8 @@ def _summary(sup, cfg, wall: float, cpu: float, ledger) -> None:
     entries = ledger if isinstance(ledger, list) else ledger.get("entries", [])
     viol = politeness_violations(entries, gap, cfg.politeness.per_ip_concurrency)
     print(f"server-side ledger {len(entries)} requests, {len(viol)} politeness violations")
+    for v in viol[:10]:
+        print(f"  {v}")
     warc_dir = cfg.path("warc")
     files = sorted(f for f in os.listdir(warc_dir) if ".warc" in f) if os.path.isdir(warc_dir) else []
     print(f"WARC files         {len(files)} in {warc_dir}")

@@ -32,6 +32,7 @@ import time
 from collections import deque
 
 from crawlerd import url as urlmod
+from crawlerd.codec import DecodeError, decode_body
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.drum import Drum
@@ -40,9 +41,9 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
 from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.politeness import Politeness
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
-from crawlerd.codec import DecodeError, decode_body
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.process.worker import entity_digest
 from crawlerd.records import FetchRequest, FetchResult
@@ -127,6 +128,8 @@ class Shard:
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page}, on_worker_death=self._worker_died)
         self.guard = AddressGuard(list(cfg.network.allow))
+        self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
+                                     max_delay_s=p.max_delay_s)
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
 
@@ -242,7 +245,8 @@ class Shard:
         self._tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
             exc = t.exception()
-            log.error("task failed: %r", exc, exc_info=exc)
+            import traceback
+            log.error("task failed: %s", "".join(traceback.format_exception(exc)).replace("\n", " | "))
             self._recent_errors.append(repr(exc))
         self._wake.set()
 
@@ -314,6 +318,8 @@ class Shard:
                 if nxt is None:
                     break
                 url = nxt
+                # the lease keeps the host busy; the next hop still waits the politeness gap
+                await asyncio.sleep(self.politeness.gap_s(res.elapsed_s, 0.0, 0))
                 continue
             self.robots.put(host_key, decision)
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
@@ -408,8 +414,9 @@ class Shard:
         """Exact-duplicate owner: returns (first url, first date) if seen before, else records it."""
         prev = self.digests.get(digest)
         if prev is None:
-            self.digests.add(digest, url, fetched_at)
-        return prev
+            self.digests.add(digest, url, repr(fetched_at))
+            return None
+        return prev[0], float(prev[1])
 
     def _log_event(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         if self.events is None:
