@@ -15,9 +15,11 @@ Tables (all keys big-endian where they are numbers, so byte order is queue order
              URLs not yet handed to the event log (``drain_dropped``).
 ``meta``     counters, sequence numbers, session, blocklist entries (``block:<pattern>``).
 
-Durability: one write transaction is open at a time and is committed by each
-``add()``/``lease()`` batch, by ``commit()``, and every ``group_ops`` smaller
-operations. LMDB commits are atomic (copy-on-write B-tree, two meta pages), so
+Durability: one write transaction is open at a time. ``add()`` commits it (a URL
+that passed the seen-set must not be lost); ``lease()`` and ``complete()``
+group-commit it every ``group_ops`` operations or ``commit_interval_s``
+(an uncommitted lease only means the URL is still queued after a crash; an
+uncommitted completion means it is fetched again); ``commit()`` forces it. LMDB commits are atomic (copy-on-write B-tree, two meta pages), so
 ``kill -9`` loses only the open transaction. With ``sync=True`` each commit is
 flushed with one fdatasync (``metasync=False``: an OS crash may undo the last
 transaction but cannot corrupt the file). With ``sync=False`` a commit reaches

@@ -801,6 +801,8 @@ class Frontier:
                     txn.put(hk.encode("utf-8", "surrogateescape"),
                             H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "").encode(), db=hdb)
             self._dirty.clear()
+        if ips.idle:
+            ips.sweep(self._clock())
         if st.open:
             st.save_meta(self._c, self._dropped)
             st.commit()
@@ -810,7 +812,7 @@ class Frontier:
 
     def commit(self) -> None:
         """Make everything so far durable (fsync even when sync=False)."""
-        self._ips.sweep(self._clock())
+        self._store.txn()
         self._commit()
         st = self._store
         if not st.sync:
