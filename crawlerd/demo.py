@@ -117,7 +117,7 @@ def _demo(args) -> int:
             sup.close()
         wall = time.monotonic() - t0
         cpu1 = os.times()
-        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + sum(sup.shard.pool.final_cpu_s.values())
         ledger = sim.ledger()
     print()
     _summary(sup, cfg, wall, cpu, ledger)

@@ -8,8 +8,21 @@ nothing per page. The clock is injected.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """User+system CPU seconds of a live process (from /proc), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK     # utime, stime (proc(5) fields 14, 15)
 
 
 class Metrics:

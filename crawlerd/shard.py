@@ -99,6 +99,7 @@ class Shard:
         self._recent_errors: deque[str] = deque(maxlen=20)
         self._last_flush = 0.0
         self._last_commit = 0.0
+        self._final_frontier_stats: dict | None = None      # set when the frontier is closed
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
@@ -437,10 +438,11 @@ class Shard:
 
     # -- control ------------------------------------------------------------------------
     def status(self) -> dict:
-        st = self.frontier.stats()
+        st = self._final_frontier_stats if self._final_frontier_stats is not None else self.frontier.stats()
         return {"in_flight": len(self._leases), "queued": st.get("queued", 0),
                 "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
-                "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:]}
+                "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:],
+                "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -485,6 +487,7 @@ class Shard:
             self.seen.flush()
             self._drain_seen()
         self.frontier.commit()
+        self._final_frontier_stats = self.frontier.stats()
         self.frontier.close()
         self.seen.close()
         self.digests.close()

@@ -163,6 +163,7 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
             self.state = "stopped"
+            self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
         return 0
 
@@ -216,11 +217,15 @@ class Supervisor:
         snap = self.metrics.snapshot(top=20)
         sh = self.shard.status() if self.shard else {}
         ru = os.times()
+        workers = sh.get("worker_cpu_s", {})
         return {**self.status(), "bytes": snap["bytes"], "dropped": snap["dropped"],
                 "counters": snap["counters"], "top_hosts": snap["top_hosts"],
                 "frontier": sh.get("frontier", {}), "seen_pending": sh.get("seen_pending", 0),
                 "recent_errors": sh.get("recent_errors", []),
-                "cpu_s": round(ru.user + ru.system, 3)}
+                "cpu_s": round(ru.user + ru.system + sum(workers.values()), 3),
+                "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
+                                     **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
+                "worker_restarts": sh.get("worker_restarts", 0)}
 
     def _handlers(self) -> dict:
         def seed_add(req):
@@ -269,6 +274,20 @@ class Supervisor:
             "block_add": block_add, "block_remove": block_remove,
             "block_list": lambda _: {"blocked": self.shard.frontier.blocked()},
         }
+
+    def _write_last_run(self) -> None:
+        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename)."""
+        import json
+        path = self.cfg.path("last-run.json")
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.stats(), f, indent=1, sort_keys=True, default=str)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            log.error("cannot write %s: %s", path, e.strerror)
 
     def close(self) -> None:
         if self._lock_fd is not None:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchResult, ProcessResult
 
@@ -82,6 +83,7 @@ class WorkerPool:
         self._closing = False
         self.restarts = 0
         self.crashed_jobs = 0
+        self.final_cpu_s: dict[int, float] = {}     # worker pid -> CPU s, read just before it exits
 
     async def start(self) -> None:
         for i in range(self.n):
@@ -105,6 +107,15 @@ class WorkerPool:
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.workers]
+
+    def cpu_s(self) -> dict[int, float]:
+        """CPU seconds per worker process (live, or as last read before exit)."""
+        out = dict(self.final_cpu_s)
+        for w in self.workers:
+            cpu = proc_cpu_s(w.proc.pid)
+            if cpu is not None:
+                out[w.proc.pid] = cpu
+        return out
 
     def outstanding(self) -> int:
         return sum(len(w.outstanding) for w in self.workers)
@@ -168,6 +179,9 @@ class WorkerPool:
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
         for w in self.workers:
+            cpu = proc_cpu_s(w.proc.pid)
+            if cpu is not None:
+                self.final_cpu_s[w.proc.pid] = cpu
             with contextlib.suppress(Exception):
                 _send(w.writer, ("close",))
                 await w.writer.drain()
