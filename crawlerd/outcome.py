@@ -6,10 +6,10 @@ it); the other values name why no usable answer came back, or why the URL was
 never fetched at all.
 """
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     # an HTTP answer arrived and was kept
     OK = "ok"
     NOT_MODIFIED = "not_modified"          # 304 to a conditional GET
@@ -44,9 +44,6 @@ class Outcome(str, Enum):
     # processing
     PROCESS_ERROR = "process_error"        # the processor raised on this response (bug); raw record kept
     PROCESS_CRASHED = "process_crashed"    # workers died processing this response (poison page)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # Outcomes after which the host is backed off (transport trouble, not content).
