@@ -38,7 +38,8 @@ import time
 
 import numpy as np
 
-CHUNK = 1 << 20
+CHUNK = 1 << 17          # keys generated at a time (untimed); small, so it adds little to peak RSS
+NUMPY_BATCH = 1 << 20    # keys the numpy peer buffers before one sort + merge
 SEED = np.uint64(0x5EED)
 
 
@@ -53,13 +54,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def stream_chunks(total: int, seed: int = 1):
-    """Yields uint64 arrays of at most CHUNK keys; the crawl-shaped stream described above."""
+def stream_chunks(total: int, seed: int = 1, chunk: int = CHUNK):
+    """Yields uint64 arrays of at most ``chunk`` keys; the crawl-shaped stream described above."""
     rng = np.random.default_rng(seed)
     made = 0          # new keys handed out so far
     done = 0
     while done < total:
-        n = min(CHUNK, total - done)
+        n = min(chunk, total - done)
         n_new = (n + 1) // 2
         new_idx = np.arange(made, made + n_new, dtype=np.int64)
         # Repeat i comes after new key i, so it picks among the made + i + 1 keys seen by then.
@@ -86,8 +87,8 @@ def run_drum(path: str, total: int, batch: int, budget_s: float) -> dict:
         t, c = time.perf_counter(), time.process_time()
         for i in range(0, len(chunk), batch):
             dr.check_update(chunk[i:i + batch])
-            if dr.ready:
-                _, keys, u, _ = dr.results_arrays(1 << 30)
+            while dr.ready:
+                _, keys, u, _ = dr.results_arrays(1 << 20)
                 unique += int(u.sum())
                 handed += len(keys)
         spent += time.perf_counter() - t
@@ -97,12 +98,13 @@ def run_drum(path: str, total: int, batch: int, budget_s: float) -> dict:
             break
     t, c = time.perf_counter(), time.process_time()
     dr.flush()
-    _, keys, u, _ = dr.results_arrays(1 << 30)
+    while dr.ready:
+        _, keys, u, _ = dr.results_arrays(1 << 20)
+        unique += int(u.sum())
+        handed += len(keys)
     dr.ack()
     spent += time.perf_counter() - t
     cpu += time.process_time() - c
-    unique += int(u.sum())
-    handed += len(keys)
     assert handed == done, (handed, done)
     stored = len(dr)
     disk = dr.disk_bytes()
@@ -152,7 +154,7 @@ def run_numpy(path: str, total: int, batch: int, budget_s: float) -> dict:
     unique = 0
     spent = cpu = 0.0
     done = 0
-    for chunk in stream_chunks(total):
+    for chunk in stream_chunks(total, chunk=NUMPY_BATCH):
         t, c = time.perf_counter(), time.process_time()
         # Pages are buffered to one chunk: answer them in order by sort + merge.
         order = np.argsort(chunk, kind="stable")

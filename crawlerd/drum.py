@@ -35,9 +35,10 @@ Files under ``path`` (``<data_dir>/drum/``), all little-endian:
 * ``cursor``: (epoch, seq) of the first result not yet acknowledged.
 
 Each call is one journal block written with one write() before the keys
-enter a bucket: a call that returned is on disk (page cache, so it survives
-``kill -9``; a merge fsyncs it). Its keys get sequence numbers
-``seq`` (global, stable across restarts).
+enter a bucket: a call that returned is in the page cache, so it survives
+``kill -9``; it survives a power loss once a merge, ``sync()`` or ``close()``
+fsynced the journal. Its keys get sequence numbers ``seq`` (global, stable
+across restarts). Not thread-safe: one thread drives a Drum.
 
 Recovery rule (on open, after a clean close or a crash at any point):
 
@@ -178,10 +179,11 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def _write_atomic(path: str, *parts) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(data)
+        for data in parts:
+            f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -364,6 +366,11 @@ class Drum:
                 r.offset_in_block = 0
         return first_seq, keys[:got], unique[:got].view(bool), values[:got * V].reshape(got, V)
 
+    def sync(self) -> None:
+        """fsync the journal: calls that returned survive a power loss too, not only kill -9."""
+        self._usable()
+        os.fsync(self._jfd)
+
     def ack(self) -> None:
         """Acknowledge every result handed out so far: they are not delivered again after a crash.
 
@@ -511,8 +518,9 @@ class Drum:
     def _merge_epoch(self) -> None:
         core, V, e = self._core, self.value_size, self._epoch
         P = core.ordinals
-        unique = np.zeros(P, np.uint8)
-        vals = np.zeros(P * V, np.uint8)
+        # One buffer for the answers: unique flags then values, written and kept as they are.
+        body = np.zeros(P * (1 + V), np.uint8)
+        unique, vals = body[:P], body[P:]
         gen, count, khash = self._gen, self._count, self._hash
         if P:
             gen = self._gen + 1
@@ -536,10 +544,9 @@ class Drum:
                 if old_fd >= 0:
                     os.close(old_fd)
             os.replace(tmp, self._p("keys", gen))
-        body = unique.tobytes() + vals.tobytes()
         _write_atomic(self._p("results", e),
-                      _RES_HEAD.pack(RES_MAGIC, e, P, V, self._kern.hash_words(body)).ljust(HEADER_BYTES, b"\0")
-                      + body)
+                      _RES_HEAD.pack(RES_MAGIC, e, P, V, self._kern.hash_words(body)).ljust(HEADER_BYTES, b"\0"),
+                      body)
         os.fsync(self._jfd)
         self._write_manifest(gen, count, khash, e)
         _fsync_dir(self.path)
@@ -553,8 +560,9 @@ class Drum:
         for fd in self._spill_fds:
             os.ftruncate(fd, 0)
         core.reset_epoch()
-        self._ready.append(_Ready(e, self._p("journal", e), self._p("results", e), self._epoch_seq,
-                                  self._next_seq))
+        r = _Ready(e, self._p("journal", e), self._p("results", e), self._epoch_seq, self._next_seq)
+        r.unique, r.values = unique, vals
+        self._ready.append(r)
         self._start_epoch(e + 1)
 
     def _write_manifest(self, gen: int, count: int, khash: int, merged: int) -> None:
