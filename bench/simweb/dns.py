@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -163,6 +164,12 @@ class DnsServer:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(lambda: _Protocol(self), local_addr=(host, port))
         self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:   # a burst of queries must not overflow the socket while Python answers them
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            except OSError:
+                pass
         sockname = transport.get_extra_info("sockname")
         self.address = (sockname[0], sockname[1])
         return self.address

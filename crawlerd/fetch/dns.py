@@ -171,27 +171,24 @@ class Resolver:
                 r = entry.resolution
                 return Resolution(r.outcome, list(r.ips), left, r.error)
             del self._cache[key]
-        if key in self._pending:
+        fut = self._pending.get(key)
+        if fut is not None:
             st.coalesced += 1
+            r = await asyncio.shield(fut)                # a cancelled waiter leaves the query running
         elif self._closed:
             return Resolution(Outcome.DNS_ERROR, [], 0.0, "resolver closed")
-        r = await asyncio.shield(self._lookup(key))     # a cancelled caller leaves the shared query running
+        else:
+            # The first caller runs the query itself (no task: this is the hot path).
+            fut = self._pending[key] = self._loop.create_future()
+            r = await self._run(key, fut)
         return Resolution(r.outcome, list(r.ips), r.ttl_s, r.error)
 
-    def _lookup(self, key: str) -> asyncio.Future[Resolution]:
-        """The future of the one query for ``key``, started now if none is in flight."""
-        fut = self._pending.get(key)
-        if fut is None:
-            fut = self._pending[key] = self._loop.create_future()
-            task = self._loop.create_task(self._run(key, fut))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return fut
-
-    async def _run(self, key: str, fut: asyncio.Future[Resolution]) -> None:
+    async def _run(self, key: str, fut: asyncio.Future[Resolution]) -> Resolution:
+        """Query ``key`` and publish the answer on ``fut`` for the callers coalesced on it."""
         try:
             r = await self._query(key)
         except asyncio.CancelledError:
+            # the caller running the query was cancelled: its waiters get an error (not cached)
             fut.set_result(Resolution(Outcome.DNS_ERROR, [], 0.0, "lookup cancelled"))
             raise
         except Exception as e:   # channel trouble must not strand the callers waiting on fut
@@ -202,6 +199,7 @@ class Resolver:
         st.outcomes[r.outcome.value] = st.outcomes.get(r.outcome.value, 0) + 1
         self._store(key, r)
         fut.set_result(r)
+        return r
 
     async def _query(self, name: str) -> Resolution:
         await self._gate.acquire()
@@ -281,7 +279,10 @@ class Resolver:
         if self._closed or key in self._pending or _literal(key) or key in self._static:
             return
         if self.cached(key) is None:
-            self._lookup(key)
+            fut = self._pending[key] = self._loop.create_future()
+            task = self._loop.create_task(self._run(key, fut))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def stats(self) -> dict:
         st = self._stats

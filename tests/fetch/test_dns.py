@@ -227,3 +227,45 @@ def test_rebinding_is_seen_after_expiry():
     first, cached, fresh = run(scenario, s, min_ttl_s=10.0, clock=clock)
     assert first.ips == cached.ips == ["127.0.0.2"]
     assert fresh.ips == ["127.0.0.3"]
+
+
+def test_cancelled_first_caller_releases_waiters_and_caches_nothing():
+    s = DnsServer(silent={"slow.test"}, records={"slow2.test": (["127.0.0.2"], 0)})
+
+    async def scenario(r):
+        first = asyncio.ensure_future(r.resolve("slow.test"))
+        await asyncio.sleep(0)                    # first caller starts its query
+        waiter = asyncio.ensure_future(r.resolve("slow.test"))
+        await asyncio.sleep(0)                    # waiter joins it
+        first.cancel()
+        joined = await waiter
+        return joined, first.cancelled(), r.cached("slow.test"), r.stats()
+    joined, cancelled, cached, stats = run(scenario, s, timeout_s=5.0)
+    assert cancelled
+    assert joined.outcome is Outcome.DNS_ERROR and "cancelled" in joined.error
+    assert cached is None
+    assert stats["in_flight"] == 0
+
+
+def test_gate_hands_slots_over_in_order_and_survives_cancelled_waiters():
+    from crawlerd.fetch.dns import _Gate
+
+    async def main():
+        gate = _Gate(1)
+        order = []
+        await gate.acquire()
+
+        async def user(i):
+            await gate.acquire()
+            order.append(i)
+            gate.release()
+        tasks = [asyncio.ensure_future(user(i)) for i in range(5)]
+        await asyncio.sleep(0)
+        tasks[2].cancel()
+        gate.release()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await gate.acquire()                      # the slot came back: nothing leaked
+        return order, gate._free
+    order, free = uvloop.run(main())
+    assert order == [0, 1, 3, 4]
+    assert free == 0
