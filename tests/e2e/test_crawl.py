@@ -1,0 +1,129 @@
+"""The whole daemon against simweb in a private network namespace, judged from the server's ledger."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawlerd.simweb.ledger import (
+    crawl_delays,
+    entries_from_json,
+    politeness_violations,
+    retry_after_violations,
+    robots_violations,
+)
+
+HOSTS, SECONDS, SECONDS2 = 60, 20.0, 8.0
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        return False
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+
+
+pytestmark = [pytest.mark.netns,
+              pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    data_dir, out = str(base / "data"), str(base / "report.json")
+    driver = os.path.join(os.path.dirname(__file__), "driver.py")
+    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
+           sys.executable, driver, out, data_dir, str(HOSTS), str(SECONDS), str(SECONDS2)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(out) as f:
+        report = json.load(f)
+    report["data_dir"] = data_dir
+    return report
+
+
+def test_both_runs_exit_cleanly(crawl):
+    for run in ("first", "second"):
+        assert crawl[run]["rc"] == 0, crawl[run]["stderr"]
+        assert "Traceback" not in crawl[run]["stderr"], crawl[run]["stderr"]
+
+
+def test_pages_fetched_above_floor(crawl):
+    assert crawl["first"]["last_run"]["pages"] >= 150
+
+
+def test_invalid_seeds_skipped_and_counted(crawl):
+    assert crawl["first"]["last_run"]["dropped"].get("invalid_seed") == 2
+
+
+def test_status_answered_during_crawl(crawl):
+    st = crawl["first"]["status_during"]
+    assert st is not None, "crawlerd status --json never answered"
+    assert st["state"] == "running"
+    for key in ("uptime_s", "pages", "pages_per_s_10s", "pages_per_s_60s", "queued", "hosts_active",
+                "outcomes", "statuses"):
+        assert key in st
+
+
+@pytest.mark.parametrize("ledger", ["ledger1", "ledger2"])
+def test_zero_politeness_violations(crawl, ledger):
+    entries = entries_from_json(crawl[ledger])
+    assert len(entries) > 0
+    v = politeness_violations(entries, min_gap_s=1.0, per_ip_concurrency=1,
+                              host_min_gap_s=crawl_delays(crawl["site"]))
+    assert v == [], "\n".join(map(str, v[:20]))
+    assert retry_after_violations(entries) == []
+
+
+@pytest.mark.parametrize("ledger", ["ledger1", "ledger2"])
+def test_zero_robots_violations(crawl, ledger):
+    v = robots_violations(entries_from_json(crawl[ledger]), crawl["site"], agent="crawlerd")
+    assert v == [], "\n".join(map(str, v[:20]))
+
+
+def _warc_records(data_dir):
+    warc_dir = os.path.join(data_dir, "warc")
+    names = sorted(os.listdir(warc_dir))
+    assert names and not any(n.endswith(".open") for n in names), names
+    records = []
+    for name in names:
+        if not name.endswith(".warc.gz"):
+            continue
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                records.append((rec.rec_type, rec.rec_headers.get_header("WARC-Target-URI")))
+                rec.content_stream().read()
+        with gzip.open(os.path.join(warc_dir, name)) as g:     # plain gzip reads it too
+            assert g.read(8) == b"WARC/1.1"
+    return records
+
+
+def test_warc_one_capture_per_page_fetched(crawl):
+    records = _warc_records(crawl["data_dir"])
+    captures = Counter(uri for kind, uri in records if kind in ("response", "revisit"))
+    port = crawl["port"]
+    answered = Counter(f"http://{e['host']}:{port}{e['target']}"
+                       for led in ("ledger1", "ledger2") for e in crawl[led] if e["status"])
+    assert captures, "no response records"
+    # every answer the server gave is archived exactly once, and nothing else is
+    assert captures == answered, (set(captures) ^ set(answered))
+
+
+def _is_robots(target: str) -> bool:
+    # robots.txt and the hops of a robots.txt redirect chain are re-read after a restart (RFC 9309 §2.4)
+    return "robots" in target.rsplit("/", 1)[-1]
+
+
+def test_second_run_fetches_nothing_again(crawl):
+    done_first = {(e["host"], e["target"]) for e in crawl["ledger1"]
+                  if e["status"] and e["status"] not in (429, 503) and e["status"] < 500
+                  and not _is_robots(e["target"])}
+    again = [(e["host"], e["target"]) for e in crawl["ledger2"]
+             if (e["host"], e["target"]) in done_first]
+    assert again == []
+    assert crawl["second"]["last_run"]["pages"] > 0, "the second run resumes the queue"
