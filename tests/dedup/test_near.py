@@ -1,0 +1,210 @@
+"""NearDuplicates: answers against a brute-force model, persistence across crashes, host windows."""
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from collections import deque
+
+import pytest
+
+from crawlerd.dedup.near import NearDuplicates
+
+
+def flip(rng: random.Random, fp: int, bits: int) -> int:
+    for b in rng.sample(range(64), bits):
+        fp ^= 1 << b
+    return fp
+
+
+class Model:
+    """The documented semantics, by brute force: originals only, closest then oldest wins."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.docs: list[tuple[int, str]] = []
+
+    def check_and_add(self, fp: int, url: str) -> str:
+        best = None
+        for i, (sfp, surl) in enumerate(self.docs):
+            d = (sfp ^ fp).bit_count()
+            if d <= self.k and (best is None or (d, i) < best[:2]):
+                best = (d, i, surl)
+        if best is None:
+            self.docs.append((fp, url))
+            return ""
+        return "" if best[2] == url else best[2]
+
+
+def stream(rng: random.Random, n: int):
+    bases = [rng.getrandbits(64) for _ in range(max(1, n // 20))]
+    for i in range(n):
+        r = rng.random()
+        if r < 0.4:
+            fp = rng.getrandbits(64)
+        else:
+            fp = flip(rng, rng.choice(bases), rng.randrange(0, 6))
+        url = f"http://h{i % 7}.test/p/{i if rng.random() < 0.9 else rng.randrange(i + 1)}"
+        yield fp, url, f"http://h{i % 7}.test"
+
+
+def test_within_distance_is_named_beyond_is_stored(tmp_path):
+    with NearDuplicates(tmp_path, distance_bits=3) as nd:
+        base = 0x0123_4567_89AB_CDEF
+        assert nd.check_and_add(base, "http://a.test/1", "http://a.test") == ""
+        assert nd.check_and_add(base ^ 0b111, "http://a.test/2", "http://a.test") == "http://a.test/1"
+        assert len(nd) == 1     # a near duplicate is not stored
+        assert nd.check_and_add(base ^ 0b1111, "http://a.test/3", "http://a.test") == ""
+        assert len(nd) == 2
+        assert nd.check_and_add(base, "http://a.test/1", "http://a.test") == ""     # recrawl of itself
+        assert len(nd) == 2
+        assert nd.url_of(0) == "http://a.test/1" and nd.url_of(1) == "http://a.test/3"
+        assert nd.url_of(99) == ""
+        assert nd.stats()["near_duplicates"] == 1 and nd.stats()["checked"] == 4
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_matches_brute_force_model(tmp_path, k):
+    rng = random.Random(k)
+    model = Model(k)
+    with NearDuplicates(tmp_path, distance_bits=k, tail_capacity=16) as nd:
+        for fp, url, host in stream(rng, 1500):
+            assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
+        assert len(nd) == len(model.docs) == nd.next_id
+
+
+def test_save_reopen_gives_same_answers(tmp_path):
+    rng = random.Random(5)
+    items = list(stream(rng, 800))
+    model = Model(3)
+    with NearDuplicates(tmp_path, tail_capacity=32) as nd:
+        for fp, url, host in items[:500]:
+            assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["near", f"near-simhash-{len(model.docs):016d}.idx"]
+    with NearDuplicates(tmp_path, tail_capacity=32) as nd:
+        assert len(nd) == len(model.docs)
+        for fp, url, host in items[500:]:
+            assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
+    # the older index file is gone, the newest stays
+    assert [p.name for p in tmp_path.glob("near-simhash-*")] == [f"near-simhash-{len(model.docs):016d}.idx"]
+
+
+def test_kill_after_adds_loses_nothing(tmp_path):
+    """Docs added after the last save come back from LMDB on open (replayed into the index)."""
+    script = textwrap.dedent(f"""
+        import os, random
+        from crawlerd.dedup.near import NearDuplicates
+        nd = NearDuplicates({str(tmp_path)!r})
+        rng = random.Random(1)
+        for i in range(300):
+            nd.check_and_add(rng.getrandbits(64), f"http://a.test/{{i}}", "http://a.test")
+            if i == 99:
+                nd.save()
+        os._exit(0)     # no close, no save: as kill -9
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    rng = random.Random(1)
+    fps = [rng.getrandbits(64) for _ in range(300)]
+    with NearDuplicates(tmp_path) as nd:
+        assert nd.next_id == 300 and len(nd) == 300
+        for i in (0, 150, 299):
+            assert nd.check_and_add(fps[i] ^ 1, f"http://b.test/{i}", "http://b.test") == f"http://a.test/{i}"
+        assert nd.check_and_add(fps[7], "http://a.test/new", "http://a.test") == "http://a.test/7"
+        assert nd.check_and_add(rng.getrandbits(64), "http://a.test/300", "http://a.test") == ""
+        assert nd.url_of(300) == "http://a.test/300"    # ids continue, none reused
+
+
+def test_damaged_index_is_rebuilt_from_lmdb(tmp_path):
+    rng = random.Random(2)
+    fps = [rng.getrandbits(64) for _ in range(50)]
+    with NearDuplicates(tmp_path) as nd:
+        for i, fp in enumerate(fps):
+            nd.check_and_add(fp, f"http://a.test/{i}", "http://a.test")
+    (idx,) = tmp_path.glob("near-simhash-*.idx")
+    data = bytearray(idx.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    idx.write_bytes(bytes(data))
+    (tmp_path / ".near-simhash-0000000000000099.idx.tmp-1").write_bytes(b"torn")
+    with NearDuplicates(tmp_path) as nd:
+        assert len(nd) == 50
+        assert nd.check_and_add(fps[10] ^ 4, "http://b.test/x", "http://b.test") == "http://a.test/10"
+    assert not list(tmp_path.glob(".near-simhash-*"))
+
+
+def test_one_owner(tmp_path):
+    with NearDuplicates(tmp_path):
+        with pytest.raises(RuntimeError, match="already open"):
+            NearDuplicates(tmp_path)
+
+
+def test_bad_parameters(tmp_path):
+    with pytest.raises(ValueError, match="distance_bits"):
+        NearDuplicates(tmp_path, distance_bits=4)
+    with pytest.raises(ValueError, match="demote_min_pages"):
+        NearDuplicates(tmp_path, demote_min_pages=200, window_pages=100)
+    NearDuplicates(tmp_path).close()        # the failed opens released the lock
+
+
+def test_demotion_needs_min_pages_and_ratio_then_starts_fresh(tmp_path):
+    with NearDuplicates(tmp_path, demote_ratio=0.5, demote_min_pages=10, window_pages=20) as nd:
+        host = "http://trap.test"
+        base = 0xFEED_FACE_0000_0000
+        nd.check_and_add(base, f"{host}/0", host)
+        for i in range(1, 9):
+            nd.check_and_add(base ^ (1 << (i % 3)), f"{host}/{i}?sid={i}", host)
+        assert not nd.should_demote(host)           # 9 pages < min 10
+        nd.check_and_add(base ^ 2, f"{host}/9?sid=9", host)
+        assert nd.should_demote(host)               # 9 of 10 near duplicates
+        assert not nd.should_demote(host)           # a fresh window
+        assert nd.host_counts(host) == {"pages": 10, "near_duplicates": 9, "window_pages": 0,
+                                        "window_near_duplicates": 0, "demotions": 1}
+        assert nd.top_hosts() == [(host, 9)]
+        # a host of distinct pages is never demoted
+        rng = random.Random(3)
+        for i in range(40):
+            nd.check_and_add(rng.getrandbits(64), f"http://ok.test/{i}", "http://ok.test")
+            assert not nd.should_demote("http://ok.test")
+        assert not nd.should_demote("http://unknown.test")
+
+
+def test_window_slides_against_a_deque(tmp_path):
+    """Invariant: the window holds the last window_pages answers and counts its near duplicates."""
+    rng = random.Random(4)
+    window = 16
+    model: deque[bool] = deque(maxlen=window)
+    base = rng.getrandbits(64)
+    with NearDuplicates(tmp_path, demote_ratio=0.75, demote_min_pages=8, window_pages=window) as nd:
+        nd.check_and_add(base, "http://h.test/base", "http://other.test")
+        for i in range(400):
+            near = rng.random() < 0.6
+            fp = base ^ 1 if near else rng.getrandbits(64)
+            assert (nd.check_and_add(fp, f"http://h.test/{i}", "http://h.test") != "") == near
+            model.append(near)
+            c = nd.host_counts("http://h.test")
+            assert c["window_pages"] == len(model) and c["window_near_duplicates"] == sum(model)
+            expect = len(model) >= 8 and sum(model) >= 0.75 * len(model)
+            assert nd.should_demote("http://h.test") == expect
+            if expect:
+                model.clear()
+
+
+def test_host_windows_are_lru_bounded(tmp_path):
+    with NearDuplicates(tmp_path, max_hosts=3) as nd:
+        rng = random.Random(6)
+        for h in ["a", "b", "c", "a", "d", "e"]:
+            nd.check_and_add(rng.getrandbits(64), f"http://{h}.test/{rng.random()}", f"http://{h}.test")
+        assert nd.stats()["hosts_tracked"] == 3
+        assert nd.host_counts("http://b.test")["pages"] == 0            # least recently used: forgotten
+        assert nd.host_counts("http://c.test")["pages"] == 0
+        assert nd.host_counts("http://a.test")["pages"] == 2
+
+
+def test_closed_store_refuses_save(tmp_path):
+    nd = NearDuplicates(tmp_path)
+    nd.close()
+    nd.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        nd.save()
+    assert os.path.isdir(tmp_path / "near")
