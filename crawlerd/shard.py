@@ -94,7 +94,6 @@ class Shard:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._leases: dict[int, object] = {}
-        self._ips: dict[str, str] = {}
         self._dns_pending: set[str] = set()
         self._recent_errors: deque[str] = deque(maxlen=20)
         self._last_flush = 0.0
@@ -170,10 +169,7 @@ class Shard:
             added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
                                    depth=depth, hops=hops))
         if added:
-            self.frontier.add(added)
-            for host in {q.host_key for q in added}:
-                if host not in self._ips and host not in self._dns_pending:
-                    self.resolver.prefetch(urlmod.host_of(host))
+            self.frontier.add(added)      # new hosts show up in hosts_needing_dns() and are resolved at once
         return len(added)
 
     # -- the loop ---------------------------------------------------------------
@@ -263,7 +259,6 @@ class Shard:
                 self.metrics.counters["dns_blocked_address"] += 1
                 self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             else:
-                self._ips[host_key] = ip
                 self.frontier.set_host_ip(host_key, ip)
         finally:
             self._dns_pending.discard(host_key)
@@ -278,9 +273,8 @@ class Shard:
         finally:
             self._leases.pop(lease.lease_id, None)
 
-    def _request(self, url: str, host_key: str, headers=None) -> FetchRequest | None:
-        ip = self._ips.get(host_key)
-        if ip is None:
+    def _request(self, url: str, ip: str, headers=None) -> FetchRequest | None:
+        if not ip or not self.guard.allowed(ip):     # network.allow may have narrowed since DNS (SIGHUP)
             return None
         return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url), headers=list(headers or ()))
 
@@ -291,7 +285,8 @@ class Shard:
         rc = self.cfg.robots
         total_s = 0.0
         for hops in range(self.cfg.fetch.max_redirects + 2):
-            req = self._request(url, urlmod.host_key(url)) if hops == 0 else await self._request_for(url)
+            same_host = urlmod.host_key(url) == host_key
+            req = self._request(url, lease.ip) if same_host else await self._request_for(url)
             if req is None:
                 res = FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
             else:
@@ -340,14 +335,9 @@ class Shard:
 
     async def _request_for(self, url: str) -> FetchRequest | None:
         """A request to a host that is not this lease's (robots redirect): resolve and guard it."""
-        hk = urlmod.host_key(url)
-        if hk not in self._ips:
-            res = await self.resolver.resolve(urlmod.host_of(hk))
-            ip = next((a for a in res.ips if self.guard.allowed(a)), None)
-            if ip is None:
-                return None
-            return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url))
-        return self._request(url, hk)
+        res = await self.resolver.resolve(urlmod.host_of(url))
+        ip = next((a for a in res.ips if self.guard.allowed(a)), None)
+        return None if ip is None else self._request(url, ip)
 
     async def _fetch_url(self, lease) -> None:
         host_key, url, item = lease.host_key, lease.url, lease.item
@@ -369,7 +359,7 @@ class Shard:
             self._count_unfetched(host_key, Outcome.ROBOTS_DENIED)
             self._log_event(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
             return
-        req = self._request(url, host_key)
+        req = self._request(url, lease.ip)
         if req is None:
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self._count_unfetched(host_key, Outcome.BLOCKED_ADDRESS)
