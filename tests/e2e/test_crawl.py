@@ -9,8 +9,6 @@ import sys
 from collections import Counter
 
 import pytest
-from warcio.archiveiterator import ArchiveIterator
-
 from crawlerd.simweb.ledger import (
     crawl_delays,
     entries_from_json,
@@ -18,6 +16,7 @@ from crawlerd.simweb.ledger import (
     retry_after_violations,
     robots_violations,
 )
+from warcio.archiveiterator import ArchiveIterator
 
 HOSTS, SECONDS, SECONDS2 = 60, 20.0, 8.0
 
