@@ -15,7 +15,7 @@ $(VENV)/bin/python:
 
 $(STAMP): $(VENV)/bin/python
 	rm -f $(VENV)/.installed-*
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP) install -q -e '.[test]'
 	touch $@
 
 install: $(STAMP)
@@ -34,6 +34,7 @@ test-long: $(STAMP)
 	$(VENV)/bin/pytest -q -m long tests
 
 bench: $(STAMP)
+	$(PIP) install -q -e '.[test,bench]'
 	$(PY) bench/run_all.py
 
 clean:
