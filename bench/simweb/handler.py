@@ -121,7 +121,8 @@ class Handler:
         ent_gz = self.cache.get(gkey)
         if ent_gz is None:
             body = gzip.compress(ent.body, compresslevel=1, mtime=0)
-            ent_gz = Entity(body, ent.content_type, ent.etag[:-1] + '-gz"', ent.last_modified, ent.last_modified_ts)
+            ent_gz = Entity(body, ent.content_type, ent.etag[:-1] + '-gz"', ent.last_modified,
+                            ent.last_modified_ts)
             self.cache[gkey] = ent_gz
             self.cached_bytes += len(body)
         return ent_gz
@@ -206,7 +207,8 @@ class Handler:
                 ent = self._entity((host.index, "p", k), lambda: (pages.page(host, k), HTML))
                 self.sid_counter += 1
                 sid = xxhash.xxh64_hexdigest(self.sid_counter.to_bytes(8, "little"), seed=self.site.seed)
-                return Reply(200, ent.body.replace(SID_MARK, sid.encode()), HTML, (("Cache-Control", "no-store"),))
+                return Reply(200, ent.body.replace(SID_MARK, sid.encode()), HTML,
+                             (("Cache-Control", "no-store"),))
             return self._serve(host, ("p", k), lambda: (pages.page(host, k), HTML), inm, ims, gz)
         for prefix in _LEAF_PREFIXES:
             if path.startswith(prefix) and path.endswith(".html"):

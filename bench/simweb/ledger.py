@@ -159,8 +159,9 @@ def politeness_violations(entries: Iterable[LedgerEntry], min_gap_s: float, per_
         for e in lst:
             if prev is not None:
                 if e.t_start < prev.t_end - tolerance_s:
+                    early = prev.t_end - e.t_start
                     out.append(Violation(HOST_OVERLAP, host, e.seq, prev.seq,
-                                         f"started {prev.t_end - e.t_start:.3f}s before seq {prev.seq} ended"))
+                                         f"started {early:.3f}s before seq {prev.seq} ended"))
                 elif e.t_start - prev.t_end < gap_needed - tolerance_s:
                     out.append(Violation(HOST_GAP, host, e.seq, prev.seq,
                                          f"gap {e.t_start - prev.t_end:.3f}s < {gap_needed:.3f}s"))
@@ -230,7 +231,8 @@ def robots_allows(groups: list[Mapping], agent: str, target: str) -> bool:
     return allowed
 
 
-def robots_violations(entries: Iterable[LedgerEntry], site: Mapping, agent: str = "crawlerd") -> list[Violation]:
+def robots_violations(entries: Iterable[LedgerEntry], site: Mapping,
+                      agent: str = "crawlerd") -> list[Violation]:
     """Pages fetched that robots.txt forbids for ``agent``, pages from hosts whose robots.txt is
     5xx/unreachable (§2.3.1.4: disallow all), and pages fetched before the host's robots.txt was
     answered (DESIGN §1.2). Requests to unknown hosts are ignored."""

@@ -66,7 +66,8 @@ async def _client(port: int, targets: list[tuple[str, str]], deadline: float) ->
         for host, path in targets:
             if time.monotonic() > deadline:
                 break
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: loadgen\r\n\r\n".encode())
+            req = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: loadgen\r\n\r\n"
+            writer.write(req.encode())
             head = await reader.readuntil(b"\r\n\r\n")
             length = 0
             for line in head.split(b"\r\n"):
@@ -92,8 +93,8 @@ def workload(kind: str, site: dict, n: int, rng: random.Random) -> list[tuple[st
     hosts = [(name, h["pages"]) for name, h in site["hosts"].items()
              if h["role"] == "normal" and not h["robots"]["unavailable"]]
     if kind == "warm":
-        pool = [(name, f"/p/{rng.randrange(pages)}.html") for name, pages in rng.sample(hosts, min(20, len(hosts)))
-                for _ in range(10)]
+        chosen = rng.sample(hosts, min(20, len(hosts)))
+        pool = [(name, f"/p/{rng.randrange(pages)}.html") for name, pages in chosen for _ in range(10)]
         return [pool[i % len(pool)] for i in range(n)]
     every = [(name, f"/p/{k}.html") for name, pages in hosts for k in range(pages)]
     rng.shuffle(every)

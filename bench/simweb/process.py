@@ -57,7 +57,8 @@ class SimWebProcess:
     # --- lifecycle ---
     def start(self) -> SimWebProcess:
         cmd = [sys.executable, "-m", "crawlerd.simweb", *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     stdin=subprocess.DEVNULL)
         line = self._read_announcement()
         try:
             self.info = json.loads(line)

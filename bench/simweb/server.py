@@ -386,7 +386,8 @@ class SimServer:
         self._conn_seq += 1
         return self._conn_seq
 
-    async def start(self, bind: str, port: int = 0, control_port: int = 0, control_bind: str = "127.0.0.1") -> None:
+    async def start(self, bind: str, port: int = 0, control_port: int = 0,
+                    control_bind: str = "127.0.0.1") -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: SimHttpProtocol(self), bind, port, reuse_address=True,
                                           backlog=1024)

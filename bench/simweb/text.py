@@ -26,7 +26,8 @@ def _make_vocabulary() -> tuple[str, ...]:
     seen: set[str] = set()
     while len(words) < VOCABULARY_SIZE:
         syllables = rng.choice((1, 1, 2, 2, 2, 3, 3, 4))
-        word = "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS) for _ in range(syllables))
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS)
+                       for _ in range(syllables))
         if word not in seen:
             seen.add(word)
             words.append(word)

@@ -85,8 +85,10 @@ def test_back_to_back_on_one_ip_is_not_concurrency():
 
 SITE = {"hosts": {
     "ok.sim": {"robots": {"variant": "disallow_private", "paths": ["/robots.txt"], "unavailable": False,
-                          "groups": [{"agents": ["*"], "rules": [["disallow", "/private/"]], "crawl_delay_s": None}]}},
-    "ag.sim": {"robots": {"variant": "agent_groups", "paths": ["/robots.txt"], "unavailable": False, "groups": [
+                          "groups": [{"agents": ["*"], "rules": [["disallow", "/private/"]],
+                                      "crawl_delay_s": None}]}},
+    "ag.sim": {"robots": {"variant": "agent_groups", "paths": ["/robots.txt"], "unavailable": False,
+                          "groups": [
         {"agents": ["otherbot"], "rules": [["disallow", "/"]], "crawl_delay_s": None},
         {"agents": ["CrawlerD", "somebot"], "rules": [["disallow", "/private/"], ["allow", "/private/open/"],
                                                     ["disallow", "/*.json$"]], "crawl_delay_s": 2.0},
@@ -159,7 +161,8 @@ def test_page_before_robots_detected():
 
 def test_page_between_robots_redirect_hops_detected():
     entries = [E(0, "hop.sim", 0.0, 0.1, "/robots.txt"), E(1, "hop.sim", 0.5, 0.6, "/p/1.html"),
-               E(2, "hop.sim", 1.0, 1.1, "/moved/robots-hop.txt"), E(3, "hop.sim", 1.5, 1.6, "/moved/robots-final.txt")]
+               E(2, "hop.sim", 1.0, 1.1, "/moved/robots-hop.txt"),
+               E(3, "hop.sim", 1.5, 1.6, "/moved/robots-final.txt")]
     assert [(v.kind, v.seq) for v in L.robots_violations(entries, SITE)] == [(L.ROBOTS_NOT_FIRST, 1)]
 
 

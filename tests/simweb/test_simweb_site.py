@@ -14,6 +14,7 @@ from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler
 
 PORT = 8123
 HREF = re.compile(rb'<a href="([^"]*)"( rel="nofollow")?>')
+TAG = re.compile(rb"<[^>]*>")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,8 @@ def test_same_seed_same_site_and_bodies():
 def test_different_seed_different_site():
     a, b = S.Site(40, seed=9), S.Site(40, seed=10)
     assert a.describe(PORT) != b.describe(PORT)
-    assert get(Handler(a, PORT), "h0.sim", "/p/0.html").body != get(Handler(b, PORT), "h0.sim", "/p/0.html").body
+    body_a = get(Handler(a, PORT), "h0.sim", "/p/0.html").body
+    assert body_a != get(Handler(b, PORT), "h0.sim", "/p/0.html").body
 
 
 # --- layout ---
@@ -126,7 +128,24 @@ def test_exact_and_near_duplicates(site, handler):
     for k, src in host.near_dups.items():
         a = get(handler, host.name, f"/p/{k}.html").body
         b = get(handler, host.name, f"/p/{src}.html").body
-        assert a != b and abs(len(a) - len(b)) < 40 and a.replace(f"<p>Revision {k}.</p>\n".encode(), b"") == b
+        assert a != b and abs(len(a) - len(b)) < 60
+        assert TAG.sub(b" ", a).split() == TAG.sub(b" ", b).split()   # same visible text, other markup
+        unmarked = re.sub(rb"<!--.*?-->", b"", a).replace(f' class="rev-{k}"'.encode(), b"")
+        assert unmarked.replace(b"\n<h1>", b"<h1>") == b
+
+
+def test_site_invariants_hold_for_every_host():
+    site = S.Site(120, seed=11)
+    for h in site.hosts:
+        copies = h.exact_dups.keys() | h.near_dups.keys()
+        assert not copies & h.meta_nofollow
+        for k, src in (h.exact_dups | h.near_dups).items():
+            assert 0 <= src < k < h.pages and src not in copies and src not in h.meta_nofollow
+        r = h.robots
+        assert r.unavailable == (r.variant in S.ROBOTS_UNAVAILABLE_VARIANTS)
+        if r.unavailable:
+            assert r.groups == ()
+        assert r.paths[0] == "/robots.txt"
 
 
 def test_meta_nofollow_pages_link_only_to_mnf(site, handler):
@@ -248,8 +267,8 @@ def test_etag_and_last_modified_give_304(handler):
     assert get(handler, "h0.sim", "/p/2.html", inm=hdr["ETag"]).status == 304
     assert get(handler, "h0.sim", "/p/2.html", inm='"nope"').status == 200
     assert get(handler, "h0.sim", "/p/2.html", ims=hdr["Last-Modified"]).status == 304
-    earlier = email.utils.formatdate(email.utils.parsedate_to_datetime(hdr["Last-Modified"]).timestamp() - 86400,
-                                     usegmt=True)
+    lm = email.utils.parsedate_to_datetime(hdr["Last-Modified"]).timestamp()
+    earlier = email.utils.formatdate(lm - 86400, usegmt=True)
     assert get(handler, "h0.sim", "/p/2.html", ims=earlier).status == 200
     # If-None-Match takes precedence over If-Modified-Since (RFC 9110 §13.1.3)
     assert get(handler, "h0.sim", "/p/2.html", inm='"nope"', ims=hdr["Last-Modified"]).status == 200
