@@ -3,18 +3,34 @@
 Each worker is a ``python -m crawlerd.process.pool --fd N`` child joined to the
 crawl process by a Unix socketpair carrying length-prefixed pickles. The first
 frame configures its :class:`PageProcessor` and its own WARC writer (segment
-files named with the worker's shard tag, so workers never share a file).
+files named with the worker's tag ``<shard>_w<index>``, so workers never share
+a file). A worker handles its jobs one at a time in the order sent and answers
+in that order.
 
-Key: job id -> job. Invariant: a submitted job is in exactly one worker's
-``outstanding`` map until its result comes back; then its future is resolved
-exactly once. A worker that dies is restarted and its outstanding jobs are
-sent again in order; a job that has now been outstanding in
-``max_job_attempts`` dead workers resolves with outcome ``process_crashed``
-(poison page) — none is silently lost.
+Key: job id -> job. Invariant: a submitted job is in exactly one live worker's
+``outstanding`` map (or in the pool's ``backlog`` while no worker is alive)
+until its result comes back; then its future is resolved exactly once.
+
+Crashes. A worker that dies is restarted. Only the oldest job it held (the one
+it was working on) is blamed; the others were never started and are sent
+again, unpenalised. A job blamed ``max_job_attempts`` times resolves with
+outcome ``process_crashed`` (poison page): none is silently lost. The WARC
+stays exactly-once: each answer carries the segment and its size after the
+job's records were flushed, and before a dead worker's segment is recovered
+(``on_worker_death`` -> ``recover_segment``), records past the last answered
+size are cut (those jobs run again elsewhere); a segment it opened without
+answering for anything in it is removed. A worker rotates its segment only
+after answering, so an answered record never sits in a segment that was closed
+before the answer.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
 worker); the shard keeps the lease slot of a response until it is processed, so
 a slow pool stops new fetches instead of growing a queue.
+
+Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
+set (tests only), a worker exits (``os._exit``) on any job whose URL matches
+that regular expression, after the job's records are flushed and before it
+answers: the worst moment for the WARC, standing for a page that kills a worker.
 """
 
 from __future__ import annotations
@@ -25,20 +41,28 @@ import contextlib
 import logging
 import os
 import pickle
+import re
 import socket
 import struct
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchResult, ProcessResult
+from crawlerd.store.cdxj import cdxj_path
+from crawlerd.store.warc import OPEN_SUFFIX, recover_segment
 
 log = logging.getLogger("crawlerd.pool")
 
 _LEN = struct.Struct("!I")
 MAX_FRAME = 1 << 30
+CRASH_ENV = "CRAWLERD_TEST_CRASH_PATTERN"
+_CRASH_EXIT = 70
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")      # as the WARC writer cleans segment name parts
+_RESPAWN_DELAY_S = (0.0, 0.1, 0.3, 1.0, 3.0)       # after deaths in a row with no answer in between
 
 
 def default_workers(configured: int) -> int:
@@ -54,7 +78,7 @@ class _Job:
     result: FetchResult
     prior: tuple[str, float] | None
     future: asyncio.Future
-    attempts: int = 0
+    crashes: int = 0            # workers that died while this was their oldest job
 
 
 @dataclass
@@ -64,14 +88,21 @@ class _Worker:
     proc: subprocess.Popen
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    outstanding: dict[int, _Job] = field(default_factory=dict)
-    segment: str = ""          # last segment file reported (for crash recovery)
+    outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
+    alive: bool = True
+    segment: str = ""          # .open segment named in the last answer
+    acked_bytes: int = 0       # its size once that answer's records were flushed
+    answered: int = 0
     reader_task: asyncio.Task | None = None
 
 
 class WorkerPool:
+    """``workers`` processing processes; ``init`` configures each (see ``worker_main``)."""
+
     def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 8, max_job_attempts: int = 2,
                  on_worker_death=None):
+        if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
+            raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
         self.n = workers
         self.init = init
         self.jobs_per_worker = jobs_per_worker
@@ -79,19 +110,31 @@ class WorkerPool:
         self.on_worker_death = on_worker_death
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
+        self._backlog: deque[_Job] = deque()
+        self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
         self._closing = False
+        self._quick_deaths = 0
         self.restarts = 0
         self.crashed_jobs = 0
         self.final_cpu_s: dict[int, float] = {}     # worker pid -> CPU s, read just before it exits
 
+    def tag(self, index: int) -> str:
+        """Worker ``index``'s tag, the last part of its segment names."""
+        return _UNSAFE_NAME.sub("_", f"{self.init.get('shard', '0')}_w{index}")
+
     async def start(self) -> None:
+        """Close segments an earlier run of these workers left open, then start the workers."""
+        for i in range(self.n):
+            for path in self._open_segments(i):
+                for line in recover_segment(path, index_dir=self.init.get("index_dir") or None):
+                    log.warning("worker %d segment recovery at start: %s", i, line)
         for i in range(self.n):
             self._workers[i] = await self._spawn(i, 0)
 
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        init = dict(self.init, worker_tag=f"{self.init.get('shard', '0')}-w{index}")
+        init = dict(self.init, worker_tag=self.tag(index))
         proc = subprocess.Popen([sys.executable, "-m", "crawlerd.process.pool", "--fd", str(child.fileno())],
                                 pass_fds=[child.fileno()], stdin=subprocess.DEVNULL)
         child.close()
@@ -118,7 +161,8 @@ class WorkerPool:
         return out
 
     def outstanding(self) -> int:
-        return sum(len(w.outstanding) for w in self.workers)
+        """Jobs sent to a worker (or waiting for one) and not answered yet."""
+        return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
     async def process(self, result: FetchResult, prior: tuple[str, float] | None = None) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure)."""
@@ -126,13 +170,20 @@ class WorkerPool:
             loop = asyncio.get_running_loop()
             self._next_id += 1
             job = _Job(self._next_id, result, prior, loop.create_future())
-            self._dispatch(job)
-            return await job.future
+            self._jobs[job.job_id] = job
+            try:
+                self._dispatch(job)
+                return await job.future
+            finally:
+                del self._jobs[job.job_id]
 
     def _dispatch(self, job: _Job) -> None:
-        w = min(self.workers, key=lambda w: len(w.outstanding))
+        live = [w for w in self._workers if w is not None and w.alive]
+        if not live:
+            self._backlog.append(job)       # sent when a worker is back
+            return
+        w = min(live, key=lambda w: len(w.outstanding))
         w.outstanding[job.job_id] = job
-        job.attempts += 1
         _send(w.writer, ("job", job.job_id, job.result, job.prior))
 
     async def _read_results(self, w: _Worker) -> None:
@@ -141,44 +192,96 @@ class WorkerPool:
                 msg = await _recv(w.reader)
                 if msg is None:
                     break
-                _kind, job_id, pr, segment = msg
-                if segment:
-                    w.segment = segment
+                _kind, job_id, pr, segment, size = msg
+                w.segment, w.acked_bytes = segment, size
+                w.answered += 1
+                self._quick_deaths = 0
                 job = w.outstanding.pop(job_id, None)
                 if job is not None and not job.future.done():
                     job.future.set_result(pr)
         except (ConnectionError, asyncio.IncompleteReadError, pickle.UnpicklingError, EOFError) as e:
             log.warning("worker %d connection lost: %r", w.index, e)
-        if not self._closing:
+        if w.alive:
             await self._restart(w)
 
     async def _restart(self, dead: _Worker) -> None:
+        dead.alive = False
         with contextlib.suppress(Exception):
             dead.writer.close()
-        rc = await asyncio.get_running_loop().run_in_executor(None, _reap, dead.proc)
+        loop = asyncio.get_running_loop()
+        rc = await loop.run_in_executor(None, _reap, dead.proc)
         self.restarts += 1
-        log.error("worker %d died (exit %s) with %d jobs; restarting", dead.index, rc, len(dead.outstanding))
+        log.error("worker %d died (exit %s) holding %d jobs", dead.index, rc, len(dead.outstanding))
+        self._cut_unanswered(dead)
         if self.on_worker_death is not None:
             self.on_worker_death(dead.index, dead.segment)
+        jobs = list(dead.outstanding.values())
+        dead.outstanding.clear()
+        if jobs:
+            head = jobs[0]      # the job it was working on; the rest never started
+            head.crashes += 1
+            if head.crashes >= self.max_job_attempts:
+                jobs.pop(0)
+                self.crashed_jobs += 1
+                if not head.future.done():
+                    head.future.set_result(ProcessResult(
+                        url=head.result.url, outcome=Outcome.PROCESS_CRASHED, status=head.result.status,
+                        error=f"{head.crashes} workers died processing this response"))
+        if self._closing:
+            for job in jobs:
+                _resolve_unprocessed(job, "pool closed after its worker died")
+            return
+        if dead.answered == 0:
+            # died again before answering anything (broken start or poison pages): don't spin
+            self._quick_deaths += 1
+            await asyncio.sleep(_RESPAWN_DELAY_S[min(self._quick_deaths, len(_RESPAWN_DELAY_S) - 1)])
+        if self._closing:
+            for job in jobs:
+                _resolve_unprocessed(job, "pool closed after its worker died")
+            return
         fresh = await self._spawn(dead.index, dead.generation + 1)
         self._workers[dead.index] = fresh
-        for job in sorted(dead.outstanding.values(), key=lambda j: j.job_id):
-            if job.attempts >= self.max_job_attempts:
-                self.crashed_jobs += 1
-                if not job.future.done():
-                    job.future.set_result(ProcessResult(url=job.result.url, outcome=Outcome.PROCESS_CRASHED,
-                                                        status=job.result.status,
-                                                        error="worker died processing this response"))
-            else:
-                self._dispatch(job)
+        backlog, self._backlog = self._backlog, deque()
+        for job in jobs + list(backlog):
+            self._dispatch(job)
+
+    def _open_segments(self, index: int) -> list[str]:
+        warc_dir = self.init.get("warc_dir")
+        if not warc_dir or not os.path.isdir(warc_dir):
+            return []
+        suffix = f"-{self.tag(index)}.warc.gz{OPEN_SUFFIX}"
+        return sorted(os.path.join(warc_dir, n) for n in os.listdir(warc_dir) if n.endswith(suffix))
+
+    def _cut_unanswered(self, dead: _Worker) -> None:
+        """Remove a dead worker's records that no answer covered: those jobs are processed again."""
+        for path in self._open_segments(dead.index):
+            try:
+                if path == dead.segment:
+                    if os.path.getsize(path) > dead.acked_bytes:
+                        os.truncate(path, dead.acked_bytes)
+                        log.warning("worker %d: cut %s back to %d answered bytes", dead.index, path,
+                                    dead.acked_bytes)
+                else:
+                    os.remove(path)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(cdxj_path(path, self.init.get("index_dir") or None) + OPEN_SUFFIX)
+                    log.warning("worker %d: removed %s (no answered record)", dead.index, path)
+            except OSError as e:
+                log.error("worker %d: cannot cut segment %s: %s", dead.index, path, e)
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Let workers finish their jobs, close their WARC segments and exit."""
-        self._closing = True
-        pending = [j.future for w in self.workers for j in w.outstanding.values()]
+        """Let workers finish their jobs, close their WARC segments and exit.
+
+        Jobs still unanswered after ``timeout_s`` resolve with ``process_crashed``; a worker
+        that does not exit in time is killed and its segment cut and recovered like a death.
+        """
+        pending = [j.future for j in self._jobs.values()]
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
-        for w in self.workers:
+        self._closing = True
+        ws = [w for w in self.workers if w.alive]
+        for w in ws:
+            w.alive = False         # its reader will not restart it
             cpu = proc_cpu_s(w.proc.pid)
             if cpu is not None:
                 self.final_cpu_s[w.proc.pid] = cpu
@@ -186,16 +289,30 @@ class WorkerPool:
                 _send(w.writer, ("close",))
                 await w.writer.drain()
         loop = asyncio.get_running_loop()
-        for w in self.workers:
+        for w in ws:
             try:
                 await asyncio.wait_for(loop.run_in_executor(None, w.proc.wait), timeout_s)
             except TimeoutError:
                 w.proc.kill()
                 await loop.run_in_executor(None, w.proc.wait)
             if w.reader_task is not None:
-                w.reader_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(w.reader_task, timeout_s)     # reads the last answers
+            if w.proc.returncode != 0:
+                self._cut_unanswered(w)
+                if self.on_worker_death is not None:
+                    self.on_worker_death(w.index, w.segment)
             with contextlib.suppress(Exception):
                 w.writer.close()
+        for job in list(self._jobs.values()):
+            _resolve_unprocessed(job, "pool closed before a worker answered")
+        self._backlog.clear()
+
+
+def _resolve_unprocessed(job: _Job, why: str) -> None:
+    if not job.future.done():
+        job.future.set_result(ProcessResult(url=job.result.url, outcome=Outcome.PROCESS_CRASHED,
+                                            status=job.result.status, error=why))
 
 
 def _reap(proc: subprocess.Popen) -> int:
@@ -234,6 +351,7 @@ def _read_exact(sock: socket.socket, n: int) -> bytes | None:
 
 
 def worker_main(fd: int) -> int:
+    """Serve jobs on socket ``fd`` until it closes or a ``close`` frame comes; return the exit status."""
     import signal
 
     from crawlerd.process.worker import PageProcessor
@@ -241,9 +359,12 @@ def worker_main(fd: int) -> int:
     # the crawl process runs the ordered shutdown; a worker ends when its socket closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    crash = os.environ.get(CRASH_ENV)
+    crash_re = re.compile(crash) if crash else None
     sock = socket.socket(fileno=fd)
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
+    segment_max_bytes = 0
     try:
         while True:
             head = _read_exact(sock, _LEN.size)
@@ -255,9 +376,11 @@ def worker_main(fd: int) -> int:
             msg = pickle.loads(body)
             if msg[0] == "init":
                 init = msg[1]
-                warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=init["segment_max_bytes"],
+                segment_max_bytes = init["segment_max_bytes"]
+                # the writer never rotates by itself: this loop rotates after answering (see module doc)
+                warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=1 << 62,
                                   shard=init["worker_tag"], user_agent=init["user_agent"],
-                                  **({"index_dir": init["index_dir"]} if init.get("index_dir") else {}))
+                                  index_dir=init.get("index_dir") or None)
                 processor = PageProcessor(warc, agent_token=init["agent_token"],
                                           max_decoded_bytes=init["max_decoded_bytes"], max_links=init["max_links"])
             elif msg[0] == "job":
@@ -265,12 +388,16 @@ def worker_main(fd: int) -> int:
                 try:
                     pr = processor.process(result, prior=prior)
                 except Exception as e:  # a bug must not take the page with it: record it by name
-                    pr = ProcessResult(url=result.url, outcome=Outcome.PROCESS_ERROR, status=result.status,
-                                       error=f"{type(e).__name__}: {e}")
+                    pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
                 warc.flush()    # a crash of this worker then loses at most the record being written
-                data = pickle.dumps(("result", job_id, pr, warc.current_path or ""),
-                                    protocol=pickle.HIGHEST_PROTOCOL)
+                segment = warc.current_path or ""
+                size = os.path.getsize(segment) if segment else 0
+                if crash_re is not None and crash_re.search(result.url):
+                    os._exit(_CRASH_EXIT)       # test hook: records written, answer not sent
+                data = pickle.dumps(("result", job_id, pr, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
                 sock.sendall(_LEN.pack(len(data)) + data)
+                if size >= segment_max_bytes:
+                    warc.close()        # the next record opens the next segment
             elif msg[0] == "close":
                 break
     finally:

@@ -109,3 +109,18 @@ class PageProcessor:
                                         body=res.body, payload_digest=pr.digest, metadata=metadata or None)
         pr.warc_file, pr.warc_offset, pr.warc_length = loc.filename, loc.offset, loc.length
         return pr
+
+    def archive_failed(self, res: FetchResult, error: str) -> ProcessResult:
+        """After ``process`` raised (a bug): keep the raw response in the WARC, outcome ``process_error``."""
+        pr = ProcessResult(url=res.url, outcome=Outcome.PROCESS_ERROR, status=res.status, error=error)
+        try:
+            pr.digest = entity_digest(res)
+            loc = self.warc.write_fetch(url=res.url, fetched_at=res.started_at, ip=res.ip,
+                                        request_head=res.request_head, response_head=res.response_head,
+                                        body=res.body, payload_digest=pr.digest,
+                                        metadata={"processing-error": error[:500]})
+        except Exception as e:  # the archive itself failed (disk): the outcome still names the bug
+            pr.error = f"{error}; not archived: {type(e).__name__}: {e}"
+            return pr
+        pr.warc_file, pr.warc_offset, pr.warc_length = loc.filename, loc.offset, loc.length
+        return pr

@@ -1,0 +1,306 @@
+"""WorkerPool with real worker processes: results, WARC read back by warcio, crashes, backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import os
+import random
+import signal
+from collections import Counter
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawlerd.outcome import Outcome
+from crawlerd.process.pool import CRASH_ENV, WorkerPool
+from crawlerd.process.worker import PageProcessor
+from crawlerd.records import FetchResult
+from crawlerd.store.warc import OPEN_SUFFIX, WarcWriter, payload_digest, recover_segment
+
+T0 = 1_700_000_000.0
+WORDS = ("crawler politeness frontier robots simhash digest segment archive bucket queue host page link "
+         "parser worker shard budget lease fetch decode").split()
+
+
+def page_html(i: int, n_links: int = 12, words: int = 300) -> bytes:
+    rng = random.Random(i)
+    text = " ".join(rng.choice(WORDS) for _ in range(words))
+    links = "".join(f'<li><a href="/p/{rng.randrange(1000)}.html">x</a></li>' for _ in range(n_links))
+    return (f"<!DOCTYPE html><html><head><title>Page {i}</title></head><body><h1>Page {i}</h1>"
+            f"<p>{text}</p><ul>{links}</ul><a href='http://other.test/'>o</a></body></html>").encode()
+
+
+def chunk(body: bytes, size: int = 1000) -> bytes:
+    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size)]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+def response(url: str, body: bytes, *, status: int = 200, ctype: str = "text/html; charset=utf-8",
+             gz: bool = False, chunked: bool = False,
+             extra: list[tuple[str, str]] | None = None) -> FetchResult:
+    headers = [("Content-Type", ctype)] + list(extra or [])
+    if gz:
+        body = gzip.compress(body, mtime=0)
+        headers.append(("Content-Encoding", "gzip"))
+    if chunked:
+        body = chunk(body)
+        headers.append(("Transfer-Encoding", "chunked"))
+    else:
+        headers.append(("Content-Length", str(len(body))))
+    reason = {200: "OK", 404: "Not Found"}.get(status, "X")
+    head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    path = url.split("/", 3)[3] if url.count("/") >= 3 else ""
+    req = f"GET /{path} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\nUser-Agent: crawlerd-test\r\n\r\n"
+    return FetchResult(url=url, outcome=Outcome.OK, status=status, ip="127.0.0.1", started_at=T0,
+                       elapsed_s=0.01, request_head=req.encode(), response_head=head.encode(), body=body,
+                       headers=headers)
+
+
+def init_for(tmp_path, segment_max_bytes: int = 1 << 30) -> dict:
+    return {"warc_dir": str(tmp_path / "warc"), "index_dir": str(tmp_path / "index"), "prefix": "t",
+            "segment_max_bytes": segment_max_bytes, "shard": "0", "user_agent": "crawlerd-test/0.1",
+            "agent_token": "crawlerd", "max_decoded_bytes": 1 << 20, "max_links": 5000}
+
+
+def warc_records(warc_dir) -> list[tuple[str, str, str]]:
+    """(type, target URI, file) of every record in every segment, read by warcio."""
+    out = []
+    for name in sorted(os.listdir(warc_dir)):
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                out.append((rec.rec_type, rec.rec_headers.get_header("WARC-Target-URI") or "", name))
+    return out
+
+
+def responses_per_url(warc_dir) -> Counter:
+    return Counter(uri for kind, uri, _ in warc_records(warc_dir) if kind in ("response", "revisit"))
+
+
+def record_at(warc_dir, name: str, offset: int):
+    with open(os.path.join(warc_dir, name), "rb") as f:
+        f.seek(offset)
+        rec = next(iter(ArchiveIterator(f)))
+        return rec, rec.rec_headers, rec.raw_stream.read()
+
+
+class Recovering:
+    """The shard's on_worker_death: close the dead worker's segment (torn tail cut)."""
+
+    def __init__(self, index_dir: str):
+        self.index_dir = index_dir
+        self.calls: list[tuple[int, str]] = []
+
+    def __call__(self, index: int, segment: str) -> None:
+        self.calls.append((index, segment))
+        if segment:
+            recover_segment(segment, index_dir=self.index_dir)
+
+
+async def wait_until(cond, what: str, rounds: int = 2000) -> None:
+    """Let the loop run until ``cond()`` holds (each round waits for I/O up to 5 ms); bounded."""
+    for _ in range(rounds):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_results_match_in_process_and_warc_reads_back(tmp_path):
+    init = init_for(tmp_path)
+    cases = {
+        "http://a.test/plain": response("http://a.test/plain", page_html(1)),
+        "http://a.test/gzip": response("http://a.test/gzip", page_html(2), gz=True),
+        "http://a.test/chunked": response("http://a.test/chunked", page_html(3), chunked=True),
+        "http://a.test/both": response("http://a.test/both", page_html(4), gz=True, chunked=True),
+        "http://a.test/missing": response("http://a.test/missing", b"<p>gone</p>", status=404),
+        "http://a.test/img.png": response("http://a.test/img.png", b"\x89PNG....", ctype="image/png"),
+        "http://a.test/nofollow": response("http://a.test/nofollow", page_html(5),
+                                           extra=[("X-Robots-Tag", "nofollow")]),
+        "http://a.test/badgzip": response("http://a.test/badgzip", b"not gzip at all",
+                                          extra=[("Content-Encoding", "gzip")]),
+    }
+    dup = response("http://a.test/copy", page_html(1))
+    prior = ("http://a.test/plain", T0 - 60)
+    ref = PageProcessor(WarcWriter(str(tmp_path / "ref")), agent_token="crawlerd", max_decoded_bytes=1 << 20,
+                        max_links=5000)
+
+    async def run():
+        pool = WorkerPool(2, init, jobs_per_worker=3)
+        await pool.start()
+        try:
+            got = await asyncio.gather(*(pool.process(r) for r in cases.values()), pool.process(dup, prior))
+        finally:
+            await pool.close()
+        return got
+
+    got = asyncio.run(run())
+    results = dict(zip([*cases, dup.url], got, strict=True))
+    for url, res in cases.items():
+        want = ref.process(res, prior=None)
+        pr = results[url]
+        assert (pr.outcome, pr.status, pr.links, pr.digest, pr.simhash, pr.noindex, pr.nofollow,
+                pr.content_type) == (want.outcome, want.status, want.links, want.digest, want.simhash,
+                                     want.noindex, want.nofollow, want.content_type), url
+    plain = results["http://a.test/plain"]
+    assert plain.outcome is Outcome.OK and len(plain.links) >= 5 and plain.simhash != 0
+    assert "http://other.test/" in [ln.url for ln in plain.links]
+    for coded in ("gzip", "chunked", "both"):     # decoded before parsing: same links as the plain page
+        assert results[f"http://a.test/{coded}"].links and results[f"http://a.test/{coded}"].simhash
+    assert results["http://a.test/nofollow"].links == [] and results["http://a.test/nofollow"].nofollow
+    assert results["http://a.test/badgzip"].outcome is Outcome.BAD_ENCODING
+    assert results["http://a.test/missing"].links == []
+    # the digest is over the entity with the transfer coding removed, content coding kept
+    assert results["http://a.test/chunked"].digest == payload_digest(page_html(3))
+    assert results["http://a.test/both"].digest == payload_digest(gzip.compress(page_html(4), mtime=0))
+    warc_dir = init["warc_dir"]
+    assert not [n for n in os.listdir(warc_dir) if n.endswith(OPEN_SUFFIX)]
+    for url, pr in results.items():
+        rec, headers, content = record_at(warc_dir, pr.warc_file, pr.warc_offset)
+        assert headers.get_header("WARC-Target-URI") == url
+        assert headers.get_header("WARC-Payload-Digest") == pr.digest
+        if url == dup.url:
+            assert rec.rec_type == "revisit" and pr.duplicate_of == "http://a.test/plain"
+            assert headers.get_header("WARC-Refers-To-Target-URI") == "http://a.test/plain"
+        else:
+            assert rec.rec_type == "response"
+            assert content == cases[url].body       # exactly as received
+    assert responses_per_url(warc_dir) == Counter(results.keys())
+    kinds = Counter(kind for kind, _, _ in warc_records(warc_dir))
+    assert kinds["metadata"] == 1           # the nofollow page's robots fact
+
+
+def run_pool(tmp_path, jobs, *, workers=2, jobs_per_worker=4, segment_max_bytes=1 << 30, during=None,
+             max_job_attempts=2):
+    """Start a pool, submit ``jobs`` at once, run ``during(pool)`` concurrently, close; return results."""
+    init = init_for(tmp_path, segment_max_bytes)
+    recovering = Recovering(init["index_dir"])
+
+    async def run():
+        pool = WorkerPool(workers, init, jobs_per_worker=jobs_per_worker, on_worker_death=recovering,
+                          max_job_attempts=max_job_attempts)
+        await pool.start()
+        try:
+            tasks = [asyncio.ensure_future(pool.process(r)) for r in jobs]
+            if during is not None:
+                await during(pool, tasks)
+            results = await asyncio.gather(*tasks)
+        finally:
+            await pool.close()
+        return pool, results
+
+    pool, results = asyncio.run(run())
+    return pool, results, init, recovering
+
+
+def test_sigkill_worker_holding_jobs_every_page_once(tmp_path):
+    jobs = [response(f"http://k.test/p/{i}", page_html(i)) for i in range(40)]
+    killed: list[int] = []
+
+    async def kill_one(pool, tasks):
+        await wait_until(lambda: sum(t.done() for t in tasks) >= 5, "first answers")
+        victim = pool.workers[0]
+        os.kill(victim.proc.pid, signal.SIGSTOP)        # freeze it so it surely holds jobs
+        await wait_until(lambda: len(victim.outstanding) >= 2, "jobs queued at the frozen worker")
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        killed.append(victim.proc.pid)
+
+    pool, results, init, recovering = run_pool(tmp_path, jobs, segment_max_bytes=40_000, during=kill_one)
+    assert pool.restarts == 1 and killed and killed[0] not in pool.pids()
+    assert [r.url for r in results] == [j.url for j in jobs]
+    assert all(r.outcome is Outcome.OK for r in results)
+    assert recovering.calls and recovering.calls[0][0] == 0
+    warc_dir = init["warc_dir"]
+    assert not [n for n in os.listdir(warc_dir) if n.endswith(OPEN_SUFFIX)]
+    assert responses_per_url(warc_dir) == Counter(j.url for j in jobs)
+    for r in results:       # every answer's location is a record of its page
+        _rec, headers, _ = record_at(warc_dir, r.warc_file, r.warc_offset)
+        assert headers.get_header("WARC-Target-URI") == r.url
+
+
+def test_crash_after_writing_before_answering_is_cut_and_poison_resolves_crashed(tmp_path, monkeypatch):
+    """The hook exits after the page's records are flushed and before the answer: the worst moment."""
+    monkeypatch.setenv(CRASH_ENV, r"/poison\b")
+    jobs = [response(f"http://c.test/p/{i}", page_html(i)) for i in range(6)]
+    jobs.insert(2, response("http://c.test/poison", page_html(99)))
+    pool, results, init, recovering = run_pool(tmp_path, jobs, workers=1, jobs_per_worker=8,
+                                               max_job_attempts=2)
+    by_url = {r.url: r for r in results}
+    assert by_url["http://c.test/poison"].outcome is Outcome.PROCESS_CRASHED
+    assert "2 workers died" in by_url["http://c.test/poison"].error
+    assert all(r.outcome is Outcome.OK for u, r in by_url.items() if u != "http://c.test/poison")
+    assert pool.restarts == 2 and pool.crashed_jobs == 1 and len(recovering.calls) == 2
+    counts = responses_per_url(init["warc_dir"])
+    assert counts == Counter(j.url for j in jobs if "poison" not in j.url)     # cut: no torn or extra copy
+
+
+def test_backpressure_process_waits_for_a_free_slot(tmp_path):
+    jobs = [response(f"http://b.test/p/{i}", page_html(i)) for i in range(3)]
+    seen: dict[str, object] = {}
+
+    async def frozen(pool, tasks):
+        w = pool.workers[0]
+        os.kill(w.proc.pid, signal.SIGSTOP)
+        try:
+            await wait_until(lambda: pool.outstanding() == 2, "two jobs in flight")
+            for _ in range(20):
+                await asyncio.sleep(0)
+            seen["outstanding"] = pool.outstanding()
+            seen["done"] = [t.done() for t in tasks]
+        finally:
+            os.kill(w.proc.pid, signal.SIGCONT)
+
+    pool, results, _, _ = run_pool(tmp_path, jobs, workers=1, jobs_per_worker=2, during=frozen)
+    assert seen == {"outstanding": 2, "done": [False, False, False]}     # the third waits, none dropped
+    assert [r.outcome for r in results] == [Outcome.OK] * 3
+
+
+def test_close_times_out_a_stuck_worker_and_resolves_its_jobs(tmp_path):
+    init = init_for(tmp_path)
+    recovering = Recovering(init["index_dir"])
+
+    async def run():
+        pool = WorkerPool(1, init, jobs_per_worker=4, on_worker_death=recovering)
+        await pool.start()
+        first = await pool.process(response("http://s.test/1", page_html(1)))
+        os.kill(pool.workers[0].proc.pid, signal.SIGSTOP)
+        stuck = asyncio.ensure_future(pool.process(response("http://s.test/2", page_html(2))))
+        await pool.close(timeout_s=0.5)
+        return first, await stuck
+
+    first, stuck = asyncio.run(run())
+    assert first.outcome is Outcome.OK
+    assert stuck.outcome is Outcome.PROCESS_CRASHED
+    assert len(recovering.calls) == 1
+    warc_dir = init["warc_dir"]
+    assert not [n for n in os.listdir(warc_dir) if n.endswith(OPEN_SUFFIX)]
+    assert responses_per_url(warc_dir) == Counter({"http://s.test/1": 1})
+
+
+def test_start_closes_segments_a_dead_run_left_open(tmp_path):
+    init = init_for(tmp_path)
+    left = WarcWriter(init["warc_dir"], prefix="t", shard="0_w0", index_dir=init["index_dir"])
+    res = response("http://old.test/", page_html(7))
+    left.write_fetch(url=res.url, fetched_at=T0, ip=res.ip, request_head=res.request_head,
+                     response_head=res.response_head, body=res.body)
+    left.flush()            # then "crashed": the segment stays .open
+    other = WarcWriter(init["warc_dir"], prefix="t", shard="1_w0", index_dir=init["index_dir"])
+    other.write_fetch(url="http://other-shard.test/", fetched_at=T0, ip=res.ip, request_head=res.request_head,
+                      response_head=res.response_head, body=res.body)
+    other.flush()
+
+    async def run():
+        pool = WorkerPool(1, init)
+        await pool.start()
+        await pool.close()
+
+    asyncio.run(run())
+    names = os.listdir(init["warc_dir"])
+    assert [n for n in names if n.endswith(OPEN_SUFFIX)] == [os.path.basename(other.current_path)]
+    assert responses_per_url(init["warc_dir"])["http://old.test/"] == 1
+    other.close()
+
+
+def test_bad_sizes_refused():
+    with pytest.raises(ValueError):
+        WorkerPool(0, {})
