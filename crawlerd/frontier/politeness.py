@@ -13,6 +13,8 @@ RETRY_LATER_STATUS = frozenset({429, 503})
 
 def is_failure(outcome: Outcome, status: int) -> bool:
     """The host is in trouble: back it off (transport failures, 429, 5xx)."""
+    if outcome is Outcome.OK:            # the common case, without hashing the enum
+        return status == 429 or status >= 500
     return outcome in BACKOFF_OUTCOMES or status == 429 or status >= 500
 
 
@@ -21,6 +23,8 @@ def is_retryable(outcome: Outcome, status: int) -> bool:
 
     Other 5xx answers are kept as answers: the page said something, and it is archived.
     """
+    if outcome is Outcome.OK:
+        return status == 429 or status == 503
     return outcome in BACKOFF_OUTCOMES or status in RETRY_LATER_STATUS
 
 

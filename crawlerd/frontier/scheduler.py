@@ -408,7 +408,7 @@ class Frontier:
             self._leases[lid] = _Out(lease, s, H.hid[s], ip, None, None)
         else:
             hid = H.hid[s]
-            level = self._nearest(self._ruler(self._next_pick(s)), H.mask[s])
+            level = self._pick_level(s)
             head = self._store.pop_head(qprefix(hid, level))
             if head is None:
                 raise RuntimeError(f"frontier: queue {hk} level {level} is empty but marked non-empty")
@@ -432,11 +432,18 @@ class Frontier:
         self._dirty.add(s)
         return lease
 
-    def _next_pick(self, s: int) -> int:
+    def _pick_level(self, s: int) -> int:
+        """The level of the host's next URL: the ruler target, or the nearest non-empty level."""
         H = self._hosts
         p = (H.picks[s] + 1) & 0xFFFFFFFF or 1
         H.picks[s] = p
-        return p
+        mask = H.mask[s]
+        if mask & (mask - 1) == 0:           # one level non-empty: nothing to choose
+            return mask.bit_length() - 1
+        target = (p & -p).bit_length() - 1
+        if target >= self._levels:
+            target = self._levels - 1
+        return self._nearest(target, mask)
 
     def _wake_ip(self, ip: int) -> None:
         """The IP has room again: move the earliest-due waiting host back into the heap."""
@@ -561,8 +568,12 @@ class Frontier:
 
     @property
     def next_deadline(self) -> float:
-        """Earliest lease deadline (inf when none): when expire_leases() has work. O(leases out)."""
-        self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
+        """Earliest lease deadline (inf when none): when expire_leases() has work.
+
+        Cached; recomputed (O(leases out)) only once the cached time has passed.
+        """
+        if self._min_deadline <= self._clock() or not self._leases:
+            self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
         return self._min_deadline
 
     # == DNS and robots ==============================================================
