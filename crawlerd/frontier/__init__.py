@@ -42,9 +42,11 @@ Released
     dropped with a reason, or is still queued or leased; the counters in
     ``stats`` add up, and ``check_invariants`` proves it.
 
-Modules: ``scheduler`` (the Frontier), ``queues`` (LMDB tables and durability),
-``hosts`` (per-host state), ``ips`` (per-IP state), ``politeness`` (the gap
-rule), ``blocklist``, ``items`` (records and their byte layouts).
+Modules: ``scheduler`` (the Frontier: queue, schedule, lease, release),
+``operations`` (its operator side: blocklist, drops, stats, invariant checks),
+``queues`` (LMDB tables and durability), ``hosts`` (per-host state), ``ips``
+(per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
+gap rule), ``blocklist``, ``items`` (records and their byte layouts).
 """
 
 from crawlerd.frontier.items import KIND_ROBOTS, KIND_URL, Lease, QueuedURL

@@ -21,19 +21,18 @@ from crawlerd.frontier.items import (
     decode_url,
     encode_tagged,
     encode_url,
-    hprefix,
     qkey,
     qkey_level,
     qprefix,
     with_attempts,
 )
+from crawlerd.frontier.operations import IN_HEAP as _IN_HEAP
+from crawlerd.frontier.operations import FrontierOps
 from crawlerd.frontier.politeness import RETRY_LATER_STATUS, Politeness, is_failure, is_retryable
 from crawlerd.frontier.queues import FrontierStore, u64
 from crawlerd.outcome import BACKOFF_OUTCOMES, Outcome
 
 GiB = 1 << 30
-_IN_HEAP = (hs.READY, hs.DNS_BACKOFF)
-DROP_CHUNK = 10000
 
 
 class _Out:
@@ -45,7 +44,7 @@ class _Out:
         self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
 
 
-class Frontier:
+class Frontier(FrontierOps):
     """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
 
     Heap invariant: a host is in the due heap iff it is active, in state READY
@@ -664,142 +663,6 @@ class Frontier:
             rec.robots_exp, rec.crawl_delay = expires_at, delay
             self._put_record(host_key, rec)
 
-    # == dropping ===================================================================
-    def _event(self, reason: str, hk: str, key: bytes, urec: bytes) -> None:
-        self._c["seq"] += 1
-        self._store.txn().put(u64(self._c["seq"]), encode_tagged(reason, hk, key, urec), db=self._store.events)
-
-    def _count_drop(self, reason: str, n: int) -> None:
-        if n:
-            self._dropped[reason] = self._dropped.get(reason, 0) + n
-
-    def _drop_items(self, hk: str, items: list[QueuedURL], reason: str) -> None:
-        for it in items:
-            self._event(reason, hk, qkey(0, min(max(it.priority, 0), self._levels - 1), 0), encode_url(it))
-        self._c["added"] += len(items)
-        self._count_drop(reason, len(items))
-
-    def _drop_raw(self, hk: str, key: bytes, urec: bytes, reason: str) -> None:
-        self._event(reason, hk, key, urec)
-        self._count_drop(reason, 1)
-
-    def _drain_queue(self, hid: int, hk: str, reason: str) -> int:
-        n = 0
-        while True:
-            chunk = self._store.take_host(hprefix(hid), DROP_CHUNK)
-            for key, urec in chunk:
-                self._event(reason, hk, key, urec)
-            n += len(chunk)
-            if len(chunk) < DROP_CHUNK:
-                break
-        self._c["queued"] -= n
-        self._count_drop(reason, n)
-        return n
-
-    def _drop_host_queue(self, s: int, reason: str) -> None:
-        H = self._hosts
-        self._drain_queue(H.hid[s], H.keys[s], reason)
-        H.queued[s] = 0
-        H.mask[s] = 0
-
-    def _drop_record_queue(self, hk: str, rec: HostRecord, reason: str) -> None:
-        self._drain_queue(rec.hid, hk, reason)
-        rec.queued = 0
-        rec.mask = 0
-
-    def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
-        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
-        st = self._store
-        txn = st.txn()
-        out = []
-        cur = txn.cursor(db=st.events)
-        if cur.first():
-            while len(out) < limit:
-                raw = cur.value()
-                if not raw:
-                    break
-                reason, hk, key, urec = decode_tagged(raw)
-                out.append((decode_url(urec, hk, qkey_level(key)), reason))
-                if not cur.delete():
-                    break
-        self._commit()
-        return out
-
-    def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
-        """Dead-lettered URLs with the outcome they ended in (oldest first; they stay stored)."""
-        out = []
-        for _k, raw in self._store.txn().cursor(db=self._store.dead):
-            if len(out) >= limit:
-                break
-            tag, hk, key, urec = decode_tagged(raw)
-            out.append((decode_url(urec, hk, qkey_level(key)), tag))
-        return out
-
-    # == blocklist ====================================================================
-    def block(self, pattern: str) -> int:
-        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
-        p = self._blocklist.add(pattern)
-        self._store.put_block(p, True)
-        now = self._clock()
-        before = self._dropped.get("blocked", 0)
-        H = self._hosts
-        for hk, s in list(H.slot_of.items()):
-            if Blocklist.covers(p, hk) and H.keys[s] == hk:
-                self._blocked_slots.add(s)
-                self._dirty.add(s)
-                self._drop_host_queue(s, "blocked")
-                self._settle(s, now)
-        hit = []
-        for kb, raw in self._store.scan(self._store.hosts):
-            hk = kb.decode("utf-8", "surrogateescape")
-            if hk not in H.slot_of and Blocklist.covers(p, hk):
-                rec = HostRecord.decode(raw)
-                if rec.queued:
-                    hit.append((hk, rec))
-        for hk, rec in hit:
-            self._drop_record_queue(hk, rec, "blocked")
-            self._put_record(hk, rec)
-        self._commit()
-        return self._dropped.get("blocked", 0) - before
-
-    def unblock(self, pattern: str) -> None:
-        p = self._blocklist.discard(pattern)
-        self._store.put_block(p, False)
-        H = self._hosts
-        self._blocked_slots = {s for s in self._blocked_slots if self._blocklist.matches(H.keys[s])}
-        self._commit()
-
-    def blocked(self) -> list[str]:
-        return list(self._blocklist)
-
-    def is_blocked(self, host: str) -> bool:
-        return self._blocklist.matches(host)
-
-    # == feedback ======================================================================
-    def demote_host(self, host_key: str, levels: int = 1) -> None:
-        """Near-duplicate trap feedback: later URLs of the host queue ``levels`` lower and it is
-        visited (1 + demotion) times less often. Already queued URLs keep their level."""
-        last = self._levels - 1
-        s = self._hosts.slot_of.get(host_key)
-        if s is not None:
-            self._hosts.demote[s] = max(0, min(last, self._hosts.demote[s] + levels))
-            self._dirty.add(s)
-            return
-        rec = self._record(host_key)
-        if rec is None:
-            rec = HostRecord(self._c["hid_next"])
-            self._c["hid_next"] += 1
-        rec.demote = max(0, min(last, rec.demote + levels))
-        self._put_record(host_key, rec)
-
-    # == records ==========================================================================
-    def _record(self, host_key: str) -> HostRecord | None:
-        raw = self._store.txn().get(host_key.encode("utf-8", "surrogateescape"), db=self._store.hosts)
-        return None if raw is None else HostRecord.decode(raw)
-
-    def _put_record(self, host_key: str, rec: HostRecord) -> None:
-        self._store.txn().put(host_key.encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
-
     # == durability ========================================================================
     def _commit(self) -> None:
         st, H, ips = self._store, self._hosts, self._ips
@@ -836,90 +699,3 @@ class Frontier:
         self._commit()
         self._store.flush()
         self._store.close()
-
-    # == introspection =======================================================================
-    def check_invariants(self, deep: bool = False) -> None:
-        """Raise AssertionError naming the first broken invariant. ``deep`` also recounts LMDB."""
-        H, heap, ips = self._hosts, self._heap, self._ips
-        heap.check_invariant()
-        in_heap = 0
-        out_total = 0
-        for hk, s in H.slot_of.items():
-            st, q, out = H.state[s], H.queued[s], H.out[s]
-            where = f"host {hk} (state {st}, queued {q}, leases {out})"
-            assert H.keys[s] == hk, f"{where}: slot key mismatch"
-            assert (s in heap) == (st in _IN_HEAP), f"{where}: in heap {s in heap}"
-            in_heap += st in _IN_HEAP
-            out_total += out
-            assert q > 0 or out > 0, f"{where}: active with no work and no lease"
-            assert q >= 0 and (q > 0) == (H.mask[s] != 0), f"{where}: mask {H.mask[s]:b}"
-            if st in (hs.READY, hs.DNS, hs.DNS_BACKOFF, hs.IPWAIT):
-                assert q > 0 and out < H.conc[s], f"{where}: scheduled without work or room"
-            if st in (hs.READY, hs.IPWAIT):
-                assert H.ip[s] >= 0, f"{where}: scheduled without an IP"
-            if st in (hs.BUSY, hs.ROBOTS):
-                assert out > 0, f"{where}: busy without a lease"
-            assert st != 0, f"{where}: no state"
-        assert in_heap == len(heap), f"heap holds {len(heap)} hosts, {in_heap} are scheduled"
-        assert out_total == len(self._leases), f"{out_total} leases by host, {len(self._leases)} out"
-        per_ip: dict[int, int] = {}
-        for o in self._leases.values():
-            per_ip[o.ip] = per_ip.get(o.ip, 0) + 1
-        for ip, n in per_ip.items():
-            assert n == ips.inflight[ip] <= ips.limit, f"IP {ips.names[ip]}: {n} leases, {ips.inflight[ip]} counted"
-        s = self.stats()
-        total = s["queued"] + s["leased_urls"] + s["completed"] + s["dead_letter"] + s["dropped_total"]
-        assert s["added"] == total, f"accounting: added {s['added']} != {total} ({s})"
-        if deep:
-            st = self._store
-            counts: dict[bytes, int] = {}
-            masks: dict[bytes, int] = {}
-            for k in st.txn().cursor(db=st.queues).iternext(values=False):
-                counts[k[:4]] = counts.get(k[:4], 0) + 1
-                masks[k[:4]] = masks.get(k[:4], 0) | 1 << k[4]
-            assert sum(counts.values()) == s["queued"], f"{sum(counts.values())} queue entries, {s['queued']} counted"
-            assert st.count(st.leases) <= s["leased_urls"]
-            for hk, s_ in H.slot_of.items():
-                p = hprefix(H.hid[s_])
-                assert counts.get(p, 0) == H.queued[s_], f"host {hk}: {counts.get(p, 0)} entries, {H.queued[s_]}"
-                assert masks.get(p, 0) == H.mask[s_], f"host {hk}: mask {masks.get(p, 0):b} != {H.mask[s_]:b}"
-
-    def queued(self) -> int:
-        return self._c["queued"]
-
-    def storage(self) -> dict[str, int]:
-        """LMDB bytes and entries per table (for stats and the bench)."""
-        return self._store.usage()
-
-    def stats(self) -> dict:
-        H = self._hosts
-        park = self._pol.park_after_failures
-        states = {}
-        parked = 0
-        for s in H.slot_of.values():
-            states[H.state[s]] = states.get(H.state[s], 0) + 1
-            if H.fails[s] >= park:
-                parked += 1
-        url_leases = sum(1 for o in self._leases.values() if o.key is not None)
-        return {
-            "added": self._c["added"],
-            "queued": self._c["queued"],
-            "leased": len(self._leases),
-            "leased_urls": url_leases,
-            "completed": self._c["completed"],
-            "dead_letter": self._c["dead"],
-            "dropped": dict(self._dropped),
-            "dropped_total": sum(self._dropped.values()),
-            "retried": self._c["retried"],
-            "requeued": self._c["requeued"],
-            "expired": self._c["expired"],
-            "recovered_leases": self._recovered,
-            "hosts_active": len(H),
-            "hosts_total": self._store.count(self._store.hosts),
-            "hosts_waiting": self._c["waiting"],
-            "hosts_ready": len(self._heap),
-            "hosts_dns": states.get(hs.DNS, 0) + states.get(hs.DNS_BACKOFF, 0),
-            "hosts_ip_wait": states.get(hs.IPWAIT, 0),
-            "parked": parked,
-            "ips_active": len(self._ips),
-        }
