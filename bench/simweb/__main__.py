@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pages", type=int, default=500, help="most /p/ pages per host")
     p.add_argument("--cache-mb", type=int, default=64, help="rendered-body cache size, MiB")
     p.add_argument("--ledger-out", default="", help="on SIGTERM, write the ledger here (JSON lines)")
+    p.add_argument("--ledger-max", type=int, default=0,
+                   help="keep at most this many most recent ledger entries (0: all; long benchmarks)")
     p.add_argument("--dns-port", type=int, default=None,
                    help="also answer DNS (UDP, 127.0.0.1) for every host on this port (0: any free port)")
     return p
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run(args: argparse.Namespace) -> int:
     site = Site(args.hosts, args.seed, args.min_pages, args.max_pages)
-    server = SimServer(site, cache_bytes=args.cache_mb << 20)
+    server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max)
     await server.start(args.bind, args.port, args.control_port)
     announcement = server.announcement()
     dns = None

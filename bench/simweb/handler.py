@@ -54,6 +54,13 @@ class Entity:
     last_modified_ts: int
 
 
+def host_name(host_header: str) -> str:
+    """The host a Host header names: port stripped, lower-cased, trailing dot dropped."""
+    if host_header.startswith("["):                     # IPv6 literal
+        return host_header.partition("]")[0] + "]"
+    return host_header.rsplit(":", 1)[0].lower().rstrip(".")
+
+
 def _canonical_int(s: str) -> int | None:
     """Non-negative decimal without leading zeros (so each page has one URL), else None."""
     if s.isdigit() and s.isascii() and (s == "0" or s[0] != "0") and len(s) < 10:
@@ -174,8 +181,7 @@ class Handler:
     def handle(self, host_header: str, target: str, inm: str = "", ims: str = "",
                accept_gzip: bool = False) -> tuple[S.HostSpec | None, Reply]:
         """Route one request. ``host_header`` is the Host header as sent (port included)."""
-        name = host_header.rsplit(":", 1)[0].lower() if not host_header.startswith("[") else host_header
-        host = self.site.by_name.get(name)
+        host = self.site.by_name.get(host_name(host_header))
         if host is None:
             return None, Reply(421, b"misdirected: unknown host\n", "text/plain")  # RFC 9110 §15.5.20
         path, _, query = target.partition("?")

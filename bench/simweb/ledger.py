@@ -80,20 +80,29 @@ def read_jsonl(path: str) -> list[LedgerEntry]:
 class Ledger:
     """The live ledger. Key: entry.seq, increasing in order of arrival.
 
-    Invariant: ``entries`` is sorted by seq; ``seq`` numbers are never reused, even across
-    ``reset()``, so a reader polling with ``since`` never sees an entry twice.
+    Invariant: ``entries`` is sorted by seq and holds at most ``max_entries`` (0: no limit) of
+    the most recent requests; ``seq`` numbers are never reused, even across ``reset()`` or
+    trimming, so a reader polling with ``since`` never sees an entry twice. ``dropped`` counts
+    entries trimmed for the limit.
     """
 
-    __slots__ = ("entries", "next_seq")
+    __slots__ = ("entries", "next_seq", "max_entries", "dropped")
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = 0) -> None:
         self.entries: list[LedgerEntry] = []
         self.next_seq = 0
+        self.max_entries = max_entries
+        self.dropped = 0
 
     def open(self, **kw) -> LedgerEntry:
         entry = LedgerEntry(seq=self.next_seq, **kw)
         self.next_seq += 1
         self.entries.append(entry)
+        if self.max_entries and len(self.entries) > self.max_entries:
+            # trim a quarter at once so the cost of the list shift is amortised
+            cut = len(self.entries) - self.max_entries * 3 // 4
+            del self.entries[:cut]
+            self.dropped += cut
         return entry
 
     def since(self, seq: int) -> list[LedgerEntry]:

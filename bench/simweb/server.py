@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler, Reply
+from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler, Reply, host_name
 from crawlerd.simweb.ledger import Ledger, LedgerEntry
 from crawlerd.simweb.site import Site
 
@@ -201,9 +201,8 @@ class SimHttpProtocol(asyncio.Protocol):
 
     def _open_entry(self, req: _Request, host_header: str) -> LedgerEntry:
         h = req.headers
-        host = host_header.rsplit(":", 1)[0].lower() if not host_header.startswith("[") else host_header
         return self.app.ledger.open(
-            conn=self.conn_id, host=host, ip=self.local_ip, method=req.method, target=req.target,
+            conn=self.conn_id, host=host_name(host_header), ip=self.local_ip, method=req.method, target=req.target,
             user_agent=h.get(b"user-agent", ""), if_none_match=h.get(b"if-none-match", ""),
             if_modified_since=h.get(b"if-modified-since", ""), t_start=self.t_first,
             t_start_wall=self.t_first_wall)
@@ -350,7 +349,8 @@ class ControlProtocol(asyncio.Protocol):
         elif req.method == "GET" and path == "/site":
             self._reply(200, app.site_description())
         elif req.method == "GET" and path == "/health":
-            self._reply(200, {"ok": True, "connections": len(app.conns), "requests": app.ledger.next_seq})
+            self._reply(200, {"ok": True, "connections": len(app.conns), "requests": app.ledger.next_seq,
+                              "ledger_entries": len(app.ledger.entries), "ledger_dropped": app.ledger.dropped})
         elif req.method == "POST" and path == "/reset-ledger":
             self._reply(200, {"cleared": app.ledger.reset(), "next_seq": app.ledger.next_seq})
         else:
@@ -368,10 +368,10 @@ class ControlProtocol(asyncio.Protocol):
 class SimServer:
     """The running synthetic web: site model, handler, ledger, and the two listening sockets."""
 
-    def __init__(self, site: Site, cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, site: Site, cache_bytes: int = 64 << 20, ledger_max_entries: int = 0) -> None:
         self.site = site
         self.cache_bytes = cache_bytes
-        self.ledger = Ledger()
+        self.ledger = Ledger(ledger_max_entries)
         self.clock = _Clock()
         self.conns: set[SimHttpProtocol] = set()
         self.handler: Handler | None = None   # built once the port is known (links carry it)

@@ -236,3 +236,12 @@ def test_ip_concurrency_matches_brute_force(intervals, limit):
     got = {v.seq for v in L.politeness_violations(entries, 0.0, limit, tolerance_s=tol)
            if v.kind == L.IP_CONCURRENCY}
     assert got == expected
+
+
+def test_ledger_limit_keeps_most_recent_and_counts_dropped():
+    led = L.Ledger(max_entries=8)
+    for i in range(30):
+        led.open(conn=1, host="a.sim", ip="127.0.0.2", method="GET", target=f"/p/{i}.html")
+        assert len(led.entries) <= 8
+    assert led.entries[-1].seq == 29 and led.dropped + len(led.entries) == 30
+    assert [e.seq for e in led.entries] == list(range(30 - len(led.entries), 30))

@@ -290,3 +290,9 @@ def test_cache_stays_within_budget(site):
     for k in range(min(host.pages, 40)):
         get(h, host.name, f"/p/{k}.html")
     assert h.cached_bytes <= 200_000 and sum(len(e.body) for e in h.cache.values()) == h.cached_bytes
+
+
+def test_host_header_forms(handler):
+    from crawlerd.simweb.handler import host_name
+    assert host_name("H0.SIM:8080") == host_name("h0.sim.") == host_name("h0.sim") == "h0.sim"
+    assert get(handler, "H0.Sim.", "/p/1.html").status == 200
