@@ -49,7 +49,7 @@ RETRY_AFTER_S = 3                   # Retry-After seconds sent with 429
 RATE_LIMIT_EVERY = 4                # request n to the rate-limited host is 429 when n % 4 == 1
 FLAKY_EVERY = 5                     # request n to the flaky host is 503 when n % 5 == 2
 SLOW_DELAY_RANGE_S = (0.5, 2.0)
-ROBOTS_HOLD_S = 45.0                # "timeout" robots: silence longer than a 30 s client timeout
+ROBOTS_HOLD_S = 90.0                # "timeout" robots: silent past a 30 s robots / 60 s fetch timeout
 LEAF_PAGES = 10                     # /private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html, k < 10
 MEDIA_FILES = 5                     # /img/k.png, /files/k.txt, /files/k.pdf, /data/k.json, k < 5
 NOFOLLOW_PREFIXES = ("/nf/", "/mnf/")  # reachable only through nofollow links
