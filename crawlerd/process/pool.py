@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import pickle
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
-from crawlerd.records import FetchResult, ProcessResult
+from crawlerd.records import FetchResult, Link, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.warc import OPEN_SUFFIX, recover_segment
 
@@ -192,7 +193,8 @@ class WorkerPool:
                 msg = await _recv(w.reader)
                 if msg is None:
                     break
-                _kind, job_id, pr, segment, size = msg
+                _kind, job_id, packed, segment, size = msg
+                pr = unpack_result(packed)
                 w.segment, w.acked_bytes = segment, size
                 w.answered += 1
                 self._quick_deaths = 0
@@ -315,6 +317,29 @@ def _resolve_unprocessed(job: _Job, why: str) -> None:
                                             status=job.result.status, error=why))
 
 
+# A ProcessResult crosses the socket as a tuple, its links as tuples: pickling dataclass
+# instances with slots calls their Python-level __getstate__/__setstate__ per Link, which
+# cost ~90 us per 50-link page on the two sides together (bench/process_bench.py).
+_PR_FIELDS = tuple(f.name for f in dataclasses.fields(ProcessResult))
+_LINKS_AT = _PR_FIELDS.index("links")
+_OUTCOME_AT = _PR_FIELDS.index("outcome")
+
+
+def pack_result(pr: ProcessResult) -> tuple:
+    """``pr`` as plain tuples for the wire (inverse: ``unpack_result``)."""
+    values = [getattr(pr, name) for name in _PR_FIELDS]
+    values[_OUTCOME_AT] = pr.outcome.value
+    values[_LINKS_AT] = [(ln.url, ln.fp, ln.host_key, ln.nofollow) for ln in pr.links]
+    return tuple(values)
+
+
+def unpack_result(values: tuple) -> ProcessResult:
+    values = list(values)
+    values[_OUTCOME_AT] = Outcome(values[_OUTCOME_AT])
+    values[_LINKS_AT] = [Link(*t) for t in values[_LINKS_AT]]
+    return ProcessResult(*values)
+
+
 def _reap(proc: subprocess.Popen) -> int:
     try:
         return proc.wait(timeout=10)
@@ -340,14 +365,38 @@ async def _recv(reader: asyncio.StreamReader):
 
 
 # -- the worker process ---------------------------------------------------------------------
-def _read_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
+class _FrameReader:
+    """Length-prefixed frames from a blocking socket, read in large chunks (few recv calls)."""
+
+    def __init__(self, sock: socket.socket, chunk_bytes: int = 1 << 20):
+        self.sock = sock
+        self.buf = bytearray()
+        self.pos = 0
+        self.chunk_bytes = chunk_bytes
+
+    def next(self):
+        """The next unpickled frame, or None at end of stream."""
+        if not self._fill(_LEN.size):
             return None
-        buf += chunk
-    return bytes(buf)
+        (n,) = _LEN.unpack_from(self.buf, self.pos)
+        if not self._fill(_LEN.size + n):
+            return None
+        start = self.pos + _LEN.size
+        msg = pickle.loads(memoryview(self.buf)[start:start + n])
+        self.pos = start + n
+        return msg
+
+    def _fill(self, need: int) -> bool:
+        if len(self.buf) - self.pos >= need:
+            return True
+        del self.buf[:self.pos]
+        self.pos = 0
+        while len(self.buf) < need:
+            chunk = self.sock.recv(max(self.chunk_bytes, need - len(self.buf)))
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
 
 
 def worker_main(fd: int) -> int:
@@ -365,15 +414,12 @@ def worker_main(fd: int) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
+    frames = _FrameReader(sock)
     try:
         while True:
-            head = _read_exact(sock, _LEN.size)
-            if head is None:
+            msg = frames.next()
+            if msg is None:
                 break
-            body = _read_exact(sock, _LEN.unpack(head)[0])
-            if body is None:
-                break
-            msg = pickle.loads(body)
             if msg[0] == "init":
                 init = msg[1]
                 segment_max_bytes = init["segment_max_bytes"]
@@ -394,7 +440,8 @@ def worker_main(fd: int) -> int:
                 size = os.path.getsize(segment) if segment else 0
                 if crash_re is not None and crash_re.search(result.url):
                     os._exit(_CRASH_EXIT)       # test hook: records written, answer not sent
-                data = pickle.dumps(("result", job_id, pr, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps(("result", job_id, pack_result(pr), segment, size),
+                                    protocol=pickle.HIGHEST_PROTOCOL)
                 sock.sendall(_LEN.pack(len(data)) + data)
                 if size >= segment_max_bytes:
                     warc.close()        # the next record opens the next segment

@@ -51,11 +51,6 @@ class PageProcessor:
         self.digest_seen = digest_seen
         self.near_duplicate = near_duplicate
 
-    def decode(self, res: FetchResult, *, max_bytes: int | None = None) -> bytes:
-        """The entity body with transfer and content codings removed, capped (raises DecodeError)."""
-        return decode_body(res.body, chunked=_is_chunked(res), content_encoding=res.header("content-encoding"),
-                           max_bytes=max_bytes or self.max_decoded_bytes)
-
     def process(self, res: FetchResult, prior=_ASK) -> ProcessResult:
         """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
         ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked."""
@@ -73,8 +68,9 @@ class PageProcessor:
         noindex, nofollow = parse_x_robots_tag(
             [v for k, v in res.headers if k.lower() == "x-robots-tag"], self.agent_token)
         if pr.outcome is Outcome.OK and res.status == 200 and ctype in HTML_TYPES:
-            try:
-                body = self.decode(res)
+            try:    # from the entity: the chunked framing is already gone (no second pass)
+                body = decode_body(entity, chunked=False, content_encoding=res.header("content-encoding"),
+                                   max_bytes=self.max_decoded_bytes)
             except DecodeError as e:
                 pr.outcome, pr.error = e.outcome, str(e)
             else:
