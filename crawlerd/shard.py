@@ -46,7 +46,7 @@ from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.process.worker import entity_digest
-from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment
 
@@ -137,20 +137,28 @@ class Shard:
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
                     base: str | None = None) -> int:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
-        keys, aux = [], []
-        if priority is None:
-            priority = self._priority_for_depth(depth)
+        links = []
         for raw in urls:
             norm = urlmod.normalize(raw, base)
             if norm is None:
                 self.metrics.dropped["bad_url"] += 1
-                continue
-            reason = self.url_filter.check(norm)
+            else:
+                links.append(Link(norm, urlmod.fingerprint(norm), ""))
+        return self.submit_links(links, depth=depth, hops=hops, priority=priority)
+
+    def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None) -> int:
+        """Filter already normalised, fingerprinted links (from a worker) and send them to the seen-set."""
+        keys, aux = [], []
+        if priority is None:
+            priority = self._priority_for_depth(depth)
+        check, dropped = self.url_filter.check, self.metrics.dropped
+        for ln in links:
+            reason = check(ln.url)
             if reason:
-                self.metrics.dropped[reason] += 1
+                dropped[reason] += 1
                 continue
-            keys.append(urlmod.fingerprint(norm))
-            aux.append(encode_aux(depth, hops, priority, norm))
+            keys.append(ln.fp)
+            aux.append(encode_aux(depth, hops, priority, ln.url))
         if keys:
             self.seen.check_update(keys, aux=aux)
         return len(keys)
@@ -393,9 +401,9 @@ class Shard:
                     self.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
                                      priority=item.priority if item else None)
         elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
-            follow = [ln.url for ln in pr.links if not ln.nofollow]
+            follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
-            self.submit_urls(follow, depth=depth + 1)
+            self.submit_links(follow, depth=depth + 1)
         self._log_event(url, res, pr=pr)
 
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
