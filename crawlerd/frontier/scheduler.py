@@ -126,10 +126,7 @@ class Frontier(FrontierOps):
         txn.drop(st.leases, delete=False)
         self._c["queued"] += restored
         for hk, rec in touched.items():
-            # Those requests were cut off just now (IRLbot §6: the gap runs from the end).
-            rec.due = max(rec.due, rec.written_at + self._pol.min_delay_s)
             txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
-        grace_until = now + self._grace if crashed or restored else -math.inf
         for kb, raw in st.scan(st.hosts):
             rec = HostRecord.decode(raw)
             if rec.queued <= 0 or rec.flags & hs.FLAG_WAITING:
@@ -139,12 +136,15 @@ class Frontier(FrontierOps):
                 self._drop_record_queue(hk, rec, "blocked")
                 txn.put(kb, rec.encode(), db=st.hosts)
                 continue
+            if crashed or hk in touched:
+                # Requests were cut off, and completions after the last commit are lost with
+                # their gaps: wait out the longest ordinary gap (longer ones were committed).
+                rec.due = max(rec.due, rec.written_at + self._grace)
             if self._hosts.full():
                 self._to_waiting(hk, rec)
-                continue
-            s = self._activate(hk, rec, now)
-            if self._hosts.due[s] < grace_until:
-                self._reschedule(s, grace_until)
+            else:
+                self._activate(hk, rec, now)
+        self._fill_slots(now)                # reopened with more room than before
         return restored
 
     # == host activation =====================================================

@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from crawlerd.frontier import QueuedURL
+from crawlerd.frontier import KIND_ROBOTS, QueuedURL
 from crawlerd.outcome import Outcome
 
 from .conftest import Harness
@@ -30,11 +30,20 @@ def test_close_and_reopen_resumes_with_leases_back(h):
     assert sorted(h.resolve()) == sorted([A, B])  # addresses are looked up afresh
     f.check_invariants(deep=True)
     # The returned URL is at the front of its host's queue again.
-    h.clock.t = f.next_due()            # leases were cut off: their hosts wait out a grace period
-    assert h.serve_robots() == 2
-    h.clock.t = f.next_due()
-    urls = {lease.url for lease in h.lease()}
-    assert l2.url in urls
+    reopened_at = h.clock.t
+    first = None
+    for _ in range(100):
+        for lease in h.lease():
+            if lease.kind == KIND_ROBOTS:
+                h.robots_known(lease.host_key)
+            elif lease.host_key == l2.host_key and first is None:
+                first = (lease.url, h.clock.t)
+            h.done(lease)
+        if first:
+            break
+        h.clock.t = f.next_due()
+    # Back at the front of its queue, after a grace period (the request was cut off at close).
+    assert first[0] == l2.url and first[1] >= reopened_at + 60.0
 
 
 def test_dropped_object_loses_only_uncommitted_work(h):
@@ -186,3 +195,19 @@ def test_ram_per_active_host_is_bounded(tmp_path):
     per_host = used / (n - 1000) + sum(sys.getsizeof(hk) for hk in hosts) / n
     assert h.f.stats()["hosts_active"] == n
     assert per_host <= 300, per_host
+
+
+def test_reopen_with_more_room_activates_waiting_hosts(tmp_path):
+    h = Harness(str(tmp_path / "f"), max_active_hosts=2)
+    for i in range(5):
+        h.add(f"http://w{i}.test", 2)
+    assert h.f.stats()["hosts_waiting"] == 3
+    h.f.close()
+    f = h.reopen(max_active_hosts=10)
+    st = f.stats()
+    assert st["hosts_active"] == 5 and st["hosts_waiting"] == 0
+    f.close()
+    f = h.reopen(max_active_hosts=1)
+    st = f.stats()
+    assert st["hosts_active"] == 1 and st["hosts_waiting"] == 4 and st["queued"] == 10
+    f.check_invariants(deep=True)
