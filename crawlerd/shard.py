@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import hashlib
 import logging
 import os
 import time
 from collections import deque
 
 from crawlerd import url as urlmod
-from crawlerd.codec import DecodeError, decode_body
+from crawlerd.codec import DecodeError, dechunk, decode_body
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.drum import Drum
@@ -45,7 +46,6 @@ from crawlerd.frontier.politeness import Politeness
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
-from crawlerd.process.worker import entity_digest
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment
@@ -70,6 +70,18 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     if when is None:
         return None
     return max(0.0, when.timestamp() - now_wall)
+
+
+def _payload_sha1(res: FetchResult) -> bytes:
+    """Raw SHA-1 of the entity with transfer coding removed: the exact-duplicate key (WARC payload digest)."""
+    body = res.body
+    te = res.header("transfer-encoding")
+    if te and "chunked" in te.lower():
+        try:
+            body = dechunk(body, len(body) + 1)
+        except DecodeError:
+            pass
+    return hashlib.sha1(body).digest()
 
 
 def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
@@ -385,8 +397,7 @@ class Shard:
             self._recent_errors.append(f"{url} {res.outcome.value} {res.error}")
             self._log_event(url, res)
             return
-        digest = entity_digest(res)
-        prior = self._digest_seen(digest, url, res.started_at) if res.status == 200 else None
+        prior = self._digest_seen(_payload_sha1(res), url, res.started_at) if res.status == 200 else None
         pr = await self.pool.process(res, prior)
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
@@ -409,7 +420,7 @@ class Shard:
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
         self.metrics.outcomes[outcome.value] += 1
 
-    def _digest_seen(self, digest: str, url: str, fetched_at: float):
+    def _digest_seen(self, digest: bytes, url: str, fetched_at: float):
         """Exact-duplicate owner: returns (first url, first date) if seen before, else records it."""
         prev = self.digests.get(digest)
         if prev is None:
