@@ -211,6 +211,18 @@ class FrontierOps:
                 p = hprefix(H.hid[s_])
                 assert counts.get(p, 0) == H.queued[s_], f"host {hk}: {counts.get(p, 0)} entries, {H.queued[s_]}"
                 assert masks.get(p, 0) == H.mask[s_], f"host {hk}: mask {masks.get(p, 0):b} != {H.mask[s_]:b}"
+            waiting = 0
+            for kb, raw in st.scan(st.hosts):
+                rec = HostRecord.decode(raw)
+                waiting += bool(rec.flags & hs.FLAG_WAITING)
+                hk = kb.decode("utf-8", "surrogateescape")
+                if hk in H.slot_of:
+                    continue
+                p = hprefix(rec.hid)
+                assert counts.get(p, 0) == rec.queued, f"inactive host {hk}: {counts.get(p, 0)} != {rec.queued}"
+                assert masks.get(p, 0) == rec.mask, f"inactive host {hk}: mask {rec.mask:b}"
+                assert rec.queued == 0 or rec.flags & hs.FLAG_WAITING, f"inactive host {hk} has work, not waiting"
+            assert waiting == self._c["waiting"] == st.count(st.waiting), "waiting table out of step"
 
     def queued(self) -> int:
         return self._c["queued"]

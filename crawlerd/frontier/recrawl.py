@@ -1,0 +1,456 @@
+"""Recrawl: when to fetch a URL again, and the validators that make the next fetch conditional.
+
+The DRUM seen-set lets a URL into the frontier once. A URL that was fetched is
+remembered here instead, in an LMDB environment of its own (RAM does not grow
+with the number of URLs, DESIGN §1.4), and comes back through :meth:`Recrawl.due`
+when its next visit is due; the shard adds it to the frontier directly (it was
+seen already) and sends ``If-None-Match`` / ``If-Modified-Since`` from
+:meth:`Recrawl.validators` (RFC 9110 §13.1.2, §13.1.3).
+
+Visit policy (deterministic but for a small injected jitter)
+    Cho and Garcia-Molina ("Estimating frequency of change", ACM TOIT 2003)
+    model a page's changes as a Poisson process and revisit at the estimated
+    change rate. A per-URL multiplicative estimate of that rate is enough
+    here: the first interval is ``initial_interval_s``; a visit that found the
+    page changed (a new payload digest) halves it, one that found it unchanged
+    (a 304, or the same digest) doubles it, clamped to [``min_interval_s``,
+    ``max_interval_s``]. A visit that cannot tell (no digest to compare) keeps
+    it. The next visit is ``fetched_at + interval x (1 ± jitter)``: the jitter
+    spreads URLs found together so they do not all come due in the same second.
+
+Errors
+    A URL enters recrawl with its first answer below 400. A final 4xx/5xx
+    answer clears its validators and sets the next visit ``max_interval_s``
+    away; 410 Gone (RFC 9110 §15.5.11: "likely permanent") drops it at once, as
+    do ``drop_after_errors`` consecutive errors. A hand-out that was never
+    answered by ``record`` (the frontier dead-lettered or dropped it) counts as
+    an error too, so a URL the crawl can no longer fetch leaves recrawl. Any
+    answer below 400 resets the count. A dropped URL that is fetched again
+    (found anew, or still queued) re-enters with ``initial_interval_s``.
+
+Hand-out invariant
+    ``due`` returns a URL at most once per ``reissue_timeout_s`` until ``record``
+    is called for it: handing out moves its due-index entry to
+    ``now + reissue_timeout_s`` and flags it. After a crash the URL is still in
+    the frontier (``Frontier.add`` commits) or, if that add was lost, comes
+    back once the reissue timeout passes; a hand-out lost with an uncommitted
+    transaction comes back at once. ``reissue_timeout_s`` should exceed the
+    longest a URL waits in the frontier, or it is queued twice (harmless: the
+    second ``record`` of one visit is ignored by its ``fetched_at``).
+
+Tables (big-endian keys, so LMDB byte order is time order):
+
+``urls``  fp u64 -> URL state (:class:`RecrawlState` without the fp).
+``due``   due ms u64 | fp u64 -> b"". Invariant: every ``urls`` entry has exactly
+          one ``due`` entry, whose time is the entry's ``due_ms``, and no other
+          entries exist. ``due`` is a range scan from the start of the table.
+``meta``  counters (same transaction as the state, so they agree after a crash).
+
+Durability: one write transaction at a time, committed every ``group_ops``
+writes (which also bounds LMDB's dirty pages in RAM) and by ``commit()``.
+``kill -9`` loses only the open transaction; ``record`` is idempotent (a
+visit whose ``fetched_at`` is not newer than the stored one is ignored), so
+replaying lost visits is harmless.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import time
+from dataclasses import dataclass
+
+import lmdb
+
+GiB = 1 << 30
+DAY_S = 86400.0
+MAX_VALIDATOR_BYTES = 1024       # a longer ETag/Last-Modified is not stored (never sent truncated)
+STATUS_GONE = 410
+
+_FLAG_OUT = 1                    # handed out by due(), not yet recorded
+
+_U64 = struct.Struct(">Q")
+_DKEY = struct.Struct(">QQ")
+# due ms, fetched ms, captured ms, interval s, status, errors, flags, depth, then 5 string lengths
+_REC = struct.Struct("<QQQdHBBHHHHHH")
+_COUNTERS = ("recorded", "changed", "unchanged", "not_modified", "errors", "dropped", "handed_out",
+             "reissued", "ignored", "out")
+_META = struct.Struct("<" + "Q" * len(_COUNTERS))
+_U16_MAX = 0xFFFF
+
+
+@dataclass(slots=True)
+class RecrawlItem:
+    """A URL whose next visit is due: add it to the frontier (it bypasses the seen-set)."""
+
+    url: str
+    fp: int
+    host_key: str
+    depth: int = 0
+
+
+@dataclass(slots=True)
+class RecrawlState:
+    """What recrawl knows about one URL (key: ``fp``). Times are wall-clock seconds."""
+
+    fp: int
+    url: str
+    host_key: str
+    depth: int
+    due_at: float            # next visit (or, while handed out, when it is handed out again)
+    fetched_at: float        # last recorded visit
+    captured_at: float       # last visit that stored a payload (the capture ``digest`` belongs to)
+    interval_s: float        # current nominal revisit interval, in [min_interval_s, max_interval_s]
+    status: int              # HTTP status of the last visit
+    errors: int              # consecutive errors and unanswered hand-outs
+    handed_out: bool
+    etag: str | None
+    last_modified: str | None
+    digest: str | None
+
+
+def _ms(t: float) -> int:
+    if not t > 0:                # negative and NaN
+        return 0
+    return min(int(t * 1000.0), (1 << 64) - 1)
+
+
+def _enc(s: str | None) -> bytes:
+    return b"" if s is None else s.encode("utf-8", "surrogateescape")
+
+
+def _dec(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def _encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) -> bytes:
+    parts = [_enc(st.url), _enc(st.host_key), _enc(st.etag), _enc(st.last_modified), _enc(st.digest)]
+    flags = _FLAG_OUT if st.handed_out else 0
+    return _REC.pack(due_ms, fetched_ms, captured_ms, st.interval_s, min(st.status, _U16_MAX),
+                     min(st.errors, 255), flags, min(st.depth, _U16_MAX), *map(len, parts)) + b"".join(parts)
+
+
+def _decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
+    """Return the state and its due time in ms (the due-index key's time)."""
+    due_ms, fetched_ms, captured_ms, interval, status, errors, flags, depth, *lens = _REC.unpack_from(raw)
+    p = _REC.size
+    out = []
+    for n in lens:
+        out.append(raw[p:p + n])
+        p += n
+    url, host, etag, lm, digest = out
+    st = RecrawlState(fp, _dec(url), _dec(host), depth, due_ms / 1000.0, fetched_ms / 1000.0,
+                      captured_ms / 1000.0, interval, status, errors, bool(flags & _FLAG_OUT),
+                      _dec(etag) if lens[2] else None, _dec(lm) if lens[3] else None,
+                      _dec(digest) if lens[4] else None)
+    return st, due_ms
+
+
+def _validator(v: str | None) -> str | None:
+    if v is None:
+        return None
+    v = v.strip()
+    if not v or len(v) > MAX_VALIDATOR_BYTES or any(c in v for c in "\r\n\0"):
+        return None              # never echo a header we could not send back intact
+    return v
+
+
+class Recrawl:
+    """Per-URL recrawl state and due index in LMDB (tables and invariants: see the module docstring).
+
+    Single-threaded: call it from one thread (the write transaction is bound to it).
+    """
+
+    def __init__(self, path: str, *, enabled: bool = True, initial_interval_s: float = 7 * DAY_S,
+                 min_interval_s: float = DAY_S, max_interval_s: float = 90 * DAY_S,
+                 reissue_timeout_s: float = DAY_S, drop_after_errors: int = 3, jitter: float = 0.1,
+                 clock=time.time, rng: random.Random | None = None, map_size_bytes: int = 64 * GiB,
+                 sync: bool = True, group_ops: int = 4096):
+        if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
+            raise ValueError("recrawl intervals: expected 0 < min_interval_s <= initial_interval_s "
+                             f"<= max_interval_s, got {min_interval_s}, {initial_interval_s}, {max_interval_s}")
+        if not reissue_timeout_s > 0:
+            raise ValueError(f"reissue_timeout_s = {reissue_timeout_s}: expected > 0")
+        if not 1 <= drop_after_errors <= 255:
+            raise ValueError(f"drop_after_errors = {drop_after_errors}: expected 1..255")
+        if not 0.0 <= jitter < 1.0:
+            raise ValueError(f"jitter = {jitter}: expected 0 <= jitter < 1")
+        if group_ops < 1:
+            raise ValueError(f"group_ops = {group_ops}: expected >= 1")
+        self.enabled = enabled
+        self.initial_interval_s = float(initial_interval_s)
+        self.min_interval_s = float(min_interval_s)
+        self.max_interval_s = float(max_interval_s)
+        self._reissue_ms = max(1, _ms(reissue_timeout_s))
+        self._drop_after = drop_after_errors
+        self._jitter = jitter
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._group_ops = group_ops
+        self._ops = 0
+        self._txn: lmdb.Transaction | None = None
+        self._c = dict.fromkeys(_COUNTERS, 0)
+        self._env = None
+        if not enabled:
+            return
+        os.makedirs(path, exist_ok=True)
+        self._sync = sync
+        self._env = lmdb.open(path, map_size=map_size_bytes, max_dbs=3, sync=sync, metasync=False,
+                              readahead=False, meminit=False)
+        self._urls = self._env.open_db(b"urls")
+        self._due = self._env.open_db(b"due")
+        self._meta = self._env.open_db(b"meta")
+        raw = self._w().get(b"counters", db=self._meta)
+        if raw is not None:
+            self._c.update(zip(_COUNTERS, _META.unpack(raw), strict=True))
+
+    # == transactions ==========================================================
+    def _w(self) -> lmdb.Transaction:
+        if self._txn is None:
+            self._txn = self._env.begin(write=True)
+        return self._txn
+
+    def _wrote(self) -> None:
+        self._ops += 1
+        if self._ops >= self._group_ops:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._txn is not None:
+            self._txn.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
+            txn, self._txn = self._txn, None
+            txn.commit()
+        self._ops = 0
+
+    def commit(self) -> None:
+        """Make everything so far durable (fsync even when sync=False)."""
+        if self._env is None:
+            return
+        self._commit()
+        if not self._sync:
+            self._env.sync(True)
+
+    def close(self) -> None:
+        """Commit and close. URLs handed out and not yet recorded stay handed out (see the invariant)."""
+        if self._env is None:
+            return
+        self.commit()
+        self._env.close()
+        self._env = None
+
+    # == state ===================================================================
+    def _get(self, fp: int) -> tuple[RecrawlState, int] | None:
+        raw = self._w().get(_U64.pack(fp & 0xFFFFFFFFFFFFFFFF), db=self._urls)
+        return None if raw is None else _decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
+
+    def _put(self, st: RecrawlState, old_due_ms: int | None, due_ms: int, fetched_ms: int,
+             captured_ms: int) -> None:
+        txn, fpk = self._w(), _U64.pack(st.fp)
+        if old_due_ms is not None:
+            txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
+        txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
+        txn.put(fpk, _encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
+        self._wrote()
+
+    def _drop(self, st: RecrawlState, due_ms: int) -> None:
+        txn = self._w()
+        txn.delete(_DKEY.pack(due_ms, st.fp), db=self._due)
+        txn.delete(_U64.pack(st.fp), db=self._urls)
+        if st.handed_out:
+            self._c["out"] -= 1
+        self._c["dropped"] += 1
+        self._wrote()
+
+    def state(self, fp: int) -> RecrawlState | None:
+        """Everything known about one URL, or None if it is not tracked."""
+        if self._env is None:
+            return None
+        got = self._get(fp)
+        return None if got is None else got[0]
+
+    def validators(self, fp: int) -> tuple[str | None, str | None]:
+        """(ETag, Last-Modified) of the URL's last answer: send them as If-None-Match / If-Modified-Since."""
+        st = self.state(fp)
+        return (None, None) if st is None else (st.etag, st.last_modified)
+
+    def last_digest(self, fp: int) -> str | None:
+        """Payload digest of the last capture: a 304 is archived as a revisit of it."""
+        st = self.state(fp)
+        return None if st is None else st.digest
+
+    def last_capture(self, fp: int) -> tuple[str, float] | None:
+        """(digest, captured_at) of the last capture, for a revisit's WARC-Refers-To-Date."""
+        st = self.state(fp)
+        if st is None or st.digest is None:
+            return None
+        return st.digest, st.captured_at
+
+    # == visits ====================================================================
+    def _next_due_ms(self, fetched_at: float, interval_s: float) -> int:
+        f = 1.0 + self._jitter * (2.0 * self._rng.random() - 1.0) if self._jitter else 1.0
+        return _ms(fetched_at + interval_s * f)
+
+    def record(self, url: str, fp: int, host_key: str, *, fetched_at: float, status: int,
+               etag: str | None, last_modified: str | None, digest: str | None, changed: bool | None,
+               depth: int = 0) -> bool:
+        """Record one visit and schedule the next (policy: see the module docstring).
+
+        ``status`` is the final HTTP status (0: no answer). ``changed`` overrides
+        the digest comparison when not None (a 304 is unchanged either way).
+        On a 304, validators that are None keep their stored values (RFC 9110
+        §15.4.5: a 304 repeats the validators a 200 would send) and ``digest``
+        is ignored (the capture is the stored one). Returns False when the
+        visit is ignored: not newer than the stored one, or an error for an
+        untracked URL.
+        """
+        if self._env is None:
+            return False
+        fp &= 0xFFFFFFFFFFFFFFFF
+        fetched_ms = _ms(fetched_at)
+        got = self._get(fp)
+        if got is None:
+            # 304 here answers a conditional GET we did not send: nothing to revisit from
+            if status >= 400 or status <= 0 or status == 304:
+                self._c["ignored"] += 1
+                return False
+            st = RecrawlState(fp, url, host_key, depth, 0.0, 0.0, 0.0, self.initial_interval_s, status, 0,
+                              False, _validator(etag), _validator(last_modified), digest or None)
+            self._c["recorded"] += 1
+            self._put(st, None, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, fetched_ms)
+            return True
+        st, old_due = got
+        if fetched_ms <= _ms(st.fetched_at):
+            self._c["ignored"] += 1
+            return False
+        self._c["recorded"] += 1
+        if st.handed_out:
+            st.handed_out = False
+            self._c["out"] -= 1
+        st.url, st.host_key, st.status, st.depth = url, host_key, status, depth
+        captured_ms = _ms(st.captured_at)
+        if status >= 400 or status <= 0:
+            self._c["errors"] += 1
+            st.errors = min(st.errors + 1, 255)
+            if status == STATUS_GONE or st.errors >= self._drop_after:
+                self._drop(st, old_due)
+                return True
+            st.etag = st.last_modified = None       # an error page's validators validate nothing
+            self._put(st, old_due, _ms(fetched_at + self.max_interval_s), fetched_ms, captured_ms)
+            return True
+        st.errors = 0
+        if status == 304:
+            self._c["not_modified"] += 1
+            changed = False
+            st.etag = _validator(etag) or st.etag
+            st.last_modified = _validator(last_modified) or st.last_modified
+        else:
+            if changed is None and digest and st.digest:
+                changed = digest != st.digest
+            st.etag, st.last_modified = _validator(etag), _validator(last_modified)
+            if digest:
+                st.digest = digest
+                captured_ms = fetched_ms
+        if changed is True:
+            self._c["changed"] += 1
+            st.interval_s = max(self.min_interval_s, st.interval_s / 2.0)
+        elif changed is False:
+            if status != 304:
+                self._c["unchanged"] += 1
+            st.interval_s = min(self.max_interval_s, st.interval_s * 2.0)
+        st.interval_s = min(self.max_interval_s, max(self.min_interval_s, st.interval_s))  # bounds may change
+        self._put(st, old_due, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, captured_ms)
+        return True
+
+    def forget(self, fp: int) -> bool:
+        """Stop recrawling a URL (robots.txt now disallows it, its host is blocked). False if untracked."""
+        if self._env is None:
+            return False
+        got = self._get(fp)
+        if got is None:
+            return False
+        self._drop(*got)
+        return True
+
+    def due(self, now_wall: float | None = None, limit: int = 1000) -> list[RecrawlItem]:
+        """Hand out up to ``limit`` URLs whose next visit is at or before ``now_wall``, earliest first.
+
+        Each is marked handed out and not returned again until ``record`` is
+        called for it or ``reissue_timeout_s`` passes (then it counts as an
+        error, and is dropped after ``drop_after_errors``).
+        """
+        if self._env is None or limit <= 0:
+            return []
+        now_ms = _ms(self._clock() if now_wall is None else now_wall)
+        out: list[RecrawlItem] = []
+        while len(out) < limit:
+            keys = []
+            cur = self._w().cursor(db=self._due)
+            if cur.first():
+                for key in cur.iternext(values=False):
+                    if _DKEY.unpack(key)[0] > now_ms or len(keys) >= limit - len(out):
+                        break
+                    keys.append(key)
+            if not keys:
+                break
+            for key in keys:
+                due_ms, fp = _DKEY.unpack(key)
+                raw = self._w().get(_U64.pack(fp), db=self._urls)
+                if raw is None:           # cannot happen while the table invariant holds; heal it
+                    self._w().delete(key, db=self._due)
+                    continue
+                st, _ = _decode(fp, raw)
+                if st.handed_out:
+                    self._c["reissued"] += 1
+                    st.errors = min(st.errors + 1, 255)
+                    if st.errors >= self._drop_after:
+                        self._drop(st, due_ms)
+                        continue
+                else:
+                    st.handed_out = True
+                    self._c["out"] += 1
+                self._c["handed_out"] += 1
+                self._put(st, due_ms, now_ms + self._reissue_ms, _ms(st.fetched_at), _ms(st.captured_at))
+                out.append(RecrawlItem(st.url, fp, st.host_key, st.depth))
+        return out
+
+    def next_due_at(self) -> float | None:
+        """Earliest due time in the index (handed-out URLs included), None when nothing is tracked."""
+        if self._env is None:
+            return None
+        cur = self._w().cursor(db=self._due)
+        return _DKEY.unpack(cur.key())[0] / 1000.0 if cur.first() else None
+
+    # == accounting ==================================================================
+    def stats(self) -> dict:
+        """Counters (since the environment was created) and gauges."""
+        if self._env is None:
+            return {"enabled": False}
+        out = {"enabled": True, "tracked": self._w().stat(self._urls)["entries"],
+               "next_due_at": self.next_due_at()}
+        out.update(self._c)
+        out["handed_out_now"] = out.pop("out")
+        return out
+
+    def check_invariants(self) -> None:
+        """Full scan (tests, ``crawlerd`` self-checks): the ``due`` index mirrors ``urls`` exactly."""
+        if self._env is None:
+            return
+        txn = self._w()
+        index = {}
+        for key in txn.cursor(db=self._due).iternext(values=False):
+            due_ms, fp = _DKEY.unpack(key)
+            if fp in index:
+                raise AssertionError(f"recrawl: fp {fp:016x} has two due entries")
+            index[fp] = due_ms
+        out = 0
+        for fpk, raw in txn.cursor(db=self._urls):
+            fp = _U64.unpack(fpk)[0]
+            st, due_ms = _decode(fp, raw)
+            if index.pop(fp, None) != due_ms:
+                raise AssertionError(f"recrawl: fp {fp:016x} due entry missing or at the wrong time")
+            out += st.handed_out
+        if index:
+            raise AssertionError(f"recrawl: {len(index)} due entries without a URL")
+        if out != self._c["out"]:
+            raise AssertionError(f"recrawl: {out} URLs flagged handed out, counter says {self._c['out']}")
