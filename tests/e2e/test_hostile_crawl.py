@@ -79,6 +79,12 @@ def _dropped(run: dict) -> set[tuple[str, str]]:
     return {(u, r) for u, r in run["frontier"]["dropped"]} | {(e["url"], e["outcome"]) for e in run["events"]}
 
 
+def _dns_count(run: dict, outcome: str) -> int:
+    """Host lookups that ended in ``outcome`` (the shard counts them as ``dns_<outcome>``)."""
+    counters = run["last_run"]["counters"]
+    return counters.get(f"dns_{outcome}", 0) or counters.get(outcome, 0)
+
+
 def _requests(log: list, host: str) -> list[str]:
     """Targets the server saw for ``host``, in order (log entries: peer, local address, Host, target)."""
     return [target for _peer, _local, hdr, target in log if hdr.split(":", 1)[0] == host]
@@ -200,7 +206,7 @@ def test_nxdomain_dropped(report):
 def test_silent_dns_times_out_and_keeps_the_url(report):
     d = report["hostile"]
     url = report["seeds"]["mute.test"]
-    assert d["last_run"]["counters"].get("dns_dns_timeout", 0) >= 1, d["last_run"]["counters"]
+    assert _dns_count(d, "dns_timeout") >= 1, d["last_run"]["counters"]
     assert report["hostile_server"]["dns_queries"].get("mute.test", 0) >= 1
     assert _requests(report["log1"], "mute.test") == []
     # a timeout is transient: the URL waits out the DNS backoff, neither dropped nor dead
@@ -212,7 +218,7 @@ def test_silent_dns_times_out_and_keeps_the_url(report):
 def test_garbage_dns_answer_is_a_dns_error(report):
     d = report["drip_stop"]
     assert report["drip_server"]["dns_queries"].get("garbled.test", 0) >= 1, "the redirect was not followed"
-    assert d["last_run"]["counters"].get("dns_dns_error", 0) >= 1, d["last_run"]["counters"]
+    assert _dns_count(d, "dns_error") >= 1, d["last_run"]["counters"]
     assert _requests(report["log2"], "garbled.test") == []
 
 
@@ -224,3 +230,12 @@ def test_dropped_urls_reach_the_events_log(report):
     port = report["sentinel_port"]
     assert (report["seeds"]["gone.test"], "dns_nxdomain") in logged
     assert (f"http://forbidden-a.test:{port}/secret", "blocked_address") in logged
+
+
+@pytest.mark.xfail(strict=True, reason="shard._log_event writes FetchResult.error only; a processing "
+                   "outcome (a bomb's too_large from decoding) loses ProcessResult.error")
+def test_every_failed_page_event_names_its_reason(report):
+    # DESIGN §1.6: each hostile input ends in a recorded outcome *with a reason*
+    silent = [(e["url"], e["outcome"]) for e in report["hostile"]["events"]
+              if e["kind"] == "page" and e["outcome"] != "ok" and not e.get("error")]
+    assert silent == []
