@@ -51,9 +51,10 @@ class PageProcessor:
         self.digest_seen = digest_seen
         self.near_duplicate = near_duplicate
 
-    def process(self, res: FetchResult, prior=_ASK) -> ProcessResult:
+    def process(self, res: FetchResult, prior=_ASK, digest: str = "") -> ProcessResult:
         """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
-        ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked."""
+        ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked.
+        ``digest``: the payload digest if the caller computed it (``entity_digest``), else computed here."""
         url = res.url
         ctype = (res.header("content-type") or "").split(";", 1)[0].strip().lower()
         pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
@@ -63,7 +64,7 @@ class PageProcessor:
         except DecodeError as e:
             entity = res.body
             pr.outcome, pr.error = e.outcome, str(e)
-        pr.digest = payload_digest(entity)
+        pr.digest = digest or payload_digest(entity)
         metadata: dict[str, str] = {}
         noindex, nofollow = parse_x_robots_tag(
             [v for k, v in res.headers if k.lower() == "x-robots-tag"], self.agent_token)

@@ -66,6 +66,13 @@ def test_html_page_links_digest_simhash(warc):
     assert (pr.warc_offset, pr.warc_length) != (-1, 0)
 
 
+def test_a_digest_given_by_the_caller_is_used(warc):
+    res = response("http://t.test/d", page())
+    given = "sha1:" + "A" * 32
+    assert processor(warc).process(res, prior=None, digest=given).digest == given
+    assert processor(warc).process(res, prior=None).digest == entity_digest(res) != given
+
+
 def test_meta_and_header_robots_are_recorded_in_a_metadata_record(warc):
     res = response("http://t.test/n", page(head=b'<meta name="robots" content="noindex">'),
                    headers=[("X-Robots-Tag", "crawlerd: nofollow")])
