@@ -238,6 +238,7 @@ class Shard:
             self._drain_seen()
         if now - self._last_commit > 2.0:
             self._last_commit = now
+            self._drain_frontier_drops()
             self.frontier.expire_leases(now)
             self.frontier.commit()
             if self.events:
@@ -273,7 +274,7 @@ class Shard:
             res = await self.resolver.resolve(urlmod.host_of(host_key))
             ip = next((a for a in res.ips if self.guard.allowed(a)), None)
             if res.outcome is not Outcome.OK:
-                self.metrics.counters[f"dns_{res.outcome.value}"] += 1
+                self.metrics.counters[res.outcome.value] += 1
                 self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
             elif ip is None:
                 self.metrics.counters["dns_blocked_address"] += 1
@@ -312,6 +313,9 @@ class Shard:
             else:
                 res = await self.fetcher.fetch(req)
             total_s += res.elapsed_s
+            if res.outcome is Outcome.ABORTED:
+                self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+                return
             self.metrics.counters["robots_fetches"] += 1
             body = b""
             if res.outcome is Outcome.OK:
@@ -385,6 +389,12 @@ class Shard:
             self._count_unfetched(host_key, Outcome.BLOCKED_ADDRESS)
             return
         res = await self.fetcher.fetch(req)
+        if res.outcome is Outcome.ABORTED:
+            # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+            self.metrics.outcomes[Outcome.ABORTED.value] += 1
+            self._log_event(url, res)
+            return
         retry_after = None
         if res.status in (429, 503):
             retry_after = parse_retry_after(res.header("retry-after"), self.wall())
@@ -408,6 +418,7 @@ class Shard:
             if loc:
                 if hops + 1 > self.cfg.fetch.max_redirects:
                     self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
+                    self._log_dropped(urlmod.normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
                 else:
                     self.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
                                      priority=item.priority if item else None)
@@ -441,9 +452,21 @@ class Shard:
                       duplicate_of=pr.duplicate_of, near_duplicate_of=pr.near_duplicate_of,
                       robots_meta={"noindex": pr.noindex, "nofollow": pr.nofollow},
                       links_out=len(pr.links))
-        if res.error:
-            ev["error"] = res.error
+        error = (pr.error if pr is not None and pr.error else "") or res.error
+        if error:
+            ev["error"] = error
         self.events.write(ev)
+
+    def _log_dropped(self, url: str, reason: str) -> None:
+        """A URL that passed the seen-set but will never be fetched: one event, so nothing vanishes."""
+        if self.events is not None:
+            self.events.write({"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
+                               "fetched_at": self.wall(), "status": 0})
+
+    def _drain_frontier_drops(self) -> None:
+        for item, reason in self.frontier.drain_dropped():
+            self.metrics.dropped[reason] += 1
+            self._log_dropped(item.url, reason)
 
     # -- control ------------------------------------------------------------------------
     def status(self) -> dict:
@@ -492,6 +515,7 @@ class Shard:
         for lease_id in list(self._leases):
             self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
         self._leases.clear()
+        self._drain_frontier_drops()
         with contextlib.suppress(Exception):
             self.seen.flush()
             self._drain_seen()

@@ -3,11 +3,12 @@
 IRLbot (§6) found DNS the first wall a single-box crawler hits; the answer is
 an asynchronous resolver with many queries in flight and a local cache. This
 resolver asks for A records (and AAAA when IPv6 is on), caches answers for
-their TTL clamped to ``[min_ttl_s, max_ttl_s]``, caches NXDOMAIN, SERVFAIL,
-no-address and garbled answers for ``negative_ttl_s``, coalesces concurrent
-lookups of one name into one query, and caps the queries in flight.
-Timeouts are not cached: the next lookup asks again (the shard backs the host
-off). The resolver only names addresses; the address guard decides whether
+their TTL clamped to ``[min_ttl_s, max_ttl_s]``, caches NXDOMAIN, SERVFAIL
+and no-address answers for ``negative_ttl_s``, coalesces concurrent lookups of
+one name into one query, and caps the queries in flight. Timeouts and other
+errors (``dns_error``) are not cached: c-ares fails every lookup pending on a
+server when that server sends one garbled reply, so an error is not evidence
+about the name itself; the next lookup asks again. The resolver only names addresses; the address guard decides whether
 they may be used.
 """
 
@@ -54,7 +55,7 @@ class _Stats:
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
-_NEGATIVE = frozenset({Outcome.DNS_NXDOMAIN, Outcome.DNS_SERVFAIL, Outcome.DNS_ERROR})
+_NEGATIVE = frozenset({Outcome.DNS_NXDOMAIN, Outcome.DNS_SERVFAIL})
 
 
 def _outcome_of(code: int) -> Outcome:

@@ -120,8 +120,6 @@ def test_drip_was_open_when_the_duration_ran_out(report):
     assert ev["fetched_at"] < d["stop_requested_at"] <= ev["fetched_at"] + ev["fetch_ms"] / 1000 + 0.05, ev
 
 
-@pytest.mark.xfail(strict=True, reason="shard._fetch_url completes an aborted fetch without requeue: "
-                   "ABORTED is neither a failure nor retryable, so the frontier counts the URL completed")
 def test_drip_abandoned_at_shutdown_stays_queued(report):
     # Outcome.ABORTED: "abandoned at shutdown (URL stays queued)"; DESIGN §1.3 nothing lost.
     # Queued after the stop: the drip URL and the garbled-DNS URL (waiting out its DNS backoff).
@@ -222,8 +220,6 @@ def test_garbage_dns_answer_is_a_dns_error(report):
     assert _requests(report["log2"], "garbled.test") == []
 
 
-@pytest.mark.xfail(strict=True, reason="the shard never drains Frontier.drain_dropped into the events log: "
-                   "URLs dropped for DNS or address reasons leave no event")
 def test_dropped_urls_reach_the_events_log(report):
     d = report["hostile"]
     logged = {(e["url"], e["outcome"]) for e in d["events"]}
@@ -232,8 +228,6 @@ def test_dropped_urls_reach_the_events_log(report):
     assert (f"http://forbidden-a.test:{port}/secret", "blocked_address") in logged
 
 
-@pytest.mark.xfail(strict=True, reason="shard._log_event writes FetchResult.error only; a processing "
-                   "outcome (a bomb's too_large from decoding) loses ProcessResult.error")
 def test_every_failed_page_event_names_its_reason(report):
     # DESIGN §1.6: each hostile input ends in a recorded outcome *with a reason*
     silent = [(e["url"], e["outcome"]) for e in report["hostile"]["events"]
