@@ -84,6 +84,9 @@ def dechunk(raw: bytes, max_bytes: int) -> bytes:
     return b"".join(out)
 
 
+_STEP = 1 << 20       # decompressed bytes produced per call
+
+
 def _inflate(data: bytes, wbits: int, max_bytes: int, name: str, produced: int = 0) -> bytes:
     """zlib/gzip/raw-deflate stream(s) with output capped at ``max_bytes``."""
     out: list[bytes] = []
@@ -91,7 +94,7 @@ def _inflate(data: bytes, wbits: int, max_bytes: int, name: str, produced: int =
     buf = data
     try:
         while True:
-            room = max_bytes - produced + 1
+            room = min(_STEP, max_bytes - produced + 1)   # small steps: peak RAM ~ the output, not a multiple
             piece = d.decompress(buf, room)
             produced += len(piece)
             if produced > max_bytes:
@@ -135,7 +138,7 @@ def _unbrotli(data: bytes, max_bytes: int) -> bytes:
                 pos += _FEED
             else:
                 chunk = b""
-            piece = d.process(chunk, output_buffer_limit=max_bytes - produced + 1)
+            piece = d.process(chunk, output_buffer_limit=min(_STEP, max_bytes - produced + 1))
             produced += len(piece)
             if produced > max_bytes:
                 raise _too_large(max_bytes)
