@@ -400,12 +400,12 @@ class Recrawl:
                     self._w().delete(key, db=self._due)
                     continue
                 st, _ = _decode(fp, raw)
-                if st.handed_out:
-                    self._c["reissued"] += 1
+                if st.handed_out:             # never answered: a miss
                     st.errors = min(st.errors + 1, 255)
                     if st.errors >= self._drop_after:
                         self._drop(st, due_ms)
                         continue
+                    self._c["reissued"] += 1
                 else:
                     st.handed_out = True
                     self._c["out"] += 1
