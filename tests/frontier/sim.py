@@ -104,6 +104,7 @@ class Simulation:
         self.inflight: list[tuple[float, int, object]] = []   # (end, seq, fetch)
         self.hung: dict[int, tuple[float, Host, object]] = {}   # lease id -> (start, host, lease)
         self.expired_complete_refused = 0
+        self.expired_pending = 0
         self.seq = 0
         self.crashes = 0
         self.lost_completions = 0
@@ -163,6 +164,8 @@ class Simulation:
             for u in self.done_pending:
                 self.done_durable[u] = self.done_durable.get(u, 0) + 1
             self.done_pending.clear()
+            self.expired_complete_refused += self.expired_pending
+            self.expired_pending = 0
 
     # -- the run -------------------------------------------------------------------
     def add_batch(self, items: list[QueuedURL]) -> None:
@@ -409,7 +412,7 @@ class Simulation:
             self._gap(host, now, self.params["lease_timeout_s"], failed=True)
             self._url_outcome(lease.url, lease, True, False)
             if not self.f.complete(lid, outcome=Outcome.OK, status=200):
-                self.expired_complete_refused += 1
+                self.expired_pending += 1       # counted once a commit makes the expiry durable
         self._sync_commits()
 
     # -- crash ---------------------------------------------------------------------------
@@ -430,6 +433,7 @@ class Simulation:
             del self.hung[lid]
         self.lost_completions += len(self.done_pending)
         self.done_pending.clear()
+        self.expired_pending = 0
         for u in list(self.pending):
             state, attempts = self.durable.get(u, ("new", 0))
             rec = self.url[u]
