@@ -333,15 +333,17 @@ class Budgets:
     """
 
     def __init__(self, graph: DomainGraph, *, base_budget: int, per_inlink: int, max_budget: int,
-                 cache_entries: int = 1 << 16, top_n: int = 20):
-        if base_budget < 1 or per_inlink < 0 or max_budget < base_budget or cache_entries < 1:
-            raise ValueError("need base_budget >= 1, per_inlink >= 0, max_budget >= base_budget, cache_entries >= 1")
+                 cache_entries: int = 1 << 16, sweep_step: int = 1024, top_n: int = 20):
+        if base_budget < 1 or per_inlink < 0 or max_budget < base_budget or cache_entries < 1 or sweep_step < 1:
+            raise ValueError("need base_budget >= 1, per_inlink >= 0, max_budget >= base_budget, "
+                             "cache_entries >= 1, sweep_step >= 1")
         self.base_budget = base_budget
         self.per_inlink = per_inlink
         self.max_budget = max_budget
         self._graph = graph
         self._st = graph.store
         self._cap = cache_entries
+        self._sweep_step_n = sweep_step
         self._cache: OrderedDict[bytes, _Dom] = OrderedDict()
         self._dirty: set[bytes] = set()
         meta = self._st.get_meta(b"budgets")
@@ -409,7 +411,7 @@ class Budgets:
         if limit <= 0:
             return out
         if self._sweep is not None:
-            self._sweep_step(max(limit, 1024))
+            self._sweep_step(self._sweep_step_n)
         st = self._st
         txn = st.txn()
         gcur = txn.cursor(db=st.grown)
