@@ -20,8 +20,8 @@ Visit policy (deterministic but for a small injected jitter)
 
 Errors
     A URL enters recrawl with its first answer below 400. A final 4xx/5xx
-    answer clears its validators and sets the next visit ``max_interval_s``
-    away; 410 Gone (RFC 9110 §15.5.11: "likely permanent") drops it at once, as
+    answer (or status 0: none) clears its validators and sets the next visit
+    ``max_interval_s`` away; 410 Gone (RFC 9110 §15.5.11: "likely permanent") drops it at once, as
     do ``drop_after_errors`` consecutive errors. A hand-out that was never
     answered by ``record`` (the frontier dead-lettered or dropped it) counts as
     an error too, so a URL the crawl can no longer fetch leaves recrawl. Any
@@ -31,12 +31,12 @@ Errors
 Hand-out invariant
     ``due`` returns a URL at most once per ``reissue_timeout_s`` until ``record``
     is called for it: handing out moves its due-index entry to
-    ``now + reissue_timeout_s`` and flags it. After a crash the URL is still in
-    the frontier (``Frontier.add`` commits) or, if that add was lost, comes
-    back once the reissue timeout passes; a hand-out lost with an uncommitted
-    transaction comes back at once. ``reissue_timeout_s`` should exceed the
-    longest a URL waits in the frontier, or it is queued twice (harmless: the
-    second ``record`` of one visit is ignored by its ``fetched_at``).
+    ``now + reissue_timeout_s`` and flags it. The shard adds the URLs to the
+    frontier (which commits) and then commits here: a crash in between hands
+    them out again at once (fetched twice: at least once, as in the frontier);
+    a hand-out whose URL the frontier lost comes back after the timeout.
+    ``reissue_timeout_s`` should exceed the longest a URL waits in the
+    frontier, or it is queued and fetched twice (wasteful, not wrong).
 
 Tables (big-endian keys, so LMDB byte order is time order):
 
