@@ -304,6 +304,10 @@ class WorkerPool:
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
         self._closing = True
+        # a restart in progress finishes its cut, recovery and job answers (it spawns nothing now)
+        dying = [w.reader_task for w in self.workers if not w.alive and w.reader_task is not None]
+        if dying:
+            await asyncio.wait(dying, timeout=timeout_s + 15.0)
         ws = [w for w in self.workers if w.alive]
         for w in ws:
             w.alive = False         # its reader will not restart it

@@ -97,12 +97,12 @@ class Recovering:
             recover_segment(segment, index_dir=self.index_dir)
 
 
-async def wait_until(cond, what: str, rounds: int = 2000) -> None:
-    """Let the loop run until ``cond()`` holds (each round waits for I/O up to 5 ms); bounded."""
+async def wait_until(cond, what: str, rounds: int = 2000, poll_s: float = 0.005) -> None:
+    """Let the loop run until ``cond()`` holds (each round waits for I/O up to ``poll_s``); bounded."""
     for _ in range(rounds):
         if cond():
             return
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -304,3 +304,30 @@ def test_start_closes_segments_a_dead_run_left_open(tmp_path):
 def test_bad_sizes_refused():
     with pytest.raises(ValueError):
         WorkerPool(0, {})
+
+
+@pytest.mark.parametrize("kill_after", [3, 17, 31])
+def test_sigkill_at_any_moment_keeps_every_page_exactly_once(tmp_path, kill_after):
+    """No freezing: the worker dies wherever it is (processing, flushing, answering, rotating)."""
+    jobs = [response(f"http://r.test/p/{i}", page_html(i)) for i in range(48)]
+
+    held: list[int] = []
+
+    async def kill_running(pool, tasks):
+        # checked at every turn of the loop, so the answers can't all be in before the kill
+        await wait_until(lambda: sum(t.done() for t in tasks) >= kill_after
+                         and any(w.outstanding for w in pool.workers), f"{kill_after} answers",
+                         rounds=2_000_000, poll_s=0)
+        victim = max(pool.workers, key=lambda w: len(w.outstanding))
+        held.append(len(victim.outstanding))
+        os.kill(victim.proc.pid, signal.SIGKILL)
+
+    pool, results, init, _ = run_pool(tmp_path, jobs, jobs_per_worker=6, segment_max_bytes=30_000,
+                                      during=kill_running)
+    assert held[0] > 0 and pool.restarts == 1
+    assert [r.outcome for r in results] == [Outcome.OK] * len(jobs)
+    warc_dir = init["warc_dir"]
+    assert not [n for n in os.listdir(warc_dir) if n.endswith(OPEN_SUFFIX)]
+    assert responses_per_url(warc_dir) == Counter(j.url for j in jobs)
+    for name in os.listdir(warc_dir):       # every closed segment has its CDXJ
+        assert os.path.exists(os.path.join(init["index_dir"], name.removesuffix(".warc.gz") + ".cdxj"))
