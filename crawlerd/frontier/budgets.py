@@ -9,11 +9,12 @@ STAR (Spam Tracking and Avoidance through Reputation)
 
 BEAST (Budget Enforcement with Anti-Spam Tactics)
     A domain may admit ``budget = min(max_budget, base_budget + per_inlink x in-degree)`` URLs per
-    cycle. :meth:`Budgets.admit` charges a new URL to its domain while under budget; over budget the
-    caller :meth:`~Budgets.defer`\\ s it into an LMDB store instead of dropping it (DESIGN §1.3).
-    Deferred URLs come back through :meth:`~Budgets.readmit` when their domain's budget grows (checked
-    whenever its in-degree rises) or in a later cycle (:meth:`~Budgets.new_cycle` resets every spent
-    count), oldest first per domain. While a domain has deferred URLs its new URLs queue behind them.
+    cycle. ``Budgets.admit`` charges a new URL to its domain while under budget; over budget the
+    caller hands it to ``Budgets.defer``, which keeps it in LMDB instead of dropping it (DESIGN §1.3).
+    Deferred URLs come back through ``Budgets.readmit`` when their domain's budget grows (checked
+    whenever its in-degree rises) or in a later cycle (``Budgets.new_cycle`` restarts every spent
+    count at 0), oldest first per domain. While a domain has deferred URLs its new URLs queue behind
+    them, so a domain's URLs leave in the order they arrived.
 
 Durability (both classes share one LMDB environment and its one write transaction)
     ``defer`` and ``readmit`` write into the open transaction; ``commit`` makes it durable. The shard
@@ -42,6 +43,10 @@ _U64BE = struct.Struct(">Q")
 _U64 = struct.Struct("<Q")
 _DOM = struct.Struct("<QQQQ")            # spent, deferred, cycle, grown seq
 _MAX_KEY = 255
+
+
+class BudgetsCorrupt(Exception):
+    """The budget tables disagree with each other (a damaged LMDB file)."""
 
 
 def domain_key(pld: str) -> bytes:
@@ -173,7 +178,8 @@ class DomainGraph:
     def __init__(self, path: str, *, lru_entries: int = 1 << 16, map_size_bytes: int = 16 << 30,
                  sync: bool = True, drum_buckets: int = 16, drum_bucket_buffer_bytes: int = 256 << 10,
                  drum_merge_bytes: int = 64 << 20, drum_max_age_s: float = 30.0,
-                 drum_cache_entries: int = 1 << 18, clock: Callable[[], float] = time.monotonic, top_n: int = 20):
+                 drum_cache_entries: int = 1 << 18, clock: Callable[[], float] = time.monotonic,
+                 top_n: int = 20):
         if lru_entries < 1:
             raise ValueError("lru_entries must be >= 1")
         self.path = path
@@ -334,7 +340,7 @@ class Budgets:
 
     def __init__(self, graph: DomainGraph, *, base_budget: int, per_inlink: int, max_budget: int,
                  cache_entries: int = 1 << 16, sweep_step: int = 1024, top_n: int = 20):
-        if base_budget < 1 or per_inlink < 0 or max_budget < base_budget or cache_entries < 1 or sweep_step < 1:
+        if min(base_budget, cache_entries, sweep_step) < 1 or per_inlink < 0 or max_budget < base_budget:
             raise ValueError("need base_budget >= 1, per_inlink >= 0, max_budget >= base_budget, "
                              "cache_entries >= 1, sweep_step >= 1")
         self.base_budget = base_budget
@@ -347,8 +353,9 @@ class Budgets:
         self._cache: OrderedDict[bytes, _Dom] = OrderedDict()
         self._dirty: set[bytes] = set()
         meta = self._st.get_meta(b"budgets")
-        self._c = {"admitted": 0, "refused": 0, "deferred": 0, "readmitted": 0, "seq": 0, "gseq": 0, "cycle": 0}
+        self._c = dict.fromkeys(("admitted", "refused", "deferred", "readmitted", "seq", "gseq", "cycle"), 0)
         self._c.update(meta.get("counters", {}))
+        self.cycle_started_at: float | None = meta.get("cycle_started_at")   # caller's wall clock, seconds
         self._sweep: str | None = meta.get("sweep")      # backlog key (as name) the sweep continues after
         self._top = _TopK(top_n, meta.get("top"))
         params = [base_budget, per_inlink, max_budget]
@@ -427,7 +434,7 @@ class Budgets:
                 for _ in range(n):
                     key = dcur.key()
                     if not key.startswith(prefix):
-                        raise lmdb.CorruptedError(f"budgets: domain {_name(dk)!r} has fewer deferred records "
+                        raise BudgetsCorrupt(f"budgets: domain {_name(dk)!r} has fewer deferred records "
                                                   f"than its count {d.deferred}")
                     out.append(dcur.value())
                     dcur.delete()
@@ -446,8 +453,16 @@ class Budgets:
                 break
         return out
 
-    def new_cycle(self) -> None:
-        """Start a budget cycle: every spent count restarts at 0 and backlogged domains are readmitted."""
+    @property
+    def cycle(self) -> int:
+        return self._c["cycle"]
+
+    def new_cycle(self, at: float | None = None) -> None:
+        """Start a budget cycle (at wall time ``at``): spent counts restart, backlogs become readmittable.
+
+        IRLbot re-reads its overflow queue each cycle so a domain's deferred URLs are never stuck.
+        """
+        self.cycle_started_at = at
         self._c["cycle"] += 1
         for d in self._cache.values():
             self._renew(d)
@@ -463,16 +478,16 @@ class Budgets:
 
     # -- stats and checks -------------------------------------------------------------------
     def stats(self, top: int = 10) -> dict:
-        st = self._st
+        st, c = self._st, self._c
+        tops = [{"domain": _name(dk), "spent": v, "budget": self._budget(dk),
+                 "indegree": self._graph.indegree_key(dk), "deferred": self._get(dk).deferred}
+                for dk, v in self._top.top(top)]
         return {"base_budget": self.base_budget, "per_inlink": self.per_inlink, "max_budget": self.max_budget,
-                "cycle": self._c["cycle"], "admitted": self._c["admitted"], "refused": self._c["refused"],
-                "deferred_total": self._c["deferred"], "readmitted": self._c["readmitted"],
+                "cycle": c["cycle"], "cycle_started_at": self.cycle_started_at, "admitted": c["admitted"],
+                "refused": c["refused"], "deferred_total": c["deferred"], "readmitted": c["readmitted"],
                 "deferred_now": st.count(st.deferred), "domains_backlogged": st.count(st.backlog),
                 "domains_readmittable": st.count(st.grown), "sweeping": self._sweep is not None,
-                "top_spenders": [{"domain": _name(dk), "spent": v, "budget": self._budget(dk),
-                                  "indegree": self._graph.indegree_key(dk), "deferred": self._get(dk).deferred}
-                                 for dk, v in self._top.top(top)],
-                "graph": self._graph.stats(top)}
+                "top_spenders": tops, "graph": self._graph.stats(top)}
 
     def check_invariants(self) -> None:
         """Scan every table and raise AssertionError naming the first broken invariant."""
@@ -575,4 +590,4 @@ class Budgets:
                 self._put(dk, d)
         self._dirty.clear()
         self._st.put_meta(b"budgets", {"counters": self._c, "sweep": self._sweep, "params": self._params,
-                                       "top": self._top.saved()})
+                                       "top": self._top.saved(), "cycle_started_at": self.cycle_started_at})

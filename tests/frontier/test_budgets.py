@@ -163,9 +163,11 @@ def test_new_cycle_readmits_every_backlog(pair):
         offer(b, p, [f"{p}/{i}".encode() for i in range(12)])
     b.commit()
     assert b.readmit(100) == []
-    b.new_cycle()
+    b.new_cycle(at=1234.5)
+    assert b.cycle == 1 and b.stats()["cycle_started_at"] == 1234.5
     got = b.readmit(100)
-    assert sorted(got) == sorted(f"{p}/{i}".encode() for p in ("a.com", "b.com", "c.com") for i in range(5, 10))
+    doms = ("a.com", "b.com", "c.com")
+    assert sorted(got) == sorted(f"{p}/{i}".encode() for p in doms for i in range(5, 10))
     for p in ("a.com", "b.com", "c.com"):
         assert b.spent(p) == 5 and b.deferred_of(p) == 2
     b.check_invariants()
@@ -219,7 +221,8 @@ def test_counters_add_up_and_top_spenders(pair):
     offer(b, "small.com", [b"u"] * 3)
     s = b.stats(top=2)
     assert [t["domain"] for t in s["top_spenders"]] == ["big.com", "mid.com"]
-    assert s["top_spenders"][0] == {"domain": "big.com", "spent": 35, "budget": 35, "indegree": 10, "deferred": 5}
+    assert s["top_spenders"][0] == {"domain": "big.com", "spent": 35, "budget": 35, "indegree": 10,
+                                    "deferred": 5}
     assert s["admitted"] == 35 + 8 + 3
     assert s["deferred_total"] == s["deferred_now"] + s["readmitted"] == 5 + 4
     assert s["graph"]["top_indegree"][0] == {"domain": "big.com", "indegree": 10}
