@@ -134,11 +134,10 @@ class WorkerPool:
         return _UNSAFE_NAME.sub("_", f"{self.init.get('shard', '0')}_w{index}")
 
     async def start(self) -> None:
-        """Close segments an earlier run of these workers left open, then start the workers."""
-        for i in range(self.n):
-            for path in self._open_segments(i):
-                for line in recover_segment(path, index_dir=self.init.get("index_dir") or None):
-                    log.warning("worker %d segment recovery at start: %s", i, line)
+        """Close segments an earlier run of this shard's workers left open, then start the workers."""
+        for path in self._open_segments(None):
+            for line in recover_segment(path, index_dir=self.init.get("index_dir") or None):
+                log.warning("segment recovery at start: %s", line)
         for i in range(self.n):
             self._workers[i] = await self._spawn(i, 0)
 
@@ -270,12 +269,14 @@ class WorkerPool:
         for job in jobs + list(backlog):
             self._dispatch(job)
 
-    def _open_segments(self, index: int) -> list[str]:
+    def _open_segments(self, index: int | None) -> list[str]:
+        """``.open`` segments of worker ``index`` (None: of any worker of this shard, any run)."""
         warc_dir = self.init.get("warc_dir")
         if not warc_dir or not os.path.isdir(warc_dir):
             return []
-        suffix = f"-{self.tag(index)}.warc.gz{OPEN_SUFFIX}"
-        return sorted(os.path.join(warc_dir, n) for n in os.listdir(warc_dir) if n.endswith(suffix))
+        tag = re.escape(self.tag(index)) if index is not None else re.escape(self.tag(0))[:-1] + r"\d+"
+        pat = re.compile(rf"-{tag}\.warc\.gz{re.escape(OPEN_SUFFIX)}$")
+        return sorted(os.path.join(warc_dir, n) for n in os.listdir(warc_dir) if pat.search(n))
 
     def _cut_unanswered(self, dead: _Worker) -> None:
         """Remove a dead worker's records that no answer covered: those jobs are processed again."""

@@ -279,12 +279,13 @@ def test_close_times_out_a_stuck_worker_and_resolves_its_jobs(tmp_path):
 
 def test_start_closes_segments_a_dead_run_left_open(tmp_path):
     init = init_for(tmp_path)
-    left = WarcWriter(init["warc_dir"], prefix="t", shard="0_w0", index_dir=init["index_dir"])
+    # worker 5 of an earlier run with more workers: still this shard's
+    left = WarcWriter(init["warc_dir"], prefix="t", shard="0_w5", index_dir=init["index_dir"])
     res = response("http://old.test/", page_html(7))
     left.write_fetch(url=res.url, fetched_at=T0, ip=res.ip, request_head=res.request_head,
                      response_head=res.response_head, body=res.body)
     left.flush()            # then "crashed": the segment stays .open
-    other = WarcWriter(init["warc_dir"], prefix="t", shard="1_w0", index_dir=init["index_dir"])
+    other = WarcWriter(init["warc_dir"], prefix="t", shard="10_w0", index_dir=init["index_dir"])
     other.write_fetch(url="http://other-shard.test/", fetched_at=T0, ip=res.ip, request_head=res.request_head,
                       response_head=res.response_head, body=res.body)
     other.flush()
