@@ -99,6 +99,24 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for the frontier (address space, not RAM).",
            min=16 * MiB),
     ]),
+    "recrawl": ("Recrawl with conditional GETs: adaptive per-URL revisit intervals (Cho & Garcia-Molina).", [
+        _k("enabled", bool, True, "Refetch fetched URLs with If-None-Match / If-Modified-Since."),
+        _k("initial_interval_s", float, 7 * 86400.0, "First revisit interval, seconds.", min=1.0),
+        _k("min_interval_s", float, 86400.0, "Shortest interval (a page that keeps changing), seconds.", min=1.0),
+        _k("max_interval_s", float, 90 * 86400.0,
+           "Longest interval; also the wait after a 4xx/5xx answer, seconds.", min=1.0),
+        _k("reissue_timeout_s", float, 86400.0,
+           "A URL handed to the frontier and not fetched by then is handed out again, seconds.", min=1.0),
+        _k("drop_after_errors", int, 3, "Errors or unanswered hand-outs in a row before a URL leaves recrawl.",
+           min=1, max=255),
+        _k("jitter", float, 0.1, "+/- fraction applied to each interval.", min=0.0, max=0.99),
+        _k("priority", int, 1, "Frontier priority level of recrawl URLs (0 is highest).", min=0),
+        _k("batch", int, 1000, "Due URLs moved to the frontier per second at most.", min=1),
+        _k("max_queued", int, 100000,
+           "Feed recrawl URLs only while the frontier holds fewer queued URLs than this (backpressure).", min=1),
+        _k("map_size_bytes", int, 64 * GiB, "LMDB map size for recrawl state (address space, not RAM).",
+           min=16 * MiB),
+    ]),
     "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
         _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
         _k("connect_timeout_s", float, 10.0, "TCP+TLS connect timeout, seconds.", min=0.1),
@@ -377,6 +395,10 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
     if cross["min_delay_s"] > cross["max_delay_s"]:
         raise ConfigError(f"{source}: politeness.min_delay_s = {cross['min_delay_s']!r}: expected a value "
                           f"<= politeness.max_delay_s ({cross['max_delay_s']!r})")
+    r = values["recrawl"]
+    if not r["min_interval_s"] <= r["initial_interval_s"] <= r["max_interval_s"]:
+        raise ConfigError(f"{source}: recrawl.initial_interval_s = {r['initial_interval_s']!r}: expected "
+                          f"min_interval_s ({r['min_interval_s']!r}) <= it <= max_interval_s ({r['max_interval_s']!r})")
     d = values["dns"]
     if d["min_ttl_s"] > d["max_ttl_s"]:
         raise ConfigError(f"{source}: dns.min_ttl_s = {d['min_ttl_s']!r}: expected a value <= dns.max_ttl_s")

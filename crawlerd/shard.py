@@ -43,6 +43,7 @@ from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.politeness import Politeness
+from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
@@ -111,6 +112,7 @@ class Shard:
         self._last_flush = 0.0
         self._last_commit = 0.0
         self._final_frontier_stats: dict | None = None      # set when the frontier is closed
+        self._final_recrawl_stats: dict | None = None
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
@@ -122,10 +124,16 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=list(cfg.blocklist.hosts))
+        rc = cfg.recrawl
+        self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
+                               min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
+                               reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
+                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
+        self._last_recrawl = 0.0
         d = cfg.drum
         self.seen = Drum(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                          merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
-                         clock=clock)
+                         clock=clock, auto_ack=False)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
         uf = cfg.url_filter
@@ -180,17 +188,30 @@ class Shard:
         return 0 if depth == 0 else min(levels - 1, 1 + (depth - 1) // 3)
 
     def _drain_seen(self) -> int:
-        added = []
-        for r in self.seen.results():
-            if not r.unique:
-                self.metrics.counters["seen_duplicate"] += 1
-                continue
-            depth, hops, priority, url = decode_aux(r.aux)
-            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
-                                   depth=depth, hops=hops))
-        if added:
-            self.frontier.add(added)      # new hosts show up in hosts_needing_dns() and are resolved at once
-        return len(added)
+        """Move DRUM's dispatched answers into the frontier, then acknowledge them.
+
+        DRUM delivers at least once: answers not yet acknowledged come back after a crash.
+        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two.
+        """
+        total = 0
+        while True:
+            results = self.seen.results()
+            if not results:
+                return total
+            added = []
+            dup = 0
+            for r in results:
+                if not r.unique:
+                    dup += 1
+                    continue
+                depth, hops, priority, url = decode_aux(r.aux)
+                added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+                                       depth=depth, hops=hops, fp=r.key))
+            self.metrics.counters["seen_duplicate"] += dup
+            if added:
+                self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
+            self.seen.ack()
+            total += len(added)
 
     # -- the loop ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
@@ -236,15 +257,33 @@ class Shard:
             self._last_flush = now
             self.seen.flush()
             self._drain_seen()
+        if now - self._last_recrawl >= 1.0 and not self.paused:
+            self._last_recrawl = now
+            self._feed_recrawl()
         if now - self._last_commit > 2.0:
             self._last_commit = now
             self._drain_frontier_drops()
+            self.recrawl.commit()
             self.frontier.expire_leases(now)
             self.frontier.commit()
             if self.events:
                 self.events.flush()
             self.metrics.trim_hosts()
         self.metrics.tick()
+
+    def _feed_recrawl(self) -> None:
+        """Due revisits go straight to the frontier (they passed the seen-set long ago)."""
+        rc = self.cfg.recrawl
+        room = rc.max_queued - self.frontier.queued()
+        if room <= 0:
+            return
+        items = self.recrawl.due(self.wall(), min(room, rc.batch))
+        if items:
+            # frontier first (it commits), then recrawl: a crash repeats a fetch, never loses one
+            self.frontier.add([QueuedURL(url=i.url, host_key=i.host_key, priority=rc.priority, depth=i.depth,
+                                         fp=i.fp) for i in items])
+            self.recrawl.commit()
+            self.metrics.counters["recrawl_queued"] += len(items)
 
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
@@ -365,10 +404,12 @@ class Shard:
 
     async def _fetch_url(self, lease) -> None:
         host_key, url, item = lease.host_key, lease.url, lease.item
+        fp = (item.fp if item is not None else 0) or urlmod.fingerprint(url)
         now = self.clock()
         if self.frontier.is_blocked(urlmod.host_of(host_key)):
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
             self._count_unfetched(host_key, Outcome.BLOCKED)
+            self.recrawl.forget(fp)
             return
         entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
         if entry is None or not entry.ok:
@@ -379,11 +420,16 @@ class Shard:
             self.metrics.counters["robots_deferred"] += 1
             return
         if not entry.rules.allowed(url):
+            self.recrawl.forget(fp)
             self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED)
             self._count_unfetched(host_key, Outcome.ROBOTS_DENIED)
             self._log_event(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
             return
-        req = self._request(url, lease.ip)
+        etag, last_modified = self.recrawl.validators(fp)
+        conditional = [("If-None-Match", etag)] if etag else []
+        if last_modified:
+            conditional.append(("If-Modified-Since", last_modified))
+        req = self._request(url, lease.ip, conditional)
         if req is None:
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self._count_unfetched(host_key, Outcome.BLOCKED_ADDRESS)
@@ -403,11 +449,13 @@ class Shard:
         self.metrics.fetched(host_key, res.outcome.value, res.status, len(res.body))
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
-        if res.outcome is not Outcome.OK:
+        if res.outcome is not Outcome.OK and res.outcome is not Outcome.NOT_MODIFIED:
             self._recent_errors.append(f"{url} {res.outcome.value} {res.error}")
             self._log_event(url, res)
             return
-        prior = self._digest_seen(_payload_sha1(res), url, res.started_at) if res.status == 200 else None
+        sha1 = _payload_sha1(res) if res.status == 200 else None
+        self._record_visit(url, fp, host_key, res, sha1, depth)
+        prior = self._digest_seen(sha1, url, res.started_at) if sha1 is not None else None
         pr = await self.pool.process(res, prior)
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
@@ -427,6 +475,20 @@ class Shard:
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.submit_links(follow, depth=depth + 1)
         self._log_event(url, res, pr=pr)
+
+    def _record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
+                      depth: int) -> None:
+        """Recrawl bookkeeping for an answer the frontier will not retry (not 429/503)."""
+        if res.status in (429, 503):
+            return
+        if res.status in (301, 308):
+            self.recrawl.forget(fp)         # moved permanently: the target is crawled in its own right
+            return
+        self.recrawl.record(url, fp, host_key, fetched_at=res.started_at, status=res.status,
+                            etag=res.header("etag"), last_modified=res.header("last-modified"),
+                            digest=sha1.hex() if sha1 is not None else None, changed=None, depth=depth)
+        if res.status == 304:
+            self.metrics.counters["not_modified"] += 1
 
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
         self.metrics.outcomes[outcome.value] += 1
@@ -474,7 +536,8 @@ class Shard:
         return {"in_flight": len(self._leases), "queued": st.get("queued", 0),
                 "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
                 "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:],
-                "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts}
+                "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts,
+                "recrawl": self._final_recrawl_stats or self.recrawl.stats()}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -497,6 +560,8 @@ class Shard:
         self.seen.flush()
         self._drain_seen()
         self.frontier.commit()
+        self.recrawl.commit()
+        self.digests.flush()
         if self.events:
             self.events.flush()
 
@@ -522,6 +587,9 @@ class Shard:
         self.frontier.commit()
         self._final_frontier_stats = self.frontier.stats()
         self.frontier.close()
+        self.recrawl.commit()
+        self._final_recrawl_stats = self.recrawl.stats()
+        self.recrawl.close()
         self.seen.close()
         self.digests.close()
         if self.events:
