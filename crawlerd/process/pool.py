@@ -9,9 +9,10 @@ in that order. Jobs that arrive together are handled as a batch: their records
 are flushed once and their answers sent in one write (fewer syscalls under
 load).
 
-Key: job id -> job. Invariant: a submitted job is in exactly one live worker's
-``outstanding`` map (or in the pool's ``backlog`` while no worker is alive)
-until its result comes back; then its future is resolved exactly once.
+Key: job id -> job. Invariant: a submitted job is in exactly one worker's
+``outstanding`` map (a live worker's, or a dead one's until its death is
+handled) or in the pool's ``backlog`` (while no worker is alive) until its
+result comes back; then its future is resolved exactly once.
 
 Crashes. A worker that dies is restarted. Before it starts a job, a worker
 writes the job id into an 8-byte shared page (a memfd both processes map), so
@@ -165,7 +166,8 @@ class WorkerPool:
         return [w for w in self._workers if w is not None]
 
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self.workers]
+        """Process ids of the live workers."""
+        return [w.proc.pid for w in self.workers if w.alive]
 
     def cpu_s(self) -> dict[int, float]:
         """CPU seconds per worker process (live, or as last read before exit)."""
@@ -251,22 +253,19 @@ class WorkerPool:
                     suspect.future.set_result(ProcessResult(
                         url=suspect.result.url, outcome=Outcome.PROCESS_CRASHED, status=suspect.result.status,
                         error=f"{suspect.crashes} workers died processing this response"))
+        for job in jobs:
+            self._dispatch(job)         # to a live worker, else the backlog
         if self._closing:
-            for job in jobs:
-                _resolve_unprocessed(job, "pool closed after its worker died")
-            return
+            return                      # close() answers the backlog
         if dead.answered == 0:
             # died again before answering anything (broken start or poison pages): don't spin
             self._quick_deaths += 1
             await asyncio.sleep(_RESPAWN_DELAY_S[min(self._quick_deaths, len(_RESPAWN_DELAY_S) - 1)])
         if self._closing:
-            for job in jobs:
-                _resolve_unprocessed(job, "pool closed after its worker died")
             return
-        fresh = await self._spawn(dead.index, dead.generation + 1)
-        self._workers[dead.index] = fresh
+        self._workers[dead.index] = await self._spawn(dead.index, dead.generation + 1)
         backlog, self._backlog = self._backlog, deque()
-        for job in jobs + list(backlog):
+        for job in backlog:
             self._dispatch(job)
 
     def _open_segments(self, index: int | None) -> list[str]:
