@@ -2,7 +2,8 @@
 
 A host is *active* while it has queued URLs or leases out, up to
 ``max_active_hosts``; its state then lives in one slot of :class:`HostTable`
-(struct-of-arrays, about 60 bytes a slot plus its key in a dict). When it runs
+(struct-of-arrays, about 50 bytes a slot, plus its key string and ~12 bytes of
+index). When it runs
 dry it is written back as a :class:`HostRecord` under its host key in the LMDB
 ``hosts`` table and its slot is reused, so RAM follows active hosts only
 (DESIGN §1.4).
@@ -26,21 +27,22 @@ ROBOTS = 6         # its robots.txt lease is out: no URL lease until that return
 
 FLAG_WAITING = 1   # HostRecord: listed in the waiting table (no free slot when it got work)
 
-_REC = struct.Struct("<IqHIHBBIddddd")
+_REC = struct.Struct("<IHIHBBIddddd")
 
 
 @dataclass(slots=True)
 class HostRecord:
     """Value of the ``hosts`` table. Key: host key (UTF-8).
 
-    Invariant (every committed transaction): ``queued`` equals the number of
-    ``queues`` entries with prefix ``hid`` and ``mask`` has bit ``l`` set iff
-    level ``l`` of that host is non-empty. Times are clock readings of session
-    ``session``; another session reads them relative to ``written_at``.
+    Invariant (every committed transaction): for a host that is not active,
+    ``mask`` has bit ``l`` set iff level ``l`` of its queue is non-empty. An
+    active host's mask lives in RAM and its record may lag behind (add() does
+    not rewrite records), so opening the store re-derives every mask from the
+    ``queues`` table. Times are clock readings of session ``session``; another
+    session reads them relative to ``written_at``.
     """
 
     hid: int
-    queued: int = 0
     mask: int = 0
     picks: int = 0
     fails: int = 0
@@ -55,7 +57,7 @@ class HostRecord:
     ip: str = ""
 
     def encode(self) -> bytes:
-        return _REC.pack(self.hid, self.queued, self.mask, self.picks & 0xFFFFFFFF, min(self.fails, 0xFFFF),
+        return _REC.pack(self.hid, self.mask, self.picks & 0xFFFFFFFF, min(self.fails, 0xFFFF),
                          self.demote, self.flags, self.session, self.written_at, self.due, self.robots_exp,
                          self.crawl_delay, self.ip_exp) + self.ip.encode()
 
@@ -71,7 +73,7 @@ class HostTable:
     is None exactly for slots on the free list; ``len(slot_of) <= capacity``.
     """
 
-    __slots__ = ("capacity", "slot_of", "keys", "free", "hid", "queued", "mask", "picks", "fails", "demote",
+    __slots__ = ("capacity", "slot_of", "keys", "free", "hid", "mask", "picks", "fails", "demote",
                  "state", "out", "conc", "due", "robots_exp", "crawl_delay", "ip_exp", "ip")
 
     def __init__(self, capacity: int):
@@ -80,8 +82,7 @@ class HostTable:
         self.slot_of = KeyIndex(self.keys)
         self.free: list[int] = []
         self.hid = array("I")           # persistent host id (queue key prefix)
-        self.queued = array("q")        # URLs in this host's back queues
-        self.mask = array("H")          # bit l set iff level l non-empty
+        self.mask = array("H")          # bit l set iff level l of its queue is non-empty (0: no work)
         self.picks = array("I")         # level picks so far (drives the ruler sequence)
         self.fails = array("H")         # consecutive failures (backoff exponent)
         self.demote = array("B")        # near-duplicate demotion, levels
@@ -105,7 +106,7 @@ class HostTable:
         if self.free:
             s = self.free.pop()
             self.keys[s] = key
-            self.hid[s], self.queued[s], self.mask[s], self.picks[s] = rec.hid, rec.queued, rec.mask, rec.picks
+            self.hid[s], self.mask[s], self.picks[s] = rec.hid, rec.mask, rec.picks
             self.fails[s], self.demote[s], self.state[s], self.out[s], self.conc[s] = (
                 rec.fails, rec.demote, 0, 0, conc)
             self.due[s], self.robots_exp[s], self.crawl_delay[s], self.ip_exp[s], self.ip[s] = (
@@ -114,7 +115,6 @@ class HostTable:
             s = len(self.keys)
             self.keys.append(key)
             self.hid.append(rec.hid)
-            self.queued.append(rec.queued)
             self.mask.append(rec.mask)
             self.picks.append(rec.picks)
             self.fails.append(rec.fails)
@@ -131,7 +131,7 @@ class HostTable:
         return s
 
     def record(self, s: int, session: int, now: float, ip: str) -> HostRecord:
-        return HostRecord(self.hid[s], self.queued[s], self.mask[s], self.picks[s], self.fails[s],
+        return HostRecord(self.hid[s], self.mask[s], self.picks[s], self.fails[s],
                           self.demote[s], 0, session, now, self.due[s], self.robots_exp[s], self.crawl_delay[s],
                           self.ip_exp[s], ip)
 

@@ -64,12 +64,10 @@ class FrontierOps:
     def _drop_host_queue(self, s: int, reason: str) -> None:
         H = self._hosts
         self._drain_queue(H.hid[s], H.keys[s], reason)
-        H.queued[s] = 0
         H.mask[s] = 0
 
     def _drop_record_queue(self, hk: str, rec: HostRecord, reason: str) -> None:
         self._drain_queue(rec.hid, hk, reason)
-        rec.queued = 0
         rec.mask = 0
 
     def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
@@ -119,7 +117,7 @@ class FrontierOps:
             hk = kb.decode("utf-8", "surrogateescape")
             if hk not in H.slot_of and Blocklist.covers(p, hk):
                 rec = HostRecord.decode(raw)
-                if rec.queued:
+                if rec.mask:
                     hit.append((hk, rec))
         for hk, rec in hit:
             self._drop_record_queue(hk, rec, "blocked")
@@ -173,16 +171,15 @@ class FrontierOps:
         in_heap = 0
         out_total = 0
         for hk, s in H.slot_of.items():
-            st, q, out = H.state[s], H.queued[s], H.out[s]
-            where = f"host {hk} (state {st}, queued {q}, leases {out})"
+            st, mask, out = H.state[s], H.mask[s], H.out[s]
+            where = f"host {hk} (state {st}, levels {mask:b}, leases {out})"
             assert H.keys[s] == hk, f"{where}: slot key mismatch"
             assert (s in heap) == (st in IN_HEAP), f"{where}: in heap {s in heap}"
             in_heap += st in IN_HEAP
             out_total += out
-            assert q > 0 or out > 0, f"{where}: active with no work and no lease"
-            assert q >= 0 and (q > 0) == (H.mask[s] != 0), f"{where}: mask {H.mask[s]:b}"
+            assert mask or out > 0, f"{where}: active with no work and no lease"
             if st in (hs.READY, hs.DNS, hs.DNS_BACKOFF, hs.IPWAIT):
-                assert q > 0 and out < H.conc[s], f"{where}: scheduled without work or room"
+                assert mask and out < H.conc[s], f"{where}: scheduled without work or room"
             if st in (hs.READY, hs.IPWAIT):
                 assert H.ip[s] >= 0, f"{where}: scheduled without an IP"
             if st in (hs.BUSY, hs.ROBOTS):
@@ -200,17 +197,16 @@ class FrontierOps:
         assert s["added"] == total, f"accounting: added {s['added']} != {total} ({s})"
         if deep:
             st = self._store
-            counts: dict[bytes, int] = {}
             masks: dict[bytes, int] = {}
+            entries = 0
             for k in st.txn().cursor(db=st.queues).iternext(values=False):
-                counts[k[:4]] = counts.get(k[:4], 0) + 1
                 masks[k[:4]] = masks.get(k[:4], 0) | 1 << k[4]
-            assert sum(counts.values()) == s["queued"], f"{sum(counts.values())} queue entries, {s['queued']} counted"
+                entries += 1
+            assert entries == s["queued"], f"{entries} queue entries, {s['queued']} counted"
             assert st.count(st.leases) <= s["leased_urls"]
             for hk, s_ in H.slot_of.items():
                 p = hprefix(H.hid[s_])
-                assert counts.get(p, 0) == H.queued[s_], f"host {hk}: {counts.get(p, 0)} entries, {H.queued[s_]}"
-                assert masks.get(p, 0) == H.mask[s_], f"host {hk}: mask {masks.get(p, 0):b} != {H.mask[s_]:b}"
+                assert masks.get(p, 0) == H.mask[s_], f"host {hk}: levels {masks.get(p, 0):b} != {H.mask[s_]:b}"
             waiting = 0
             for kb, raw in st.scan(st.hosts):
                 rec = HostRecord.decode(raw)
@@ -219,9 +215,8 @@ class FrontierOps:
                 if hk in H.slot_of:
                     continue
                 p = hprefix(rec.hid)
-                assert counts.get(p, 0) == rec.queued, f"inactive host {hk}: {counts.get(p, 0)} != {rec.queued}"
-                assert masks.get(p, 0) == rec.mask, f"inactive host {hk}: mask {rec.mask:b}"
-                assert rec.queued == 0 or rec.flags & hs.FLAG_WAITING, f"inactive host {hk} has work, not waiting"
+                assert masks.get(p, 0) == rec.mask, f"inactive host {hk}: levels {rec.mask:b}"
+                assert rec.mask == 0 or rec.flags & hs.FLAG_WAITING, f"inactive host {hk} has work, not waiting"
             assert waiting == self._c["waiting"] == st.count(st.waiting), "waiting table out of step"
 
     def queued(self) -> int:

@@ -140,6 +140,23 @@ class FrontierStore:
         nxt = cur.key()
         return key, value, bool(nxt) and nxt[:5] == prefix
 
+    def level_mask(self, hid_prefix: bytes, levels: int) -> int:
+        """Bit l set iff the host's level-l queue is non-empty (one probe if it has none)."""
+        cur = self.qcursor()
+        if not cur.set_range(hid_prefix) or cur.key()[:4] != hid_prefix:
+            return 0
+        mask = 1 << cur.key()[4]
+        for level in range(cur.key()[4] + 1, levels):
+            p = hid_prefix + bytes((level,))
+            if cur.set_range(p) and cur.key()[:5] == p:
+                mask |= 1 << level
+        return mask
+
+    def put_sorted(self, items: list[tuple[bytes, bytes]]) -> None:
+        """Insert many queue entries in key order (fewer page visits, one call into C)."""
+        items.sort()
+        self.qcursor().putmulti(items)
+
     def take_host(self, hprefix: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Remove and return up to ``limit`` queued entries of one host, in key order."""
         cur = self.qcursor()

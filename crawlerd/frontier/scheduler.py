@@ -21,6 +21,7 @@ from crawlerd.frontier.items import (
     decode_url,
     encode_tagged,
     encode_url,
+    hprefix,
     qkey,
     qkey_level,
     qprefix,
@@ -120,8 +121,6 @@ class Frontier(FrontierOps):
             if rec is None:
                 rec = touched[hk] = HostRecord.decode(txn.get(hk.encode("utf-8", "surrogateescape"), db=st.hosts))
             txn.put(key, urec, db=st.queues)
-            rec.queued += 1
-            rec.mask |= 1 << qkey_level(key)
             restored += 1
         txn.drop(st.leases, delete=False)
         self._c["queued"] += restored
@@ -129,7 +128,11 @@ class Frontier(FrontierOps):
             txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
         for kb, raw in st.scan(st.hosts):
             rec = HostRecord.decode(raw)
-            if rec.queued <= 0 or rec.flags & hs.FLAG_WAITING:
+            mask = st.level_mask(hprefix(rec.hid), self._levels)   # records of active hosts may lag
+            if mask != rec.mask:
+                rec.mask = mask
+                txn.put(kb, rec.encode(), db=st.hosts)
+            if not mask or rec.flags & hs.FLAG_WAITING:
                 continue
             hk = kb.decode("utf-8", "surrogateescape")
             if self._blocklist.matches(hk):
@@ -198,7 +201,7 @@ class Frontier(FrontierOps):
     def _settle(self, s: int, now: float) -> None:
         """Re-derive a host's place after its queue or leases changed."""
         H = self._hosts
-        if H.queued[s] == 0 or s in self._blocked_slots:
+        if H.mask[s] == 0 or s in self._blocked_slots:
             if H.state[s] != hs.ROBOTS:
                 self._unschedule(s)
             if H.out[s] == 0:
@@ -251,7 +254,7 @@ class Frontier(FrontierOps):
             rec = HostRecord.decode(raw)
             hk = hkb.decode("utf-8", "surrogateescape")
             rec.flags &= ~hs.FLAG_WAITING
-            if rec.queued == 0 or hk in self._hosts.slot_of:
+            if rec.mask == 0 or hk in self._hosts.slot_of:
                 txn.put(hkb, rec.encode(), db=st.hosts)
                 continue
             if self._blocklist.matches(hk):
@@ -288,7 +291,7 @@ class Frontier(FrontierOps):
         """
         now = self._clock()
         st, H = self._store, self._hosts
-        txn, qdb, hdb = st.txn(), st.queues, st.hosts
+        txn, hdb = st.txn(), st.hosts
         groups: dict[str, list[QueuedURL]] = {}
         for it in items:
             g = groups.get(it.host_key)
@@ -299,6 +302,7 @@ class Frontier(FrontierOps):
         last = self._levels - 1
         seq = self._c["seq"]
         queued = 0
+        puts: list[tuple[bytes, bytes]] = []
         blocklist = self._blocklist
         for hk, lst in groups.items():
             if blocklist and blocklist.matches(hk):
@@ -323,17 +327,15 @@ class Frontier(FrontierOps):
                 level = it.priority + demote
                 level = 0 if level < 0 else (last if level > last else level)
                 seq += 1
-                txn.put(qkey(hid, level, seq), encode_url(it), db=qdb)
+                puts.append((qkey(hid, level, seq), encode_url(it)))
                 mask |= 1 << level
             queued += len(lst)
             if s is not None:
-                H.queued[s] += len(lst)
+                # No record rewrite: an active host's mask is re-derived from the queues on open.
                 H.mask[s] |= mask
-                self._dirty.add(s)
                 if H.state[s] == hs.BUSY:
                     self._settle(s, now)
             else:
-                rec.queued += len(lst)
                 rec.mask |= mask
                 if rec.flags & hs.FLAG_WAITING:
                     txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=hdb)
@@ -341,6 +343,7 @@ class Frontier(FrontierOps):
                     self._to_waiting(hk, rec)
                 else:
                     self._activate(hk, rec, now)
+        st.put_sorted(puts)
         self._c["seq"] = seq
         self._c["added"] += queued
         self._c["queued"] += queued
@@ -414,13 +417,12 @@ class Frontier(FrontierOps):
             key, urec, more = head
             if not more:
                 H.mask[s] &= ~(1 << level)
-            H.queued[s] -= 1
             self._c["queued"] -= 1
             item = decode_url(urec, hk, level)
             self._store.txn().put(u64(lid), encode_tagged("", hk, key, urec), db=self._store.leases)
             lease = Lease(lid, KIND_URL, hk, item.url, item, deadline, item.attempts + 1, ips.names[ip])
             self._leases[lid] = _Out(lease, s, hid, ip, key, urec)
-            if H.out[s] + 1 < H.conc[s] and H.queued[s] > 0:
+            if H.out[s] + 1 < H.conc[s] and H.mask[s]:
                 H.state[s] = hs.READY
                 self._heap.push(s, H.due[s])
             else:
@@ -533,7 +535,6 @@ class Frontier(FrontierOps):
     def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
         H = self._hosts
         self._store.txn().put(key, urec, db=self._store.queues)
-        H.queued[s] += 1
         H.mask[s] |= 1 << qkey_level(key)
         self._c["queued"] += 1
 

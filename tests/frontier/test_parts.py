@@ -104,7 +104,7 @@ def test_tagged_record_round_trip():
 
 
 def test_host_record_round_trip():
-    rec = HostRecord(9, 12, 0b101, 77, 3, 1, 1, 4, 10.5, 20.25, 30.0, 5.0, 40.0, "127.0.0.1")
+    rec = HostRecord(9, 0b101, 77, 3, 1, 1, 4, 10.5, 20.25, 30.0, 5.0, 40.0, "127.0.0.1")
     assert HostRecord.decode(rec.encode()) == rec
 
 

@@ -211,3 +211,24 @@ def test_reopen_with_more_room_activates_waiting_hosts(tmp_path):
     st = f.stats()
     assert st["hosts_active"] == 1 and st["hosts_waiting"] == 4 and st["queued"] == 10
     f.check_invariants(deep=True)
+
+
+def test_masks_are_rederived_on_open(tmp_path):
+    """add() does not rewrite an active host's record; reopening finds its new levels anyway."""
+    h = Harness(str(tmp_path / "f"), min_delay_s=0.0, delay_factor=0.0)
+    h.ready(A, 1, priority=0)
+    h.f.commit()                       # A's record: level 0 only
+    h.add(A, 3, priority=3, start=10)  # committed queue entries, record not rewritten
+    h.f = None
+    f = h.reopen()
+    f.check_invariants(deep=True)
+    h.resolve()
+    h.clock.t = f.next_due()
+    h.serve_robots()
+    got = []
+    while f.queued():
+        h.clock.t = f.next_due()
+        for lease in h.lease():
+            got.append(lease.item.priority)
+            h.done(lease)
+    assert sorted(got) == [0, 3, 3, 3]
