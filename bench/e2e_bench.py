@@ -262,7 +262,7 @@ def warc_verify(warc_dir: str) -> dict:
         words = line.rsplit(": ", 1)[-1].split()
         if len(words) >= 2 and words[1] == "records" and words[0].isdigit():
             records += int(words[0])
-    return {"segments": len(segs), "valid": r.returncode == 0, "records": records,
+    return {"segments": len(segs), "valid": r.returncode == 0, "rc": r.returncode, "records": records,
             "output": (r.stdout + r.stderr)[-2000:]}
 
 
@@ -450,6 +450,20 @@ def print_table(summary: dict[str, dict], runs: int, hosts: int, seconds: float)
         print(f"{name}: robots violations by kind {s['robots'] or '{}'}; exit codes {s['exit_codes']}")
 
 
+def code_version() -> str:
+    """The commit benchmarked, and whether crawlerd/ differed from it (numbers are only
+    comparable between runs of the same code)."""
+    root = os.path.dirname(HERE)
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "crawlerd", "bench/simweb"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head or 'unknown'}{' + uncommitted changes' if dirty else ''}"
+
+
 def bench(args: argparse.Namespace) -> dict:
     kinds = ["crawlerd"] + ([] if args.no_peer else ["scrapy"])
     root = tempfile.mkdtemp(prefix="crawlerd-e2e-")
@@ -467,6 +481,8 @@ def bench(args: argparse.Namespace) -> dict:
                       f"retry-after {j['retry_after']}, exit {r.rc}", file=sys.stderr, flush=True)
                 if r.extra.get("stderr_tail"):
                     print(r.extra["stderr_tail"], file=sys.stderr)
+                if r.warc.get("valid") is False:
+                    print(f"  WARC verify failed (exit {r.warc.get('rc')}):\n{r.warc['output']}", file=sys.stderr)
                 results[kind].append(r)
     finally:
         if args.keep:
@@ -474,9 +490,11 @@ def bench(args: argparse.Namespace) -> dict:
         else:
             shutil.rmtree(root, ignore_errors=True)
     summary = {k: summarize(v) for k, v in results.items() if v}
+    version = code_version()
     print_table(summary, args.runs, args.hosts, args.seconds)
+    print(f"code: {version}")
     out = {"hosts": args.hosts, "seconds": args.seconds, "runs": args.runs, "seed": args.seed,
-           "summary": summary,
+           "code": version, "summary": summary,
            "results": {k: [r.__dict__ for r in v] for k, v in results.items()}}
     if args.json:
         with open(args.json, "w") as f:
