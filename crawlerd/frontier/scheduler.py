@@ -430,7 +430,6 @@ class Frontier(FrontierOps):
         H.out[s] += 1
         ips.start(ip, now)
         ips.refs[ip] += 1            # the lease holds its IP until it is released
-        self._dirty.add(s)
         return lease
 
     def _pick_level(self, s: int) -> int:
@@ -495,8 +494,10 @@ class Frontier(FrontierOps):
             wait = pol.failure_wait_s(fails, retry_after_s if status in RETRY_LATER_STATUS else None, self._rng)
             if wait > gap:
                 gap = wait
+            self._dirty.add(s)
         elif not requeue and H.fails[s]:
             H.fails[s] >>= 1          # success decays the backoff exponent
+            self._dirty.add(s)
         due = now + gap
         if due > H.due[s]:
             H.due[s] = due
@@ -506,7 +507,10 @@ class Frontier(FrontierOps):
             H.state[s] = hs.BUSY
         elif H.state[s] == hs.READY:
             self._heap.update(s, H.due[s])
-        self._dirty.add(s)
+        # The record is rewritten only when it must outlive a crash: a failure count, or a wait
+        # longer than the restart grace. Ordinary gaps are covered by the grace.
+        if gap > self._grace:
+            self._dirty.add(s)
         self._settle(s, now)
         self._ops += 1
         if gap > self._grace or self._ops >= self._group_ops:
@@ -638,7 +642,6 @@ class Frontier(FrontierOps):
                 self._heap.remove(s)
             H.state[s] = hs.READY
             self._heap.push(s, H.due[s])
-        self._dirty.add(s)
 
     def needs_robots(self, host_key: str, now: float | None = None) -> bool:
         """Whether the host's robots.txt is unknown or expired (it gets a robots lease first)."""
