@@ -67,6 +67,15 @@ class Frontier(FrontierOps):
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
                  commit_interval_s: float = 1.0):
+        """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
+
+        The politeness parameters are those of DESIGN §1.1 (see ``Politeness``).
+        ``sync``: fsync every commit (else only commit()/close(); see queues.py).
+        ``group_ops``/``commit_interval_s``: how much lease/complete work a crash
+        may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
+        more than one lease at a time (still under per_ip_concurrency).
+        ``blocklist``: patterns added to the persisted blocklist.
+        """
         if not 1 <= priority_levels <= 16:
             raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
         if not 1 <= per_ip_concurrency <= 0xFFFF:
