@@ -17,7 +17,8 @@ Stores, each run in its own subprocess (peak RSS is its own):
 * ``dict``     the same rules on Python dicts/sets/deques: every edge, domain and deferred record in RAM
   (what bounded memory, DESIGN §1.4, gives up).
 
-Reported: operations/s per phase (wall; CPU in brackets), peak RSS; medians of ``--runs`` runs and the
+Reported: operations/s per phase (wall and CPU), peak RSS (it includes the LMDB file pages the kernel
+maps in, which are page cache, not heap) and anonymous RSS at the end; medians of ``--runs`` runs and the
 ratio budgets/dict measured in the same invocation.
 
     nice .venv/bin/python bench/budgets_bench.py                      # 200,000 URLs, 20,000 domains, 3 runs
@@ -101,6 +102,14 @@ class DictPeer:
         return out
 
 
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def run_one(store: str, urls: int, domains: int, seed: int) -> dict:
     dom, targets = stream(urls, domains, seed)
     names = [f"d{i}.example" for i in range(domains)]
@@ -151,6 +160,7 @@ def run_one(store: str, urls: int, domains: int, seed: int) -> dict:
         if store == "budgets":
             g.close()
         out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["anon_mib"] = _status_kib("RssAnon") / 1024    # heap now: RSS less mapped LMDB/DRUM file pages
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -184,7 +194,8 @@ def main() -> int:
             ratio = f"{wall / med[phase, 'budgets']:.2f}" if store == "dict" else ""
             print(f"{phase:<9} {store:<8} {wall:>14,.0f} {cpu:>13,.0f} {ratio:>13}")
     for store, runs in results.items():
-        print(f"{store:<8} peak RSS {statistics.median(r['rss_mib'] for r in runs):.0f} MiB, "
+        print(f"{store:<8} peak RSS {statistics.median(r['rss_mib'] for r in runs):.0f} MiB "
+              f"(anonymous at the end {statistics.median(r['anon_mib'] for r in runs):.0f} MiB), "
               f"readmitted {runs[0]['readmitted']}")
     same = {r["readmitted"] for rs in results.values() for r in rs}
     if len(same) != 1:
