@@ -24,6 +24,7 @@ processing queue are full; nothing is dropped to make room.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import email.utils
 import hashlib
@@ -36,6 +37,7 @@ from crawlerd import url as urlmod
 from crawlerd.codec import DecodeError, dechunk, decode_body
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
+from crawlerd.dedup.near import NearDuplicates
 from crawlerd.drum import Drum
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
@@ -135,6 +137,8 @@ class Shard:
                          merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                          clock=clock, auto_ack=False)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
+        self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
+                                   demote_ratio=cfg.dedup.near_dup_demote_ratio)
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
         uf = cfg.url_filter
         self.url_filter = urlmod.UrlFilter(
@@ -456,7 +460,16 @@ class Shard:
         sha1 = _payload_sha1(res) if res.status == 200 else None
         self._record_visit(url, fp, host_key, res, sha1, depth)
         prior = self._digest_seen(sha1, url, res.started_at) if sha1 is not None else None
-        pr = await self.pool.process(res, prior)
+        digest = ("sha1:" + base64.b32encode(sha1).decode()) if sha1 is not None else ""
+        pr = await self.pool.process(res, prior, digest=digest)
+        if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
+            near = self.near.check_and_add(pr.simhash, url, host_key)
+            if near and not pr.duplicate_of:
+                pr.near_duplicate_of = near
+                self.metrics.counters["duplicate_near"] += 1
+            if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+                self.frontier.demote_host(host_key)
+                self.metrics.counters["near_dup_demotions"] += 1
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
@@ -562,6 +575,7 @@ class Shard:
         self.frontier.commit()
         self.recrawl.commit()
         self.digests.flush()
+        self.near.save()
         if self.events:
             self.events.flush()
 
@@ -577,6 +591,7 @@ class Shard:
         for t in list(self._tasks):
             t.cancel()
         await self.pool.close()
+        self.near.close()
         for lease_id in list(self._leases):
             self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
         self._leases.clear()
