@@ -19,15 +19,25 @@ with ``crawlerd.fetch.dns.Resolver`` (cache cold, every name new), against raw
 aiodns queries from 500 worker coroutines (the same bound, no cache, no
 coalescing, no outcome mapping).
 
+GC: like the daemon (crawlerd/supervisor.py), the bench freezes the objects
+alive at start-up and raises the collection thresholds (``--default-gc``
+keeps Python's defaults).
+
 Run:  nice .venv/bin/python bench/fetch_bench.py [--hosts 1000] [--rounds 6] [--runs 5] [--dns-names 20000]
+      [--compare OLD_CURL_PY]   run another copy of curl.py in alternation with this one (before/after)
+      [--profile OUT.prof]      one cProfile pass over the timed rounds
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import gc
+import importlib.util
 import multiprocessing
 import os
+import pstats
 import resource
 import shutil
 import statistics
@@ -108,9 +118,10 @@ def server_main(q, page_bytes: int, bind: str, multi_ip: bool) -> None:
 
 # -- crawler side -------------------------------------------------------------------
 
-async def curl_rounds(hosts: int, rounds: int, port: int, multi_ip: bool) -> dict:
+async def curl_rounds(hosts: int, rounds: int, port: int, multi_ip: bool, fetcher_cls=Fetcher,
+                      profile: str = "") -> dict:
     loop = asyncio.get_running_loop()
-    f = Fetcher(loop, user_agent="crawlerd-bench/0.1", guard=AddressGuard(["127.0.0.0/8"]),
+    f = fetcher_cls(loop, user_agent="crawlerd-bench/0.1", guard=AddressGuard(["127.0.0.0/8"]),
                 connect_timeout_s=10.0, timeout_s=60.0, low_speed_bytes_per_s=1, low_speed_time_s=60,
                 max_body_bytes=1 << 20, max_header_bytes=64 << 10, max_connections=hosts * 2, verify_tls=False)
     bad = 0
@@ -125,9 +136,15 @@ async def curl_rounds(hosts: int, rounds: int, port: int, multi_ip: bool) -> dic
 
     await asyncio.gather(*(one_host(i, range(0, 1)) for i in range(hosts)))     # connect round
     opened = f.stats()["sockets_opened"]
+    prof = cProfile.Profile() if profile else None
+    if prof is not None:
+        prof.enable()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     await asyncio.gather(*(one_host(i, range(1, rounds)) for i in range(hosts)))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
     reopened = f.stats()["sockets_opened"] - opened
     await f.close(1.0)
     n = hosts * (rounds - 1)
@@ -244,6 +261,21 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def _load_fetcher(path: str):
+    """The Fetcher class of another copy of curl.py (an older version to measure against)."""
+    spec = importlib.util.spec_from_file_location("fetch_bench_baseline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.Fetcher
+
+
+def _gc_like_the_daemon() -> None:
+    # crawlerd/supervisor.py does this at start-up; measure what the daemon runs.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def bench(args, multi_ip: bool) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -252,44 +284,78 @@ def bench(args, multi_ip: bool) -> None:
     bind = "0.0.0.0" if multi_ip else "127.0.0.1"
     server = ctx.Process(target=server_main, args=(q, PAGE_BYTES, bind, multi_ip), daemon=True)
     server.start()
+    base_cls = _load_fetcher(args.compare) if args.compare else None
+    if not args.default_gc:
+        _gc_like_the_daemon()
     try:
         http_port, dns_port = q.get(timeout=30)
-        curl, peer, dns_ours, dns_raw = [], [], [], []
+        if args.profile:
+            uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, profile=args.profile))
+            pstats.Stats(args.profile).sort_stats("tottime").print_stats(30)
+            return
+        curl, base, peer, dns_ours, dns_raw = [], [], [], [], []
         for run in range(args.runs):
             peer.append(uvloop.run(peer_rounds(args.hosts, args.rounds, http_port, multi_ip)))
-            curl.append(uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip)))
-            offset = (2 * run) * args.dns_names      # fresh names every run: a cold cache, no c-ares hits
-            dns_raw.append(uvloop.run(dns_raw_run(args.dns_names, dns_port, offset)))
-            dns_ours.append(uvloop.run(dns_resolver_run(args.dns_names, dns_port, offset + args.dns_names)))
-            c, p = curl[-1], peer[-1]
-            bad_dns = f"{dns_ours[-1]['bad']}/{dns_raw[-1]['bad']}"
-            print(f"run {run + 1}: curl {c['per_s']:.0f}/s {c['cpu_us']:.1f} us/transfer (bad {c['bad']}, "
-                  f"reconnects {c['reconnects']}) | peer {p['per_s']:.0f}/s {p['cpu_us']:.1f} us | "
-                  f"dns {dns_ours[-1]['per_s']:.0f}/s {dns_ours[-1]['cpu_us']:.1f} us "
-                  f"(raw aiodns {dns_raw[-1]['per_s']:.0f}/s {dns_raw[-1]['cpu_us']:.1f} us; "
-                  f"failed lookups ours/raw {bad_dns})", flush=True)
+            # alternate which fetcher goes first, so neither always meets the warmer (or busier) machine
+            order = [("curl", Fetcher), ("base", base_cls)] if base_cls else [("curl", Fetcher)]
+            if run % 2:
+                order.reverse()
+            got = {}
+            for name, cls in order:
+                got[name] = uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, cls))
+            curl.append(got["curl"])
+            line = f"run {run + 1}: " + _fmt("curl", curl[-1])
+            if base_cls:
+                base.append(got["base"])
+                line += " | " + _fmt("baseline", base[-1])
+            p = peer[-1]
+            line += f" | peer {p['per_s']:.0f}/s {p['cpu_us']:.1f} us"
+            if args.dns_names:
+                offset = (2 * run) * args.dns_names      # fresh names every run: a cold cache, no c-ares hits
+                dns_raw.append(uvloop.run(dns_raw_run(args.dns_names, dns_port, offset)))
+                dns_ours.append(uvloop.run(dns_resolver_run(args.dns_names, dns_port, offset + args.dns_names)))
+                line += (f" | dns {dns_ours[-1]['per_s']:.0f}/s {dns_ours[-1]['cpu_us']:.1f} us "
+                         f"(raw aiodns {dns_raw[-1]['per_s']:.0f}/s {dns_raw[-1]['cpu_us']:.1f} us; "
+                         f"failed lookups ours/raw {dns_ours[-1]['bad']}/{dns_raw[-1]['bad']})")
+            print(line, flush=True)
     finally:
         server.terminate()
         server.join(5)
     n = args.hosts * (args.rounds - 1)
+    gc_note = "default GC" if args.default_gc else "GC frozen + thresholds as the daemon"
     print(f"\nkeep-alive {PAGE_BYTES} B pages, {args.hosts} hosts ({'one IP each' if multi_ip else 'one IP'}), "
-          f"{n} timed transfers per run, median of {args.runs} runs:")
-    print(f"  {'':24}{'transfers/s':>14}{'crawler CPU us/transfer':>26}")
-    cm, pm = _median(curl, "per_s"), _median(peer, "per_s")
-    cc, pc = _median(curl, "cpu_us"), _median(peer, "cpu_us")
-    print(f"  {'crawlerd Fetcher (curl)':24}{cm:>14.0f}{cc:>26.1f}")
-    print(f"  {'peer: bare uvloop client':24}{pm:>14.0f}{pc:>26.1f}")
-    print(f"  {'ratio fetcher/peer':24}{cm / pm:>14.2f}{cc / pc:>26.2f}")
-    print(f"DNS, {args.dns_names} distinct names, 500 in flight, median of {args.runs} runs:")
-    dm, rm = _median(dns_ours, "per_s"), _median(dns_raw, "per_s")
-    dc, rc = _median(dns_ours, "cpu_us"), _median(dns_raw, "cpu_us")
-    print(f"  {'':24}{'lookups/s':>14}{'crawler CPU us/lookup':>26}")
-    print(f"  {'crawlerd Resolver':24}{dm:>14.0f}{dc:>26.1f}")
-    print(f"  {'peer: raw aiodns':24}{rm:>14.0f}{rc:>26.1f}")
-    print(f"  {'ratio resolver/peer':24}{dm / rm:>14.2f}{dc / rc:>26.2f}")
-    bad = sum(r["bad"] for r in curl + peer + dns_ours + dns_raw)
+          f"{n} timed transfers per run, {gc_note}, median of {args.runs} runs:")
+    print(f"  {'':28}{'transfers/s':>14}{'crawler CPU us/transfer':>26}")
+    pm, pc = _median(peer, "per_s"), _median(peer, "cpu_us")
+    cm, cc = _median(curl, "per_s"), _median(curl, "cpu_us")
+    print(f"  {'crawlerd Fetcher (curl)':28}{cm:>14.0f}{cc:>26.1f}")
+    if base:
+        bm, bc = _median(base, "per_s"), _median(base, "cpu_us")
+        print(f"  {'baseline: ' + os.path.basename(args.compare):28}{bm:>14.0f}{bc:>26.1f}")
+        ratios = statistics.median(c["cpu_us"] / b["cpu_us"] for c, b in zip(curl, base, strict=True))
+        print(f"  {'ratio fetcher/baseline':28}{cm / bm:>14.2f}{cc / bc:>26.2f}"
+              f"   (median of per-run CPU ratios {ratios:.3f})")
+    print(f"  {'peer: bare uvloop client':28}{pm:>14.0f}{pc:>26.1f}")
+    print(f"  {'ratio fetcher/peer':28}{cm / pm:>14.2f}{cc / pc:>26.2f}")
+    if args.dns_names:
+        print(f"DNS, {args.dns_names} distinct names, 500 in flight, median of {args.runs} runs:")
+        dm, rm = _median(dns_ours, "per_s"), _median(dns_raw, "per_s")
+        dc, rc = _median(dns_ours, "cpu_us"), _median(dns_raw, "cpu_us")
+        print(f"  {'':28}{'lookups/s':>14}{'crawler CPU us/lookup':>26}")
+        print(f"  {'crawlerd Resolver':28}{dm:>14.0f}{dc:>26.1f}")
+        print(f"  {'peer: raw aiodns':28}{rm:>14.0f}{rc:>26.1f}")
+        print(f"  {'ratio resolver/peer':28}{dm / rm:>14.2f}{dc / rc:>26.2f}")
+    bad = sum(r["bad"] for r in curl + base + peer + dns_ours + dns_raw)
     if bad:
         print(f"WARNING: {bad} failed transfers or lookups")
+    reconnects = sum(r["reconnects"] for r in curl + base)
+    if reconnects:
+        print(f"WARNING: {reconnects} reconnects in timed rounds (keep-alive broken)")
+
+
+def _fmt(name: str, r: dict) -> str:
+    return (f"{name} {r['per_s']:.0f}/s {r['cpu_us']:.1f} us/transfer "
+            f"(bad {r['bad']}, reconnects {r['reconnects']})")
 
 
 def main() -> int:
@@ -297,7 +363,13 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=6, help="fetches per host per run (the first opens)")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--dns-names", type=int, default=20000)
+    ap.add_argument("--dns-names", type=int, default=20000, help="0 skips the DNS part")
+    ap.add_argument("--compare", metavar="CURL_PY", default="",
+                    help="another copy of crawlerd/fetch/curl.py to run in alternation as a baseline")
+    ap.add_argument("--profile", metavar="FILE", default="",
+                    help="run the timed fetcher rounds once under cProfile, write FILE, print the top functions")
+    ap.add_argument("--default-gc", action="store_true",
+                    help="keep Python's default GC settings (the daemon freezes and raises thresholds)")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hosts > 60000 or args.rounds < 2:
