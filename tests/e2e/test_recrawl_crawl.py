@@ -7,8 +7,8 @@ import sys
 from collections import Counter
 
 import pytest
-
 from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
+
 from tests.e2e.test_crawl import _can_unshare, _warc_records
 
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
