@@ -18,7 +18,20 @@ def crawlerd(*args: str) -> list[str]:
     return [sys.executable, "-m", "crawlerd", *args]
 
 
-def run_crawl(sim, data_dir: str, seeds: str, seconds: float, extra: list[str]) -> dict:
+def kill_a_worker(data_dir: str) -> int | None:
+    """SIGKILL one processing worker of the running daemon (the pool must replace it, losing nothing)."""
+    import signal
+    r = subprocess.run(crawlerd("stats", "--json", "--data-dir", data_dir), capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    pids = [int(k.split("-", 1)[1]) for k in json.loads(r.stdout)["cpu_by_process_s"] if k.startswith("worker-")]
+    if not pids:
+        return None
+    os.kill(pids[0], signal.SIGKILL)
+    return pids[0]
+
+
+def run_crawl(sim, data_dir: str, seeds: str, seconds: float, extra: list[str], kill_worker: bool = False) -> dict:
     table = ", ".join(f'"{h}" = "{ip}"' for h, ip in sim.static_hosts.items())
     sets = ["-s", "crawl.user_agent=crawlerd-test/0.1 (+e2e; operator: test@localhost)",
             "-s", 'network.allow=["127.0.0.0/8"]', "-s", f"dns.static_hosts={{{table}}}",
@@ -33,6 +46,10 @@ def run_crawl(sim, data_dir: str, seeds: str, seconds: float, extra: list[str]) 
         r = subprocess.run(crawlerd("status", "--json", "--data-dir", data_dir), capture_output=True, text=True)
         if r.returncode == 0:
             status = json.loads(r.stdout)
+    killed = None
+    if kill_worker and status is not None:
+        time.sleep(min(3.0, max(0.0, deadline - time.monotonic() - 5)))
+        killed = kill_a_worker(data_dir)
     try:
         out, err = proc.communicate(timeout=seconds + 60)
     except subprocess.TimeoutExpired:
@@ -41,7 +58,7 @@ def run_crawl(sim, data_dir: str, seeds: str, seconds: float, extra: list[str]) 
     with open(os.path.join(data_dir, "last-run.json")) as f:
         last = json.load(f)
     return {"rc": proc.returncode, "status_during": status, "stderr": err[-4000:], "last_run": last,
-            "wall_s": time.monotonic() - t0}
+            "wall_s": time.monotonic() - t0, "killed_worker": killed}
 
 
 def main() -> int:
@@ -52,7 +69,7 @@ def main() -> int:
         seeds = os.path.join(os.path.dirname(data_dir), "seeds.txt")
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds) + "\nnot a url\nftp://x.sim/\n")
-        first = run_crawl(sim, data_dir, seeds, seconds, extra)
+        first = run_crawl(sim, data_dir, seeds, seconds, extra, kill_worker=True)
         ledger1 = [e.to_dict() for e in sim.ledger()]
         sim.reset_ledger()
         second = run_crawl(sim, data_dir, seeds, seconds2, extra)

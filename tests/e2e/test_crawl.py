@@ -118,6 +118,25 @@ def _is_robots(target: str) -> bool:
     return "robots" in target.rsplit("/", 1)[-1]
 
 
+def test_killed_worker_was_replaced(crawl):
+    first = crawl["first"]
+    assert first["killed_worker"], "the driver could not kill a worker"
+    assert first["last_run"]["worker_restarts"] >= 1
+    assert f"worker-{first['killed_worker']}" not in first["last_run"]["cpu_by_process_s"] or \
+        len(first["last_run"]["cpu_by_process_s"]) > 2
+
+
+def test_hosts_with_4xx_robots_are_crawled(crawl):
+    # RFC 9309 §2.3.1.3: 4xx means no rules: the host is crawled
+    hosts = crawl["site"]["hosts"]
+    # a host sharing its IP with a silent robots.txt waits out that fetch's timeout (per-IP politeness)
+    hung_ips = {d["ip"] for d in hosts.values() if d["robots"]["status"] == 0}
+    fourxx = [h for h, d in hosts.items() if d["robots"]["status"] in (401, 403, 404) and d["ip"] not in hung_ips]
+    assert fourxx
+    fetched = {e["host"] for e in crawl["ledger1"] if e["target"] != "/robots.txt" and e["status"]}
+    assert set(fourxx) <= fetched, set(fourxx) - fetched
+
+
 def test_second_run_fetches_nothing_again(crawl):
     done_first = {(e["host"], e["target"]) for e in crawl["ledger1"]
                   if e["status"] and e["status"] not in (429, 503) and e["status"] < 500
