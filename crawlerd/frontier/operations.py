@@ -106,7 +106,7 @@ class FrontierOps:
         now = self._clock()
         before = self._dropped.get("blocked", 0)
         H = self._hosts
-        for hk, s in list(H.slot_of.items()):
+        for hk, s in sorted(H.slot_of.items()):      # sorted: the same order in every run
             if Blocklist.covers(p, hk) and H.keys[s] == hk:
                 self._blocked_slots.add(s)
                 self._dirty.add(s)

@@ -112,6 +112,9 @@ class Frontier(FrontierOps):
             if self._blocklist.normalise(p) not in self._blocklist.patterns:
                 self._store.put_block(self._blocklist.add(p), True)
         crashed = self._c["session"] > 0 and not self._c["clean"]
+        # After a crash the per-IP state is gone too: no host (even one activated later from the
+        # waiting list) starts before the grace has passed.
+        self._not_before = self._clock() + self._grace if crashed else -math.inf
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
@@ -168,6 +171,8 @@ class Frontier(FrontierOps):
             rec.robots_exp = 0.0
             rec.ip, rec.ip_exp = "", 0.0
         rec.flags &= ~hs.FLAG_WAITING
+        if rec.due < self._not_before:
+            rec.due = self._not_before
         H = self._hosts
         s = H.add(hk, rec, self._host_conc.get(hk, 1) if self._host_conc else 1)
         if rec.ip and rec.ip_exp > now:

@@ -232,3 +232,17 @@ def test_masks_are_rederived_on_open(tmp_path):
             got.append(lease.item.priority)
             h.done(lease)
     assert sorted(got) == [0, 3, 3, 3]
+
+
+def test_after_a_crash_waiting_hosts_also_wait_the_grace(tmp_path):
+    """Per-IP state dies with the process: a host activated after a crash may share an address
+    with a request that was just cut off."""
+    h = Harness(str(tmp_path / "f"), max_active_hosts=1, max_delay_s=30.0, crawl_delay_cap_s=20.0)
+    h.add(A, 2)
+    h.add(B, 2)                        # no slot: waits
+    h.f.commit()
+    h.f = None
+    f = h.reopen(max_active_hosts=5)
+    assert f.stats()["hosts_active"] == 2
+    h.resolve()
+    assert f.next_due() == pytest.approx(h.clock.t + 30.0)
