@@ -196,6 +196,13 @@ def test_malformed_html_never_raises(body):
     assert all(isinstance(h, str) and isinstance(nf, bool) for h, nf in info.links)
 
 
+def test_area_and_a_links_keep_document_order_across_namespaces():
+    info = extract(b'<map><area href="/first"></map><a href="/second">2</a>'
+                   b'<svg><a href="/svg-a"><title>t</title></a></svg><area href="/last">', PAGE)
+    assert [h for h, _ in info.links] == ["/first", "/second", "/svg-a", "/last"]
+    assert info.title == "t"            # the first title element in document order, as before
+
+
 def test_misnested_html_still_yields_links():
     info = extract(b"<p><a href=x>one<div>two</a></div><a href=y>", PAGE)
     assert [h for h, _ in info.links][:1] == ["x"]
