@@ -117,6 +117,26 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for recrawl state (address space, not RAM).",
            min=16 * MiB),
     ]),
+    "budgets": ("Per-domain budgets against spam and traps (IRLbot §5: STAR reputation, BEAST deferral).", [
+        _k("enabled", bool, True,
+           "Limit URLs admitted per registered domain to its budget; the rest are deferred, not dropped."),
+        _k("base_budget", int, 10000, "URLs a registered domain may queue with no in-links from other domains.",
+           min=1),
+        _k("per_inlink", int, 100, "Budget added per unique other registered domain linking to it (STAR).",
+           min=0),
+        _k("max_budget", int, 10_000_000, "Largest budget of one registered domain.", min=1),
+        _k("cycle_s", float, 0.0, "Start a new budget cycle (spent counts reset) this often, seconds (0: never).",
+           min=0.0),
+        _k("readmit_batch", int, 1000, "Deferred URLs moved back to the frontier per second at most.", min=1),
+        _k("cache_entries", int, 65536, "Domains whose budget state is cached in RAM (LRU).", min=16),
+        _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",
+           min=16 * MiB),
+        _k("edge_merge_bytes", int, 256 * MiB, "Domain-edge DRUM: merge once its bucket files hold this much.",
+           min=64 * KiB),
+        _k("edge_max_age_s", float, 60.0, "Domain-edge DRUM: merge when the oldest pending edge is this old, s.",
+           min=0.0),
+        _k("edge_cache_entries", int, 1 << 20, "Domain-edge DRUM: recently seen edges kept in RAM.", min=0),
+    ]),
     "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
         _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
         _k("connect_timeout_s", float, 10.0, "TCP+TLS connect timeout, seconds.", min=0.1),
@@ -395,6 +415,10 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
     if cross["min_delay_s"] > cross["max_delay_s"]:
         raise ConfigError(f"{source}: politeness.min_delay_s = {cross['min_delay_s']!r}: expected a value "
                           f"<= politeness.max_delay_s ({cross['max_delay_s']!r})")
+    b = values["budgets"]
+    if b["max_budget"] < b["base_budget"]:
+        raise ConfigError(f"{source}: budgets.max_budget = {b['max_budget']!r}: expected a value >= "
+                          f"budgets.base_budget ({b['base_budget']!r})")
     r = values["recrawl"]
     if not r["min_interval_s"] <= r["initial_interval_s"] <= r["max_interval_s"]:
         raise ConfigError(f"{source}: recrawl.initial_interval_s = {r['initial_interval_s']!r}: expected "

@@ -44,6 +44,7 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
 from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
@@ -115,6 +116,7 @@ class Shard:
         self._last_commit = 0.0
         self._final_frontier_stats: dict | None = None      # set when the frontier is closed
         self._final_recrawl_stats: dict | None = None
+        self._final_budget_stats: dict | None = None
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
@@ -132,6 +134,18 @@ class Shard:
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
         self._last_recrawl = 0.0
+        bu = cfg.budgets
+        self.graph: DomainGraph | None = None
+        self.budgets: Budgets | None = None
+        if bu.enabled:
+            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
+                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
+                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
+                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
+            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+        self._last_readmit = 0.0
+        self._cycle_anchor = wall()
         d = cfg.drum
         self.seen = Drum(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                          merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
@@ -209,9 +223,17 @@ class Shard:
                     dup += 1
                     continue
                 depth, hops, priority, url = decode_aux(r.aux)
+                if self.budgets is not None and depth > 0:
+                    pld = urlmod.registered_domain(urlmod.host_of(url))
+                    if not self.budgets.admit(pld):
+                        self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
+                        self.metrics.counters["budget_deferred"] += 1
+                        continue
                 added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
                                        depth=depth, hops=hops, fp=r.key))
             self.metrics.counters["seen_duplicate"] += dup
+            if self.budgets is not None:
+                self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
             if added:
                 self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
             self.seen.ack()
@@ -261,6 +283,8 @@ class Shard:
             self._last_flush = now
             self.seen.flush()
             self._drain_seen()
+        if self.graph is not None:
+            self._step_budgets(now)
         if now - self._last_recrawl >= 1.0 and not self.paused:
             self._last_recrawl = now
             self._feed_recrawl()
@@ -274,6 +298,26 @@ class Shard:
                 self.events.flush()
             self.metrics.trim_hosts()
         self.metrics.tick()
+
+    def _step_budgets(self, now: float) -> None:
+        """Apply new domain in-links (STAR) and readmit deferred URLs whose domain budget grew (BEAST)."""
+        bu = self.cfg.budgets
+        self.graph.poll(now)
+        if bu.cycle_s and self.wall() - (self.budgets.cycle_started_at or self._cycle_anchor) >= bu.cycle_s:
+            self.budgets.new_cycle(at=self.wall())
+        if now - self._last_readmit < 1.0:
+            return
+        self._last_readmit = now
+        recs = self.budgets.readmit(bu.readmit_batch)
+        if recs:
+            items = []
+            for rec in recs:
+                depth, hops, priority, url = decode_aux(rec)
+                items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
+                                       hops=hops, fp=urlmod.fingerprint(url)))
+            self.frontier.add(items)
+            self.budgets.commit()     # after the frontier: a crash in between readmits twice, never loses
+            self.metrics.counters["budget_readmitted"] += len(items)
 
     def _feed_recrawl(self) -> None:
         """Due revisits go straight to the frontier (they passed the seen-set long ago)."""
@@ -487,6 +531,11 @@ class Shard:
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.submit_links(follow, depth=depth + 1)
+            if self.graph is not None and follow:
+                # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
+                hosts = {ln.host_key for ln in follow}
+                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
+                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
         self._log_event(url, res, pr=pr)
 
     def _record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
@@ -550,7 +599,8 @@ class Shard:
                 "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
                 "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:],
                 "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts,
-                "recrawl": self._final_recrawl_stats or self.recrawl.stats()}
+                "recrawl": self._final_recrawl_stats or self.recrawl.stats(),
+                "budgets": self._final_budget_stats or (self.budgets.stats() if self.budgets else {})}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -576,6 +626,9 @@ class Shard:
         self.recrawl.commit()
         self.digests.flush()
         self.near.save()
+        if self.graph is not None:
+            self.graph.flush()
+            self.budgets.commit()
         if self.events:
             self.events.flush()
 
@@ -596,9 +649,15 @@ class Shard:
             self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
         self._leases.clear()
         self._drain_frontier_drops()
-        with contextlib.suppress(Exception):
+        try:
             self.seen.flush()
             self._drain_seen()
+        except Exception:      # unacknowledged DRUM answers are delivered again at the next start
+            log.exception("final seen-set drain failed; its answers are redelivered on restart")
+        if self.graph is not None:
+            self._final_budget_stats = self.budgets.stats()
+            self.budgets.close()
+            self.graph.close()
         self.frontier.commit()
         self._final_frontier_stats = self.frontier.stats()
         self.frontier.close()

@@ -230,7 +230,8 @@ class Supervisor:
                 "cpu_s": round(ru.user + ru.system + sum(workers.values()), 3),
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
-                "worker_restarts": sh.get("worker_restarts", 0)}
+                "worker_restarts": sh.get("worker_restarts", 0),
+                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):
