@@ -77,6 +77,8 @@ FAST_CASES = [
     "https://a.com/x#y z", "http://a.com?x", "http://a.com/a/../b", "http://0x7f.1/", "http://1.2.3.4:0/",
     "//a.com/x", "//a.com", "///a.com/x", "http:/a.com/x", "httpx://a.com/", "https:a", "http://a.com:/",
     "http://a_b.com/", "http://-.com/", "http://a.com:0080/", "http://a.com:1/", "http://a.com/%41",
+    "", "#", "#f", "#f?g", "?", "?a=b", "?a=b#f", "?a b", "?a?b", "/?x", "h", "help.html", "http", "httpdocs/a",
+    "?%41", "#\t", "a b", "a#/../x",
 ]
 
 
