@@ -218,6 +218,13 @@ def judge(entries: list[LedgerEntry], site: dict, t_launch: float, seconds: floa
     }
 
 
+def save_ledger(entries: list[LedgerEntry], work: str) -> None:
+    """The ledger next to the crawl's data (kept with --keep) for a closer look."""
+    with open(os.path.join(work, "ledger.jsonl"), "w", encoding="utf-8") as f:
+        for e in entries:
+            f.write(json.dumps(e.to_dict(), separators=(",", ":")) + "\n")
+
+
 # --- one crawl each --------------------------------------------------------------------------
 
 @dataclass
@@ -284,6 +291,7 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, seconds: float, work: str,
         sampler.stop()
     sim_cpu = proc_cpu_s(sim.pid) - sim_cpu0
     entries, site = sim.ledger(), sim.site()
+    save_ledger(entries, work)
     last: dict = {}
     try:
         with open(os.path.join(data_dir, "last-run.json")) as f:
@@ -304,7 +312,8 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, seconds: float, work: str,
         peak_rss_kib=sampler.peak_rss_kib, hwm_kib=hwm, self_pages=last.get("pages"),
         self_pages_per_s=(last["pages"] / last["uptime_s"]) if last.get("uptime_s") else None,
         warc=warc_verify(os.path.join(data_dir, "warc")),
-        extra={"workers": workers, "wait4_cpu_s": round(wait4_cpu, 3), "uptime_s": last.get("uptime_s"),
+        extra={"workers": workers, "cpu_by_process_raw_s": last.get("cpu_by_process_s", {}),
+               "wait4_cpu_s": round(wait4_cpu, 3), "uptime_s": last.get("uptime_s"),
                "last_run_found": bool(last), "outcomes": last.get("outcomes", {}),
                "dropped": last.get("dropped", {}), "stderr_tail": tail if rc != 0 else ""})
 
@@ -345,6 +354,7 @@ def run_scrapy(sim: SimWebProcess, seeds_path: str, seconds: float, work: str) -
         sampler.stop()
     sim_cpu = proc_cpu_s(sim.pid) - sim_cpu0
     entries, site = sim.ledger(), sim.site()
+    save_ledger(entries, work)
     rep: dict = {}
     try:
         with open(out_path) as f:
