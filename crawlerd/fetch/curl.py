@@ -5,23 +5,48 @@ address the shard already resolved and checked, takes an idle easy handle
 from the pool, pins the address with ``CURLOPT_CONNECT_TO`` (curl never
 resolves a name itself) and adds the handle to the multi handle. curl tells
 us which sockets to watch (``CURLMOPT_SOCKETFUNCTION`` -> ``loop.add_reader``
-/ ``add_writer``) and when to wake it (``CURLMOPT_TIMERFUNCTION`` ->
-``loop.call_later``); each readiness event or timer runs
-``socket_action``, then ``info_read`` collects the transfers that ended. No
-thread polls and nothing spins: an idle fetcher costs nothing.
+/ ``add_writer``) and when to wake it (``CURLMOPT_TIMERFUNCTION`` -> one
+loop timer, re-armed only when curl's deadline moves earlier); each readiness
+event or timer runs ``socket_action``, then ``info_read`` collects the
+transfers that ended. No thread polls and nothing spins: an idle fetcher
+costs nothing.
 
 What is kept. Bytes exactly as they crossed the wire: the request head as
-sent (from curl's debug stream), the final response's status line and
-headers (1xx interim answers are dropped) and the body with its transfer
-coding (``HTTP_TRANSFER_DECODING=0`` keeps chunk framing; curl still parses
-it to find the end) and content coding (curl is not asked to decompress;
-:mod:`crawlerd.codec` does that later, with a cap). Redirects are not
-followed: a 3xx is a result and the frontier handles the hop.
+sent, the final response's status line and headers (1xx interim answers are
+dropped) and the body with its transfer coding (``HTTP_TRANSFER_DECODING=0``
+keeps chunk framing; curl still parses it to find the end) and content
+coding (curl is not asked to decompress; :mod:`crawlerd.codec` does that
+later, with a cap). Redirects are not followed: a 3xx is a result and the
+frontier handles the hop.
+
+The request head. We set every header curl sends, so for an ordinary URL
+(:func:`_request_head`) the fetcher writes the head itself and
+``CURLINFO_REQUEST_SIZE`` confirms that curl sent exactly that many bytes;
+a URL or header we do not model exactly (userinfo, unusual characters,
+headers curl manages) switches that one transfer to curl's debug stream,
+which reports the head as sent. Building the head costs about a tenth of
+running curl's verbose mode on every transfer.
+
+Per-transfer Python work is kept off the byte path: curl appends header
+lines and body chunks straight into lists (``list.append`` as the callback,
+no Python frame per chunk), joined once when the transfer ends.
 
 Limits. Connect and total timeouts, a low-speed cut-off (drip -> too_slow),
-a raw body cap enforced in the write callback (too_large), a header block
-cap in the header callback (headers_too_large). Every transfer ends in
-exactly one :class:`Outcome`; network trouble never raises.
+a raw body cap (curl's ``MAXFILESIZE``: refused early on a declared
+Content-Length, cut off when an undeclared body reaches it: too_large), a
+header block cap checked when the transfer ends (headers_too_large; curl's
+own 300 KB header limit bounds what arrives before that). Every transfer
+ends in exactly one :class:`Outcome`; network trouble never raises.
+
+Sockets. curl opens them through ``_on_open_socket`` (the address guard
+checks the connected address again, DESIGN §1.5) and closes them itself.
+No close-socket callback: pycurl can only run it while the easy handle that
+opened the connection is in the multi handle, and curl closes idle pooled
+connections (dead, too old, over ``MAXCONNECTS``) long after that handle
+went back to the pool (pycurl then warns on stderr and leaks the fd). The
+loop watches a socket only while curl asks for it; curl sends
+``POLL_REMOVE`` before it closes a socket it asked us to watch, so the loop
+never holds a closed fd (libuv aborts on one).
 
 Safety (DESIGN §1.5). Only http and https, for the request and any
 redirect; the connected address is checked again by the address guard when
@@ -32,10 +57,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
+import logging
+import re
+import select
 import socket
 import time
-import warnings
 
 import pycurl
 
@@ -43,11 +69,33 @@ from crawlerd.fetch.guard import AddressGuard
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest, FetchResult
 
+log = logging.getLogger(__name__)
+
 _INFOTYPE_HEADER_OUT = 2
 _BUFFER_BYTES = 64 * 1024          # receive buffer per transfer (curl shares one per multi)
 _E_TOO_LARGE = 100                 # CURLE_TOO_LARGE (curl >= 8.6): its own header size limit
 _TLS_ERRORS = frozenset({35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98})
-_BLANK = (b"\r\n", b"\n")
+_POLL_IN, _POLL_OUT, _POLL_REMOVE = pycurl.POLL_IN, pycurl.POLL_OUT, pycurl.POLL_REMOVE
+_EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
+             pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
+_EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
+_EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
+_TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
+
+# An ordinary absolute URL whose request line and Host header curl sends exactly as written
+# (checked byte for byte against curl's debug stream in tests/fetch/test_curl_head.py): lowercase
+# http(s) scheme, no userinfo, a plain host name or IPv4 literal, a port without leading zeros, RFC
+# 3986 pchars in the path and query with well-formed %-escapes. Anything else goes the debug way.
+_PCHARS = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})"
+_SIMPLE_URL = re.compile(
+    r"(https?)://([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(?::([1-9][0-9]{0,4}))?"
+    rf"(/{_PCHARS}*)?((?:\?(?:{_PCHARS}|\?)+)?)(?:#.*)?\Z", re.S)
+_DEFAULT_PORT = {"http": 80, "https": 443}
+# Request headers curl writes or rewrites itself: a request naming one is not built by us.
+_CURL_MANAGED = frozenset({"host", "user-agent", "accept", "authorization", "cookie", "range", "referer", "te",
+                           "connection", "content-length", "content-type", "transfer-encoding", "expect",
+                           "proxy-authorization", "proxy-connection", "upgrade", "http2-settings"})
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 
 
 def _status_of(line: bytes) -> int:
@@ -57,38 +105,93 @@ def _status_of(line: bytes) -> int:
     return 0
 
 
-def _parse_headers(lines: list[bytes]) -> list[tuple[str, str]]:
-    """Header fields of a head (status line first), in order; obs-fold lines join the previous value."""
+def _final_head(raw: bytes) -> bytes:
+    """The last response head in ``raw`` (every header line curl saw): 1xx interim heads dropped
+    (RFC 9110 §15.2), cut after its blank line."""
+    k = raw.rfind(b"\nHTTP/")                        # a header line can never contain "\n"
+    if k >= 0:
+        raw = raw[k + 1:]
+    end = raw.find(b"\n\r\n")
+    end2 = raw.find(b"\n\n")
+    if end2 >= 0 and (end < 0 or end2 < end):
+        return raw[:end2 + 2]
+    return raw[:end + 3] if end >= 0 else raw
+
+
+def _parse_headers(head: bytes) -> list[tuple[str, str]]:
+    """Header fields of one head (status line first), in order; obs-fold lines join the previous value."""
     out: list[tuple[str, str]] = []
+    lines = head.decode("latin-1").split("\n")
     for line in lines[1:]:
-        if line in _BLANK:
-            break
-        if line[:1] in (b" ", b"\t"):
+        if line[:1] in (" ", "\t"):
             if out:
                 k, v = out[-1]
-                out[-1] = (k, f"{v} {line.strip().decode('latin-1')}")
+                out[-1] = (k, f"{v} {line.strip()}")
             continue
-        name, sep, value = line.partition(b":")
+        name, sep, value = line.partition(":")
         if sep:
-            out.append((name.strip().decode("latin-1"), value.strip().decode("latin-1")))
+            out.append((name.strip(), value.strip()))
+        elif not line.strip():
+            break
     return out
+
+
+def _request_head(url: str, ua_line: bytes, extra: list[bytes]) -> bytes | None:
+    """The request head curl sends for ``url`` with our headers, or None when we do not model it exactly.
+
+    curl's order (lib/http.c): request line, Host, User-Agent, Accept (curl's default */*), then the
+    custom headers in the order given, then the blank line.
+    """
+    m = _SIMPLE_URL.match(url)
+    if m is None:
+        return None
+    scheme, host, port, path, query = m.groups()
+    if port is not None and int(port) != _DEFAULT_PORT[scheme]:
+        if int(port) > 65535:
+            return None
+        host = f"{host}:{port}"
+    target = f"{path or '/'}{query}"
+    parts = [f"GET {target} HTTP/1.1\r\nHost: {host}\r\n".encode("ascii"), ua_line, b"Accept: */*\r\n"]
+    for line in extra:
+        parts.append(line)
+        parts.append(b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
 
 
 class _Transfer:
     """One reusable easy handle plus the state of the request it runs.
 
     Invariant: ``fut`` is set iff the handle is in the multi handle (in
-    flight); an idle transfer holds no request data.
+    flight); an idle transfer holds no request data (``head``, ``body``
+    and ``debug`` are empty). ``head`` and ``body`` are the very lists curl
+    appends to (their ``append`` is the callback), so they are cleared,
+    never replaced. ``opt_*`` mirror what is set on the handle, so a
+    setting that did not change is not set again.
     """
 
-    __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "body_bytes",
-                 "max_body", "head", "head_bytes", "head_done", "req_head", "abort", "detail")
+    __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "head", "debug",
+                 "req_head", "verbose", "abort", "detail", "max_body", "opt_connect_to", "opt_headers",
+                 "opt_max_body")
 
     def __init__(self, fetcher: Fetcher, share: pycurl.CurlShare):
         self.fetcher = fetcher
         self.fut: asyncio.Future[FetchResult] | None = None
         self.req: FetchRequest | None = None
-        self._clear()
+        self.body: list[bytes] = []
+        self.head: list[bytes] = []
+        self.debug: list[bytes] = []
+        self.pinned = ""
+        self.started_at = 0.0
+        self.t0 = 0.0
+        self.req_head = b""
+        self.verbose = False
+        self.abort: Outcome | None = None
+        self.detail = ""
+        self.max_body = 0
+        self.opt_connect_to = ""
+        self.opt_headers: list[bytes] | None = None
+        self.opt_max_body = -1
         c = self.curl = pycurl.Curl()
         f = fetcher
         c.setopt(pycurl.SHARE, share)
@@ -109,59 +212,17 @@ class _Transfer:
         c.setopt(pycurl.TCP_NODELAY, 1)
         c.setopt(pycurl.SSL_VERIFYPEER, 1 if f.verify_tls else 0)
         c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
-        c.setopt(pycurl.WRITEFUNCTION, self._on_body)
-        c.setopt(pycurl.HEADERFUNCTION, self._on_header)
-        c.setopt(pycurl.VERBOSE, 1)                      # the debug stream carries the request head as sent
-        c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)
+        c.setopt(pycurl.WRITEFUNCTION, self.body.append)
+        c.setopt(pycurl.HEADERFUNCTION, self.head.append)
+        c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
         c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)
-        c.setopt(pycurl.CLOSESOCKETFUNCTION, fetcher._on_close_socket)
-
-    def _clear(self) -> None:
-        self.pinned = ""
-        self.started_at = 0.0
-        self.t0 = 0.0
-        self.body: list[bytes] = []
-        self.body_bytes = 0
-        self.max_body = 0
-        self.head: list[bytes] = []
-        self.head_bytes = 0
-        self.head_done = False
-        self.req_head: list[bytes] = []
-        self.abort: Outcome | None = None
-        self.detail = ""
 
     # -- curl callbacks (run inside socket_action) -------------------------
-    def _on_body(self, data: bytes):
-        n = self.body_bytes + len(data)
-        if n > self.max_body:
-            self.abort = Outcome.TOO_LARGE
-            self.detail = f"body exceeds {self.max_body} bytes"
-            return 0                                     # short write: curl aborts (CURLE_WRITE_ERROR)
-        self.body_bytes = n
-        self.body.append(data)
-        return None
-
-    def _on_header(self, line: bytes):
-        self.head_bytes += len(line)
-        if self.head_bytes > self.fetcher.max_header_bytes:
-            self.abort = Outcome.HEADERS_TOO_LARGE
-            self.detail = f"response headers exceed {self.fetcher.max_header_bytes} bytes"
-            return 0
-        if line.startswith(b"HTTP/"):
-            self.head = [line]                           # a new response: forget any 1xx before it
-            self.head_done = False
-        elif not self.head_done:
-            self.head.append(line)
-            if line in _BLANK and _status_of(self.head[0]) >= 200:
-                self.head_done = True
-        return None
-
     def _on_debug(self, kind: int, data: bytes) -> None:
         if kind == _INFOTYPE_HEADER_OUT:
             if data.startswith(b"GET "):
-                self.req_head = [data]                   # curl may resend on a dead reused connection
-            else:
-                self.req_head.append(data)
+                self.debug.clear()                       # curl may resend on a dead reused connection
+            self.debug.append(data)
 
     def _on_open_socket(self, purpose: int, address):
         ip = address.addr[0]
@@ -175,22 +236,17 @@ class _Transfer:
             self.detail = f"address {ip} is {f.guard.reason(ip)}"
             return pycurl.SOCKET_BAD
         fd = socket.socket(address.family, address.socktype, address.protocol).detach()
-        if fd in f._watched:
-            f._unwatch(fd)                               # a registration left by a socket closed behind our back
-        st = os.fstat(fd)
-        f._own[fd] = (st.st_dev, st.st_ino)              # pycurl uses an int as is (no dup)
+        f._forget(fd)                                    # records left by a socket curl closed on its own
         f.sockets_opened += 1
-        return fd
+        return fd                                        # pycurl hands an int to curl as is; curl closes it
 
 
-def _close_if_same(fd: int, ident: tuple[int, int]) -> None:
-    """Close ``fd`` only if it is still the socket we opened (the number may have been reused)."""
+def _quiet(op, fd: int, *args) -> None:
+    """An epoll_ctl call that may find the fd already closed (curl closes sockets on its own)."""
     try:
-        st = os.fstat(fd)
+        op(fd, *args)
     except OSError:
-        return
-    if (st.st_dev, st.st_ino) == ident:
-        os.close(fd)
+        pass
 
 
 def _same_ip(a: str, b: str) -> bool:
@@ -244,7 +300,8 @@ class Fetcher:
     in the multi handle iff it has a pending future (``in_flight`` counts
     them); every future is resolved exactly once with a FetchResult; a
     watched fd is registered with the loop iff curl asked for it and has not
-    removed it.
+    removed it; the loop timer, when armed, fires no later than curl's
+    current deadline (``_due``).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
@@ -261,8 +318,13 @@ class Fetcher:
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.verify_tls = verify_tls
-        self._accept = f"Accept-Encoding: {accept_encoding}" if accept_encoding else ""
+        self._accept = [f"Accept-Encoding: {accept_encoding}".encode("latin-1")] if accept_encoding else []
+        # The User-Agent line curl writes; an empty agent is left to curl's debug stream.
+        self._ua_line = f"User-Agent: {user_agent}\r\n".encode("latin-1") if user_agent.isascii() else b""
         self.sockets_opened = 0
+        self.heads_built = 0                                # request heads we wrote, confirmed by size
+        self.heads_debug = 0                                # request heads taken from curl's debug stream
+        self.heads_unconfirmed = 0                          # built heads whose size curl did not confirm
         self._share = pycurl.CurlShare()
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)  # TLS resumption across handles
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
@@ -272,17 +334,26 @@ class Fetcher:
         m.setopt(pycurl.M_MAXCONNECTS, max_connections)   # the keep-alive connection cache
         self._idle: list[_Transfer] = []
         self._active: dict[pycurl.Curl, _Transfer] = {}
-        self._watched: dict[int, int] = {}                  # fd -> POLL_* mask registered with the loop
-        self._own: dict[int, tuple[int, int]] = {}          # fd we opened -> (st_dev, st_ino) of its socket
-        self._parked: set[int] = set()                      # own idle keep-alive fds left registered
+        # curl's sockets live in a private epoll set; the loop watches only its fd (see module doc)
+        self._ep = select.epoll()
+        self._watched: dict[int, int] = {}                  # fd -> POLL_* mask curl asked for, in _ep
+        self._parked: dict[int, int] = {}                   # idle keep-alive fd left in _ep (reading)
+        loop.add_reader(self._ep.fileno(), self._on_ready)
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0                                # loop time the armed timer fires at
+        self._due: float | None = None                      # curl's deadline (loop time); None: no timeout
         self._closed = False
         self._released = False
-        self.counts: dict[str, int] = {}
+        self._counts: dict[Outcome, int] = {}
 
     @property
     def in_flight(self) -> int:
         return len(self._active)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Transfers ended, by outcome name."""
+        return {o.value: n for o, n in self._counts.items()}
 
     # -- public API ----------------------------------------------------------
     async def fetch(self, req: FetchRequest) -> FetchResult:
@@ -293,22 +364,46 @@ class Fetcher:
             return early
         t = self._idle.pop() if self._idle else _Transfer(self, self._share)
         c = t.curl
+        url = req.url
         try:
-            c.setopt(pycurl.URL, req.url)
+            c.setopt(pycurl.URL, url)
         except (pycurl.error, UnicodeError, ValueError) as e:
             self._idle.append(t)
             return self._early(req, Outcome.BAD_URL, f"curl rejected the URL: {e}")
         ip = req.ip
-        host = f"[{ip}]" if ":" in ip else ip
-        c.setopt(pycurl.CONNECT_TO, [f"::{host}:{req.port}"])
-        headers = [self._accept] if self._accept else []
-        for k, v in req.headers:
-            if "\r" in k or "\n" in k or "\r" in v or "\n" in v or ":" in k:
-                continue                                  # never let a header value inject lines
-            headers.append(f"{k}: {v}")
-        c.setopt(pycurl.HTTPHEADER, headers)
-        t.max_body = req.max_body_bytes or self.max_body_bytes
-        c.setopt(pycurl.MAXFILESIZE_LARGE, t.max_body)    # refuse early on a declared Content-Length
+        connect_to = f"::[{ip}]:{req.port}" if ":" in ip else f"::{ip}:{req.port}"
+        if connect_to != t.opt_connect_to:
+            c.setopt(pycurl.CONNECT_TO, [connect_to])
+            t.opt_connect_to = connect_to
+        headers = self._accept
+        modelled = bool(self._ua_line)
+        if req.headers:
+            headers = list(headers)
+            for k, v in req.headers:
+                if "\r" in k or "\n" in k or "\r" in v or "\n" in v or ":" in k:
+                    continue                              # never let a header value inject lines
+                try:
+                    headers.append(f"{k}: {v}".encode("latin-1"))
+                except UnicodeEncodeError:
+                    continue                              # not sendable as HTTP/1.1 field bytes
+                if modelled and (k.lower() in _CURL_MANAGED or not v.strip() or not _TOKEN.match(k)):
+                    modelled = False                      # curl rewrites or drops it: take its debug stream
+        if headers != t.opt_headers:
+            c.setopt(pycurl.HTTPHEADER, headers)
+            t.opt_headers = headers
+        head = _request_head(url, self._ua_line, headers) if modelled else None
+        if head is None:
+            if not t.verbose:
+                c.setopt(pycurl.VERBOSE, 1)               # the debug stream carries the request head as sent
+                t.verbose = True
+        elif t.verbose:
+            c.setopt(pycurl.VERBOSE, 0)
+            t.verbose = False
+        t.req_head = head or b""
+        max_body = t.max_body = req.max_body_bytes or self.max_body_bytes
+        if max_body != t.opt_max_body:
+            c.setopt(pycurl.MAXFILESIZE_LARGE, max_body)  # refused early on Content-Length, else cut at the cap
+            t.opt_max_body = max_body
         t.req = req
         t.pinned = ip
         t.started_at = time.time()
@@ -339,12 +434,14 @@ class Fetcher:
         return FetchResult(url=req.url, outcome=outcome, ip=req.ip, started_at=time.time(), error=error)
 
     def _count(self, outcome: Outcome) -> None:
-        self.counts[outcome.value] = self.counts.get(outcome.value, 0) + 1
+        self._counts[outcome] = self._counts.get(outcome, 0) + 1
 
     def stats(self) -> dict:
         return {"in_flight": len(self._active), "handles": len(self._active) + len(self._idle),
                 "sockets_opened": self.sockets_opened, "watched_fds": len(self._watched),
-                "outcomes": dict(self.counts)}
+                "request_heads": {"built": self.heads_built, "debug_stream": self.heads_debug,
+                                  "unconfirmed": self.heads_unconfirmed},
+                "outcomes": self.counts}
 
     async def close(self, grace_s: float) -> None:
         """Stop taking work; let transfers in flight finish for up to ``grace_s`` seconds,
@@ -361,99 +458,120 @@ class Fetcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        # Stop watching before curl closes its cached connections, so the loop never holds a
-        # closed fd (libuv aborts on one). pycurl cannot run the close-socket callback outside a
-        # transfer (it warns and skips it). The easy handles go last (their callbacks may run).
-        for fd in list(self._watched):
-            self._unwatch(fd)
+        # The loop must never hold a closed fd (libuv aborts on one): it holds only the epoll fd.
+        self._loop.remove_reader(self._ep.fileno())
         self._released = True                             # from here on curl's socket/timer requests are ignored
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            self._multi.close()
-        for fd, ident in self._own.items():
-            _close_if_same(fd, ident)                     # the ones pycurl could not hand to our callback
-        self._own.clear()
+        self._watched.clear()
+        self._parked.clear()
+        self._multi.close()                               # closes every pooled connection
         for t in self._idle:
             t.curl.close()
         self._idle.clear()
         self._share.close()
+        self._ep.close()
 
     # -- event-loop plumbing -------------------------------------------------
     def _on_socket(self, what: int, fd: int, multi, socketp) -> None:
         if self._released:
             return
-        old = self._watched.get(fd, 0)
-        if what == pycurl.POLL_REMOVE:
-            if fd in self._own and old & pycurl.POLL_IN:
-                # An idle keep-alive connection: keep the reader registered ("parked") so the
-                # next request on it costs no loop (epoll) calls. A parked socket that turns
-                # readable (peer closed it) is unregistered at once; curl closes its own
-                # sockets through _on_close_socket, which unregisters before the fd is freed.
-                if old & pycurl.POLL_OUT:
-                    self._loop.remove_writer(fd)
-                    self._watched[fd] = pycurl.POLL_IN
-                self._parked.add(fd)
+        watched = self._watched
+        ep = self._ep
+        if what == _POLL_REMOVE:
+            old = watched.pop(fd, 0)
+            if old & _POLL_IN:
+                # Park it: an idle keep-alive connection stays registered, so its next request
+                # costs no epoll_ctl. It leaves the set when it turns readable (the peer closed
+                # or spoke out of turn) or when curl closes it (the kernel drops it then).
+                if old & _POLL_OUT:
+                    _quiet(ep.modify, fd, _EPOLL_OF[_POLL_IN])
+                self._parked[fd] = _POLL_IN
             elif old:
-                self._unwatch(fd)
+                _quiet(ep.unregister, fd)
             return
-        if self._parked:
-            self._parked.discard(fd)
+        old = watched.get(fd, 0)
         if what == old:
             return
-        loop = self._loop
-        if what & pycurl.POLL_IN and not old & pycurl.POLL_IN:
-            loop.add_reader(fd, self._on_readable, fd)
-        elif not what & pycurl.POLL_IN and old & pycurl.POLL_IN:
-            loop.remove_reader(fd)
-        if what & pycurl.POLL_OUT and not old & pycurl.POLL_OUT:
-            loop.add_writer(fd, self._on_writable, fd)
-        elif not what & pycurl.POLL_OUT and old & pycurl.POLL_OUT:
-            loop.remove_writer(fd)
-        self._watched[fd] = what
+        ev = _EPOLL_OF[what]
+        if old:
+            ep.modify(fd, ev)
+        elif self._parked.pop(fd, 0):
+            try:
+                ep.modify(fd, ev)                          # the usual case: back from idle
+            except FileNotFoundError:
+                ep.register(fd, ev)                        # closed by curl meanwhile; a new file has its number
+        else:
+            try:
+                ep.register(fd, ev)
+            except FileExistsError:
+                ep.modify(fd, ev)
+        watched[fd] = what
 
-    def _unwatch(self, fd: int) -> None:
-        self._parked.discard(fd)
-        old = self._watched.pop(fd, 0)
-        if old & pycurl.POLL_IN:
-            self._loop.remove_reader(fd)
-        if old & pycurl.POLL_OUT:
-            self._loop.remove_writer(fd)
+    def _forget(self, fd: int) -> None:
+        """Drop every record of ``fd``: its number now names a new socket (the old file is closed,
+        so the kernel already took it out of the epoll set)."""
+        self._watched.pop(fd, None)
+        self._parked.pop(fd, None)
 
-    def _on_close_socket(self, fd: int) -> int:
-        if fd in self._watched:
-            self._unwatch(fd)
-        self._own.pop(fd, None)
-        try:
-            os.close(fd)
-        except OSError:
-            return 1
-        return 0
+    def _on_ready(self) -> None:
+        """The private epoll set has events: run curl on each ready socket, then collect."""
+        if self._released:
+            return
+        watched = self._watched
+        m = self._multi
+        running = -1
+        for fd, ev in self._ep.poll(0):
+            what = watched.get(fd, 0)
+            if not what:
+                # parked (an idle connection closed or spoke) or already gone: stop watching
+                self._parked.pop(fd, None)
+                _quiet(self._ep.unregister, fd)
+                continue
+            bits = 0
+            if ev & _EPOLL_READ and what & _POLL_IN:
+                bits = pycurl.CSELECT_IN
+            if ev & _EPOLL_WRITE and what & _POLL_OUT:
+                bits |= pycurl.CSELECT_OUT
+            if ev & select.EPOLLERR:
+                bits |= pycurl.CSELECT_ERR
+            _, running = m.socket_action(fd, bits)
+        if 0 <= running < len(self._active):
+            self._collect()
 
     def _on_timer(self, timeout_ms: int) -> None:
         # Called by curl; never call socket_action from inside it (curl docs), schedule instead.
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if timeout_ms >= 0 and not self._released:
-            self._timer = self._loop.call_later(timeout_ms / 1000.0, self._on_timeout)
+        # The new deadline replaces the old one. A timer already armed for an earlier time is
+        # kept (it re-arms itself for the remainder when it fires), so the usual sequence --
+        # "now" for a new handle, then the transfer's far-off timeout -- costs one loop timer.
+        if timeout_ms < 0 or self._released:
+            self._due = None
+            return
+        loop = self._loop
+        due = self._due = loop.time() + timeout_ms / 1000.0
+        timer = self._timer
+        if timer is not None:
+            if self._timer_at <= due:
+                return
+            timer.cancel()
+        self._timer_at = due
+        self._timer = loop.call_at(due, self._on_timeout)
 
     def _on_timeout(self) -> None:
         self._timer = None
-        self._act(pycurl.SOCKET_TIMEOUT, 0)
-
-    def _on_readable(self, fd: int) -> None:
-        if fd in self._parked:
-            self._unwatch(fd)                             # idle connection closed or spoke: stop watching
+        due = self._due
+        if due is None:
             return
-        self._act(fd, pycurl.CSELECT_IN)
-
-    def _on_writable(self, fd: int) -> None:
-        self._act(fd, pycurl.CSELECT_OUT)
-
-    def _act(self, fd: int, events: int) -> None:
-        if self._closed and not self._active:
+        loop = self._loop
+        if due - loop.time() > _TIMER_SLACK_S:               # curl's deadline moved later: sleep on
+            self._timer_at = due
+            self._timer = loop.call_at(due, self._on_timeout)
             return
-        self._multi.socket_action(fd, events)
+        self._due = None
+        _, running = self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+        if running < len(self._active):
+            self._collect()
+
+    def _collect(self) -> None:
+        """Finish every transfer curl reports done."""
         m = self._multi
         while True:
             queued, ok, failed = m.info_read()
@@ -470,28 +588,72 @@ class Fetcher:
             return
         self._multi.remove_handle(c)
         if code == 0:
-            status = c.getinfo(pycurl.RESPONSE_CODE)
-            outcome = Outcome.NOT_MODIFIED if status == 304 else Outcome.OK
-            self._complete(c, t, outcome, "", status)
+            self._complete(c, t, Outcome.OK, "", c.getinfo(pycurl.RESPONSE_CODE))
         else:
-            self._complete(c, t, _classify_error(t, code, msg), t.detail or msg or f"curl error {code}")
+            outcome = _classify_error(t, code, msg)
+            if outcome is Outcome.TOO_LARGE and code == pycurl.E_FILESIZE_EXCEEDED:
+                t.detail = f"body exceeds {t.max_body} bytes"
+            self._complete(c, t, outcome, t.detail or msg or f"curl error {code}")
+
+    def _request_head_sent(self, c: pycurl.Curl, t: _Transfer) -> bytes:
+        """The request head as it went out: ours confirmed by curl's byte count, or curl's debug stream."""
+        if t.verbose:
+            self.heads_debug += 1
+            head = b"".join(t.debug)
+            t.debug.clear()
+            return head
+        sent = c.getinfo(pycurl.REQUEST_SIZE)
+        if sent == 0:
+            return b""                                    # nothing went out (no connection)
+        head = t.req_head
+        if sent % len(head):                              # a resend on a dead reused connection counts twice
+            self.heads_unconfirmed += 1
+            log.warning("request head not confirmed url=%s built_bytes=%d curl_sent_bytes=%d",
+                        t.req.url, len(head), sent)
+        else:
+            self.heads_built += 1
+        return head
 
     def _complete(self, c: pycurl.Curl, t: _Transfer, outcome: Outcome, error: str, status: int = 0) -> None:
         del self._active[c]
         req = t.req
-        if status == 0 and t.head:
-            status = _status_of(t.head[0])
-        head = b"".join(t.head)
-        res = FetchResult(
-            url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
-            elapsed_s=self._loop.time() - t.t0, request_head=b"".join(t.req_head), response_head=head,
-            body=b"".join(t.body), headers=_parse_headers(t.head) if t.head else [], error=error,
-        )
+        lines = t.head
+        body_parts = t.body
+        request_head = self._request_head_sent(c, t)
+        if lines:
+            raw = b"".join(lines)
+            lines.clear()
+            cap = self.max_header_bytes
+            if len(raw) > cap:
+                # Checked here, not per line: the lines went straight into a list. Whatever ended the
+                # transfer, the head was over the cap first; the cap counts every header line of the
+                # exchange, 1xx included. curl's own 300 KB header limit bounds what arrives.
+                outcome = Outcome.HEADERS_TOO_LARGE
+                error = f"response headers exceed {cap} bytes"
+                raw = raw[:cap]
+                status = 0
+                body_parts.clear()
+            head = _final_head(raw)
+            if status == 0:
+                status = _status_of(head)
+            headers = _parse_headers(head)
+        else:
+            head = b""
+            headers = []
+        if outcome is Outcome.OK and status == 304:
+            outcome = Outcome.NOT_MODIFIED
+        body = b"".join(body_parts) if body_parts else b""
+        body_parts.clear()
+        res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
+                          elapsed_s=self._loop.time() - t.t0, request_head=request_head, response_head=head,
+                          body=body, headers=headers, error=error)
         self._count(outcome)
         fut = t.fut
         t.fut = None
         t.req = None
-        t._clear()
+        t.req_head = b""
+        t.abort = None
+        t.detail = ""
         self._idle.append(t)                              # closed in close(), after the multi handle
         if fut is not None and not fut.done():
             fut.set_result(res)
