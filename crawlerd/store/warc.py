@@ -12,13 +12,12 @@ Invariant: only a ``.open`` segment is ever appended to; a segment without
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
 import socket
+import struct
 import time
-import uuid
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ try:  # ISA-L deflate: ~3x faster than zlib at a similar ratio (bench/warc_bench
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover - depends on the environment
     _isal_zlib = None
+_crc32 = _isal_zlib.crc32 if _isal_zlib is not None else zlib.crc32
 
 WARC_VERSION = b"WARC/1.1\r\n"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -52,6 +52,11 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")
 # gzip back ends: (module, highest level, default level), defaults from bench/warc_bench.py.
 # isal 2: ~5% larger than zlib 6 at a quarter of its time; zlib 1 is the fast fallback (~10% larger).
 _COMPRESSORS = {"zlib": (zlib, 9, 1), "isal": (_isal_zlib, 3, 2)}
+# gzip member header (RFC 1952 §2.3): deflate, no flags, mtime 0 (reproducible bytes), OS unknown.
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_STORED_MAX = 65535                   # bytes per stored deflate block (RFC 1951 §3.2.4)
+_STORED_HEAD = struct.Struct("<BHH")  # BFINAL|BTYPE=00 (byte-aligned), LEN, NLEN
+_GZIP_TRAILER = struct.Struct("<II")  # CRC32, ISIZE
 
 
 def available_compressors() -> list[str]:
@@ -77,25 +82,63 @@ class WarcLocation(NamedTuple):
     length: int
 
 
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"           # RFC 4648 §6 alphabet
+_B32_PAIRS = [_B32[i >> 5] + _B32[i & 31] for i in range(1024)]     # 10 bits -> 2 characters
+
+
+def sha1_base32(digest: bytes) -> str:
+    """Base32 (RFC 4648 §6) of a 20-byte SHA-1 digest: 160 bits, 32 characters, no padding.
+
+    Written out because ``base64.b32encode`` is pure Python and took as long as hashing
+    a 2 KB block; an exact test holds it to ``base64.b32encode``.
+    """
+    n = int.from_bytes(digest, "big")
+    t = _B32_PAIRS
+    return (t[n >> 150] + t[(n >> 140) & 1023] + t[(n >> 130) & 1023] + t[(n >> 120) & 1023]
+            + t[(n >> 110) & 1023] + t[(n >> 100) & 1023] + t[(n >> 90) & 1023] + t[(n >> 80) & 1023]
+            + t[(n >> 70) & 1023] + t[(n >> 60) & 1023] + t[(n >> 50) & 1023] + t[(n >> 40) & 1023]
+            + t[(n >> 30) & 1023] + t[(n >> 20) & 1023] + t[(n >> 10) & 1023] + t[n & 1023])
+
+
 def payload_digest(body_dechunked: bytes) -> str:
     """WARC-Payload-Digest of an entity body with transfer coding removed: ``sha1:`` + base32."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(body_dechunked).digest()).decode("ascii")
+    return "sha1:" + sha1_base32(hashlib.sha1(body_dechunked).digest())
 
 
 def _digest_of(*parts: bytes) -> str:
     h = hashlib.sha1()
     for p in parts:
         h.update(p)
-    return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
+    return "sha1:" + sha1_base32(h.digest())
 
 
 def warc_date(ts: float) -> str:
     """WARC-Date with microseconds (WARC/1.1 §5.4 allows fractions of a second)."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    d = datetime.fromtimestamp(ts, UTC)     # rounds to the microsecond (half even), as strftime saw it
+    return (f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
+            f".{d.microsecond:06d}Z")
 
 
-def _uuid_ids() -> str:
-    return f"urn:uuid:{uuid.uuid4()}"
+class _UuidIds:
+    """Random (version 4, RFC 9562 §5.4) record ids, ``urn:uuid:...``, from os.urandom read 4 KiB
+    at a time: one system call per 256 ids instead of one per id.
+
+    Invariant: ``_pool[_pos:]`` are random bytes no id has used, read by this process
+    (``_pid``): a forked child reads its own, so parent and child never share an id.
+    """
+
+    def __init__(self):
+        self._pool = b""
+        self._pos = 0
+        self._pid = 0
+
+    def __call__(self) -> str:
+        if self._pos >= len(self._pool) or self._pid != os.getpid():
+            self._pool, self._pos, self._pid = os.urandom(4096), 0, os.getpid()
+        h = self._pool[self._pos:self._pos + 16].hex()
+        self._pos += 16
+        # version nibble 4; variant bits 10 (RFC 9562 §4.1): the first hex digit of group 4 is 8..b
+        return f"urn:uuid:{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def _field_value(value: str) -> str:
@@ -109,6 +152,12 @@ def _uri(url: str) -> str:
 
 def _ip_field(ip: str) -> str:
     return f"WARC-IP-Address: {_field_value(ip)}\r\n" if ip else ""
+
+
+def _content_coded(response_head: bytes) -> bool:
+    """True when the response carries a content coding other than identity (gzip, br, ...)."""
+    coding = http_header(response_head, b"content-encoding")
+    return coding is not None and coding.strip().lower() not in (b"", b"identity")
 
 
 def _fields_block(fields: dict[str, str]) -> bytes:
@@ -158,7 +207,8 @@ class WarcWriter:
         self.buffer_bytes = buffer_bytes
         self.fsync = fsync
         self._clock = clock
-        self._id_gen = id_gen or _uuid_ids
+        self._id_gen = id_gen or _UuidIds()
+        self._compressobj = module.compressobj
         os.makedirs(directory, exist_ok=True)
         os.makedirs(self.index_dir, exist_ok=True)
         self._serial = self._next_serial()
@@ -205,7 +255,10 @@ class WarcWriter:
                 f"WARC-Warcinfo-ID: <{self._warcinfo_id}>\r\n"
                 f"WARC-Block-Digest: {_digest_of(response_head, body)}\r\n"
                 f"WARC-Payload-Digest: {payload_digest}\r\n{extra}").encode()
-        loc = self._append(head + _TYPE_RESPONSE, response_head, body)
+        if body and _content_coded(response_head) and self.compress_level > 0:
+            loc = self._append_stored_body(head + _TYPE_RESPONSE, response_head, body)
+        else:
+            loc = self._append(head + _TYPE_RESPONSE, response_head, body)
         self._index_line(uri, date, response_head, payload_digest, loc, revisit=False)
         if metadata:
             self._metadata(uri, date, resp_id, metadata)
@@ -306,7 +359,9 @@ class WarcWriter:
         """Compress one record (header + block) into one gzip member and buffer it."""
         length = len(block_a) + len(block_b)
         data = b"".join((WARC_VERSION, head, b"Content-Length: %d\r\n\r\n" % length, block_a, block_b, _CRLF2))
-        member = self._deflate(data, self.compress_level, 31)
+        return self._buffer(self._deflate(data, self.compress_level, 31))
+
+    def _buffer(self, member: bytes) -> WarcLocation:
         loc = WarcLocation(self._name, self._size, len(member))
         self._buf.append(member)
         self._buf_bytes += len(member)
@@ -314,6 +369,25 @@ class WarcWriter:
         self.records_written += 1
         self.bytes_written += len(member)
         return loc
+
+    def _append_stored_body(self, head: bytes, block_a: bytes, body: bytes) -> WarcLocation:
+        """Like ``_append``, for a body that is already compressed (content-coded): the headers
+        are deflated, the body goes in stored blocks (RFC 1951 §3.2.4). Deflate would spend
+        most of a record's time on such a body and save nothing; the member is still one
+        gzip member (RFC 1952) any reader inflates."""
+        length = len(block_a) + len(body)
+        data = b"".join((WARC_VERSION, head, b"Content-Length: %d\r\n\r\n" % length, block_a))
+        c = self._compressobj(self.compress_level, zlib.DEFLATED, -15)
+        # a sync flush ends the headers' deflate blocks non-final and byte-aligned
+        parts = [_GZIP_HEADER, c.compress(data), c.flush(zlib.Z_SYNC_FLUSH)]
+        view = memoryview(body)
+        for i in range(0, len(body), _STORED_MAX):
+            piece = view[i:i + _STORED_MAX]
+            parts += (_STORED_HEAD.pack(0, len(piece), len(piece) ^ 0xFFFF), piece)
+        parts += (_STORED_HEAD.pack(1, len(_CRLF2), len(_CRLF2) ^ 0xFFFF), _CRLF2,
+                  _GZIP_TRAILER.pack(_crc32(_CRLF2, _crc32(body, _crc32(data))),
+                                     (len(data) + len(body) + len(_CRLF2)) & 0xFFFFFFFF))
+        return self._buffer(b"".join(parts))
 
     def _index_line(self, uri: str, date: str, response_head: bytes, digest: str, loc: WarcLocation,
                     revisit: bool) -> None:

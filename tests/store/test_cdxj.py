@@ -7,9 +7,11 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlerd.store.cdxj import cdxj_path, index, surt, timestamp14
+from crawlerd.store.cdxj import Capture, cdxj_path, index, surt, timestamp14
 from crawlerd.store.warc import payload_digest
 from tests.store.helpers import REQUEST_HEAD, RESPONSE_HEAD, T0, det_writer
 
@@ -103,3 +105,24 @@ def test_status_of_404_recorded(segment):
     assert by_url["http://alpha.example.com/b"]["status"] == "404"
     assert by_url["http://alpha.example.com/b"]["mime"] == "unk"
     assert by_url["http://zeta.example.org/"]["mime"] == "text/html"
+
+
+def _dumps_line(cap) -> str:
+    """The line as json.dumps writes it: what Capture.line() must equal byte for byte."""
+    fields = {"url": cap.url, "mime": cap.mime or "unk"}
+    if cap.status:
+        fields["status"] = str(cap.status)
+    if cap.digest:
+        fields["digest"] = cap.digest.split(":", 1)[-1]
+    fields.update(length=str(cap.length), offset=str(cap.offset), filename=cap.filename)
+    return f"{surt(cap.url)} {timestamp14(cap.warc_date)} {json.dumps(fields, ensure_ascii=True)}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=st.text(max_size=60), mime=st.text(max_size=20), status=st.integers(0, 999),
+       digest=st.text(max_size=40), length=st.integers(0, 2**40), offset=st.integers(0, 2**40),
+       filename=st.text(max_size=30))
+def test_capture_line_equals_json_dumps(url, mime, status, digest, length, offset, filename):
+    cap = Capture(url="http://example.com/" + url, warc_date="2023-11-14T22:13:20.123456Z", mime=mime,
+                  status=status, digest=digest, length=length, offset=offset, filename=filename)
+    assert cap.line() == _dumps_line(cap)

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import os
+import random
 import re
 import zlib
 
@@ -395,3 +396,79 @@ def test_failed_write_leaves_a_valid_closed_segment(tmp_path):
     write_page(w, 4)                        # the next record opens a new segment
     w.close()
     assert len(w.segments_closed) == 2 and verify(w.segments_closed[1]).ok
+
+
+def _coded_segment(directory, compressor: str, level: int) -> tuple[str, dict[str, tuple[bytes, bytes, object]]]:
+    """Content-coded responses (gzip small, gzip over several 64 KiB stored blocks, chunked br)."""
+    w = det_writer(directory, compressor=compressor, compress_level=level)
+    small = gzip.compress(html(1), mtime=0)
+    rng = random.Random(7)
+    big = gzip.compress(rng.randbytes(150_000), mtime=0)     # incompressible: 3 stored blocks
+    br_body = rng.randbytes(3000)
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(br_body), br_body)
+    heads = {
+        "small": b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n\r\n",
+        "big": b"HTTP/1.1 200 OK\r\ncontent-ENCODING:  GZIP \r\nContent-Length: %d\r\n\r\n" % len(big),
+        "br": b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n",
+    }
+    out = {}
+    for name, body in (("small", small), ("big", big), ("br", chunked)):
+        loc = w.write_fetch(url=f"http://example.com/{name}", fetched_at=T0, ip="127.0.0.1",
+                            request_head=REQUEST_HEAD, response_head=heads[name], body=body)
+        out[name] = (heads[name], body, loc)
+    w.close()
+    return w.segments_closed[0], out
+
+
+@pytest.mark.parametrize("compressor,level", [("zlib", 1), ("zlib", 6), ("isal", 2), ("isal", 3)])
+def test_content_coded_bodies_stay_valid_and_digests_verify(tmp_path, compressor, level):
+    if compressor not in available_compressors():
+        pytest.skip(f"{compressor} not installed")
+    path, written = _coded_segment(tmp_path / "a", compressor, level)
+    recs = records(path, check_digests=True)
+    assert [r.rec_type for r, _, _ in recs] == ["warcinfo"] + ["request", "response"] * 3
+    for rec, body, problems in recs:
+        if rec.rec_type == "response":
+            assert body == written[rec.rec_headers.get_header("WARC-Target-URI").rsplit("/", 1)[1]][1]
+            if not rec.http_headers.get_header("Transfer-Encoding"):    # warcio keeps chunking in its digest
+                assert problems == []
+    with open(path, "rb") as f:
+        for rec in FastIterator(f, parse_http=False):
+            assert rec.verify_block_digest(), rec.record_type
+    assert verify(path).ok
+    with open(path, "rb") as f:
+        data = f.read()
+    for head, body, loc in written.values():
+        member = data[loc.offset:loc.offset + loc.length]
+        record = gzip.decompress(member)                 # one whole member on its own: CRC and size hold
+        assert record.endswith(head + body + b"\r\n\r\n")
+    # same record bytes as the plain deflate path (level 0 never takes the stored-body path)
+    plain, _ = _coded_segment(tmp_path / "b", "zlib", 0)
+    with open(plain, "rb") as f:
+        assert gzip.decompress(f.read()) == gzip.decompress(data)
+
+
+def test_random_record_ids_are_version_4_and_unique():
+    import uuid
+
+    from crawlerd.store.warc import _UuidIds
+    gen = _UuidIds()
+    ids = [gen() for _ in range(600)]                    # crosses two refills of the byte pool
+    assert len(set(ids)) == 600
+    for rid in ids:
+        u = uuid.UUID(rid.removeprefix("urn:uuid:"))
+        assert rid == f"urn:uuid:{u}" and u.version == 4 and u.variant == uuid.RFC_4122
+
+
+@given(st.binary(min_size=20, max_size=20))
+def test_sha1_base32_matches_base64(digest):
+    import base64
+
+    from crawlerd.store.warc import sha1_base32
+    assert sha1_base32(digest) == base64.b32encode(digest).decode()
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_warc_date_matches_strftime(ts):
+    from datetime import UTC, datetime
+    assert warc_date(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
