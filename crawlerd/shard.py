@@ -50,6 +50,7 @@ from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
+from crawlerd.process.sitemaps import parse_sitemap
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment
@@ -431,9 +432,15 @@ class Shard:
             self.robots.put(host_key, decision)
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
                                      crawl_delay_s=decision.rules.crawl_delay)
-            self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
-                                   response_time_s=total_s)
             self._log_event(lease.url, res, kind="robots")
+            last = res
+            if decision.ok and self.cfg.sitemaps.enabled and same_host and not self._stopping:
+                last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res)
+            retry_after = None
+            if last.status in (429, 503):
+                retry_after = parse_retry_after(last.header("retry-after"), self.wall())
+            self.frontier.complete(lease.lease_id, outcome=last.outcome, status=last.status,
+                                   response_time_s=last.elapsed_s, retry_after_s=retry_after)
             return
         # redirect target unusable: RFC 9309 §2.3.1.2 lets us treat it as unavailable (4xx-like)
         decision = robots_decision(status=404, outcome_ok=True, body=b"", location=None, hops=0,
@@ -443,6 +450,62 @@ class Shard:
         self.robots.put(host_key, decision)
         self.frontier.set_robots(host_key, expires_at=decision.expires_at, crawl_delay_s=None)
         self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=404, response_time_s=total_s)
+
+    async def _read_sitemaps(self, host_key: str, ip: str, rules, last: FetchResult) -> FetchResult:
+        """Read the host's sitemaps within its robots lease: the host stays busy, and every fetch
+        waits the politeness gap (and Crawl-delay) after the previous one; a 429/503 or a transport
+        failure ends the reading. Returns the last fetch's result, which the lease completes with
+        (so its response time, status and Retry-After set the host's next due time). Only
+        same-host sitemaps are read (sitemaps.org: a sitemap vouches for its
+        own host); index children are followed up to ``sitemaps.max_fetches_per_host`` files."""
+        sm = self.cfg.sitemaps
+        queue = [u for u in (urlmod.normalize(x) for x in [*rules.sitemaps, *sm.urls])
+                 if u is not None and urlmod.host_key(u) == host_key]
+        done: set[str] = set()
+        crawl_delay = min(rules.crawl_delay or 0.0, self.cfg.robots.crawl_delay_cap_s)
+        started, fetches = self.clock(), 0
+        budget_s = self.cfg.frontier.lease_timeout_s / 2     # never outlive the lease
+        while queue and fetches < sm.max_fetches_per_host and self.clock() - started < budget_s:
+            url = queue.pop(0)
+            if url in done or not rules.allowed(url):
+                continue
+            done.add(url)
+            await asyncio.sleep(self.politeness.gap_s(last.elapsed_s, crawl_delay, 0))
+            if self._stopping:
+                break
+            req = self._request(url, ip)
+            if req is None:
+                break
+            res = await self.fetcher.fetch(req)
+            fetches += 1
+            self.metrics.counters["sitemap_fetches"] += 1
+            if res.outcome is Outcome.ABORTED:
+                break                     # shutdown: the robots answer still completes the lease
+            last = res
+            self._log_event(url, res, kind="sitemap")
+            if res.outcome is not Outcome.OK:
+                break                     # host trouble: back off through the lease completion
+            self._spawn(self.pool.process(res, None))       # archived like any answer
+            if res.status in (429, 503):
+                break
+            if res.status != 200:
+                continue
+            try:
+                body = decode_body(res.body, chunked="chunked" in (res.header("transfer-encoding") or "").lower(),
+                                   content_encoding=res.header("content-encoding"), max_bytes=sm.max_bytes)
+            except DecodeError:
+                self.metrics.counters["sitemap_undecodable"] += 1
+                continue
+            parsed = parse_sitemap(body, url, max_urls=sm.max_urls, max_bytes=sm.max_bytes)
+            queue.extend(parsed.sitemaps)
+            recent_after = self.wall() - sm.recent_s
+            fresh = [u.url for u in parsed.urls if u.lastmod is not None and u.lastmod >= recent_after]
+            other = [u.url for u in parsed.urls if u.lastmod is None or u.lastmod < recent_after]
+            self.submit_urls(fresh, depth=1, priority=0)    # lastmod raises priority
+            self.submit_urls(other, depth=1, priority=1)
+            self.metrics.counters["sitemap_urls"] += len(parsed.urls)
+            self.metrics.dropped["sitemap_foreign_url"] += parsed.rejected
+        return last
 
     async def _request_for(self, url: str) -> FetchRequest | None:
         """A request to a host that is not this lease's (robots redirect): resolve and guard it."""

@@ -133,8 +133,10 @@ class Supervisor:
         self.stop_event = asyncio.Event()
         self.shard = Shard(self.cfg, self.metrics)
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
-        if seeds:
-            self.shard.submit_urls(seeds, depth=0, priority=0)
+        # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
+        roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        if seeds or roots:
+            self.shard.submit_urls(seeds + roots, depth=0, priority=0)
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
         gc.collect()
         gc.freeze()

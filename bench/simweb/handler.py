@@ -29,7 +29,7 @@ ACTION_RESET = "reset"   # abort the connection with a TCP RST (SO_LINGER 0)
 HTML = "text/html; charset=utf-8"
 _BASE_LAST_MODIFIED = 1704067200          # 2024-01-01T00:00:00Z
 _DEPTH_RE = re.compile(r"^(?:/[ab])+/$")
-_LEAF_PREFIXES = ("/private/open/", "/private/", "/nf/", "/mnf/")
+_LEAF_PREFIXES = ("/private/open/", "/private/", "/nf/", "/mnf/", "/sm/")
 
 
 @dataclass(slots=True)
@@ -99,6 +99,7 @@ class Handler:
 
     def __init__(self, site: S.Site, port: int, cache_bytes: int = 64 << 20) -> None:
         self.site = site
+        self.port = port
         self.pages = PageRenderer(site, ParagraphPool(site.seed), port)
         self.cache: OrderedDict[tuple, Entity] = OrderedDict()
         self.cache_bytes = cache_bytes
@@ -171,9 +172,27 @@ class Handler:
         if spec.variant == S.ROBOTS_REDIRECT and path != spec.paths[-1]:
             nxt = spec.paths[spec.paths.index(path) + 1]
             return Reply(301, b"moved\n", "text/plain", (("Location", f"http://{authority}{nxt}"),))
+        if spec.variant == S.ROBOTS_ALLOW_ALL:
+            # RFC 9309 §2.3.5 / sitemaps.org: an absolute Sitemap: line; the index points at a gzipped urlset
+            text = spec.text + f"Sitemap: http://{authority}{S.SITEMAP_INDEX_PATH}\n"
+            return Reply(200, text.encode(), "text/plain; charset=utf-8")
         if spec.status == 200 or spec.variant == S.ROBOTS_REDIRECT:
             return Reply(200, spec.text.encode(), "text/plain; charset=utf-8")
         return Reply(spec.status, f"robots.txt status {spec.status}\n".encode(), "text/plain")
+
+    def _sitemap(self, host: S.HostSpec, path: str) -> Reply:
+        """Sitemap index -> one gzipped urlset of /sm/k.html pages, which nothing else links to."""
+        base = f"http://{host.name}:{self.port}"
+        if path == S.SITEMAP_INDEX_PATH:
+            body = ('<?xml version="1.0" encoding="UTF-8"?>\n'
+                    '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+                    f"<sitemap><loc>{base}{S.SITEMAP_URLSET_PATH}</loc></sitemap>\n</sitemapindex>\n")
+            return Reply(200, body.encode(), "application/xml")
+        urls = "".join(f"<url><loc>{base}/sm/{k}.html</loc><lastmod>2026-11-01</lastmod></url>\n"
+                       for k in range(S.LEAF_PAGES))
+        body = ('<?xml version="1.0" encoding="UTF-8"?>\n'
+                f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{urls}</urlset>\n')
+        return Reply(200, gzip.compress(body.encode(), mtime=0), "application/gzip")
 
     def not_found(self) -> Reply:
         return Reply(404, b"<!DOCTYPE html>\n<html><body><h1>404 Not Found</h1></body></html>\n")
@@ -223,6 +242,8 @@ class Handler:
                     return self.not_found()
                 return self._serve(host, (prefix, k), lambda p=prefix, k=k: (pages.leaf(host, p, k), HTML),
                                    inm, ims, gz)
+        if host.robots.variant == S.ROBOTS_ALLOW_ALL and path in (S.SITEMAP_INDEX_PATH, S.SITEMAP_URLSET_PATH):
+            return self._sitemap(host, path)
         if path.startswith("/r/"):
             k = _canonical_int(path[3:])
             if k is None or k >= host.pages:

@@ -50,6 +50,8 @@ RATE_LIMIT_EVERY = 4                # request n to the rate-limited host is 429 
 FLAKY_EVERY = 5                     # request n to the flaky host is 503 when n % 5 == 2
 SLOW_DELAY_RANGE_S = (0.5, 2.0)
 ROBOTS_HOLD_S = 90.0                # "timeout" robots: silent past a 30 s robots / 60 s fetch timeout
+SITEMAP_INDEX_PATH = "/sitemap.xml"       # allow_all hosts announce it in robots.txt
+SITEMAP_URLSET_PATH = "/sitemap-1.xml.gz"  # gzipped urlset of /sm/k.html, reachable only via the sitemap
 LEAF_PAGES = 10                     # /private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html, k < 10
 MEDIA_FILES = 5                     # /img/k.png, /files/k.txt, /files/k.pdf, /data/k.json, k < 5
 NOFOLLOW_PREFIXES = ("/nf/", "/mnf/")  # reachable only through nofollow links

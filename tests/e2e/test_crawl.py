@@ -114,8 +114,10 @@ def test_warc_one_capture_per_page_fetched(crawl):
 
 
 def _is_robots(target: str) -> bool:
-    # robots.txt and the hops of a robots.txt redirect chain are re-read after a restart (RFC 9309 §2.4)
-    return "robots" in target.rsplit("/", 1)[-1]
+    # robots.txt (and its redirect hops) and the sitemaps it announces are re-read after a restart
+    # (RFC 9309 §2.4: the cached copy is not trusted across the restart)
+    name = target.rsplit("/", 1)[-1]
+    return "robots" in name or name.startswith("sitemap")
 
 
 def test_killed_worker_was_replaced(crawl):
@@ -135,6 +137,16 @@ def test_hosts_with_4xx_robots_are_crawled(crawl):
     assert fourxx
     fetched = {e["host"] for e in crawl["ledger1"] if e["target"] != "/robots.txt" and e["status"]}
     assert set(fourxx) <= fetched, set(fourxx) - fetched
+
+
+def test_sitemaps_from_robots_are_read(crawl):
+    # allow_all hosts announce a sitemap index -> gzipped urlset of /sm/ pages nothing else links to
+    targets = {(e["host"], e["target"]) for e in crawl["ledger1"] if e["status"] == 200}
+    sm_hosts = [h for h, d in crawl["site"]["hosts"].items() if d["robots"]["variant"] == "allow_all"]
+    assert sm_hosts
+    read = [h for h in sm_hosts if (h, "/sitemap-1.xml.gz") in targets]
+    assert read, "no sitemap urlset was read"
+    assert any(t.startswith("/sm/") for h, t in targets if h in read), "no sitemap-only page was fetched"
 
 
 def test_second_run_fetches_nothing_again(crawl):
