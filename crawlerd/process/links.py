@@ -24,8 +24,9 @@ __all__ = ["links_from_page"]
 
 # Absolute or network-path reference with a plain authority (no userinfo, no IPv6 literal).
 _ABSOLUTE = re.compile(
-    rf"(?:(https?):)?//([A-Za-z0-9_.\-]+(?::[0-9]{{1,5}})?)(/[{PATH_CHARS}]*)?(?:\?(?P<q>[{QUERY_CHARS}]*))?(?:#.*)?",
+    rf"(?:(https?):)?//([A-Za-z0-9_.\-]+(?::[0-9]{{1,5}})?)(/[{PATH_CHARS}]*)?(?:\?([{QUERY_CHARS}]*))?(?:#.*)?",
     re.S)
+_NETWORK_PREFIXES = ("http", "//")     # candidates for _ABSOLUTE
 # Same-authority reference: a root-relative path (not "//"), or a relative path without ":" (else its
 # first segment could read as a scheme) that does not start with "."; or no path at all ("?q", "#f", "").
 _NO_COLON = PATH_CHARS.replace(":", "")
@@ -34,36 +35,14 @@ _SAME_HOST = re.compile(
     rf"(?:\?([{QUERY_CHARS}]*))?(?:#.*)?", re.S)
 
 
-def _absolute(href: str, scheme: str) -> tuple[str, str] | None | bool:
-    """(normalised URL, host key) of a clean absolute or ``//`` href; None for an invalid host;
-    False when the general path must decide."""
-    m = _ABSOLUTE.fullmatch(href)
-    if m is None:
-        return False
-    scheme = m.group(1) or scheme
-    netloc = normalize_authority(scheme, m.group(2))
-    if netloc is None:
-        return None
-    path = m.group(3) or "/"
-    if "/." in path:
-        return False                    # dot segments: let the general path remove them
-    key = f"{scheme}://{netloc}"
-    query = m.group("q")
-    return (f"{key}{path}?{query}" if query else key + path), key
-
-
 def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
                     max_url_length: int = 2048) -> list[Link]:
     """Resolve, normalise and fingerprint a page's ``(href, nofollow)`` pairs, in first-seen order.
 
-    Duplicate hrefs are dropped before normalising and duplicate results after;
-    a URL is ``nofollow`` only if every occurrence of it was. Hrefs that do not
-    give an http(s) URL, or give one longer than ``max_url_length``, are dropped.
+    Duplicate results are merged: a URL is ``nofollow`` only if every occurrence
+    of it was. Hrefs that do not give an http(s) URL, or give one longer than
+    ``max_url_length``, are dropped.
     """
-    unique: dict[str, bool] = {}
-    for href, nofollow in hrefs:
-        if unique.get(href, True):
-            unique[href] = nofollow
     base = parse_base(base_url)
     if base is None:
         scheme = key = base_dir = base_path = here = ""
@@ -71,18 +50,25 @@ def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
         scheme, base_dir, base_path = base.scheme, base.dir, base.path
         key = f"{scheme}://{base.netloc}"
         here = f"{key}{base_path}?{base.query}" if base.query else key + base_path    # the base, normalised
-    same_host = _SAME_HOST.fullmatch
+    absolute, same_host = _ABSOLUTE.fullmatch, _SAME_HOST.fullmatch
     out: dict[str, Link] = {}
-    for href, nofollow in unique.items():
+    # No dedup of hrefs first: a repeated href gives the same URL, merged below (extract's hrefs are unique).
+    for href, nofollow in hrefs:
         url = None
         if base is not None:
-            first = href[:1]
-            if href[:4] == "http" or href[:2] == "//":
-                fast = _absolute(href, scheme)
-                if fast is None:
-                    continue
-                if fast:
-                    url, link_key = fast
+            if href.startswith(_NETWORK_PREFIXES):
+                m = absolute(href)
+                if m is not None:
+                    link_scheme, authority, path, query = m.groups()
+                    link_scheme = link_scheme or scheme
+                    netloc = normalize_authority(link_scheme, authority)
+                    if netloc is None:
+                        continue
+                    if path is None:
+                        path = "/"
+                    if "/." not in path:       # else dot segments: the general path removes them
+                        link_key = f"{link_scheme}://{netloc}"
+                        url = f"{link_key}{path}?{query}" if query else link_key + path
             else:
                 m = same_host(href)
                 if m is not None:
@@ -92,7 +78,7 @@ def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
                         url = here if query is None else (f"{key}{base_path}?{query}" if query
                                                           else key + base_path)
                     else:
-                        if first != "/":
+                        if path[0] != "/":
                             path = base_dir + path
                         if "/." not in path:
                             url = f"{key}{path}?{query}" if query else key + path
@@ -105,9 +91,8 @@ def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
         if len(url) > max_url_length:
             continue
         link = out.get(url)
-        if link is not None:
-            if not nofollow:
-                link.nofollow = False
-            continue
-        out[url] = Link(url, xxh3_64_intdigest(url.encode()), link_key, nofollow)
+        if link is None:
+            out[url] = Link(url, xxh3_64_intdigest(url.encode()), link_key, nofollow)
+        elif not nofollow:
+            link.nofollow = False
     return list(out.values())
