@@ -203,6 +203,9 @@ class _Transfer:
         c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)   # raw HTTP/1.1 bytes go to WARC
         c.setopt(pycurl.HTTP_TRANSFER_DECODING, 0)
         c.setopt(pycurl.PATH_AS_IS, 1)                   # request the URL the frontier normalised, as is
+        # curl never resolves a name (CONNECT_TO pins an address literal), so its DNS cache holds
+        # only those literals; with a timeout it prunes the whole cache on every transfer.
+        c.setopt(pycurl.DNS_CACHE_TIMEOUT, 0)
         c.setopt(pycurl.USERAGENT, f.user_agent)
         c.setopt(pycurl.CONNECTTIMEOUT_MS, int(f.connect_timeout_s * 1000))
         c.setopt(pycurl.TIMEOUT_MS, int(f.timeout_s * 1000))
@@ -327,7 +330,6 @@ class Fetcher:
         self.heads_unconfirmed = 0                          # built heads whose size curl did not confirm
         self._share = pycurl.CurlShare()
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)  # TLS resumption across handles
-        self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
         m = self._multi = pycurl.CurlMulti()
         m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         m.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
