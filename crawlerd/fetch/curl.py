@@ -323,7 +323,7 @@ class Fetcher:
         self.verify_tls = verify_tls
         self._accept = [f"Accept-Encoding: {accept_encoding}".encode("latin-1")] if accept_encoding else []
         # The User-Agent line curl writes; an empty agent is left to curl's debug stream.
-        self._ua_line = f"User-Agent: {user_agent}\r\n".encode("latin-1") if user_agent.isascii() else b""
+        self._ua_line = f"User-Agent: {user_agent}\r\n".encode() if user_agent and user_agent.isascii() else b""
         self.sockets_opened = 0
         self.heads_built = 0                                # request heads we wrote, confirmed by size
         self.heads_debug = 0                                # request heads taken from curl's debug stream

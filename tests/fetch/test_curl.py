@@ -5,6 +5,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import warnings
 
 import pytest
 import uvloop
@@ -320,12 +321,30 @@ def test_per_request_body_cap_overrides_default():
     assert fine.outcome is Outcome.OK
 
 
-def test_body_cap_in_write_callback_without_content_length():
+def test_body_cap_without_content_length():
     async def scenario(f, server, port):
         return await f.fetch(req(port, "/endless-chunked"))
     r = run(scenario, max_body_bytes=100_000)
     assert r.outcome is Outcome.TOO_LARGE
+    assert r.error == "body exceeds 100000 bytes"
     assert len(r.body) <= 100_000                  # what arrived before the cut-off, never more
+
+
+def test_header_cap_below_curls_own_limit():
+    async def main():
+        server = HostileServer(huge_header_bytes=100_000)   # over our 64 KiB cap, under curl's 300 KB
+        _, port = await server.start()
+        f = make_fetcher()
+        try:
+            return await f.fetch(req(port, "/huge-headers")), await f.fetch(req(port, "/ok"))
+        finally:
+            await f.close(0)
+            server.close()
+    r, after = uvloop.run(main())
+    assert r.outcome is Outcome.HEADERS_TOO_LARGE
+    assert r.error == f"response headers exceed {64 << 10} bytes"
+    assert r.body == b"" and len(r.response_head) <= 64 << 10
+    assert after.outcome is Outcome.OK
 
 
 def test_close_abandons_a_drip_within_grace():
@@ -386,6 +405,26 @@ def test_close_releases_every_socket():
     assert opened >= 30
     assert after == before
     assert stats["watched_fds"] == 0
+
+
+def test_dead_idle_connections_close_without_warning_or_fd_leak():
+    """curl closes idle pooled connections the server dropped, long after the easy handle that
+    opened them went back to the pool: nothing may go to stderr and no fd may stay open."""
+    async def scenario(f, server, port):
+        reqs = [req(port, "/close-after" if i % 2 else "/ok", host=f"h{i}.test") for i in range(10)]
+        fds = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = list(await asyncio.gather(*(f.fetch(r) for r in reqs)))   # ten handles, ten connections
+            for _ in range(6):
+                out += [await f.fetch(r) for r in reqs]  # handles come back in another order
+                fds.append(_open_fds())
+        return out, [str(w.message) for w in caught], fds, f.stats()
+    out, caught, fds, stats = run(scenario)
+    assert all(r.outcome is Outcome.OK for r in out)
+    assert caught == []
+    assert fds[-1] == fds[0]                       # every dead connection's socket was closed
+    assert stats["sockets_opened"] == 10 + 6 * 5
 
 
 def test_ipv6_loopback_pinning():
