@@ -18,6 +18,7 @@ ratios are against the target of the issue and, for simhash, the peer measured
 in the same run.
 
 Run:  nice -n 10 .venv/bin/python bench/process_bench.py [--runs 5] [--pages 200] [--fingerprints 10000000]
+      [--skip-near]
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=200)
     ap.add_argument("--fingerprints", type=int, default=10_000_000, help="pairs in the index for the query")
     ap.add_argument("--store", type=int, default=200_000, help="docs in NearDuplicates for check_and_add")
+    ap.add_argument("--skip-near", action="store_true", help="worker path and pieces only (no index build)")
     args = ap.parse_args()
     runs, n = args.runs, args.pages
 
@@ -236,6 +238,8 @@ def main() -> None:
                                                    request_head=r.request_head, response_head=r.response_head,
                                                    body=r.body), coded, runs))
         warc.close()
+        if args.skip_near:
+            return
 
         print("near duplicates (crawl process):")
         rng = np.random.default_rng(5)

@@ -9,6 +9,8 @@ care where that owner lives.
 
 from __future__ import annotations
 
+import ctypes
+import os
 from collections.abc import Callable
 
 from crawlerd._native.simhash import simhash as simhash64
@@ -26,6 +28,40 @@ NearDuplicate = Callable[[int, str], str]
 
 
 _ASK = object()
+
+# glibc malloc tuning (mallopt parameters from <malloc.h>), see tune_allocator().
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 4 << 20     # blocks this large are mmap'd, and unmapped when freed
+TRIM_THRESHOLD_BYTES = 16 << 20    # free heap top kept for the next page instead of returned
+_tuned: bool | None = None
+
+
+def tune_allocator() -> bool:
+    """Fix glibc malloc's mmap and trim thresholds in this process (once); True if applied.
+
+    Parsing a page makes lexbor allocate and free a few blocks of 256 KiB to 1 MiB.
+    glibc's adaptive thresholds hand those back to the kernel (munmap, or a heap trim)
+    and the next page faults them in again: about 12 page faults per page, a quarter
+    of extract()'s CPU. Fixed thresholds keep them in the heap. Memory stays bounded:
+    blocks of MMAP_THRESHOLD_BYTES and more (a huge page) still go back at free, and
+    at most TRIM_THRESHOLD_BYTES of free heap top is kept. Other C libraries: no-op.
+    """
+    global _tuned
+    if _tuned is None:
+        _tuned = False
+        try:
+            glibc = os.confstr("CS_GNU_LIBC_VERSION")
+        except (ValueError, OSError):
+            glibc = None
+        if glibc and glibc.startswith("glibc"):
+            try:
+                mallopt = ctypes.CDLL(None).mallopt     # the process's own C library
+            except (OSError, AttributeError):
+                return _tuned
+            _tuned = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and \
+                bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return _tuned
 
 
 def _is_chunked(res: FetchResult) -> bool:
@@ -50,6 +86,7 @@ class PageProcessor:
         self.max_links = max_links
         self.digest_seen = digest_seen
         self.near_duplicate = near_duplicate
+        tune_allocator()
 
     def process(self, res: FetchResult, prior=_ASK, digest: str = "") -> ProcessResult:
         """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
