@@ -25,6 +25,7 @@ keeps Python's defaults).
 
 Run:  nice .venv/bin/python bench/fetch_bench.py [--hosts 1000] [--rounds 6] [--runs 5] [--dns-names 20000]
       [--compare OLD_CURL_PY]   run another copy of curl.py in alternation with this one (before/after)
+      [--hosts-per-ip N]        N virtual hosts per address (curl's connection cache scans per address)
       [--profile OUT.prof]      one cProfile pass over the timed rounds
 """
 
@@ -119,7 +120,7 @@ def server_main(q, page_bytes: int, bind: str, multi_ip: bool) -> None:
 # -- crawler side -------------------------------------------------------------------
 
 async def curl_rounds(hosts: int, rounds: int, port: int, multi_ip: bool, fetcher_cls=Fetcher,
-                      profile: str = "") -> dict:
+                      profile: str = "", hosts_per_ip: int = 1) -> dict:
     loop = asyncio.get_running_loop()
     f = fetcher_cls(loop, user_agent="crawlerd-bench/0.1", guard=AddressGuard(["127.0.0.0/8"]),
                 connect_timeout_s=10.0, timeout_s=60.0, low_speed_bytes_per_s=1, low_speed_time_s=60,
@@ -128,7 +129,7 @@ async def curl_rounds(hosts: int, rounds: int, port: int, multi_ip: bool, fetche
 
     async def one_host(i: int, rnds: range) -> None:
         nonlocal bad
-        ip = host_ip(i, multi_ip)
+        ip = host_ip(i // hosts_per_ip, multi_ip)
         for r in rnds:
             res = await f.fetch(FetchRequest(url=f"http://h{i}.bench:{port}/p{r}", ip=ip, port=port))
             if res.outcome is not Outcome.OK or len(res.body) != PAGE_BYTES:
@@ -190,7 +191,7 @@ class _PeerConn(asyncio.Protocol):
         return await self.fut
 
 
-async def peer_rounds(hosts: int, rounds: int, port: int, multi_ip: bool) -> dict:
+async def peer_rounds(hosts: int, rounds: int, port: int, multi_ip: bool, hosts_per_ip: int = 1) -> dict:
     loop = asyncio.get_running_loop()
     conns: dict[int, _PeerConn] = {}
     bad = 0
@@ -198,7 +199,7 @@ async def peer_rounds(hosts: int, rounds: int, port: int, multi_ip: bool) -> dic
     async def one_host(i: int, rnds: range) -> None:
         nonlocal bad
         if i not in conns:
-            _, conns[i] = await loop.create_connection(_PeerConn, host_ip(i, multi_ip), port)
+            _, conns[i] = await loop.create_connection(_PeerConn, host_ip(i // hosts_per_ip, multi_ip), port)
         for r in rnds:
             body = await conns[i].get(f"h{i}.bench:{port}", f"/p{r}")
             if len(body) != PAGE_BYTES:
@@ -290,19 +291,21 @@ def bench(args, multi_ip: bool) -> None:
     try:
         http_port, dns_port = q.get(timeout=30)
         if args.profile:
-            uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, profile=args.profile))
+            uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, profile=args.profile,
+                                   hosts_per_ip=args.hosts_per_ip))
             pstats.Stats(args.profile).sort_stats("tottime").print_stats(30)
             return
         curl, base, peer, dns_ours, dns_raw = [], [], [], [], []
         for run in range(args.runs):
-            peer.append(uvloop.run(peer_rounds(args.hosts, args.rounds, http_port, multi_ip)))
+            peer.append(uvloop.run(peer_rounds(args.hosts, args.rounds, http_port, multi_ip, args.hosts_per_ip)))
             # alternate which fetcher goes first, so neither always meets the warmer (or busier) machine
             order = [("curl", Fetcher), ("base", base_cls)] if base_cls else [("curl", Fetcher)]
             if run % 2:
                 order.reverse()
             got = {}
             for name, cls in order:
-                got[name] = uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, cls))
+                got[name] = uvloop.run(curl_rounds(args.hosts, args.rounds, http_port, multi_ip, cls,
+                                                   hosts_per_ip=args.hosts_per_ip))
             curl.append(got["curl"])
             line = f"run {run + 1}: " + _fmt("curl", curl[-1])
             if base_cls:
@@ -323,7 +326,8 @@ def bench(args, multi_ip: bool) -> None:
         server.join(5)
     n = args.hosts * (args.rounds - 1)
     gc_note = "default GC" if args.default_gc else "GC frozen + thresholds as the daemon"
-    print(f"\nkeep-alive {PAGE_BYTES} B pages, {args.hosts} hosts ({'one IP each' if multi_ip else 'one IP'}), "
+    ips = "one IP" if not multi_ip else "one IP each" if args.hosts_per_ip == 1 else f"{args.hosts_per_ip} per IP"
+    print(f"\nkeep-alive {PAGE_BYTES} B pages, {args.hosts} hosts ({ips}), "
           f"{n} timed transfers per run, {gc_note}, median of {args.runs} runs:")
     print(f"  {'':28}{'transfers/s':>14}{'crawler CPU us/transfer':>26}")
     pm, pc = _median(peer, "per_s"), _median(peer, "cpu_us")
@@ -364,6 +368,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6, help="fetches per host per run (the first opens)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dns-names", type=int, default=20000, help="0 skips the DNS part")
+    ap.add_argument("--hosts-per-ip", type=int, default=1,
+                    help="virtual hosts sharing one address (curl's connection cache groups by address)")
     ap.add_argument("--compare", metavar="CURL_PY", default="",
                     help="another copy of crawlerd/fetch/curl.py to run in alternation as a baseline")
     ap.add_argument("--profile", metavar="FILE", default="",
