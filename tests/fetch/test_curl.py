@@ -70,6 +70,18 @@ def test_request_head_is_exactly_what_the_server_received():
     assert b'If-None-Match: "abc"\r\n' in r.request_head
 
 
+def test_request_head_survives_curls_resend_on_a_dead_reused_connection():
+    async def scenario(f, server, port):
+        await f.fetch(req(port, "/ok"))
+        r = await f.fetch(req(port, "/empty"))    # the server drops the reused connection unanswered
+        return r, len(server.log), f.stats()["request_heads"]
+    r, requests, heads = run(scenario)
+    assert requests == 3                          # curl sent /empty again on a fresh connection
+    assert r.outcome is Outcome.CONNECTION_RESET
+    assert r.request_head.startswith(b"GET /empty HTTP/1.1\r\n") and r.request_head.endswith(b"\r\n\r\n")
+    assert heads["unconfirmed"] == 0
+
+
 def test_path_is_sent_as_given():
     async def scenario(f, server, port):
         return await f.fetch(req(port, "/echo/a/../b/./c"))

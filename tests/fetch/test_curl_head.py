@@ -112,6 +112,13 @@ def test_handles_switch_between_built_and_debug_heads():
     assert b"Authorization" not in out[2].request_head   # the debug handle went back to building cleanly
 
 
+def test_header_whitespace_goes_out_as_given():
+    (r,), counts, _ = fetch_all([("http://site.test/", [("X-Lead", "  a"), ("X-Trail", "b \t"), ("x-lower", "c")])])
+    assert r.request_head == r.body
+    assert b"X-Lead:   a\r\nX-Trail: b \t\r\nx-lower: c\r\n" in r.body
+    assert counts == {"built": 1, "debug_stream": 0, "unconfirmed": 0}
+
+
 def test_latin1_header_values_go_out_as_their_bytes():
     (r,), counts, _ = fetch_all([("http://site.test/", [("If-None-Match", '"caf\u00e9"')])])
     assert r.request_head == r.body
