@@ -238,7 +238,12 @@ class _Transfer:
             self.abort = Outcome.BLOCKED_ADDRESS
             self.detail = f"address {ip} is {f.guard.reason(ip)}"
             return pycurl.SOCKET_BAD
-        fd = socket.socket(address.family, address.socktype, address.protocol).detach()
+        try:
+            fd = socket.socket(address.family, address.socktype, address.protocol).detach()
+        except OSError as e:                             # e.g. EMFILE: an outcome, never a traceback on stderr
+            self.abort = Outcome.NETWORK_ERROR
+            self.detail = f"cannot open a socket: {e}"
+            return pycurl.SOCKET_BAD
         f._forget(fd)                                    # records left by a socket curl closed on its own
         f.sockets_opened += 1
         return fd                                        # pycurl hands an int to curl as is; curl closes it
@@ -301,10 +306,14 @@ class Fetcher:
 
     Key: each in-flight transfer by its easy handle. Invariants: a handle is
     in the multi handle iff it has a pending future (``in_flight`` counts
-    them); every future is resolved exactly once with a FetchResult; a
-    watched fd is registered with the loop iff curl asked for it and has not
-    removed it; the loop timer, when armed, fires no later than curl's
-    current deadline (``_due``).
+    them); every future is resolved exactly once with a FetchResult; an fd
+    is in ``_watched`` iff curl asked to watch it and has not removed it, and
+    then it is in the private epoll set with that mask; a ``_parked`` fd is
+    an idle keep-alive socket left in the set, or a number curl has since
+    closed (the kernel dropped it from the set; the entry goes when the
+    number comes back through ``_on_open_socket`` or ``_on_socket``, so
+    both maps stay bounded by the fd numbers in use); the loop timer, when
+    armed, fires no later than curl's current deadline (``_due``).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
@@ -371,6 +380,7 @@ class Fetcher:
             c.setopt(pycurl.URL, url)
         except (pycurl.error, UnicodeError, ValueError) as e:
             self._idle.append(t)
+            self._count(Outcome.BAD_URL)
             return self._early(req, Outcome.BAD_URL, f"curl rejected the URL: {e}")
         ip = req.ip
         connect_to = f"::[{ip}]:{req.port}" if ":" in ip else f"::{ip}:{req.port}"
@@ -493,19 +503,16 @@ class Fetcher:
         old = watched.get(fd, 0)
         if what == old:
             return
+        # A parked fd is usually back from idle (modify); if curl closed it meanwhile and a new
+        # file has its number, modify finds nothing and it is registered afresh.
+        in_set = old or self._parked.pop(fd, 0)
         ev = _EPOLL_OF[what]
-        if old:
+        try:
+            (ep.modify if in_set else ep.register)(fd, ev)
+        except FileNotFoundError:
+            ep.register(fd, ev)
+        except FileExistsError:
             ep.modify(fd, ev)
-        elif self._parked.pop(fd, 0):
-            try:
-                ep.modify(fd, ev)                          # the usual case: back from idle
-            except FileNotFoundError:
-                ep.register(fd, ev)                        # closed by curl meanwhile; a new file has its number
-        else:
-            try:
-                ep.register(fd, ev)
-            except FileExistsError:
-                ep.modify(fd, ev)
         watched[fd] = what
 
     def _forget(self, fd: int) -> None:

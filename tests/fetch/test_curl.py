@@ -1,6 +1,8 @@
 """Fetcher on uvloop against the loopback test server: bytes kept exactly, limits, outcomes."""
 
 import asyncio
+import os
+import resource
 import shutil
 import socket
 import ssl
@@ -437,6 +439,24 @@ def test_dead_idle_connections_close_without_warning_or_fd_leak():
     assert caught == []
     assert fds[-1] == fds[0]                       # every dead connection's socket was closed
     assert stats["sockets_opened"] == 10 + 6 * 5
+
+
+def test_no_free_fd_is_an_outcome_not_a_traceback(capfd):
+    async def scenario(f, server, port):
+        probe = os.dup(0)                          # the lowest free fd number
+        os.close(probe)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))   # no new fd can be opened now
+        try:
+            starved = await f.fetch(req(port, "/ok"))
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        return starved, await f.fetch(req(port, "/ok"))
+    starved, after = run(scenario)
+    assert starved.outcome is Outcome.NETWORK_ERROR
+    assert "cannot open a socket" in starved.error
+    assert after.outcome is Outcome.OK
+    assert capfd.readouterr().err == ""           # the daemon's stderr stays one event per line
 
 
 def test_ipv6_loopback_pinning():
