@@ -79,6 +79,19 @@ def test_zero_politeness_violations(crawl, ledger):
     assert retry_after_violations(entries) == []
 
 
+def test_politeness_cases_were_exercised(crawl):
+    # the clean ledger above means something only if shared IPs, 429s and Crawl-delay were in play
+    entries = crawl["ledger1"]
+    hosts_per_ip = {}
+    for e in entries:
+        if e["status"]:
+            hosts_per_ip.setdefault(e["ip"], set()).add(e["host"])
+    assert any(len(h) >= 2 for h in hosts_per_ip.values()), "no IP shared by two crawled hosts"
+    assert any(e["status"] == 429 and e["retry_after_s"] for e in entries), "no 429 with Retry-After answered"
+    delayed = crawl_delays(crawl["site"])
+    assert any(e["host"] in delayed and e["target"] != "/robots.txt" for e in entries), "no Crawl-delay host"
+
+
 @pytest.mark.parametrize("ledger", ["ledger1", "ledger2"])
 def test_zero_robots_violations(crawl, ledger):
     v = robots_violations(entries_from_json(crawl[ledger]), crawl["site"], agent="crawlerd")
