@@ -80,7 +80,10 @@ _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
 _EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 _EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
-_TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
+_TIMER_SLACK_S = 0.001
+# libcurl 8.4 is the first to cut a body off at MAXFILESIZE while it streams (older ones only refuse a
+# declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
+_MIN_LIBCURL = 0x080400             # a loop timer that fires this close to curl's deadline counts as due
 
 # An ordinary absolute URL whose request line and Host header curl sends exactly as written
 # (checked byte for byte against curl's debug stream in tests/fetch/test_curl_head.py): lowercase
@@ -320,6 +323,10 @@ class Fetcher:
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
                  accept_encoding: str = "gzip, deflate, br"):
+        libcurl = pycurl.version_info()
+        if libcurl[2] < _MIN_LIBCURL:
+            raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
+                               "(MAXFILESIZE enforced on streamed bodies)")
         self._loop = loop
         self.user_agent = user_agent
         self.guard = guard
