@@ -94,6 +94,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=0.0, runtime=True),
         _k("max_delay_s", float, 60.0, "Largest politeness gap from response time, seconds.", min=0.0, runtime=True),
         _k("per_ip_concurrency", int, 1, "Requests in flight at once to one IP address.", min=1, max=64),
+        _k("host_concurrency", dict, {},
+           "Operator allowance: hosts (scheme://host[:port]) allowed more than one request in flight, "
+           "{ \"https://big.example\" = 4 } (at most 255; per-IP limits still apply).", item_type=int),
         _k("ip_delay_s", float, 0.0,
            "Smallest gap between requests to one IP address (on top of each host's own gap), seconds.", min=0.0),
         _k("backoff_base_s", float, 30.0, "First backoff after a 429/503/timeout/reset without Retry-After, seconds.",
@@ -361,6 +364,10 @@ def _check_special(key: Key, where: str, value: Any) -> None:
                     raise ValueError
             except ValueError:
                 raise ConfigError(f"{name}: {ns!r} is not \"IP\" or \"IP:PORT\"") from None
+    elif key.name == "host_concurrency":
+        for host, n in value.items():
+            if "://" not in host or not 1 <= n <= 255:
+                raise ConfigError(f"{name}: {host!r} = {n!r}: expected \"scheme://host[:port]\" = 1..255")
     elif key.name == "static_hosts":
         for host, ip in value.items():
             try:

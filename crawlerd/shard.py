@@ -128,7 +128,8 @@ class Shard:
             retry_after_cap_s=p.retry_after_cap_s, park_after_failures=p.park_after_failures,
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
-            map_size_bytes=fr.map_size_bytes, blocklist=list(cfg.blocklist.hosts))
+            map_size_bytes=fr.map_size_bytes, blocklist=list(cfg.blocklist.hosts),
+            host_concurrency=dict(p.host_concurrency))
         rc = cfg.recrawl
         self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
