@@ -17,8 +17,13 @@ Every figure is the median over --runs runs of CPU time (process_time) per item;
 ratios are against the target of the issue and, for simhash, the peer measured
 in the same run.
 
+With ``--baseline DIR`` (another source tree of crawlerd, e.g. ``git archive REV | tar -x -C DIR``
+plus the compiled ``crawlerd/_native/*.so``) the bench instead runs itself --rounds times
+for each tree, alternating, each run in a fresh process, and prints per row the median
+of each tree and their ratio: a before/after measured under the same load.
+
 Run:  nice -n 10 .venv/bin/python bench/process_bench.py [--runs 5] [--pages 200] [--fingerprints 10000000]
-      [--skip-near]
+      [--skip-near] [--baseline DIR [--rounds 3]]
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ import argparse
 import asyncio
 import gc
 import gzip
+import os
 import random
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -183,6 +192,36 @@ def row(name: str, us: float, unit: str = "page", target: float | None = None, n
     print(f"  {name:44s} {us:9.2f} us/{unit:5s} {verdict} {note}")
 
 
+_ROW = re.compile(r"^  (\S.*?)\s+(-?[\d.]+) us/(\w+)")
+
+
+def compare(baseline: str, rounds: int, child_args: list[str]) -> None:
+    """Alternate runs of this bench on ``baseline`` and on this checkout; print medians and ratios."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"baseline": os.path.abspath(baseline), "current": here}
+    samples: dict[str, dict[str, list[float]]] = {}
+    units: dict[str, str] = {}
+    for r in range(rounds):
+        for label, tree in trees.items():
+            # cwd = the tree: pool workers start with "python -m", which imports from the cwd first
+            env = dict(os.environ, PYTHONPATH=tree)
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), *child_args], cwd=tree, env=env,
+                                 capture_output=True, text=True, check=True, timeout=1800).stdout
+            for line in out.splitlines():
+                m = _ROW.match(line)
+                if m:
+                    samples.setdefault(m.group(1), {}).setdefault(label, []).append(float(m.group(2)))
+                    units[m.group(1)] = m.group(3)
+            print(f"round {r + 1}/{rounds} {label} done", file=sys.stderr)
+    print(f"medians of {rounds} alternating runs per tree; baseline {trees['baseline']}")
+    print(f"  {'':44s} {'baseline':>10s} {'current':>10s}   current/baseline")
+    for name, by in samples.items():
+        if len(by) < 2:
+            continue
+        b, c = statistics.median(by["baseline"]), statistics.median(by["current"])
+        print(f"  {name:44s} {b:10.2f} {c:10.2f}   {c / b:5.2f}   us/{units[name]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -190,8 +229,15 @@ def main() -> None:
     ap.add_argument("--fingerprints", type=int, default=10_000_000, help="pairs in the index for the query")
     ap.add_argument("--store", type=int, default=200_000, help="docs in NearDuplicates for check_and_add")
     ap.add_argument("--skip-near", action="store_true", help="worker path and pieces only (no index build)")
+    ap.add_argument("--baseline", metavar="DIR", help="source tree to compare against (see the module doc)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --baseline: runs per tree")
     args = ap.parse_args()
     runs, n = args.runs, args.pages
+    if args.baseline:
+        child = ["--runs", str(runs), "--pages", str(n), "--fingerprints", str(args.fingerprints),
+                 "--store", str(args.store)] + (["--skip-near"] if args.skip_near else [])
+        compare(args.baseline, args.rounds, child)
+        return
 
     vocab, weights = _vocab(random.Random(1))
     bodies = [page_html(i, vocab, weights) for i in range(n)]
@@ -237,6 +283,11 @@ def main() -> None:
             per_item_us(lambda r: warc.write_fetch(url=r.url, fetched_at=r.started_at, ip=r.ip,
                                                    request_head=r.request_head, response_head=r.response_head,
                                                    body=r.body), coded, runs))
+        digests = {id(r): payload_digest(r.body) for r in plain}
+        row("WARC write_fetch, identity body, digest given",
+            per_item_us(lambda r: warc.write_fetch(url=r.url, fetched_at=r.started_at, ip=r.ip,
+                                                   request_head=r.request_head, response_head=r.response_head,
+                                                   body=r.body, payload_digest=digests[id(r)]), plain, runs))
         warc.close()
         if args.skip_near:
             return

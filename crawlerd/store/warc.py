@@ -4,6 +4,9 @@ A segment is ``<prefix>-<UTC YYYYMMDDHHMMSSffffff>-<serial>-<hostname>-<shard>.w
 and carries the suffix ``.open`` while it is written. Every record is its own
 gzip member (WARC/1.1 annex D.2), so a reader can seek to any record and a
 torn tail can be cut at a member boundary. The first record is ``warcinfo``.
+A response whose body is already content-coded (gzip, br, ...) has its headers
+deflated and its body in stored deflate blocks: deflating such a body cost most
+of the record's CPU and saved nothing (bench/process_bench.py).
 
 Invariant: only a ``.open`` segment is ever appended to; a segment without
 ``.open`` is complete and has a sorted CDXJ beside it in the index directory.
