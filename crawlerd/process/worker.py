@@ -44,8 +44,9 @@ def tune_allocator() -> bool:
     glibc's adaptive thresholds hand those back to the kernel (munmap, or a heap trim)
     and the next page faults them in again: about 12 page faults per page, a quarter
     of extract()'s CPU. Fixed thresholds keep them in the heap. Memory stays bounded:
-    blocks of MMAP_THRESHOLD_BYTES and more (a huge page) still go back at free, and
-    at most TRIM_THRESHOLD_BYTES of free heap top is kept. Other C libraries: no-op.
+    blocks of MMAP_THRESHOLD_BYTES and more (from a very large page) still go back at
+    free, and at most TRIM_THRESHOLD_BYTES of free heap top is kept. Process-wide, so
+    PageProcessor calls it: it is made for the worker processes. Other C libraries: no-op.
     """
     global _tuned
     if _tuned is None:
@@ -78,6 +79,9 @@ def entity_digest(res: FetchResult) -> str:
 
 
 class PageProcessor:
+    """Turns a FetchResult into a ProcessResult and its WARC records; constructing one tunes the
+    process's allocator for parsing (:func:`tune_allocator`)."""
+
     def __init__(self, warc: WarcWriter, *, agent_token: str, max_decoded_bytes: int, max_links: int,
                  digest_seen: DigestSeen | None = None, near_duplicate: NearDuplicate | None = None):
         self.warc = warc
