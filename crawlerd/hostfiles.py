@@ -1,0 +1,169 @@
+"""The robots.txt and sitemap leases of a host: part of the crawl shard.
+
+A host's first lease (and one after each robots.txt expiry) is for its robots.txt
+(RFC 9309 §2.3.1): 2xx parse, 3xx follow up to ``fetch.max_redirects`` hops,
+each hop waiting the politeness gap, 4xx allow all, 5xx or failure disallow all
+for now. The sitemaps robots.txt announces are read within the same lease, so
+the host stays busy and every request still waits its gap.
+
+:class:`HostFiles` is a mixin of :class:`crawlerd.shard.Shard`: it uses the
+shard's fetcher, resolver, guard, robots cache, frontier, pool and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+
+from crawlerd import url as urlmod
+from crawlerd.codec import DecodeError, decode_body
+from crawlerd.fetch.robots import RobotsFollow, robots_decision
+from crawlerd.outcome import Outcome
+from crawlerd.process.sitemaps import parse_sitemap
+from crawlerd.records import FetchRequest, FetchResult
+
+
+def parse_retry_after(value: str | None, now_wall: float) -> float | None:
+    """Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; None if absent/garbage."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now_wall)
+
+
+class HostFiles:
+    """robots.txt and sitemap fetching for one lease (mixed into the shard)."""
+
+    async def _fetch_robots(self, lease) -> None:
+        host_key = lease.host_key
+        url = lease.url
+        previous = self.robots.stale(host_key)
+        rc = self.cfg.robots
+        total_s = 0.0
+        for hops in range(self.cfg.fetch.max_redirects + 2):
+            same_host = urlmod.host_key(url) == host_key
+            req = self._request(url, lease.ip) if same_host else await self._request_for(url)
+            if req is None:
+                res = FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
+            else:
+                res = await self.fetcher.fetch(req)
+            total_s += res.elapsed_s
+            if res.outcome is Outcome.ABORTED:
+                self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+                return
+            self.metrics.counters["robots_fetches"] += 1
+            body = b""
+            if res.outcome is Outcome.OK:
+                self._spawn(self.pool.process(res, None))     # archive robots.txt answers too
+                if 200 <= res.status < 300:
+                    te = (res.header("transfer-encoding") or "").lower()
+                    try:
+                        body = decode_body(res.body, chunked="chunked" in te,
+                                           content_encoding=res.header("content-encoding"),
+                                           max_bytes=rc.max_bytes)
+                    except DecodeError:
+                        body = b""      # undecodable: parsed as empty (allow all), RFC 9309 §2.3.1.1
+            decision = robots_decision(
+                status=res.status, outcome_ok=res.outcome is Outcome.OK, body=body,
+                location=res.header("location"), hops=hops, previous=previous, now=self.clock(),
+                agent_token=rc.agent_token, cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
+                max_bytes=rc.max_bytes)
+            if isinstance(decision, RobotsFollow):
+                nxt = urlmod.normalize(decision.url, url)
+                if nxt is None:
+                    break
+                url = nxt
+                # the lease keeps the host busy; the next hop still waits the politeness gap
+                await asyncio.sleep(self.politeness.gap_s(res.elapsed_s, 0.0, 0))
+                continue
+            self.robots.put(host_key, decision)
+            self.frontier.set_robots(host_key, expires_at=decision.expires_at,
+                                     crawl_delay_s=decision.rules.crawl_delay)
+            self._log_event(lease.url, res, kind="robots")
+            last = res
+            if decision.ok and self.cfg.sitemaps.enabled and same_host and not self._stopping:
+                last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res)
+            retry_after = None
+            if last.status in (429, 503):
+                retry_after = parse_retry_after(last.header("retry-after"), self.wall())
+            self.frontier.complete(lease.lease_id, outcome=last.outcome, status=last.status,
+                                   response_time_s=last.elapsed_s, retry_after_s=retry_after)
+            return
+        # redirect target unusable: RFC 9309 §2.3.1.2 lets us treat it as unavailable (4xx-like)
+        decision = robots_decision(status=404, outcome_ok=True, body=b"", location=None, hops=0,
+                                   previous=previous, now=self.clock(), agent_token=rc.agent_token,
+                                   cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
+                                   max_bytes=rc.max_bytes)
+        self.robots.put(host_key, decision)
+        self.frontier.set_robots(host_key, expires_at=decision.expires_at, crawl_delay_s=None)
+        self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=404, response_time_s=total_s)
+
+    async def _read_sitemaps(self, host_key: str, ip: str, rules, last: FetchResult) -> FetchResult:
+        """Read the host's sitemaps within its robots lease: the host stays busy, and every fetch
+        waits the politeness gap (and Crawl-delay) after the previous one; a 429/503 or a transport
+        failure ends the reading. Returns the last fetch's result, which the lease completes with
+        (so its response time, status and Retry-After set the host's next due time). Only
+        same-host sitemaps are read (sitemaps.org: a sitemap vouches for its
+        own host); index children are followed up to ``sitemaps.max_fetches_per_host`` files."""
+        sm = self.cfg.sitemaps
+        queue = [u for u in (urlmod.normalize(x) for x in [*rules.sitemaps, *sm.urls])
+                 if u is not None and urlmod.host_key(u) == host_key]
+        done: set[str] = set()
+        crawl_delay = min(rules.crawl_delay or 0.0, self.cfg.robots.crawl_delay_cap_s)
+        started, fetches = self.clock(), 0
+        budget_s = self.cfg.frontier.lease_timeout_s / 2     # never outlive the lease
+        while queue and fetches < sm.max_fetches_per_host and self.clock() - started < budget_s:
+            url = queue.pop(0)
+            if url in done or not rules.allowed(url):
+                continue
+            done.add(url)
+            await asyncio.sleep(self.politeness.gap_s(last.elapsed_s, crawl_delay, 0))
+            if self._stopping:
+                break
+            req = self._request(url, ip)
+            if req is None:
+                break
+            res = await self.fetcher.fetch(req)
+            fetches += 1
+            self.metrics.counters["sitemap_fetches"] += 1
+            if res.outcome is Outcome.ABORTED:
+                break                     # shutdown: the robots answer still completes the lease
+            last = res
+            self._log_event(url, res, kind="sitemap")
+            if res.outcome is not Outcome.OK:
+                break                     # host trouble: back off through the lease completion
+            self._spawn(self.pool.process(res, None))       # archived like any answer
+            if res.status in (429, 503):
+                break
+            if res.status != 200:
+                continue
+            try:
+                body = decode_body(res.body, chunked="chunked" in (res.header("transfer-encoding") or "").lower(),
+                                   content_encoding=res.header("content-encoding"), max_bytes=sm.max_bytes)
+            except DecodeError:
+                self.metrics.counters["sitemap_undecodable"] += 1
+                continue
+            parsed = parse_sitemap(body, url, max_urls=sm.max_urls, max_bytes=sm.max_bytes)
+            queue.extend(parsed.sitemaps)
+            recent_after = self.wall() - sm.recent_s
+            fresh = [u.url for u in parsed.urls if u.lastmod is not None and u.lastmod >= recent_after]
+            other = [u.url for u in parsed.urls if u.lastmod is None or u.lastmod < recent_after]
+            self.submit_urls(fresh, depth=1, priority=0)    # lastmod raises priority
+            self.submit_urls(other, depth=1, priority=1)
+            self.metrics.counters["sitemap_urls"] += len(parsed.urls)
+            self.metrics.dropped["sitemap_foreign_url"] += parsed.rejected
+        return last
+
+    async def _request_for(self, url: str) -> FetchRequest | None:
+        """A request to a host that is not this lease's (robots redirect): resolve and guard it."""
+        res = await self.resolver.resolve(urlmod.host_of(url))
+        ip = next((a for a in res.ips if self.guard.allowed(a)), None)
+        return None if ip is None else self._request(url, ip)
