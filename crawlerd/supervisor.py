@@ -32,11 +32,16 @@ from crawlerd import control
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.metrics import Metrics, prometheus
+from crawlerd.outcome import Outcome
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import Shard, data_dir_problem
 from crawlerd.store.warc import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
+
+# outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
+NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
+                                         Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED))
 
 
 class StartupError(Exception):
@@ -217,7 +222,7 @@ class Supervisor:
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
             "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
             "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
-            "errors": sum(v for k, v in snap["outcomes"].items() if k != "ok"),
+            "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
         }
 
     def stats(self) -> dict:
