@@ -24,7 +24,6 @@ processing queue are full; nothing is dropped to make room.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import logging
@@ -52,7 +51,7 @@ from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.store.events import EventLog
-from crawlerd.store.warc import recover_segment
+from crawlerd.store.warc import recover_segment, sha1_base32
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -427,7 +426,7 @@ class Shard(HostFiles):
         sha1 = _payload_sha1(res) if res.status == 200 else None
         self._record_visit(url, fp, host_key, res, sha1, depth)
         prior = self._digest_seen(sha1, url, res.started_at) if sha1 is not None else None
-        digest = ("sha1:" + base64.b32encode(sha1).decode()) if sha1 is not None else ""
+        digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
         pr = await self.pool.process(res, prior, digest=digest)
         if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
             near = self.near.check_and_add(pr.simhash, url, host_key)
