@@ -81,6 +81,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_stats(args) -> int:
+    if args.prometheus:
+        sys.stdout.write(_ask(args, "metrics")["text"])
+        return EXIT_OK
     while True:
         s = _ask(args, "stats")
         if args.json:
@@ -247,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     ss = add("stats", cmd_stats, "detailed counters: outcomes, statuses, drops, top hosts")
     ss.add_argument("--json", action="store_true", help="machine-readable output")
     ss.add_argument("--watch", action="store_true", help="repeat until interrupted")
+    ss.add_argument("--prometheus", action="store_true",
+                    help="print the Prometheus text exposition (for a textfile collector)")
     ss.add_argument("--interval", type=float, default=2.0, help="seconds between --watch updates")
     ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
 

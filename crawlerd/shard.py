@@ -351,6 +351,10 @@ class Shard(HostFiles):
                 self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
             elif ip is None:
                 self.metrics.counters["dns_blocked_address"] += 1
+                if self.metrics.counters["dns_blocked_address"] <= 10:   # say why, a few times, not per host
+                    log.warning("host refused by the address guard host=%s ips=%s outcome=blocked_address "
+                                "hint=add the network to network.allow to crawl private/loopback addresses",
+                                host_key, ",".join(res.ips[:4]))
                 self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             else:
                 self.frontier.set_host_ip(host_key, ip)

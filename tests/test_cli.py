@@ -174,6 +174,8 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         assert r.returncode == 0 and "submitted 1 seeds, 1 invalid" in r.stdout
         st = json.loads(cli("stats", "--json", "--data-dir", data).stdout)
         assert "outcomes" in st and "dropped" in st and "top_hosts" in st
+        prom = cli("stats", "--prometheus", "--data-dir", data).stdout
+        assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued " in prom
         assert cli("checkpoint", "--data-dir", data).returncode == 0
         assert cli("stop", "--data-dir", data).stdout.strip() == "stopping"
         assert proc.wait(timeout=30) == 0
