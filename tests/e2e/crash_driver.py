@@ -30,8 +30,8 @@ import time
 
 from crawlerd.simweb import SimWebProcess
 
-KILL_1_S, KILL_2_S = 4.0, 9.0          # after `status` first answered
-DRAIN_TERM_S, DRAIN_KILL_S = 5.0, 0.1   # SIGTERM after status answered, SIGKILL after SIGTERM
+KILL_1_S, KILL_2_S = 7.0, 9.0          # after `status` first answered
+DRAIN_TERM_S, DRAIN_KILL_S = 7.0, 0.1   # SIGTERM after status answered, SIGKILL after SIGTERM
 READY_TIMEOUT_S = 30.0
 ORPHAN_EXIT_TIMEOUT_S = 10.0
 SAFETY_DURATION_S = 90.0        # a killed run would stop by itself after this long
@@ -96,6 +96,8 @@ def listing(data_dir: str, sub: str) -> list[str]:
 class Run:
     """One `crawlerd run` subprocess, its stderr kept in a file next to the data dir."""
 
+    started: list[Run] = []
+
     def __init__(self, sim, data_dir: str, seeds: str, name: str, duration_s: float):
         table = ", ".join(f'"{h}" = "{ip}"' for h, ip in sim.static_hosts.items())
         sets = ["-s", "crawl.user_agent=crawlerd-test/0.1 (+e2e; operator: test@localhost)",
@@ -113,6 +115,7 @@ class Run:
                                               "--duration", str(duration_s), *sets),
                                      stdout=subprocess.DEVNULL, stderr=self.err, text=True)
         self.report: dict = {"name": name, "t_launch": self.t_launch, "pid": self.proc.pid}
+        Run.started.append(self)
 
     def wait_ready(self) -> dict | None:
         """Poll `crawlerd status` until it answers; record when (None if the run died first)."""
@@ -212,7 +215,16 @@ class Run:
 
 
 def main() -> int:
-    out_path, data_dir, hosts, final_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    try:
+        return drive(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    finally:
+        for run in Run.started:       # a driver failure must not leave a daemon crawling
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+def drive(out_path: str, data_dir: str, hosts: int, final_s: float) -> int:
     runs = []
     with SimWebProcess(hosts=hosts, seed=11, bind="0.0.0.0") as sim:
         seeds = os.path.join(os.path.dirname(data_dir), "seeds.txt")
@@ -253,8 +265,7 @@ def main() -> int:
         runs.append(r.report)
 
         report = {"port": sim.port, "site": sim.site(), "runs": runs,
-                  "ledger": [e.to_dict() for e in sim.ledger()],
-                  "config": {"grace_s": GRACE_S}}
+                  "ledger": [e.to_dict() for e in sim.ledger()]}
     with open(out_path, "w") as f:
         json.dump(report, f)
     return 0

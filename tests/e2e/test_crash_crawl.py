@@ -211,6 +211,11 @@ def test_settled_pages_not_fetched_again(crash):
     again = [(e["host"], e["target"], _run_of(crash, e)["name"]) for e in entries
              if (e["host"], e["target"]) in settled and e["t_start"] > settled[(e["host"], e["target"])]]
     assert again == [], again[:20]
+    # not vacuous: each crawling run that was killed settled pages before its kill window
+    by_run = Counter(_run_of(crash, e)["name"] for e in entries if (e["host"], e["target"]) in settled
+                     and e["t_end"] == settled[(e["host"], e["target"])])
+    for name in ("orphans", "all", "drain"):
+        assert by_run[name] >= 10, by_run
 
 
 def test_every_run_after_a_crash_resumed(crash):

@@ -61,9 +61,9 @@ class Daemon:
                 f"[network]\nallow = [\"127.0.0.0/8\"]\n\n[dns]\nstatic_hosts = {{{table}}}\n\n"
                 f"[fetch]\nshutdown_grace_s = 2.0\n\n"
                 f"[blocklist]\nhosts = [{', '.join(_toml_str(h) for h in hosts)}]\n")
-        self._replace(text)
+        self.replace_text(text)
 
-    def _replace(self, text: str) -> None:
+    def replace_text(self, text: str) -> None:
         tmp = self.config + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
@@ -138,51 +138,63 @@ def drive(out_path: str, base: str) -> int:
         d = Daemon(base, sim)
         d.write_config([])
         d.start(seeds)
-        report = {"port": sim.port, "site": site, "sitemap_host": sitemap_host, "ready": d.wait_ready()}
-
-        # A: the sitemap host, right after its robots.txt was answered
-        _wait_ledger(sim, lambda e: e.host == sitemap_host and e.target == "/robots.txt" and e.status == 200)
-        d.write_config([sitemap_host])
-        d.hup("sitemap")
-        # B: h3.sim while its pages are being fetched
-        pages: set[int] = set()
-
-        def h3_page(e):
-            if e.host == "h3.sim" and e.status == 200 and e.target != "/robots.txt":
-                pages.add(e.seq)
-            return len(pages) >= 2
-        _wait_ledger(sim, h3_page)
-        d.write_config([sitemap_host, "h3.sim", "H5.Sim."])
-        d.hup("block")
-        d.hup("same")                                   # C
-        report["cli_add"] = d.ask("block", "add", "h9.sim").returncode
-        report["blocked_after_cli_add"] = d.blocked()
-        d.hup("cli")                                    # D
-        good = open(d.config).read()
-        d._replace(good.replace("[blocklist]", "[blocklist"))      # E: not TOML
-        d.hup("syntax")
-        d._replace(good.replace("hosts = [", "hosts = 7 # ["))     # F: TOML, wrong type
-        d.hup("invalid")
-        os.remove(d.config)                                         # G: gone
-        d.hup("missing")
-        d.write_config([])                                          # H
-        d.hup("restore")
-        stop = d.ask("stop")
-        report["stop_rc"], report["stop_out"] = stop.returncode, stop.stdout + stop.stderr
         try:
-            report["rc"] = d.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            d.proc.kill()
-            report["rc"] = d.proc.wait()
-            report["timed_out"] = True
-        d.err.close()
-        report["t_exit"] = time.monotonic()
-        report["reloads"] = d.reloads
-        report["stderr"] = d.log()
-        report["ledger"] = [e.to_dict() for e in sim.ledger()]
+            report = _exercise(d, sim, site, sitemap_host)
+        finally:
+            if d.proc.poll() is None:       # a driver failure must not leave a daemon crawling
+                d.proc.kill()
+                d.proc.wait()
     with open(out_path, "w") as f:
         json.dump(report, f)
     return 0
+
+
+def _exercise(d: Daemon, sim, site: dict, sitemap_host: str) -> dict:
+    """Reloads A-H (module doc), then `crawlerd stop`; returns the report."""
+    report = {"port": sim.port, "site": site, "sitemap_host": sitemap_host, "ready": d.wait_ready()}
+
+    # A: the sitemap host, right after its robots.txt was answered
+    _wait_ledger(sim, lambda e: e.host == sitemap_host and e.target == "/robots.txt" and e.status == 200)
+    d.write_config([sitemap_host])
+    d.hup("sitemap")
+    # B: h3.sim while its pages are being fetched
+    pages: set[int] = set()
+
+    def h3_page(e):
+        if e.host == "h3.sim" and e.status == 200 and e.target != "/robots.txt":
+            pages.add(e.seq)
+        return len(pages) >= 2
+    _wait_ledger(sim, h3_page)
+    d.write_config([sitemap_host, "h3.sim", "H5.Sim."])
+    d.hup("block")
+    d.hup("same")                                   # C
+    report["cli_add"] = d.ask("block", "add", "h9.sim").returncode
+    report["blocked_after_cli_add"] = d.blocked()
+    d.hup("cli")                                    # D
+    with open(d.config) as f:
+        good = f.read()
+    d.replace_text(good.replace("[blocklist]", "[blocklist"))      # E: not TOML
+    d.hup("syntax")
+    d.replace_text(good.replace("hosts = [", "hosts = 7 # ["))     # F: TOML, wrong type
+    d.hup("invalid")
+    os.remove(d.config)                                         # G: gone
+    d.hup("missing")
+    d.write_config([])                                          # H
+    d.hup("restore")
+    stop = d.ask("stop")
+    report["stop_rc"], report["stop_out"] = stop.returncode, stop.stdout + stop.stderr
+    try:
+        report["rc"] = d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        report["rc"] = d.proc.wait()
+        report["timed_out"] = True
+    d.err.close()
+    report["t_exit"] = time.monotonic()
+    report["reloads"] = d.reloads
+    report["stderr"] = d.log()
+    report["ledger"] = [e.to_dict() for e in sim.ledger()]
+    return report
 
 
 # == tests ===================================================================================
