@@ -260,8 +260,9 @@ def test_block_list_takes_names_as_an_operator_writes_them(reload_run):
     assert _silent(reload_run, "h5.sim", "block", "same") == []
 
 
-@pytest.mark.xfail(strict=True, reason="crawlerd bug: Shard._fetch_sitemaps does not check the blocklist; "
-                                       "a host blocked during its robots lease still gets its sitemaps fetched")
+@pytest.mark.xfail(strict=True, reason="crawlerd bug: reading sitemaps within a robots lease (hostfiles "
+                                       "_read_sitemaps) never checks the blocklist: a host blocked then still "
+                                       "gets its sitemaps fetched")
 def test_reload_blocks_host_in_its_sitemap_phase(reload_run):
     # the blocklist wins over everything (DESIGN §1.2): sitemaps read within a robots lease too
     host = reload_run["sitemap_host"]
