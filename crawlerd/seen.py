@@ -1,0 +1,486 @@
+"""The URL-seen set driven off the event loop: every DRUM call runs on one dedicated thread.
+
+A DRUM merge (IRLbot, Lee et al., ACM TWeb 2009, §4.2) reads and rewrites the
+whole key file; at 10^8-10^9 keys that is tens of seconds. Run on the loop it
+would stall every transfer, politeness timer and control request. Here the
+loop only appends to a batch; one thread runs the ``Drum`` (not thread-safe,
+so never more than one), and its merge kernel releases the GIL.
+
+Data flow::
+
+    submit(keys, aux)  (loop)  -> intake log (one write) + pending batch
+    pump task          (loop)  -> one job at a time on the DRUM thread:
+        ack() of the last delivery, if the consumer acknowledged it
+        check_update(batch) in calls of at most CALL_KEYS keys
+        flush() if asked, else poll() every poll_interval_s
+        results() if no delivery is awaiting its ack
+    on_results(list)   (loop)  -> consumer commits (frontier.add) -> ack()
+
+Invariant: every key submitted is answered exactly once to the consumer per
+process lifetime, in submission order (``seq`` consecutive), and nothing is
+acknowledged to DRUM before the consumer called ``ack()`` after its commit.
+One delivery is outstanding at most; its ``ack()`` runs as the first DRUM
+call of the next job, so before any later ``results()`` (DRUM's ack covers
+everything handed out so far). A crash before the ack redelivers from the
+first unacknowledged answer (at-least-once across restarts).
+
+Intake log (``intake.<n>`` in the DRUM directory, guarded by DRUM's lock):
+a key submitted but not yet handed to DRUM is in RAM only, and a merge can
+hold the thread for tens of seconds; so ``submit`` first appends one record
+per call (header ``magic u32, flags u32, n u32, aux bytes u32, first seq u64,
+crc32 u32, pad u32``, then keys u64, aux lengths u32, aux bytes), one write
+into the page cache, which survives ``kill -9`` as DRUM's journal does. The
+segment of a batch is deleted once DRUM journalled that batch. On open, the
+records with seq at or past DRUM's ``next_seq`` are replayed into DRUM; a
+torn last record (a submit that never returned) is cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from crawlerd.drum import Drum, DrumCorrupt, DrumError, DrumResult
+
+log = logging.getLogger("crawlerd.seen")
+
+CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
+_INTAKE = re.compile(r"^intake\.(\d{12})$")
+_REC = struct.Struct("<IIIIQII")   # magic, flags, n, aux bytes, first seq, crc32, pad
+_REC_MAGIC = 0x4B415449            # "ITAK"
+_AUX = 1                           # flags: aux lengths and bytes follow the keys
+
+
+class SeenSetError(DrumError):
+    """The seen-set stopped (a DRUM call or the consumer failed, or it is closed); reopen to recover."""
+
+
+@dataclass(slots=True)
+class _Job:
+    """One trip to the DRUM thread; its steps run in this order."""
+    ack: bool
+    chunks: list[tuple[np.ndarray, list[bytes] | None]]
+    nkeys: int
+    first_seq: int
+    segment: str | None        # intake segment holding exactly ``chunks``; deleted once DRUM has them
+    flush: bool
+    poll: bool
+    fetch: bool
+    waiters: list[asyncio.Future] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Done:
+    results: list[DrumResult]
+    acked_seq: int | None      # DRUM's handed-out position right after the ack, if the job acked
+    handed_seq: int            # first seq not handed out, before this job's results() call
+    next_seq: int
+    pending: int
+    ready: int
+    busy_s: float
+
+
+class AsyncSeenSet:
+    """A ``Drum`` (``auto_ack=False``) owned by one thread, fed and drained by a pump task on the loop.
+
+    Key: the 8-byte URL fingerprint, as in ``Drum``. Invariant: submissions
+    reach DRUM in ``submit`` order with the seq numbers predicted at submit
+    time (``_next_seq``); at most one delivery is unacknowledged; a DRUM
+    ``results()`` call never runs while a delivery awaits its ``ack()``.
+    """
+
+    def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
+                 merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
+                 clock: Callable[[], float] = time.monotonic, max_results: int = 1 << 13,
+                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5):
+        if max_pending_keys < 1 or poll_interval_s <= 0:
+            raise ValueError("max_pending_keys and poll_interval_s must be positive")
+        self.path = os.path.abspath(path)
+        self.max_pending_keys = max_pending_keys
+        self.poll_interval_s = poll_interval_s
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drum")
+        kw = dict(buckets=buckets, bucket_buffer_bytes=bucket_buffer_bytes, merge_bytes=merge_bytes,
+                  max_age_s=max_age_s, cache_entries=cache_entries, clock=clock, max_results=max_results)
+        try:
+            self._drum, last_segment = self._exec.submit(self._open, kw).result()
+        except BaseException:
+            self._exec.shutdown(wait=True)
+            raise
+        d = self._drum
+        self._next_seq = d.next_seq            # seq the next submitted key gets
+        self._handed_seq = d.next_seq - d.pending
+        self._acked_seq = self._handed_seq     # everything before it was acknowledged in an earlier life
+        self._drum_pending = d.pending
+        self._ready = d.ready
+        self._segment_no = last_segment
+        self._segment_fd = -1
+        self._segment: str | None = None
+        self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
+        self._batch_keys = 0
+        self._inflight_keys = 0
+        self._outstanding = False              # a delivery awaits the consumer's ack()
+        self._ack_due = False                  # ack() called; DRUM's ack not yet run
+        self._flush_asked = False
+        self._flush_new: list[asyncio.Future] = []
+        self._flush_wait: list[tuple[int, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_results: Callable[[list[DrumResult]], None] | None = None
+        self._pump_task: asyncio.Task | None = None
+        self._stopping = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._jobs = 0
+        self._busy_s = 0.0
+        self._max_job_s = 0.0
+        self._delivered = 0
+
+    # -- public API ---------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop, on_results: Callable[[list[DrumResult]], None]) -> None:
+        """Start the pump on ``loop``; ``on_results(list)`` runs on the loop and must end in ``ack()``
+        once its commit is done (there or later). Answers redelivered after a crash come first."""
+        if self._pump_task is not None or self._closed:
+            raise SeenSetError("already started or closed")
+        self._loop = loop
+        self._on_results = on_results
+        self._pump_task = loop.create_task(self._pump(), name="seen-pump")
+        self._wake.set()
+
+    def submit(self, keys: Sequence[int] | np.ndarray, aux: Sequence[bytes] | None = None) -> None:
+        """Queue keys for check+update (non-blocking, any time before close). Never drops a key:
+        past ``max_pending_keys`` only ``backpressure`` rises."""
+        self.raise_if_failed()
+        if self._closed:
+            raise SeenSetError("seen-set is closed")
+        karr = np.array(keys, dtype=np.uint64)   # a copy: the caller may reuse its buffer
+        if karr.ndim != 1:
+            raise ValueError("keys must be one-dimensional")
+        n = len(karr)
+        if n == 0:
+            return
+        auxl = None
+        if aux is not None:
+            auxl = list(aux)
+            if len(auxl) != n:
+                raise ValueError("aux must have one entry per key")
+        self._log_intake(karr, auxl)
+        self._batch.append((karr, auxl))
+        self._batch_keys += n
+        self._next_seq += n
+        self._wake.set()
+
+    def ack(self) -> None:
+        """The consumer committed the last delivery: acknowledge it in DRUM before the next results()."""
+        if self._outstanding:
+            self._outstanding = False
+            self._ack_due = True
+            self._wake.set()
+
+    def request_flush(self) -> None:
+        """Ask for a merge of everything pending at the next job, without waiting (from sync code)."""
+        self._flush_asked = True
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Merge everything submitted so far; return once all its answers were delivered and acked."""
+        self.raise_if_failed()
+        if self._pump_task is None or self._stopping:
+            raise SeenSetError("flush needs a started, open seen-set")
+        fut = self._loop.create_future()
+        self._flush_new.append(fut)
+        self._wake.set()
+        await fut
+
+    async def close(self) -> None:
+        """Stop the pump (no delivery after this call), hand the rest of the batch to DRUM, close it.
+
+        Answers not delivered yet stay in DRUM for the next start; call ``flush()`` first to get them.
+        """
+        if self._closed:
+            return
+        self._closed = self._stopping = True
+        self._wake.set()
+        if self._pump_task is not None:
+            await self._pump_task
+        loop = asyncio.get_running_loop()
+        self._fail_waiters(SeenSetError("seen-set closed"))
+        job = None
+        if self._error is None:
+            job = self._take(poll=False, fetch=False)
+        elif self._segment_fd >= 0:
+            os.close(self._segment_fd)       # its records are replayed at the next start
+            self._segment_fd = -1
+        try:
+            await loop.run_in_executor(self._exec, self._close_drum, job)
+        finally:
+            self._exec.shutdown(wait=True)
+            self._fail_waiters(SeenSetError("seen-set closed"))
+
+    def raise_if_failed(self) -> None:
+        """Raise the error that stopped the pump (call once per loop step, as DRUM errors used to surface)."""
+        if self._error is not None:
+            raise SeenSetError(f"seen-set stopped: {self._error!r}") from self._error
+
+    @property
+    def backpressure(self) -> bool:
+        """True while more than ``max_pending_keys`` keys wait in RAM for the DRUM thread: stop leasing."""
+        return self._batch_keys + self._inflight_keys > self.max_pending_keys
+
+    @property
+    def pending(self) -> int:
+        """Keys submitted and not yet answered (delivered to on_results)."""
+        return self._batch_keys + self._inflight_keys + self._drum_pending
+
+    def stats(self) -> dict:
+        return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
+                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
+                "pending": self.pending, "backpressure": self.backpressure}
+
+    # -- pump (loop side) ---------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        loop = self._loop
+        next_poll = loop.time() + self.poll_interval_s
+        try:
+            while not self._stopping:
+                poll = loop.time() >= next_poll
+                fetch = not self._outstanding
+                if not (self._ack_due or self._batch or self._flush_new or self._flush_asked or poll
+                        or (fetch and self._ready)):
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), max(0.0, next_poll - loop.time()))
+                    except TimeoutError:
+                        pass
+                    continue
+                if poll:
+                    next_poll = loop.time() + self.poll_interval_s
+                job = self._take(poll=poll, fetch=fetch)
+                done = await loop.run_in_executor(self._exec, self._run, job)
+                self._finish(job, done)
+        except Exception as e:
+            self._error = e
+            log.exception("seen-set stopped; answers not acknowledged are redelivered after a restart")
+            self._fail_waiters(SeenSetError(f"seen-set stopped: {e!r}"))
+
+    def _take(self, *, poll: bool, fetch: bool) -> _Job:
+        # Hand the batch and its intake segment over; later submits start a new segment.
+        job = _Job(ack=self._ack_due, chunks=self._batch, nkeys=self._batch_keys,
+                   first_seq=self._next_seq - self._batch_keys, segment=self._segment,
+                   flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
+                   waiters=self._flush_new)
+        self._ack_due = False
+        self._flush_asked = False
+        self._flush_new = []
+        self._batch = []
+        self._inflight_keys = self._batch_keys
+        self._batch_keys = 0
+        if self._segment_fd >= 0:
+            os.close(self._segment_fd)
+            self._segment_fd = -1
+            self._segment = None
+        return job
+
+    def _finish(self, job: _Job, done: _Done) -> None:
+        self._inflight_keys = 0
+        self._jobs += 1
+        self._busy_s += done.busy_s
+        self._max_job_s = max(self._max_job_s, done.busy_s)
+        self._drum_pending, self._ready = done.pending, done.ready
+        if done.acked_seq is not None:
+            self._acked_seq = done.acked_seq
+        for fut in job.waiters:
+            self._flush_wait.append((done.next_seq, fut))
+        rs = done.results
+        if done.handed_seq != self._handed_seq or (rs and (rs[0].seq != self._handed_seq
+                                                           or rs[-1].seq != self._handed_seq + len(rs) - 1)):
+            raise SeenSetError(f"delivery out of order: DRUM at seq {done.handed_seq}, expected {self._handed_seq}")
+        self._handed_seq += len(rs)
+        self._resolve_waiters()
+        if done.results and not self._stopping:
+            # Not acknowledged: a stop here (close() during the job) redelivers them at the next start.
+            self._outstanding = True
+            self._delivered += len(done.results)
+            self._on_results(done.results)
+
+    def _resolve_waiters(self) -> None:
+        keep = []
+        for target, fut in self._flush_wait:
+            if fut.done():
+                continue
+            if self._acked_seq >= target:
+                fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._flush_wait = keep
+
+    def _fail_waiters(self, err: Exception) -> None:
+        for fut in self._flush_new + [f for _, f in self._flush_wait]:
+            if not fut.done():
+                fut.set_exception(err)
+        self._flush_new, self._flush_wait = [], []
+
+    def _log_intake(self, karr: np.ndarray, aux: list[bytes] | None) -> None:
+        if self._segment_fd < 0:
+            self._segment_no += 1
+            self._segment = os.path.join(self.path, f"intake.{self._segment_no:012d}")
+            self._segment_fd = os.open(self._segment, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        n = len(karr)
+        parts = [karr.astype("<u8", copy=False).tobytes()]
+        flags = auxb = 0
+        if aux is not None:
+            flags = _AUX
+            parts.append(np.fromiter(map(len, aux), dtype="<u4", count=n).tobytes())
+            parts.append(b"".join(aux))
+            auxb = len(parts[-1])
+        crc = _crc(_REC.pack(_REC_MAGIC, flags, n, auxb, self._next_seq, 0, 0), parts)
+        parts.insert(0, _REC.pack(_REC_MAGIC, flags, n, auxb, self._next_seq, crc, 0))
+        _write_all(self._segment_fd, parts)
+
+    # -- DRUM thread ---------------------------------------------------------------------------------
+
+    def _run(self, job: _Job) -> _Done:
+        d = self._drum
+        t0 = time.perf_counter()
+        acked = None
+        if job.ack:
+            d.ack()
+            acked = d.next_seq - d.pending
+        self._hand_over(job)
+        if job.flush:
+            d.flush()
+        elif job.poll:
+            d.poll()
+        handed = d.next_seq - d.pending
+        results = d.results() if job.fetch else []
+        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0)
+
+    def _hand_over(self, job: _Job) -> None:
+        if not job.chunks:
+            return
+        d = self._drum
+        if d.next_seq != job.first_seq:
+            raise SeenSetError(f"DRUM is at seq {d.next_seq}, the batch starts at {job.first_seq}")
+        for keys, aux in _calls(job.chunks):
+            d.check_update(keys, aux=aux)
+        if job.segment is not None:
+            os.unlink(job.segment)
+
+    def _close_drum(self, job: _Job | None) -> None:
+        try:
+            if job is not None:
+                if job.ack:
+                    self._drum.ack()
+                self._hand_over(job)
+        finally:
+            self._drum.close()
+
+    def _open(self, kw: dict) -> tuple[Drum, int]:
+        # Open DRUM (its own recovery), then replay the intake records it has not journalled.
+        d = Drum(self.path, auto_ack=False, **kw)
+        try:
+            segs = sorted(int(m.group(1)) for m in map(_INTAKE.match, os.listdir(self.path)) if m)
+            replayed = 0
+            for s in segs:
+                seg = os.path.join(self.path, f"intake.{s:012d}")
+                for first, keys, aux in _read_intake(seg):
+                    skip = d.next_seq - first
+                    if skip < 0:
+                        raise DrumCorrupt(f"{seg}: intake starts at seq {first}, DRUM ends at {d.next_seq}")
+                    if skip >= len(keys):
+                        continue
+                    rest = (keys[skip:], None if aux is None else aux[skip:])
+                    for k, a in _calls([rest]):
+                        d.check_update(k, aux=a)
+                    replayed += len(keys) - skip
+            if replayed:
+                d.sync()
+                log.warning("seen-set %s: %d submitted keys replayed from the intake log", self.path, replayed)
+            for s in segs:
+                os.unlink(os.path.join(self.path, f"intake.{s:012d}"))
+        except BaseException:
+            d.close()
+            raise
+        return d, max(segs, default=0)
+
+
+def _calls(chunks) -> Iterator[tuple[np.ndarray, list[bytes] | None]]:
+    # The batch as DRUM calls of at most CALL_KEYS keys (aux b"" where a submit had none).
+    keys = chunks[0][0] if len(chunks) == 1 else np.concatenate([k for k, _ in chunks])
+    aux = None
+    if any(a is not None for _, a in chunks):
+        aux = []
+        for k, a in chunks:
+            aux.extend(a if a is not None else [b""] * len(k))
+    for i in range(0, len(keys), CALL_KEYS):
+        yield keys[i:i + CALL_KEYS], None if aux is None else aux[i:i + CALL_KEYS]
+
+
+def _crc(head: bytes, parts: list[bytes]) -> int:
+    c = zlib.crc32(head)
+    for p in parts:
+        c = zlib.crc32(p, c)
+    return c
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    views = [memoryview(p) for p in parts if p]
+    while views:
+        w = os.writev(fd, views)
+        while views and w >= len(views[0]):
+            w -= len(views[0])
+            views.pop(0)
+        if views and w:
+            views[0] = views[0][w:]
+
+
+def _read_intake(path: str) -> Iterator[tuple[int, np.ndarray, list[bytes] | None]]:
+    """Records of one intake segment: (first seq, keys, aux or None); stops at a torn tail."""
+    with open(path, "rb") as f:
+        data = f.read()
+    off, size = 0, len(data)
+    while off < size:
+        torn = None
+        if size - off < _REC.size:
+            torn = "short header"
+        else:
+            magic, flags, n, auxb, first, crc, _ = _REC.unpack_from(data, off)
+            end = off + _REC.size + n * 8 + (n * 4 + auxb if flags & _AUX else 0)
+            if magic != _REC_MAGIC or flags & ~_AUX:
+                torn = "bad header"
+            elif end > size:
+                torn = "short record"
+            else:
+                body = data[off + _REC.size:end]
+                if _crc(_REC.pack(magic, flags, n, auxb, first, 0, 0), [body]) != crc:
+                    torn = "checksum mismatch"
+        if torn is not None:
+            # A submit cut short by kill -9, or a tail that never reached the disk (zeros, garbage last record).
+            short = torn in ("short header", "short record")
+            if short or (torn == "checksum mismatch" and end == size) or data.count(0, off) == size - off:
+                log.warning("seen-set intake %s: torn tail at offset %d cut off (%s)", path, off, torn)
+                return
+            raise DrumCorrupt(f"{path}: bad intake record at offset {off} ({torn})")
+        body = memoryview(data)[off + _REC.size:end]
+        keys = np.frombuffer(body[:n * 8], dtype="<u8").astype(np.uint64)
+        aux = None
+        if flags & _AUX:
+            lens = np.frombuffer(body[n * 8:n * 12], dtype="<u4").tolist()
+            blob = bytes(body[n * 12:])
+            aux, p = [], 0
+            for ln in lens:
+                aux.append(blob[p:p + ln])
+                p += ln
+        yield first, keys, aux
+        off = end

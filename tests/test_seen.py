@@ -1,0 +1,347 @@
+"""AsyncSeenSet: DRUM on its own thread, answers in order, acks after the consumer's commit, kill -9 safe."""
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import uvloop
+
+from crawlerd.drum import DrumCorrupt
+from crawlerd.seen import AsyncSeenSet, SeenSetError
+
+SMALL = dict(buckets=4, bucket_buffer_bytes=4096, merge_bytes=1 << 15, cache_entries=256, max_results=50,
+             poll_interval_s=0.01)
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request):
+    if request.param == "uvloop":
+        return uvloop.run
+    return asyncio.run
+
+
+def reference(batches):
+    """Expected (key, unique) per seq for check+update over the stream, from a Python set."""
+    seen, out = set(), []
+    for keys in batches:
+        for k in keys:
+            out.append((k, k not in seen))
+            seen.add(k)
+    return out
+
+
+class Collector:
+    """Consumer: records every delivery, acks it at once; ``done`` is set once ``want`` answers arrived."""
+
+    def __init__(self, seen=None, want=None):
+        self.seen = seen
+        self.results = []
+        self.deliveries = 0
+        self.want = want
+        self.done = asyncio.Event()
+
+    def __call__(self, results):
+        self.deliveries += 1
+        self.results.extend(results)
+        self.seen.ack()
+        if self.want is not None and len(self.results) >= self.want:
+            self.done.set()
+
+
+def aux_of(k):
+    return b"x%d" % k
+
+
+def check_answers(results, batches, first_seq=0):
+    ref = reference(batches)
+    assert [r.seq for r in results] == list(range(first_seq, len(ref)))
+    assert [(r.key, r.unique) for r in results] == ref[first_seq:]
+    for r in results:
+        assert (r.aux or b"") in (aux_of(r.key), b"")
+
+
+def test_answers_equal_python_set_in_order(tmp_path, run):
+    rng = random.Random(5)
+    batches = [[rng.randrange(4000) for _ in range(rng.randrange(1, 120))] for _ in range(300)]
+
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        col = Collector(s)
+        for b in batches[:20]:                      # before start: queued, answered once started
+            s.submit(b, [aux_of(k) for k in b])
+        s.start(asyncio.get_running_loop(), col)
+        for i, b in enumerate(batches[20:]):
+            if i % 3 == 0:
+                s.submit(np.array(b, dtype=np.uint64))      # no aux: answered with aux None or b""
+            else:
+                s.submit(b, [aux_of(k) for k in b])
+            if i % 11 == 0:
+                await asyncio.sleep(0)
+            if i % 97 == 0:
+                await s.flush()
+                assert s.pending == 0
+        await s.flush()
+        assert s.pending == 0 and not s.backpressure
+        await s.close()
+        return col
+
+    col = run(main())
+    check_answers(col.results, batches)
+    assert col.deliveries > 10                      # small max_results: many deliveries, each acked
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("intake.")]
+
+
+def test_poll_merges_by_age_without_flush(tmp_path, run):
+    batches = [[3, 1, 4, 1, 5, 9, 2, 6], [5, 3, 5, 8, 9, 7]]
+
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "max_age_s": 0.0})
+        col = Collector(s, want=sum(map(len, batches)))
+        s.start(asyncio.get_running_loop(), col)
+        for b in batches:
+            s.submit(b, [aux_of(k) for k in b])
+        await asyncio.wait_for(col.done.wait(), 30)   # bound only; the pump's poll() merges
+        await s.close()
+        return col
+
+    col = run(main())
+    check_answers(col.results, batches)
+
+
+def test_no_delivery_before_the_previous_one_is_acked(tmp_path, run):
+    keys = list(range(1000))
+
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        log = []
+        got = []
+
+        async def ack_later():
+            for _ in range(20):                         # many loop turns for the pump to misbehave in
+                await asyncio.sleep(0)
+            log.append("ack")
+            s.ack()
+
+        def on(results):
+            log.append("deliver")
+            got.extend(results)
+            asyncio.ensure_future(ack_later())
+
+        s.start(asyncio.get_running_loop(), on)
+        s.submit(keys, [aux_of(k) for k in keys])
+        await s.flush()
+        await s.close()
+        return log, got
+
+    log, got = run(main())
+    check_answers(got, [keys])
+    assert log == ["deliver", "ack"] * (len(keys) // SMALL["max_results"])
+
+
+def test_backpressure_rises_and_falls(tmp_path, run):
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "max_pending_keys": 100})
+        col = Collector(s)
+        s.submit(list(range(60)))
+        assert not s.backpressure
+        s.submit(list(range(60, 120)))
+        assert s.backpressure and s.pending == 120      # over the bound, nothing dropped
+        s.start(asyncio.get_running_loop(), col)
+        await s.flush()
+        assert not s.backpressure and s.pending == 0
+        s.submit(list(range(50, 200)))
+        assert s.backpressure
+        await s.flush()
+        assert not s.backpressure
+        await s.close()
+        return col
+
+    col = run(main())
+    check_answers(col.results, [list(range(120)), list(range(50, 200))])
+
+
+def test_close_leaves_unanswered_keys_for_the_next_start(tmp_path, run):
+    keys = [7, 7, 8, 9, 8]
+
+    async def first():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        s.submit(keys, [aux_of(k) for k in keys])
+        s.start(asyncio.get_running_loop(), Collector(s))
+        await s.close()
+        with pytest.raises(SeenSetError):
+            s.submit([1])
+
+    async def second():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        assert s.pending == len(keys)
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        await s.flush()
+        await s.close()
+        return col
+
+    run(first())
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("intake.")]   # handed to DRUM by close()
+    check_answers(run(second()).results, [keys])
+
+
+def test_consumer_failure_stops_the_pump_and_nothing_is_acked(tmp_path, run):
+    keys = list(range(200)) + list(range(100))
+
+    async def failing():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+
+        def on(results):
+            raise RuntimeError("frontier commit failed")
+
+        s.start(asyncio.get_running_loop(), on)
+        s.submit(keys, [aux_of(k) for k in keys])
+        with pytest.raises(SeenSetError):
+            await s.flush()
+        with pytest.raises(SeenSetError):
+            s.raise_if_failed()
+        with pytest.raises(SeenSetError):
+            s.submit([1])
+        await s.close()
+
+    async def again():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        await s.flush()
+        await s.close()
+        return col
+
+    run(failing())
+    check_answers(run(again()).results, [keys])
+
+
+def test_loop_stays_responsive_during_a_merge(tmp_path):
+    # A real merge of a few million keys (~0.5 s here) on the DRUM thread; the loop ticks on.
+    n = 6_000_000
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        s = AsyncSeenSet(str(tmp_path), buckets=64, merge_bytes=1 << 40, cache_entries=0, max_results=1000)
+        first = asyncio.Event()
+        s.start(loop, lambda results: first.set())      # never acks: one delivery only
+        s.submit(np.random.default_rng(7).integers(0, 1 << 63, n, dtype=np.uint64))
+        s.request_flush()                                # same job: hand over, merge, first results
+        lags = []
+
+        async def ticker():
+            while not first.is_set():
+                t = loop.time()
+                await asyncio.sleep(0.01)
+                lags.append(loop.time() - t - 0.01)
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.wait_for(first.wait(), 120)
+        await tick
+        job_s = s.stats()["max_job_s"]
+        await s.close()
+        return lags, job_s
+
+    lags, job_s = uvloop.run(main())
+    assert len(lags) >= 5, (lags, job_s)               # the ticker ran while the merge held the thread
+    assert max(lags) < job_s / 3, (max(lags), job_s)
+    print(f"merge job {job_s:.3f} s, max loop lag {max(lags):.4f} s over {len(lags)} ticks")
+
+
+CHILD = r"""
+import asyncio, json, os, random, signal, sys
+from crawlerd.seen import AsyncSeenSet
+path, seed, kill_at, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+rng = random.Random(seed)
+batches = [[rng.randrange(3000) for _ in range(rng.randrange(1, 80))] for _ in range(40)]
+extra = [rng.randrange(3000) for _ in range(150)]
+small = dict(buckets=4, bucket_buffer_bytes=4096, merge_bytes=1 << 15, cache_entries=256, max_results=50,
+             poll_interval_s=0.01)
+
+def say(kind, data):
+    print(json.dumps([kind, data]), flush=True)
+
+async def main():
+    s = AsyncSeenSet(path, **small)
+    n = 0
+    def on(results):
+        nonlocal n
+        n += 1
+        say("deliver", [[r.seq, r.key, r.unique] for r in results])
+        if n == kill_at:
+            s.submit(extra, [b"x%d" % k for k in extra])     # in the intake log only
+            say("submitted", extra)
+            os.kill(os.getpid(), signal.SIGKILL)
+        s.ack()
+    for b in batches:
+        s.submit(b, [b"x%d" % k for k in b])
+        say("submitted", b)
+    if not start:
+        os.kill(os.getpid(), signal.SIGKILL)
+    s.start(asyncio.get_running_loop(), on)
+    await s.flush()
+
+asyncio.run(main())
+"""
+
+
+def run_child(path, seed, kill_at, start=True):
+    p = subprocess.run([sys.executable, "-c", CHILD, str(path), str(seed), str(kill_at), "1" if start else "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    submitted, deliveries = [], []
+    for line in p.stdout.splitlines():
+        kind, data = json.loads(line)
+        (submitted if kind == "submitted" else deliveries).append(data)
+    return submitted, deliveries
+
+
+def reopen_and_flush(path):
+    async def main():
+        s = AsyncSeenSet(str(path), **SMALL)
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        await s.flush()
+        await s.close()
+        return col.results
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kill_at", [1, 3])
+def test_kill_9_redelivers_unacked_answers_and_keeps_intake(tmp_path, kill_at):
+    submitted, deliveries = run_child(tmp_path, 17, kill_at)
+    assert len(deliveries) == kill_at
+    ref = reference(submitted)
+    for d in deliveries:                                # what the child saw was right, in order
+        assert [(k, u) for _, k, u in d] == ref[d[0][0]:d[-1][0] + 1]
+    # Deliveries before kill_at were acked; the one being handled at the kill was not.
+    first_unacked = deliveries[-1][0][0]
+    results = reopen_and_flush(tmp_path)
+    check_answers(results, submitted, first_seq=first_unacked)
+    assert results[-1].aux == b"x%d" % submitted[-1][-1]    # the intake-only keys were answered too
+
+
+def test_kill_9_before_start_keeps_intake_and_cuts_a_torn_tail(tmp_path):
+    submitted, deliveries = run_child(tmp_path, 23, 0, start=False)
+    assert not deliveries
+    segs = [n for n in os.listdir(tmp_path) if n.startswith("intake.")]
+    assert len(segs) == 1
+    with open(tmp_path / segs[0], "ab") as f:           # a submit cut short: header + part of its keys
+        f.write(b"ITAK" + bytes(4) + (100).to_bytes(4, "little") + bytes(20) + b"\x01" * 10)
+    check_answers(reopen_and_flush(tmp_path), submitted)
+
+
+def test_damaged_intake_record_before_the_end_is_an_error(tmp_path):
+    run_child(tmp_path, 29, 0, start=False)
+    seg = tmp_path / [n for n in os.listdir(tmp_path) if n.startswith("intake.")][0]
+    data = bytearray(seg.read_bytes())
+    data[40] ^= 0xFF                                     # a key of the first record; later records intact
+    seg.write_bytes(bytes(data))
+    with pytest.raises(DrumCorrupt):
+        AsyncSeenSet(str(tmp_path), **SMALL)
