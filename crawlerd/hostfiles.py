@@ -126,8 +126,8 @@ class HostFiles:
                 continue
             done.add(url)
             await asyncio.sleep(self.politeness.gap_s(last.elapsed_s, crawl_delay, 0))
-            if self._stopping:
-                break
+            if self._stopping or self.frontier.is_blocked(urlmod.host_of(host_key)):
+                break                     # the operator blocklist wins at once
             req = self._request(url, ip)
             if req is None:
                 break

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import time
@@ -42,6 +43,7 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
@@ -112,7 +114,7 @@ class Shard(HostFiles):
             retry_after_cap_s=p.retry_after_cap_s, park_after_failures=p.park_after_failures,
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
-            map_size_bytes=fr.map_size_bytes, blocklist=list(cfg.blocklist.hosts),
+            map_size_bytes=fr.map_size_bytes, blocklist=[],
             host_concurrency=dict(p.host_concurrency))
         rc = cfg.recrawl
         self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
@@ -151,6 +153,7 @@ class Shard(HostFiles):
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page}, on_worker_death=self._worker_died)
+        self._apply_config_blocklist(cfg.blocklist.hosts)
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
@@ -418,15 +421,28 @@ class Shard(HostFiles):
         retry_after = None
         if res.status in (429, 503):
             retry_after = parse_retry_after(res.header("retry-after"), self.wall())
-        self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
-                               response_time_s=res.elapsed_s, retry_after_s=retry_after)
         self.metrics.fetched(host_key, res.outcome.value, res.status, len(res.body))
-        depth = item.depth if item is not None else 0
-        hops = item.hops if item is not None else 0
         if res.outcome is not Outcome.OK and res.outcome is not Outcome.NOT_MODIFIED:
+            self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                                   response_time_s=res.elapsed_s, retry_after_s=retry_after)
             self._recent_errors.append(f"{url} {res.outcome.value} {res.error}")
             self._log_event(url, res)
             return
+        try:
+            await self._process_answer(url, fp, host_key, item, res)
+        except asyncio.CancelledError:      # shutdown gave up on it: back to its queue
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+            raise
+        # Completed only once the answer is archived and its links are in the seen-set journal: a
+        # crash (or a bug raising above: the lease then expires) fetches the URL again instead of
+        # losing it (DESIGN §1.3). The host's gap starts now, after processing: never shorter.
+        self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                               response_time_s=res.elapsed_s, retry_after_s=retry_after)
+
+    async def _process_answer(self, url: str, fp: int, host_key: str, item, res: FetchResult) -> None:
+        """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
+        depth = item.depth if item is not None else 0
+        hops = item.hops if item is not None else 0
         sha1 = _payload_sha1(res) if res.status == 200 else None
         self._record_visit(url, fp, host_key, res, sha1, depth)
         prior = self._digest_seen(sha1, url, res.started_at) if sha1 is not None else None
@@ -531,12 +547,39 @@ class Shard(HostFiles):
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
         self.guard.reload(list(cfg.network.allow))
+        self._apply_config_blocklist(cfg.blocklist.hosts)
+
+    def _apply_config_blocklist(self, hosts: list[str]) -> None:
+        """Make the config file's blocklist entries effective, keeping entries added at run time.
+
+        The entries that came from the file are remembered in ``<data_dir>/blocklist-config.json``
+        (temp, fsync, rename), so an entry deleted from the file is unblocked by the next SIGHUP
+        or restart, while ``crawlerd block add`` entries stay until ``crawlerd block remove``.
+        """
+        wanted = set()
+        for h in hosts:
+            try:
+                wanted.add(Blocklist.normalise(h))
+            except ValueError as e:
+                log.error("blocklist entry ignored: %s", e)
+        path = self.cfg.path("blocklist-config.json")
+        try:
+            with open(path) as f:
+                before = set(json.load(f))
+        except (OSError, ValueError):
+            before = set()
         current = set(self.frontier.blocked())
-        wanted = set(cfg.blocklist.hosts)
-        for pat in wanted - current:
+        for pat in sorted(wanted - current):
             self.frontier.block(pat)
-        for pat in current - wanted:
+        for pat in sorted((before - wanted) & current):
             self.frontier.unblock(pat)
+        self.frontier.commit()
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(sorted(wanted), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def _worker_died(self, index: int, segment: str) -> None:
         """A dead worker's open segment is closed at once (torn tail cut) so no file stays .open."""

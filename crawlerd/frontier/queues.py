@@ -38,6 +38,7 @@ import lmdb
 _U64 = struct.Struct(">Q")
 _COUNTERS = ("seq", "lease_seq", "hid_next", "session", "wseq", "added", "queued", "completed", "dead",
              "waiting", "clean", "retried", "requeued", "expired")
+_CLOCK = struct.Struct("<d")
 _META_COUNTERS = struct.Struct("<" + "Q" * len(_COUNTERS))
 
 
@@ -118,6 +119,14 @@ class FrontierStore:
         txn.put(b"counters", _META_COUNTERS.pack(*(counters[k] for k in _COUNTERS)), db=self.meta)
         if dropped is not None:
             txn.put(b"dropped", json.dumps(dropped, sort_keys=True).encode(), db=self.meta)
+
+    def save_clock(self, now: float) -> None:
+        """The frontier clock at this commit: after a crash the restart grace counts from it."""
+        self.txn().put(b"clock", _CLOCK.pack(now), db=self.meta)
+
+    def load_clock(self) -> float | None:
+        raw = self.txn().get(b"clock", db=self.meta)
+        return None if raw is None else _CLOCK.unpack(raw)[0]
 
     def put_block(self, pattern: str, on: bool) -> None:
         k = b"block:" + pattern.encode()

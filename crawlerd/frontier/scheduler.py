@@ -45,6 +45,11 @@ class _Out:
         self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
 
 
+# Upper bound on the time between the frontier's last commit and a crash: the shard commits at
+# least every 2 s, and group commits add at most commit_interval_s (1 s by default).
+CRASH_MARGIN_S = 3.0
+
+
 class Frontier(FrontierOps):
     """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
 
@@ -113,8 +118,12 @@ class Frontier(FrontierOps):
                 self._store.put_block(self._blocklist.add(p), True)
         crashed = self._c["session"] > 0 and not self._c["clean"]
         # After a crash the per-IP state is gone too: no host (even one activated later from the
-        # waiting list) starts before the grace has passed.
-        self._not_before = self._clock() + self._grace if crashed else -math.inf
+        # waiting list) starts before the grace has passed since the last commit (the clock is
+        # monotonic since boot; if it went backwards, a reboot: wait the whole grace from now).
+        # The crash came at most CRASH_MARGIN_S after the last commit (the shard commits every 2 s).
+        now, last = self._clock(), self._store.load_clock()
+        since = max(0.0, now - last - CRASH_MARGIN_S) if last is not None and last <= now else 0.0
+        self._not_before = now + max(0.0, self._grace - since) if crashed else -math.inf
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
@@ -697,6 +706,7 @@ class Frontier(FrontierOps):
             ips.sweep(self._clock())
         if st.open:
             st.save_meta(self._c, self._dropped)
+            st.save_clock(self._clock())
             st.commit()
             self.commits += 1
         self._ops = 0

@@ -260,9 +260,6 @@ def test_block_list_takes_names_as_an_operator_writes_them(reload_run):
     assert _silent(reload_run, "h5.sim", "block", "same") == []
 
 
-@pytest.mark.xfail(strict=True, reason="crawlerd bug: reading sitemaps within a robots lease (hostfiles "
-                                       "_read_sitemaps) never checks the blocklist: a host blocked then still "
-                                       "gets its sitemaps fetched")
 def test_reload_blocks_host_in_its_sitemap_phase(reload_run):
     # the blocklist wins over everything (DESIGN §1.2): sitemaps read within a robots lease too
     host = reload_run["sitemap_host"]
@@ -273,17 +270,12 @@ def test_reload_blocks_host_in_its_sitemap_phase(reload_run):
     assert _silent(reload_run, host, "sitemap", "restore") == []
 
 
-@pytest.mark.xfail(strict=True, reason="crawlerd bug: Shard.reload compares the file's raw names with the "
-                                       "frontier's normalised ones: every SIGHUP toggles 'H5.Sim.' on and off")
 def test_second_sighup_with_same_file_changes_nothing(reload_run):
     block, same = reload_run["by_name"]["block"], reload_run["by_name"]["same"]
     assert same["blocked"] == block["blocked"], (block["blocked"], same["blocked"])
     assert _silent(reload_run, "h5.sim", "block", "restore") == []
 
 
-@pytest.mark.xfail(strict=True, reason="crawlerd bug (or undecided semantics): SIGHUP makes the blocklist "
-                                       "exactly the file's, dropping hosts added with `crawlerd block add`, "
-                                       "while a restart keeps them (persisted in the frontier)")
 def test_runtime_block_survives_sighup(reload_run):
     assert reload_run["cli_add"] == 0
     assert "h9.sim" in reload_run["blocked_after_cli_add"]
