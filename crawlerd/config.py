@@ -193,7 +193,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
     ]),
     "blocklist": ("Operator blocklist: wins over everything, takes effect at once.", [
         _k("hosts", list, [],
-           "Hosts or domains never fetched; a domain covers its subdomains.", item_type=str, runtime=True),
+           "Hosts or domains never fetched; a domain covers its subdomains. An entry deleted here is "
+           "unblocked at the next SIGHUP or restart; entries added with `crawlerd block add` stay until "
+           "`crawlerd block remove`.", item_type=str, runtime=True),
     ]),
     "drum": ("DRUM URL-seen set (IRLbot §4): RAM buckets spilled to disk, merged in one sequential pass.", [
         _k("buckets", int, 64, "Buckets k; keys are spread over them by their high bits.", min=1, max=4096),
