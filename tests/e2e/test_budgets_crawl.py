@@ -1,16 +1,13 @@
 """Per-domain budgets through the whole daemon: URLs over budget are deferred, then readmitted (BEAST)."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 
-from tests.e2e.test_crawl import _can_unshare
+from tests.e2e.netns import NETNS_MARKS, run_driver
 
-pytestmark = [pytest.mark.netns, pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -19,12 +16,7 @@ def crawl(tmp_path_factory):
     data_dir, out = str(base / "data"), str(base / "report.json")
     driver = os.path.join(os.path.dirname(__file__), "driver.py")
     extra = ["-s", "budgets.base_budget=15", "-s", "budgets.per_inlink=15", "-s", "budgets.edge_max_age_s=1"]
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, data_dir, "30", "14", "4", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        return json.load(f)
+    return run_driver(driver, out, data_dir, "30", "14", "4", *extra)
 
 
 def test_over_budget_urls_are_deferred_then_readmitted(crawl):

@@ -14,7 +14,6 @@ frontier at least every 2 s), may not have happened. Anything older is settled.
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -29,19 +28,14 @@ from crawlerd.simweb.ledger import (
 )
 from warcio.archiveiterator import ArchiveIterator
 
+from tests.e2e.netns import NETNS_MARKS, run_driver
+
 HOSTS, FINAL_S = 40, 8.0
 IN_FLIGHT_S = 3.0
 KILLED = ("orphans", "all", "drain", "startup")
 
 
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        return False
-    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-
-
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +43,7 @@ def crash(tmp_path_factory):
     base = tmp_path_factory.mktemp("crash")
     data_dir, out = str(base / "data"), str(base / "report.json")
     driver = os.path.join(os.path.dirname(__file__), "crash_driver.py")
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, data_dir, str(HOSTS), str(FINAL_S)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        report = json.load(f)
+    report = run_driver(driver, out, data_dir, str(HOSTS), str(FINAL_S))
     report["data_dir"] = data_dir
     report["by_name"] = {run["name"]: run for run in report["runs"]}
     return report

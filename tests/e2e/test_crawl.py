@@ -1,11 +1,7 @@
 """The whole daemon against simweb in a private network namespace, judged from the server's ledger."""
 
 import gzip
-import json
 import os
-import shutil
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -18,17 +14,12 @@ from crawlerd.simweb.ledger import (
 )
 from warcio.archiveiterator import ArchiveIterator
 
+from tests.e2e.netns import NETNS_MARKS, run_driver
+
 HOSTS, SECONDS, SECONDS2 = 60, 20.0, 8.0
 
 
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        return False
-    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-
-
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +27,7 @@ def crawl(tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
     data_dir, out = str(base / "data"), str(base / "report.json")
     driver = os.path.join(os.path.dirname(__file__), "driver.py")
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, data_dir, str(HOSTS), str(SECONDS), str(SECONDS2)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        report = json.load(f)
+    report = run_driver(driver, out, data_dir, str(HOSTS), str(SECONDS), str(SECONDS2))
     report["data_dir"] = data_dir
     return report
 

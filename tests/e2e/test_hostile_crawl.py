@@ -7,13 +7,11 @@ must end in its named outcome, nothing may crash, memory stays bounded, the forb
 never contacted and ``--duration`` stops the daemon on time while a drip transfer is open.
 """
 
-import json
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
+
+from tests.e2e.netns import NETNS_MARKS, run_driver
 
 HOSTILE_S, DRIP_STOP_S = 12.0, 5.0
 # generous for a loaded 2-core box; a drip that holds up the stop would take ~600 s (its limits)
@@ -43,14 +41,7 @@ EXPECTED = {
 REDIRECTS = ("loop.test", "chain.test", "redirforbidden.test")
 
 
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        return False
-    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-
-
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +49,7 @@ def report(tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
     out = str(base / "report.json")
     driver = os.path.join(os.path.dirname(__file__), "hostile_driver.py")
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, str(base), str(HOSTILE_S), str(DRIP_STOP_S)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        rep = json.load(f)
+    rep = run_driver(driver, out, str(base), str(HOSTILE_S), str(DRIP_STOP_S))
     mark = len(rep["hostile_server"]["log"])
     rep["log1"] = rep["hostile_server"]["log"]
     rep["log2"] = rep["drip_server"]["log"][mark:]

@@ -1,17 +1,15 @@
 """Recrawl with conditional GETs through the whole daemon: revisits send validators, 304s are archived."""
 
-import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 
-from tests.e2e.test_crawl import _can_unshare, _warc_records
+from tests.e2e.netns import NETNS_MARKS, run_driver
+from tests.e2e.test_crawl import _warc_records
 
-pytestmark = [pytest.mark.netns, pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +19,7 @@ def crawl(tmp_path_factory):
     driver = os.path.join(os.path.dirname(__file__), "driver.py")
     extra = ["-s", "recrawl.initial_interval_s=4", "-s", "recrawl.min_interval_s=2",
              "-s", "recrawl.max_interval_s=30", "-s", "recrawl.jitter=0.0", "-s", "recrawl.priority=0"]
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, data_dir, "8", "16", "4", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        report = json.load(f)
+    report = run_driver(driver, out, data_dir, "8", "16", "4", *extra)
     report["data_dir"] = data_dir
     return report
 

@@ -22,13 +22,14 @@ Then ``crawlerd stop``. A reload counts as *acknowledged* when its log line
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+from tests.e2e.netns import NETNS_MARKS, run_driver
 
 HOSTS, SEED = 30, 7
 TOLERANCE_S = 0.25        # a transfer handed to curl just before the reload may reach the server a moment after
@@ -198,26 +199,14 @@ def _exercise(d: Daemon, sim, site: dict, sitemap_host: str) -> dict:
 
 
 # == tests ===================================================================================
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        return False
-    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-
-
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -n")]
+pytestmark = NETNS_MARKS
 
 
 @pytest.fixture(scope="module")
 def reload_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("reload")
     out = str(base / "report.json")
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, os.path.abspath(__file__), out, str(base)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    with open(out) as f:
-        report = json.load(f)
+    report = run_driver(os.path.abspath(__file__), out, str(base))
     report["by_name"] = {rec["name"]: rec for rec in report["reloads"]}
     return report
 
