@@ -100,6 +100,7 @@ class Shard(HostFiles):
         self._dns_pending: set[str] = set()
         self._recent_errors: deque[str] = deque(maxlen=20)
         self._last_flush = 0.0
+        self._flush_cost_s = 0.0         # how long the last explicit DRUM merge took
         self._last_commit = 0.0
         self._final_frontier_stats: dict | None = None      # set when the frontier is closed
         self._final_recrawl_stats: dict | None = None
@@ -266,12 +267,18 @@ class Shard(HostFiles):
             for lease in self.frontier.lease(now, free):
                 self._leases[lease.lease_id] = lease
                 self._spawn(self._handle(lease))
-        # ask DRUM for its pending keys when the frontier is about to run dry (DRUM flush trigger 3)
-        if self.seen.pending and now - self._last_flush > 0.5 and \
-                self.frontier.queued() < 2 * self.cfg.fetch.max_in_flight:
-            self._last_flush = now
-            self.seen.flush()
-            self._drain_seen()
+        # DRUM flush trigger 3: new URLs wait in DRUM's buckets until a merge. A politeness-bound
+        # crawl starves hosts whose next URLs are still there, so merge early, but keep merging
+        # under ~10% of the time (a merge rewrites the whole key file: seconds at 10^9 keys).
+        if self.seen.pending:
+            dry = self.frontier.queued() < 2 * self.cfg.fetch.max_in_flight
+            interval = max(0.5 if dry else 2.0, 10 * self._flush_cost_s)
+            if now - self._last_flush >= interval:
+                t0 = time.perf_counter()
+                self.seen.flush()
+                self._flush_cost_s = time.perf_counter() - t0
+                self._last_flush = now
+                self._drain_seen()
         if self.graph is not None:
             self._step_budgets(now)
         if now - self._last_recrawl >= 1.0 and not self.paused:
