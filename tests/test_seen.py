@@ -36,6 +36,11 @@ def reference(batches):
     return out
 
 
+async def bounded(aw):
+    """Fail instead of hanging when an answer never comes (a lost ack would wait forever)."""
+    return await asyncio.wait_for(aw, 60)
+
+
 class Collector:
     """Consumer: records every delivery, acks it at once; ``done`` is set once ``want`` answers arrived."""
 
@@ -84,9 +89,9 @@ def test_answers_equal_python_set_in_order(tmp_path, run):
             if i % 11 == 0:
                 await asyncio.sleep(0)
             if i % 97 == 0:
-                await s.flush()
+                await bounded(s.flush())
                 assert s.pending == 0
-        await s.flush()
+        await bounded(s.flush())
         assert s.pending == 0 and not s.backpressure
         await s.close()
         return col
@@ -135,7 +140,7 @@ def test_no_delivery_before_the_previous_one_is_acked(tmp_path, run):
 
         s.start(asyncio.get_running_loop(), on)
         s.submit(keys, [aux_of(k) for k in keys])
-        await s.flush()
+        await bounded(s.flush())
         await s.close()
         return log, got
 
@@ -153,11 +158,11 @@ def test_backpressure_rises_and_falls(tmp_path, run):
         s.submit(list(range(60, 120)))
         assert s.backpressure and s.pending == 120      # over the bound, nothing dropped
         s.start(asyncio.get_running_loop(), col)
-        await s.flush()
+        await bounded(s.flush())
         assert not s.backpressure and s.pending == 0
         s.submit(list(range(50, 200)))
         assert s.backpressure
-        await s.flush()
+        await bounded(s.flush())
         assert not s.backpressure
         await s.close()
         return col
@@ -182,7 +187,7 @@ def test_close_leaves_unanswered_keys_for_the_next_start(tmp_path, run):
         assert s.pending == len(keys)
         col = Collector(s)
         s.start(asyncio.get_running_loop(), col)
-        await s.flush()
+        await bounded(s.flush())
         await s.close()
         return col
 
@@ -203,7 +208,7 @@ def test_consumer_failure_stops_the_pump_and_nothing_is_acked(tmp_path, run):
         s.start(asyncio.get_running_loop(), on)
         s.submit(keys, [aux_of(k) for k in keys])
         with pytest.raises(SeenSetError):
-            await s.flush()
+            await bounded(s.flush())
         with pytest.raises(SeenSetError):
             s.raise_if_failed()
         with pytest.raises(SeenSetError):
@@ -214,12 +219,39 @@ def test_consumer_failure_stops_the_pump_and_nothing_is_acked(tmp_path, run):
         s = AsyncSeenSet(str(tmp_path), **SMALL)
         col = Collector(s)
         s.start(asyncio.get_running_loop(), col)
-        await s.flush()
+        await bounded(s.flush())
         await s.close()
         return col
 
     run(failing())
     check_answers(run(again()).results, [keys])
+
+
+def test_big_batch_hand_over_leaves_the_loop_running(tmp_path):
+    # DRUM's journal and bucket code holds the GIL for a whole call: batches go over in CALL_KEYS calls.
+    n = 4_000_000
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        s = AsyncSeenSet(str(tmp_path), buckets=64, merge_bytes=1 << 40, cache_entries=0,
+                         max_pending_keys=1000)
+        s.submit(np.random.default_rng(3).integers(0, 1 << 63, n, dtype=np.uint64))
+        assert s.backpressure
+        s.start(loop, Collector(s))
+        lags = []
+        while s.backpressure:                            # falls once the DRUM thread holds the batch
+            t = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append(loop.time() - t - 0.01)
+        job_s = s.stats()["max_job_s"]
+        assert s.pending == n
+        await s.close()
+        return lags, job_s
+
+    lags, job_s = uvloop.run(main())
+    assert len(lags) >= 5, (lags, job_s)
+    assert max(lags) < job_s / 3, (max(lags), job_s)
+    print(f"hand-over job {job_s:.3f} s, max loop lag {max(lags):.4f} s over {len(lags)} ticks")
 
 
 def test_loop_stays_responsive_during_a_merge(tmp_path):
@@ -285,7 +317,7 @@ async def main():
     if not start:
         os.kill(os.getpid(), signal.SIGKILL)
     s.start(asyncio.get_running_loop(), on)
-    await s.flush()
+    await asyncio.wait_for(s.flush(), 60)
 
 asyncio.run(main())
 """
@@ -307,7 +339,7 @@ def reopen_and_flush(path):
         s = AsyncSeenSet(str(path), **SMALL)
         col = Collector(s)
         s.start(asyncio.get_running_loop(), col)
-        await s.flush()
+        await bounded(s.flush())
         await s.close()
         return col.results
     return asyncio.run(main())
