@@ -88,6 +88,7 @@ class _Done:
     pending: int
     ready: int
     busy_s: float
+    flush_s: float | None      # duration of this job's flush(), if it ran one
 
 
 class AsyncSeenSet:
@@ -144,6 +145,8 @@ class AsyncSeenSet:
         self._busy_s = 0.0
         self._max_job_s = 0.0
         self._delivered = 0
+        self._flush_running = False
+        self._last_flush_s = 0.0
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -212,7 +215,7 @@ class AsyncSeenSet:
         self._closed = self._stopping = True
         self._wake.set()
         if self._pump_task is not None:
-            await self._pump_task
+            await asyncio.wait([self._pump_task])    # ends after its current job; it raises nothing itself
         loop = asyncio.get_running_loop()
         self._fail_waiters(SeenSetError("seen-set closed"))
         job = None
@@ -238,6 +241,16 @@ class AsyncSeenSet:
         return self._batch_keys + self._inflight_keys > self.max_pending_keys
 
     @property
+    def flushing(self) -> bool:
+        """A flush was asked for and its merge has not finished (do not ask again yet)."""
+        return self._flush_asked or bool(self._flush_new) or self._flush_running
+
+    @property
+    def last_flush_s(self) -> float:
+        """How long the last flush() merge took on the DRUM thread, seconds (0 before the first)."""
+        return self._last_flush_s
+
+    @property
     def pending(self) -> int:
         """Keys submitted and not yet answered (delivered to on_results)."""
         return self._batch_keys + self._inflight_keys + self._drum_pending
@@ -245,6 +258,7 @@ class AsyncSeenSet:
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
                 "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
+                "last_flush_s": round(self._last_flush_s, 3),
                 "pending": self.pending, "backpressure": self.backpressure}
 
     # -- pump (loop side) ---------------------------------------------------------------------------
@@ -281,6 +295,7 @@ class AsyncSeenSet:
                    flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
                    waiters=self._flush_new)
         self._ack_due = False
+        self._flush_running = job.flush
         self._flush_asked = False
         self._flush_new = []
         self._batch = []
@@ -294,6 +309,9 @@ class AsyncSeenSet:
 
     def _finish(self, job: _Job, done: _Done) -> None:
         self._inflight_keys = 0
+        self._flush_running = False
+        if done.flush_s is not None:
+            self._last_flush_s = done.flush_s
         self._jobs += 1
         self._busy_s += done.busy_s
         self._max_job_s = max(self._max_job_s, done.busy_s)
@@ -358,13 +376,16 @@ class AsyncSeenSet:
             d.ack()
             acked = d.next_seq - d.pending
         self._hand_over(job)
+        flush_s = None
         if job.flush:
+            t1 = time.perf_counter()
             d.flush()
+            flush_s = time.perf_counter() - t1
         elif job.poll:
             d.poll()
         handed = d.next_seq - d.pending
         results = d.results() if job.fetch else []
-        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0)
+        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0, flush_s)
 
     def _hand_over(self, job: _Job) -> None:
         if not job.chunks:

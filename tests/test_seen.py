@@ -160,10 +160,13 @@ def test_backpressure_rises_and_falls(tmp_path, run):
         s.start(asyncio.get_running_loop(), col)
         await bounded(s.flush())
         assert not s.backpressure and s.pending == 0
+        assert not s.flushing and s.last_flush_s > 0
         s.submit(list(range(50, 200)))
         assert s.backpressure
+        s.request_flush()
+        assert s.flushing
         await bounded(s.flush())
-        assert not s.backpressure
+        assert not s.backpressure and not s.flushing
         await s.close()
         return col
 
