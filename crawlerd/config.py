@@ -91,8 +91,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("delay_factor", float, 10.0,
            "Gap after a request = clamp(delay_factor x its response time, min_delay_s, max_delay_s).", min=0.0),
         _k("min_delay_s", float, 1.0, "Smallest gap between the end of one request to a host and the next, seconds.",
-           min=0.0, runtime=True),
-        _k("max_delay_s", float, 60.0, "Largest politeness gap from response time, seconds.", min=0.0, runtime=True),
+           min=0.0),
+        _k("max_delay_s", float, 60.0, "Largest politeness gap from response time, seconds.", min=0.0),
         _k("per_ip_concurrency", int, 1, "Requests in flight at once to one IP address.", min=1, max=64),
         _k("host_concurrency", dict, {},
            "Operator allowance: hosts (scheme://host[:port]) allowed more than one request in flight, "

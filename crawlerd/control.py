@@ -13,11 +13,13 @@ import asyncio
 import contextlib
 import errno
 import json
+import logging
 import os
 import socket
 from collections.abc import Callable
 
 MAX_REQUEST_BYTES = 1 << 20
+log = logging.getLogger("crawlerd.control")
 
 
 class ControlError(Exception):
@@ -83,6 +85,9 @@ class ControlServer:
             reply = handler(req)
         except (ValueError, KeyError) as e:
             return {"ok": False, "error": str(e)}
+        except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
+            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
+            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
         reply.setdefault("ok", True)
         return reply
 

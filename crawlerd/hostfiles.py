@@ -66,9 +66,10 @@ class HostFiles:
                 if 200 <= res.status < 300:
                     te = (res.header("transfer-encoding") or "").lower()
                     try:
+                        # decoded up to the page cap; the parser reads the first robots.max_bytes
                         body = decode_body(res.body, chunked="chunked" in te,
                                            content_encoding=res.header("content-encoding"),
-                                           max_bytes=rc.max_bytes)
+                                           max_bytes=self.cfg.fetch.max_decoded_bytes)
                     except DecodeError:
                         body = b""      # undecodable: parsed as empty (allow all), RFC 9309 §2.3.1.1
             decision = robots_decision(
@@ -81,8 +82,12 @@ class HostFiles:
                 if nxt is None:
                     break
                 url = nxt
-                # the lease keeps the host busy; the next hop still waits the politeness gap
-                await asyncio.sleep(self.politeness.gap_s(res.elapsed_s, 0.0, 0))
+                # the lease keeps the host busy; the next hop still waits the politeness gap, and
+                # only if the hop can finish before the lease expires (else: unusable, below)
+                gap = self.politeness.gap_s(res.elapsed_s, 0.0, 0)
+                if lease.deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
+                    break
+                await asyncio.sleep(gap)
                 continue
             self.robots.put(host_key, decision)
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
@@ -90,7 +95,7 @@ class HostFiles:
             self._log_event(lease.url, res, kind="robots")
             last = res
             if decision.ok and self.cfg.sitemaps.enabled and same_host and not self._stopping:
-                last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res)
+                last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res, lease.deadline)
             retry_after = None
             if last.status in (429, 503):
                 retry_after = parse_retry_after(last.header("retry-after"), self.wall())
@@ -106,7 +111,8 @@ class HostFiles:
         self.frontier.set_robots(host_key, expires_at=decision.expires_at, crawl_delay_s=None)
         self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=404, response_time_s=total_s)
 
-    async def _read_sitemaps(self, host_key: str, ip: str, rules, last: FetchResult) -> FetchResult:
+    async def _read_sitemaps(self, host_key: str, ip: str, rules, last: FetchResult,
+                             deadline: float) -> FetchResult:
         """Read the host's sitemaps within its robots lease: the host stays busy, and every fetch
         waits the politeness gap (and Crawl-delay) after the previous one; a 429/503 or a transport
         failure ends the reading. Returns the last fetch's result, which the lease completes with
@@ -118,14 +124,16 @@ class HostFiles:
                  if u is not None and urlmod.host_key(u) == host_key]
         done: set[str] = set()
         crawl_delay = min(rules.crawl_delay or 0.0, self.cfg.robots.crawl_delay_cap_s)
-        started, fetches = self.clock(), 0
-        budget_s = self.cfg.frontier.lease_timeout_s / 2     # never outlive the lease
-        while queue and fetches < sm.max_fetches_per_host and self.clock() - started < budget_s:
+        fetches = 0
+        while queue and fetches < sm.max_fetches_per_host:
             url = queue.pop(0)
             if url in done or not rules.allowed(url):
                 continue
             done.add(url)
-            await asyncio.sleep(self.politeness.gap_s(last.elapsed_s, crawl_delay, 0))
+            gap = self.politeness.gap_s(last.elapsed_s, crawl_delay, 0)
+            if deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
+                break                     # never outlive the lease: the rest waits for the next reading
+            await asyncio.sleep(gap)
             if self._stopping or self.frontier.is_blocked(urlmod.host_of(host_key)):
                 break                     # the operator blocklist wins at once
             req = self._request(url, ip)
@@ -163,7 +171,19 @@ class HostFiles:
         return last
 
     async def _request_for(self, url: str) -> FetchRequest | None:
-        """A request to a host that is not this lease's (robots redirect): resolve and guard it."""
+        """A request to a host that is not this lease's (robots redirect): blocklist, politeness, guard.
+
+        The target host may have leases of its own: wait (bounded) until it has none, so two
+        requests never overlap. (Its gap after its own last request is not known here.)"""
+        hk = urlmod.host_key(url)
+        if self.frontier.is_blocked(urlmod.host_of(url)):
+            return None
+        for _ in range(100):
+            if not any(le.host_key == hk for le in self._leases.values()):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            return None
         res = await self.resolver.resolve(urlmod.host_of(url))
         ip = next((a for a in res.ips if self.guard.allowed(a)), None)
         return None if ip is None else self._request(url, ip)

@@ -140,6 +140,7 @@ class Shard(HostFiles):
                          merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                          clock=clock, auto_ack=False)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
+        self._pending_digests: dict[bytes, tuple[str, float]] = {}     # first captures being archived
         self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
@@ -332,6 +333,8 @@ class Shard(HostFiles):
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
+        if self.paused or len(self._leases) >= self.cfg.fetch.max_in_flight:
+            nd = None                 # nothing can be leased now: wait for a finished task or a tick
         timeout = 0.25 if nd is None else min(0.25, max(0.0, nd - now))
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
@@ -367,7 +370,7 @@ class Shard(HostFiles):
                                 host_key, ",".join(res.ips[:4]))
                 self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             else:
-                self.frontier.set_host_ip(host_key, ip)
+                self.frontier.set_host_ip(host_key, ip, expires_at=self.clock() + max(res.ttl_s, 1.0))
         finally:
             self._dns_pending.discard(host_key)
 
@@ -393,14 +396,20 @@ class Shard(HostFiles):
         if self.frontier.is_blocked(urlmod.host_of(host_key)):
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
             self._count_unfetched(host_key, Outcome.BLOCKED)
+            self._log_dropped(url, Outcome.BLOCKED.value)
             self.recrawl.forget(fp)
             return
         entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
-        if entry is None or not entry.ok:
-            # robots unknown or unavailable (5xx / network): disallow all for now, keep the URL
-            wait = max(1.0, (entry.expires_at - now) if entry else 1.0)
+        if entry is None:
+            # evicted from the robots cache (or never known here): fetch robots.txt again first
+            self.frontier.set_robots(host_key, expires_at=now, crawl_delay_s=None)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_UNAVAILABLE, requeue=True)
+            self.metrics.counters["robots_refetch"] += 1
+            return
+        if not entry.ok:
+            # robots.txt unavailable (5xx / network): disallow all until its retry, keep the URL
             self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_UNAVAILABLE, requeue=True,
-                                   retry_after_s=wait)
+                                   retry_after_s=max(1.0, entry.expires_at - now))
             self.metrics.counters["robots_deferred"] += 1
             return
         if not entry.rules.allowed(url):
@@ -414,9 +423,11 @@ class Shard(HostFiles):
         if last_modified:
             conditional.append(("If-Modified-Since", last_modified))
         req = self._request(url, lease.ip, conditional)
-        if req is None:
+        if req is None:     # network.allow narrowed since DNS: the whole host goes, with a reason
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self._count_unfetched(host_key, Outcome.BLOCKED_ADDRESS)
+            self._log_dropped(url, Outcome.BLOCKED_ADDRESS.value)
+            self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             return
         res = await self.fetcher.fetch(req)
         if res.outcome is Outcome.ABORTED:
@@ -451,10 +462,24 @@ class Shard(HostFiles):
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
         sha1 = _payload_sha1(res) if res.status == 200 else None
-        self._record_visit(url, fp, host_key, res, sha1, depth)
-        prior = self._digest_seen(sha1, url, res.started_at) if sha1 is not None else None
+        prior, first = None, False
+        if sha1 is not None:
+            prior = self._digest_prior(sha1)
+            if prior is None:               # this capture will be the first: others wait on it
+                first = True
+                self._pending_digests[sha1] = (url, res.started_at)
         digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
-        pr = await self.pool.process(res, prior, digest=digest)
+        try:
+            pr = await self.pool.process(res, prior, digest=digest)
+        finally:
+            if first:
+                self._pending_digests.pop(sha1, None)
+        # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
+        # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
+        if pr.warc_file:
+            if first:
+                self.digests.add(sha1, url, repr(res.started_at))
+            self._record_visit(url, fp, host_key, res, sha1, depth)
         if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
             near = self.near.check_and_add(pr.simhash, url, host_key)
             if near and not pr.duplicate_of:
@@ -504,13 +529,12 @@ class Shard(HostFiles):
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
         self.metrics.outcomes[outcome.value] += 1
 
-    def _digest_seen(self, digest: bytes, url: str, fetched_at: float):
-        """Exact-duplicate owner: returns (first url, first date) if seen before, else records it."""
+    def _digest_prior(self, digest: bytes) -> tuple[str, float] | None:
+        """Exact-duplicate owner: (first url, first date) of an archived or in-progress capture."""
         prev = self.digests.get(digest)
-        if prev is None:
-            self.digests.add(digest, url, repr(fetched_at))
-            return None
-        return prev[0], float(prev[1])
+        if prev is not None:
+            return prev[0], float(prev[1])
+        return self._pending_digests.get(digest)
 
     def _log_event(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         if self.events is None:

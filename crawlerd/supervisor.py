@@ -188,10 +188,13 @@ class Supervisor:
             if wd and now - last_wd >= wd:
                 self.notifier.watchdog()
                 last_wd = now
-            s = self.status()
-            self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
-            if self.on_tick is not None:
-                self.on_tick(self, s)
+            try:
+                s = self.status()
+                self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
+                if self.on_tick is not None:
+                    self.on_tick(self, s)
+            except Exception as e:     # the watchdog pings above must go on whatever status does
+                log.error("status tick failed: %r", e)
 
     def request_stop(self, why: str = "") -> None:
         if self.stop_event is not None and not self.stop_event.is_set():
@@ -204,12 +207,14 @@ class Supervisor:
         self.notifier.reloading()
         try:
             cfg = configmod.load(self.config_path, self.overrides)
-        except ConfigError as e:
-            log.error("reload failed, keeping current config: %s", e)
-        else:
             self.shard.reload(cfg)
             log.info("config reloaded blocklist=%d", len(cfg.blocklist.hosts))
-        self.notifier.ready()
+        except ConfigError as e:
+            log.error("reload failed, keeping current config: %s", e)
+        except Exception as e:
+            log.error("reload failed: %r", e)
+        finally:
+            self.notifier.ready()
 
     # -- control socket -------------------------------------------------------------------
     def status(self) -> dict:

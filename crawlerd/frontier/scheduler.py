@@ -521,6 +521,9 @@ class Frontier(FrontierOps):
         elif not requeue and H.fails[s]:
             H.fails[s] >>= 1          # success decays the backoff exponent
             self._dirty.add(s)
+        elif requeue and retry_after_s is not None and retry_after_s > gap:
+            # handed back unfetched with a reason to wait (robots.txt unavailable): no attempt counted
+            gap = min(retry_after_s, pol.retry_after_cap_s)
         due = now + gap
         if due > H.due[s]:
             H.due[s] = due
