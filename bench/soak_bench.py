@@ -1,0 +1,400 @@
+"""Soak: does RAM stay flat while the URLs seen and queued pile up on disk? (DESIGN §1.4)
+
+A large simweb (every host a seed, so all hosts are active from the first seconds) is crawled by
+`crawlerd run` for a fixed time inside a private network namespace (only `lo`). Every
+``--interval`` seconds the crawl process and each processing worker are sampled from
+/proc/<pid>/status (VmRSS, VmHWM, RssAnon, RssFile) and the daemon's stats (the reply of
+`crawlerd stats --json`, read from the same control socket) give pages, URLs seen, queued and
+active hosts.
+
+After the warm-up (the daemon's RAM caps are full and every host has been taken up), RSS is fitted
+by least squares against URLs seen (the unique URLs the seen-set admitted). Keeping URLs in RAM
+costs at least their text plus a Python object (~100+ bytes each); a slope of a few bytes per URL
+means they live on disk. Two slopes are reported per process: RSS (what `ps` shows) and RssAnon
+(private heap). The difference, RssFile, is the page cache of memory-mapped files (LMDB maps,
+shared libraries): clean, shared pages the kernel reclaims under pressure, which grow with the
+data on disk by design.
+
+The RAM caps are set small by default (``--caps small``), so that they fill during the warm-up and
+the fit measures what is left, growth without a cap; ``--caps default`` keeps the shipped ones.
+
+    nice -n 10 .venv/bin/python bench/soak_bench.py --seconds 120 --hosts 2000
+    .venv/bin/python bench/soak_bench.py OUT.json --seconds 300 ...   # also writes every sample as JSON
+
+Outside a network namespace whose only interface is `lo`, the script re-runs itself in one
+(`unshare -n`, needs root): simweb binds 0.0.0.0 and nothing but loopback is reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# RAM caps of the `small` profile: each fills within the warm-up of a few-minute soak
+SMALL_CAPS = [
+    "drum.cache_entries=65536",             # seen-set's recent-fingerprint cache
+    "drum.bucket_buffer_bytes=65536",       # 64 buckets x 64 KiB of keys waiting for disk
+    "budgets.edge_cache_entries=65536",     # recent domain edges
+    "budgets.cache_entries=4096",           # domain budget LRU
+    "url_filter.max_tracked_values=50000",  # parameter values remembered (trap guard)
+]
+STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
+
+
+def in_private_netns() -> bool:
+    # if_nameindex asks the kernel about the caller's namespace (/sys/class/net shows the mounter's)
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+_MEM_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
+
+
+def proc_mem(pid: int) -> dict[str, int] | None:
+    """Memory of one process from /proc/<pid>/status, bytes; None once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in _MEM_FIELDS:
+            out[name] = int(rest.split()[0]) * 1024      # the kernel reports kB
+    return out if "VmRSS" in out else None
+
+
+def daemon_stats(sock: str) -> dict | None:
+    """The daemon's `stats` reply (what `crawlerd stats --json` prints), None while it does not answer."""
+    from crawlerd import control
+    try:
+        reply = control.request(sock, "stats", timeout_s=10.0)
+    except control.ControlError:
+        return None
+    return reply if reply.get("ok", True) else None
+
+
+def seen_unique(st: dict) -> int:
+    """Unique URLs the seen-set admitted: queued into the frontier or deferred by a domain budget."""
+    return int(st.get("frontier", {}).get("added", 0)) + int(st.get("counters", {}).get("budget_deferred", 0))
+
+
+def take_sample(t_s: float, crawl_pid: int, st: dict) -> dict:
+    workers = sorted(int(k.split("-", 1)[1]) for k in st.get("cpu_by_process_s", {}) if k.startswith("worker-"))
+    fr = st.get("frontier", {})
+    counters = st.get("counters", {})
+    seen = seen_unique(st)
+    mem = {"crawl": proc_mem(crawl_pid)}
+    for pid in workers:
+        mem[f"worker-{pid}"] = proc_mem(pid)
+    return {"t_s": round(t_s, 2), "pages": st.get("pages", 0), "seen": seen,
+            "checked": seen + int(counters.get("seen_duplicate", 0)),
+            "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
+            "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
+            "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
+            "mem": {k: v for k, v in mem.items() if v is not None}}
+
+
+def du_bytes(path: str) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+# --- the crawl -----------------------------------------------------------------------------------
+
+def crawl_command(data_dir: str, seeds: str, seconds: float, static_hosts: dict[str, str],
+                  caps: str, workers: int, extra: list[str]) -> list[str]:
+    table = ", ".join(f'"{h}" = "{ip}"' for h, ip in static_hosts.items())
+    sets = ["crawl.user_agent=crawlerd-soak/0.1 (+soak; operator: test@localhost)",
+            'network.allow=["127.0.0.0/8"]', f"dns.static_hosts={{{table}}}",
+            "fetch.shutdown_grace_s=2.0", f"process.workers={workers}",
+            *(SMALL_CAPS if caps == "small" else []), *extra]
+    cmd = [sys.executable, "-m", "crawlerd", "run", "--seeds", seeds, "--data-dir", data_dir,
+           "--duration", str(seconds)]
+    for s in sets:
+        cmd += ["-s", s]
+    return cmd
+
+
+def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, workers: int,
+         extra: list[str], log=None) -> dict:
+    """Crawl ``sim`` for ``seconds``, sampling every ``interval_s``; the samples and the run's end state."""
+    os.makedirs(data_dir, exist_ok=True)
+    seeds = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "soak-seeds.txt")
+    with open(seeds, "w") as f:
+        f.write("\n".join(sim.seeds) + "\n")
+    sock = os.path.join(data_dir, "control.sock")
+    cmd = crawl_command(data_dir, seeds, seconds, sim.static_hosts, caps, workers, extra)
+    err_path = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "soak-crawl.stderr")
+    samples: list[dict] = []
+    t0 = time.monotonic()
+    with open(err_path, "w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            next_at = t0 + interval_s
+            hard_stop = t0 + seconds + STOP_GRACE_S
+            while proc.poll() is None and time.monotonic() < hard_stop:
+                time.sleep(max(0.0, min(next_at, hard_stop) - time.monotonic()))
+                next_at += interval_s
+                st = daemon_stats(sock)
+                if st is None or st.get("state") != "running":
+                    continue
+                s = take_sample(time.monotonic() - t0, proc.pid, st)
+                samples.append(s)
+                if log is not None:
+                    log(s)
+            # the daemon stops itself after --duration; past the grace it is hung, and that is a finding
+            if proc.poll() is None:
+                proc.kill()
+            rc = proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        stderr = err.read()
+    last = {}
+    try:
+        with open(os.path.join(data_dir, "last-run.json")) as f:
+            last = json.load(f)
+    except (OSError, ValueError):
+        pass
+    disk = {name: du_bytes(os.path.join(data_dir, name))
+            for name in ("frontier", "drum", "dedup", "warc", "index", "events")}
+    return {"rc": rc, "wall_s": round(time.monotonic() - t0, 2), "stderr": stderr[-4000:],
+            "samples": samples, "last_run": last, "disk_bytes": disk}
+
+
+# --- analysis -------------------------------------------------------------------------------------
+
+def fit(xs: list[float], ys: list[float]) -> dict:
+    """Least-squares line y = slope * x + intercept, with r^2 (plain sums, no numpy needed)."""
+    n = len(xs)
+    if n < 3:
+        return {"n": n, "slope": None, "intercept": None, "r2": None}
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx == 0:
+        return {"n": n, "slope": None, "intercept": None, "r2": None}
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy else 1.0
+    return {"n": n, "slope": slope, "intercept": my - slope * mx, "r2": r2}
+
+
+def warmup_end(samples: list[dict], hosts: int, min_fraction: float) -> int:
+    """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
+    active-host count at its peak, and at least ``min_fraction`` of the samples behind us (the caps
+    fill with the first few hundred thousand URLs)."""
+    if not samples:
+        return 0
+    peak = max(s["hosts_active"] for s in samples)
+    start = int(len(samples) * min_fraction)
+    for i, s in enumerate(samples):
+        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak:
+            return i
+    return len(samples)
+
+
+def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> dict:
+    """Per process (the crawl process; the workers summed, as the pool may replace one), fitted slopes
+    of RSS and RssAnon against URLs seen after the warm-up, bytes per URL."""
+    w = warmup_end(samples, hosts, warmup_fraction)
+    after = samples[w:]
+    out = {"warmup_samples": w, "fit_samples": len(after), "procs": {}}
+    if not after:
+        return out
+    out["seen_range"] = [after[0]["seen"], after[-1]["seen"]]
+    out["pages_range"] = [after[0]["pages"], after[-1]["pages"]]
+    out["queued_range"] = [after[0]["queued"], after[-1]["queued"]]
+    out["hosts_active_range"] = [min(s["hosts_active"] for s in after), max(s["hosts_active"] for s in after)]
+
+    def series(s: dict) -> dict[str, dict[str, int]]:
+        m = s["mem"]
+        workers = [v for k, v in m.items() if k.startswith("worker-")]
+        d = {}
+        if "crawl" in m:
+            d["crawl"] = m["crawl"]
+        if workers:
+            d["workers"] = {f: sum(v.get(f, 0) for v in workers) for f in _MEM_FIELDS}
+        return d
+
+    for name in ("crawl", "workers"):
+        pts = [(s["seen"], series(s)[name]) for s in after if name in series(s)]
+        if not pts:
+            continue
+        xs = [float(x) for x, _ in pts]
+        rss = fit(xs, [float(m["VmRSS"]) for _, m in pts])
+        anon = fit(xs, [float(m.get("RssAnon", 0)) for _, m in pts])
+        out["procs"][name] = {
+            "rss_slope_b_per_url": rss["slope"], "rss_r2": rss["r2"],
+            "anon_slope_b_per_url": anon["slope"], "anon_r2": anon["r2"],
+            "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
+            "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
+            "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
+            "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
+        }
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+def _mib(b: float | None) -> str:
+    return "-" if b is None else f"{b / 2**20:.1f}"
+
+
+def sample_row(s: dict) -> str:
+    m = s["mem"]
+    workers = [v for k, v in m.items() if k.startswith("worker-")]
+    crawl = m.get("crawl", {})
+    return (f"{s['t_s']:7.1f} {s['pages']:8d} {s['seen']:10d} {s['queued']:10d} {s['hosts_active']:6d} "
+            f"{_mib(crawl.get('VmRSS')):>9} {_mib(crawl.get('RssAnon')):>9} {_mib(crawl.get('VmHWM')):>9} "
+            f"{len(workers):3d} {_mib(sum(v['VmRSS'] for v in workers) if workers else None):>9} "
+            f"{_mib(sum(v.get('RssAnon', 0) for v in workers) if workers else None):>9}")
+
+
+HEADER = (f"{'t_s':>7} {'pages':>8} {'seen':>10} {'queued':>10} {'hosts':>6} "
+          f"{'crawl_rss':>9} {'crawl_anon':>9} {'crawl_hwm':>9} {'nw':>3} {'wrk_rss':>9} {'wrk_anon':>9}")
+
+
+def summary_lines(result: dict, a: dict) -> list[str]:
+    lines = [f"warm-up: {a['warmup_samples']} samples; fitted over {a['fit_samples']} samples"]
+    if "seen_range" in a:
+        lines.append(f"  URLs seen {a['seen_range'][0]} -> {a['seen_range'][1]}, pages {a['pages_range'][0]} -> "
+                     f"{a['pages_range'][1]}, queued {a['queued_range'][0]} -> {a['queued_range'][1]}, "
+                     f"active hosts {a['hosts_active_range'][0]}..{a['hosts_active_range'][1]}")
+    for name, p in a["procs"].items():
+        def b(x):
+            return "-" if x is None else f"{x:+.2f}"
+        lines.append(f"  {name:8s} RSS slope {b(p['rss_slope_b_per_url'])} B/URL (r2 {p['rss_r2'] or 0:.2f}), "
+                     f"RssAnon slope {b(p['anon_slope_b_per_url'])} B/URL (r2 {p['anon_r2'] or 0:.2f}); "
+                     f"RSS {_mib(p['rss_first'])} -> {_mib(p['rss_last'])} MiB, anon {_mib(p['anon_first'])} -> "
+                     f"{_mib(p['anon_last'])} MiB, HWM {_mib(p['hwm_max'])} MiB")
+    lines.append("  disk: " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in result["disk_bytes"].items()))
+    lines.append(f"  exit {result['rc']}, wall {result['wall_s']:.0f} s")
+    return lines
+
+
+# --- entry point ------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("json_out", nargs="?", default="", help="also write samples, analysis and ledger checks here")
+    p.add_argument("--seconds", type=float, default=120.0, help="crawl duration (the daemon's --duration)")
+    p.add_argument("--hosts", type=int, default=2000, help="simweb hosts (all are seeds)")
+    p.add_argument("--min-pages", type=int, default=200, help="simweb pages per host, at least")
+    p.add_argument("--max-pages", type=int, default=5000, help="simweb pages per host, at most")
+    p.add_argument("--seed", type=int, default=11, help="simweb seed")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
+    p.add_argument("--caps", choices=("small", "default"), default="small",
+                   help="RAM caps: small ones that fill in the warm-up, or the shipped defaults")
+    p.add_argument("--workers", type=int, default=0, help="process.workers (0: cores - 1)")
+    p.add_argument("--warmup-fraction", type=float, default=0.3, help="samples always counted as warm-up")
+    p.add_argument("--check-ledger", action="store_true",
+                   help="also check politeness/robots on simweb's ledger and verify the WARC (json_out)")
+    p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
+    p.add_argument("-s", "--set", action="append", default=[], dest="sets", help="extra config override")
+    args = p.parse_args(argv)
+    if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5:
+        p.error("bounds: 0 < --seconds <= 3600, 1 <= --hosts <= 20000, --interval >= 0.5")
+    return args
+
+
+def ledger_checks(sim, data_dir: str) -> dict:
+    """Zero-violation checks on simweb's ledger and `warc verify` of every segment."""
+    from crawlerd.simweb.ledger import (
+        crawl_delays,
+        politeness_violations,
+        retry_after_violations,
+        robots_violations,
+    )
+
+    from crawlerd.store.verify import verify
+    entries, site = sim.ledger(), sim.site()
+    pol = politeness_violations(entries, min_gap_s=1.0, per_ip_concurrency=1, host_min_gap_s=crawl_delays(site))
+    rob = robots_violations(entries, site, agent="crawlerd")
+    ret = retry_after_violations(entries)
+    warc_dir = os.path.join(data_dir, "warc")
+    names = sorted(os.listdir(warc_dir)) if os.path.isdir(warc_dir) else []
+    reports = [verify(os.path.join(warc_dir, n)) for n in names if n.endswith(".warc.gz")]
+    answered = sum(1 for e in entries if e.status)
+    return {"requests": len(entries), "answered": answered,
+            "politeness": [str(v) for v in pol[:20]], "politeness_count": len(pol),
+            "robots": [str(v) for v in rob[:20]], "robots_count": len(rob),
+            "retry_after": [str(v) for v in ret[:20]], "retry_after_count": len(ret),
+            "warc_files": names, "warc_records": sum(r.records for r in reports),
+            "warc_responses": sum(r.counts.get("response", 0) + r.counts.get("revisit", 0) for r in reports),
+            "warc_errors": [e for r in reports for e in r.errors][:20]}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from crawlerd.simweb import SimWebProcess
+    base = tempfile.mkdtemp(prefix="crawlerd-soak-")
+    data_dir = args.data_dir or os.path.join(base, "data")
+    try:
+        with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0", min_pages=args.min_pages,
+                           max_pages=args.max_pages) as sim:
+            print(HEADER, flush=True)
+            result = soak(sim, data_dir, args.seconds, args.interval, args.caps, args.workers, args.sets,
+                          log=lambda s: print(sample_row(s), flush=True))
+            if args.check_ledger:
+                result["checks"] = ledger_checks(sim, data_dir)
+        a = analyse(result["samples"], args.hosts, args.warmup_fraction)
+        result["analysis"] = a
+        result["params"] = {k: v for k, v in vars(args).items() if k != "json_out"}
+        for line in summary_lines(result, a):
+            print(line, flush=True)
+        if "checks" in result:
+            c = result["checks"]
+            print(f"  ledger: {c['requests']} requests, politeness violations {c['politeness_count']}, robots "
+                  f"{c['robots_count']}, retry-after {c['retry_after_count']}; WARC {c['warc_records']} records, "
+                  f"{len(c['warc_errors'])} errors", flush=True)
+        return result
+    finally:
+        if not args.data_dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if not in_private_netns():
+        # simweb answers on every 127.x.y.z only inside a namespace whose one interface is lo
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            print("soak_bench: needs a private network namespace (root and unshare -n)", file=sys.stderr)
+            return 2
+        if os.environ.get("CRAWLERD_SOAK_IN_NETNS"):
+            print("soak_bench: unshare -n gave a namespace with more than lo", file=sys.stderr)
+            return 2
+        env = dict(os.environ, CRAWLERD_SOAK_IN_NETNS="1", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
+               sys.executable, os.path.abspath(__file__), *argv]
+        return subprocess.run(cmd, env=env).returncode
+    result = run(args)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result, f)
+    return 0 if result["rc"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
