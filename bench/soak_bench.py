@@ -75,6 +75,39 @@ def proc_mem(pid: int) -> dict[str, int] | None:
     return out if "VmRSS" in out else None
 
 
+def smaps_groups(pid: int, data_dir: str) -> dict[str, int] | None:
+    """Resident bytes of one process by kind of mapping (/proc/<pid>/smaps): ``heap`` (brk heap),
+    ``anon`` (other anonymous maps: malloc arenas of threads, large arrays), ``libs``, ``stack``,
+    and each mapped file under the data dir by its relative path (the LMDB stores)."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out: dict[str, int] = {}
+    group = "anon"
+    root = os.path.abspath(data_dir) + os.sep
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5].strip() if len(head) > 5 else ""
+            if name == "[heap]":
+                group = "heap"
+            elif name.startswith("[stack"):
+                group = "stack"
+            elif not name or name.startswith("[anon"):
+                group = "anon"
+            elif name.startswith(root):
+                group = name[len(root):]
+            elif name.startswith("["):
+                group = "kernel"
+            else:
+                group = "libs"
+        elif line.startswith("Rss:"):
+            out[group] = out.get(group, 0) + int(line.split()[1]) * 1024
+    return out
+
+
 def daemon_stats(sock: str) -> dict | None:
     """The daemon's `stats` reply (what `crawlerd stats --json` prints), None while it does not answer."""
     from crawlerd import control
@@ -90,7 +123,7 @@ def seen_unique(st: dict) -> int:
     return int(st.get("frontier", {}).get("added", 0)) + int(st.get("counters", {}).get("budget_deferred", 0))
 
 
-def take_sample(t_s: float, crawl_pid: int, st: dict) -> dict:
+def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
     workers = sorted(int(k.split("-", 1)[1]) for k in st.get("cpu_by_process_s", {}) if k.startswith("worker-"))
     fr = st.get("frontier", {})
     counters = st.get("counters", {})
@@ -103,7 +136,8 @@ def take_sample(t_s: float, crawl_pid: int, st: dict) -> dict:
             "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
             "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
             "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
-            "mem": {k: v for k, v in mem.items() if v is not None}}
+            "mem": {k: v for k, v in mem.items() if v is not None},
+            "crawl_maps": smaps_groups(crawl_pid, data_dir) or {}}
 
 
 def du_bytes(path: str) -> int:
@@ -156,7 +190,7 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
                 st = daemon_stats(sock)
                 if st is None or st.get("state") != "running":
                     continue
-                s = take_sample(time.monotonic() - t0, proc.pid, st)
+                s = take_sample(time.monotonic() - t0, proc.pid, st, data_dir)
                 samples.append(s)
                 if log is not None:
                     log(s)
@@ -176,8 +210,8 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
             last = json.load(f)
     except (OSError, ValueError):
         pass
-    disk = {name: du_bytes(os.path.join(data_dir, name))
-            for name in ("frontier", "drum", "dedup", "warc", "index", "events")}
+    disk = {name: du_bytes(os.path.join(data_dir, name)) for name in sorted(os.listdir(data_dir))
+            if os.path.isdir(os.path.join(data_dir, name))}
     return {"rc": rc, "wall_s": round(time.monotonic() - t0, 2), "stderr": stderr[-4000:],
             "samples": samples, "last_run": last, "disk_bytes": disk}
 
@@ -237,6 +271,9 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> di
             d["workers"] = {f: sum(v.get(f, 0) for v in workers) for f in _MEM_FIELDS}
         return d
 
+    first, last = after[0].get("crawl_maps", {}), after[-1].get("crawl_maps", {})
+    out["crawl_maps_growth"] = {k: last.get(k, 0) - first.get(k, 0) for k in sorted(set(first) | set(last))
+                                if abs(last.get(k, 0) - first.get(k, 0)) >= 1 << 20}
     for name in ("crawl", "workers"):
         pts = [(s["seen"], series(s)[name]) for s in after if name in series(s)]
         if not pts:
@@ -244,9 +281,13 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> di
         xs = [float(x) for x, _ in pts]
         rss = fit(xs, [float(m["VmRSS"]) for _, m in pts])
         anon = fit(xs, [float(m.get("RssAnon", 0)) for _, m in pts])
+        # the same growth per page fetched (pages and URLs seen rise together; this is not a second regressor)
+        per_page = fit([float(s["pages"]) for s in after if name in series(s)],
+                       [float(m.get("RssAnon", 0)) for _, m in pts])
         out["procs"][name] = {
             "rss_slope_b_per_url": rss["slope"], "rss_r2": rss["r2"],
             "anon_slope_b_per_url": anon["slope"], "anon_r2": anon["r2"],
+            "anon_slope_b_per_page": per_page["slope"],
             "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
@@ -285,11 +326,20 @@ def summary_lines(result: dict, a: dict) -> list[str]:
         def b(x):
             return "-" if x is None else f"{x:+.2f}"
         lines.append(f"  {name:8s} RSS slope {b(p['rss_slope_b_per_url'])} B/URL (r2 {p['rss_r2'] or 0:.2f}), "
-                     f"RssAnon slope {b(p['anon_slope_b_per_url'])} B/URL (r2 {p['anon_r2'] or 0:.2f}); "
+                     f"RssAnon slope {b(p['anon_slope_b_per_url'])} B/URL (r2 {p['anon_r2'] or 0:.2f}, "
+                     f"{b(p['anon_slope_b_per_page'])} B/page); "
                      f"RSS {_mib(p['rss_first'])} -> {_mib(p['rss_last'])} MiB, anon {_mib(p['anon_first'])} -> "
                      f"{_mib(p['anon_last'])} MiB, HWM {_mib(p['hwm_max'])} MiB")
+    if a.get("crawl_maps_growth"):
+        lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
+            f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
     lines.append("  disk: " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in result["disk_bytes"].items()))
     lines.append(f"  exit {result['rc']}, wall {result['wall_s']:.0f} s")
+    if "checks" in result:
+        c = result["checks"]
+        lines.append(f"  ledger: {c['requests']} requests, politeness violations {c['politeness_count']}, robots "
+                     f"{c['robots_count']}, retry-after {c['retry_after_count']}; WARC {c['warc_records']} "
+                     f"records, {len(c['warc_errors'])} errors")
     return lines
 
 
@@ -361,13 +411,8 @@ def run(args: argparse.Namespace) -> dict:
         a = analyse(result["samples"], args.hosts, args.warmup_fraction)
         result["analysis"] = a
         result["params"] = {k: v for k, v in vars(args).items() if k != "json_out"}
-        for line in summary_lines(result, a):
-            print(line, flush=True)
-        if "checks" in result:
-            c = result["checks"]
-            print(f"  ledger: {c['requests']} requests, politeness violations {c['politeness_count']}, robots "
-                  f"{c['robots_count']}, retry-after {c['retry_after_count']}; WARC {c['warc_records']} records, "
-                  f"{len(c['warc_errors'])} errors", flush=True)
+        result["summary"] = summary_lines(result, a)
+        print("\n".join(result["summary"]), flush=True)
         return result
     finally:
         if not args.data_dir:
@@ -393,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result, f)
+        return 0        # the caller judges the run from the JSON
     return 0 if result["rc"] == 0 else 1
 
 

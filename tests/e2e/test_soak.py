@@ -1,0 +1,102 @@
+"""Soak: RAM stays flat while a long crawl piles URLs up on disk (DESIGN §1.4), politely, with a valid WARC.
+
+`bench/soak_bench.py` runs simweb and `crawlerd run` in a private network namespace and samples
+/proc/<pid>/status of the crawl process and every worker, and the daemon's stats, every few
+seconds. After the warm-up (all hosts active, the RAM caps full), the private heap (RssAnon) is
+fitted against the unique URLs the seen-set admitted: keeping URLs in RAM would cost 100+ bytes
+each, so a slope of a few bytes per URL means they live on disk. The file-backed part of RSS is
+the page cache of the memory-mapped LMDB stores, which the kernel reclaims; it is bounded by the
+size of the state on disk.
+
+Long (`make test-long`): SOAK_SECONDS (default 300) and SOAK_HOSTS (default 2000) from the
+environment.
+"""
+
+import os
+
+import pytest
+
+from tests.e2e.netns import NETNS_MARKS, run_driver
+
+SECONDS = float(os.environ.get("SOAK_SECONDS", "300"))
+HOSTS = int(os.environ.get("SOAK_HOSTS", "2000"))
+INTERVAL_S = 5.0
+MAX_SLOPE_B_PER_URL = 50.0      # far below a URL kept in RAM (its text alone is ~60 bytes, a str object 100+)
+MIN_FIT_URLS = 200_000          # the fit must span this many URLs, or the slope says nothing
+MIB = 1 << 20
+
+pytestmark = [*NETNS_MARKS, pytest.mark.long, pytest.mark.timeout(SECONDS + 900)]
+
+
+@pytest.fixture(scope="module")
+def soak(tmp_path_factory):
+    base = tmp_path_factory.mktemp("soak")
+    out = str(base / "soak.json")
+    driver = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "bench", "soak_bench.py")
+    report = run_driver(driver, out, "--seconds", str(SECONDS), "--hosts", str(HOSTS),
+                        "--interval", str(INTERVAL_S), "--check-ledger", "--data-dir", str(base / "data"),
+                        timeout=SECONDS + 800)
+    print("\n".join(report["summary"]))
+    return report
+
+
+def test_daemon_ran_and_exited_cleanly(soak):
+    assert soak["rc"] == 0, soak["stderr"]
+    assert "Traceback" not in soak["stderr"], soak["stderr"]
+    assert soak["last_run"]["pages"] > 0
+
+
+def test_sampled_all_through_the_crawl(soak):
+    samples = soak["samples"]
+    assert len(samples) >= 0.8 * SECONDS / INTERVAL_S, len(samples)
+    assert all("crawl" in s["mem"] for s in samples)
+    assert all(any(k.startswith("worker-") for k in s["mem"]) for s in samples)
+
+
+def test_every_host_was_active(soak):
+    # the warm-up ends when all hosts are taken up: RAM may grow with active hosts, not with URLs
+    assert max(s["hosts_total"] for s in soak["samples"]) == HOSTS
+    assert soak["analysis"]["warmup_samples"] < len(soak["samples"]), "the warm-up never ended"
+
+
+def test_fit_spans_many_urls(soak):
+    lo, hi = soak["analysis"]["seen_range"]
+    assert hi - lo >= MIN_FIT_URLS, (lo, hi)
+    q_lo, q_hi = soak["analysis"]["queued_range"]
+    assert q_hi > q_lo, "the queue did not grow: nothing piled up on disk"
+
+
+@pytest.mark.parametrize("proc", ["crawl", "workers"])
+def test_private_memory_slope_per_url_is_small(soak, proc):
+    p = soak["analysis"]["procs"][proc]
+    assert p["anon_slope_b_per_url"] is not None
+    assert p["anon_slope_b_per_url"] < MAX_SLOPE_B_PER_URL, p
+
+
+def test_file_backed_memory_is_bounded_by_the_state_on_disk(soak):
+    # RssFile: pages of the mapped LMDB stores and shared libraries; it cannot outgrow what is on disk
+    disk = sum(v for k, v in soak["disk_bytes"].items() if k not in ("warc", "index", "events"))
+    for s in soak["samples"]:
+        crawl = s["mem"]["crawl"]
+        assert crawl["RssFile"] <= disk + 128 * MIB, (s, disk)
+
+
+def test_zero_politeness_violations(soak):
+    c = soak["checks"]
+    assert c["answered"] > 0
+    assert c["politeness_count"] == 0, "\n".join(c["politeness"])
+    assert c["retry_after_count"] == 0, "\n".join(c["retry_after"])
+
+
+def test_zero_robots_violations(soak):
+    c = soak["checks"]
+    assert c["robots_count"] == 0, "\n".join(c["robots"])
+
+
+def test_warc_valid(soak):
+    c = soak["checks"]
+    assert c["warc_files"] and not any(n.endswith(".open") for n in c["warc_files"]), c["warc_files"]
+    assert c["warc_errors"] == [], c["warc_errors"]
+    # every answer simweb gave is archived (responses, revisits for exact duplicates)
+    assert c["warc_responses"] == c["answered"], (c["warc_responses"], c["answered"])
