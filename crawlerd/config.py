@@ -205,6 +205,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_age_s", float, 30.0, "Merge when the oldest pending key is this old, seconds.", min=0.0),
         _k("cache_entries", int, 1 << 20, "Recently seen fingerprints kept in RAM in front of DRUM (0: off).",
            min=0),
+        _k("max_pending_keys", int, 1 << 18,
+           "Keys waiting in RAM for the DRUM thread (during a merge) before leasing pauses; never dropped.",
+           min=1),
     ]),
     "dedup": ("Content de-duplication.", [
         _k("simhash_distance", int, 3, "Near-duplicate when simhashes differ in at most this many bits.",

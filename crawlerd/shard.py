@@ -37,7 +37,6 @@ from crawlerd.codec import DecodeError, dechunk
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
-from crawlerd.drum import Drum
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
@@ -52,6 +51,7 @@ from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
+from crawlerd.seen import AsyncSeenSet
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment, sha1_base32
 
@@ -100,7 +100,6 @@ class Shard(HostFiles):
         self._dns_pending: set[str] = set()
         self._recent_errors: deque[str] = deque(maxlen=20)
         self._last_flush = 0.0
-        self._flush_cost_s = 0.0         # how long the last explicit DRUM merge took
         self._last_commit = 0.0
         self._final_frontier_stats: dict | None = None      # set when the frontier is closed
         self._final_recrawl_stats: dict | None = None
@@ -136,9 +135,10 @@ class Shard(HostFiles):
         self._last_readmit = 0.0
         self._cycle_anchor = wall()
         d = cfg.drum
-        self.seen = Drum(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
-                         merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
-                         clock=clock, auto_ack=False)
+        # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
+        self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
+                                 merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
+                                 max_pending_keys=d.max_pending_keys, clock=clock)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
         self._pending_digests: dict[bytes, tuple[str, float]] = {}     # first captures being archived
         self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
@@ -189,46 +189,41 @@ class Shard(HostFiles):
             keys.append(ln.fp)
             aux.append(encode_aux(depth, hops, priority, ln.url))
         if keys:
-            self.seen.check_update(keys, aux=aux)
+            self.seen.submit(keys, aux)
         return len(keys)
 
     def _priority_for_depth(self, depth: int) -> int:
         levels = self.cfg.frontier.priority_levels
         return 0 if depth == 0 else min(levels - 1, 1 + (depth - 1) // 3)
 
-    def _drain_seen(self) -> int:
-        """Move DRUM's dispatched answers into the frontier, then acknowledge them.
+    def _on_seen_results(self, results: list) -> None:
+        """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
         ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two.
         """
-        total = 0
-        while True:
-            results = self.seen.results()
-            if not results:
-                return total
-            added = []
-            dup = 0
-            for r in results:
-                if not r.unique:
-                    dup += 1
+        added = []
+        dup = 0
+        for r in results:
+            if not r.unique:
+                dup += 1
+                continue
+            depth, hops, priority, url = decode_aux(r.aux)
+            if self.budgets is not None and depth > 0:
+                pld = urlmod.registered_domain(urlmod.host_of(url))
+                if not self.budgets.admit(pld):
+                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
+                    self.metrics.counters["budget_deferred"] += 1
                     continue
-                depth, hops, priority, url = decode_aux(r.aux)
-                if self.budgets is not None and depth > 0:
-                    pld = urlmod.registered_domain(urlmod.host_of(url))
-                    if not self.budgets.admit(pld):
-                        self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
-                        self.metrics.counters["budget_deferred"] += 1
-                        continue
-                added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
-                                       depth=depth, hops=hops, fp=r.key))
-            self.metrics.counters["seen_duplicate"] += dup
-            if self.budgets is not None:
-                self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
-            if added:
-                self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
-            self.seen.ack()
-            total += len(added)
+            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+                                   depth=depth, hops=hops, fp=r.key))
+        self.metrics.counters["seen_duplicate"] += dup
+        if self.budgets is not None:
+            self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
+        if added:
+            self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
+            self._wake.set()
+        self.seen.ack()
 
     # -- the loop ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
@@ -244,7 +239,7 @@ class Shard(HostFiles):
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=f.max_connections, verify_tls=f.verify_tls)
         await self.pool.start()
-        self._drain_seen()
+        self.seen.start(loop, self._on_seen_results)
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -257,29 +252,25 @@ class Shard(HostFiles):
 
     def _step(self) -> None:
         now = self.clock()
-        self.seen.poll(now)
-        self._drain_seen()
+        self.seen.raise_if_failed()
         for host in self.frontier.hosts_needing_dns():
             if host not in self._dns_pending:
                 self._dns_pending.add(host)
                 self._spawn(self._resolve_host(host))
         free = self.cfg.fetch.max_in_flight - len(self._leases)
-        if free > 0 and not self.paused:
+        if free > 0 and not self.paused and not self.seen.backpressure:
             for lease in self.frontier.lease(now, free):
                 self._leases[lease.lease_id] = lease
                 self._spawn(self._handle(lease))
         # DRUM flush trigger 3: new URLs wait in DRUM's buckets until a merge. A politeness-bound
         # crawl starves hosts whose next URLs are still there, so merge early, but keep merging
         # under ~10% of the time (a merge rewrites the whole key file: seconds at 10^9 keys).
-        if self.seen.pending:
+        if self.seen.pending and not self.seen.flushing:
             dry = self.frontier.queued() < 2 * self.cfg.fetch.max_in_flight
-            interval = max(0.5 if dry else 2.0, 10 * self._flush_cost_s)
+            interval = max(0.5 if dry else 2.0, 10 * self.seen.last_flush_s)
             if now - self._last_flush >= interval:
-                t0 = time.perf_counter()
-                self.seen.flush()
-                self._flush_cost_s = time.perf_counter() - t0
+                self.seen.request_flush()       # merged on the DRUM thread; answers arrive via _on_seen_results
                 self._last_flush = now
-                self._drain_seen()
         if self.graph is not None:
             self._step_budgets(now)
         if now - self._last_recrawl >= 1.0 and not self.paused:
@@ -620,8 +611,7 @@ class Shard(HostFiles):
                 log.warning("worker %d segment recovery: %s", index, line)
 
     def checkpoint(self) -> None:
-        self.seen.flush()
-        self._drain_seen()
+        self.seen.request_flush()
         self.frontier.commit()
         self.recrawl.commit()
         self.digests.flush()
@@ -650,10 +640,10 @@ class Shard(HostFiles):
         self._leases.clear()
         self._drain_frontier_drops()
         try:
-            self.seen.flush()
-            self._drain_seen()
+            await self.seen.flush()
         except Exception:      # unacknowledged DRUM answers are delivered again at the next start
             log.exception("final seen-set drain failed; its answers are redelivered on restart")
+        await self.seen.close()     # before the frontier closes: no delivery after this
         if self.graph is not None:
             self._final_budget_stats = self.budgets.stats()
             self.budgets.close()
@@ -664,7 +654,6 @@ class Shard(HostFiles):
         self.recrawl.commit()
         self._final_recrawl_stats = self.recrawl.stats()
         self.recrawl.close()
-        self.seen.close()
         self.digests.close()
         if self.events:
             self.events.close()

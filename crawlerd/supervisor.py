@@ -151,7 +151,7 @@ class Supervisor:
             await server.start()
         except (control.ControlError, OSError) as e:
             self.shard.frontier.close()
-            self.shard.seen.close()
+            await self.shard.seen.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
                                f"cannot listen on control socket {self.cfg.control_socket}: {e.strerror}") from None
         for sig in (signal.SIGTERM, signal.SIGINT):
