@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -354,6 +355,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-pages", type=int, default=200, help="simweb pages per host, at least")
     p.add_argument("--max-pages", type=int, default=5000, help="simweb pages per host, at most")
     p.add_argument("--seed", type=int, default=11, help="simweb seed")
+    p.add_argument("--runs", type=int, default=1, help="repeat the soak; medians are reported")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     p.add_argument("--caps", choices=("small", "default"), default="small",
                    help="RAM caps: small ones that fill in the warm-up, or the shipped defaults")
@@ -364,8 +366,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
     p.add_argument("-s", "--set", action="append", default=[], dest="sets", help="extra config override")
     args = p.parse_args(argv)
-    if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5:
-        p.error("bounds: 0 < --seconds <= 3600, 1 <= --hosts <= 20000, --interval >= 0.5")
+    if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5 \
+            or not 1 <= args.runs <= 10:
+        p.error("bounds: 0 < --seconds <= 3600, 1 <= --hosts <= 20000, --interval >= 0.5, 1 <= --runs <= 10")
     return args
 
 
@@ -396,27 +399,85 @@ def ledger_checks(sim, data_dir: str) -> dict:
             "warc_errors": [e for r in reports for e in r.errors][:20]}
 
 
-def run(args: argparse.Namespace) -> dict:
-    from crawlerd.simweb import SimWebProcess
-    base = tempfile.mkdtemp(prefix="crawlerd-soak-")
-    data_dir = args.data_dir or os.path.join(base, "data")
+def in_ram_baseline(n: int = 200_000) -> dict[str, float]:
+    """Bytes per URL of keeping URLs in RAM, measured here: a Python set of URL strings shaped like
+    simweb's, and a set of 64-bit fingerprints (the least an in-RAM seen-set could hold)."""
+    import tracemalloc
+    tracemalloc.start()
     try:
-        with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0", min_pages=args.min_pages,
-                           max_pages=args.max_pages) as sim:
-            print(HEADER, flush=True)
-            result = soak(sim, data_dir, args.seconds, args.interval, args.caps, args.workers, args.sets,
-                          log=lambda s: print(sample_row(s), flush=True))
-            if args.check_ledger:
-                result["checks"] = ledger_checks(sim, data_dir)
-        a = analyse(result["samples"], args.hosts, args.warmup_fraction)
-        result["analysis"] = a
-        result["params"] = {k: v for k, v in vars(args).items() if k != "json_out"}
-        result["summary"] = summary_lines(result, a)
-        print("\n".join(result["summary"]), flush=True)
-        return result
+        base = tracemalloc.get_traced_memory()[0]
+        urls = {f"http://h{i % 2000}.sim:40000/p/{i // 2000}.html" for i in range(n)}
+        per_str = (tracemalloc.get_traced_memory()[0] - base) / n
+        del urls
+        base = tracemalloc.get_traced_memory()[0]
+        fps = {(i * 0x9E3779B97F4A7C15) & (2**64 - 1) for i in range(n)}
+        per_fp = (tracemalloc.get_traced_memory()[0] - base) / n
+        del fps
     finally:
-        if not args.data_dir:
+        tracemalloc.stop()
+    return {"url_set_b_per_url": per_str, "fp_set_b_per_url": per_fp}
+
+
+def run_once(args: argparse.Namespace, data_dir: str) -> dict:
+    from crawlerd.simweb import SimWebProcess
+    with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0", min_pages=args.min_pages,
+                       max_pages=args.max_pages) as sim:
+        print(HEADER, flush=True)
+        result = soak(sim, data_dir, args.seconds, args.interval, args.caps, args.workers, args.sets,
+                      log=lambda s: print(sample_row(s), flush=True))
+        if args.check_ledger:
+            result["checks"] = ledger_checks(sim, data_dir)
+    a = analyse(result["samples"], args.hosts, args.warmup_fraction)
+    result["analysis"] = a
+    result["summary"] = summary_lines(result, a)
+    print("\n".join(result["summary"]), flush=True)
+    return result
+
+
+def medians(runs: list[dict], baseline: dict[str, float]) -> dict:
+    """Median over runs of each process's slopes, and their ratio to the in-RAM baselines."""
+    out: dict = {}
+    for name in ("crawl", "workers"):
+        for key in ("rss_slope_b_per_url", "anon_slope_b_per_url", "anon_slope_b_per_page"):
+            vals = [r["analysis"]["procs"][name][key] for r in runs
+                    if name in r["analysis"]["procs"] and r["analysis"]["procs"][name][key] is not None]
+            if vals:
+                out.setdefault(name, {})[key] = statistics.median(vals)
+        anon = out.get(name, {}).get("anon_slope_b_per_url")
+        if anon is not None:
+            out[name]["anon_vs_url_set"] = anon / baseline["url_set_b_per_url"]
+            out[name]["anon_vs_fp_set"] = anon / baseline["fp_set_b_per_url"]
+    out["pages_per_s"] = statistics.median(r["samples"][-1]["pages"] / r["samples"][-1]["t_s"]
+                                           for r in runs if r["samples"])
+    out["urls_seen_per_s"] = statistics.median(r["samples"][-1]["seen"] / r["samples"][-1]["t_s"]
+                                               for r in runs if r["samples"])
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    baseline = in_ram_baseline()
+    runs = []
+    for i in range(args.runs):
+        base = tempfile.mkdtemp(prefix="crawlerd-soak-")
+        data_dir = (args.data_dir + (f"-{i}" if i else "")) if args.data_dir else os.path.join(base, "data")
+        try:
+            print(f"run {i + 1}/{args.runs}", flush=True)
+            runs.append(run_once(args, data_dir))
+        finally:
             shutil.rmtree(base, ignore_errors=True)
+    med = medians(runs, baseline) if runs else {}
+    print(f"in-RAM baseline: set of URL strings {baseline['url_set_b_per_url']:.0f} B/URL, set of 64-bit "
+          f"fingerprints {baseline['fp_set_b_per_url']:.0f} B/URL")
+    for name in ("crawl", "workers"):
+        m = med.get(name)
+        if m:
+            print(f"median of {len(runs)} run(s), {name}: RSS {m.get('rss_slope_b_per_url', 0):+.2f} B/URL, "
+                  f"RssAnon {m.get('anon_slope_b_per_url', 0):+.2f} B/URL ({m.get('anon_slope_b_per_page', 0):+.1f}"
+                  f" B/page) = {m['anon_vs_url_set']:.3f} x URL set, {m['anon_vs_fp_set']:.3f} x fingerprint set")
+    if med:
+        print(f"median crawl rate: {med['pages_per_s']:.0f} pages/s, {med['urls_seen_per_s']:.0f} URLs seen/s")
+    return {"params": {k: v for k, v in vars(args).items() if k != "json_out"}, "baseline": baseline,
+            "runs": runs, "medians": med}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -430,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("CRAWLERD_SOAK_IN_NETNS"):
             print("soak_bench: unshare -n gave a namespace with more than lo", file=sys.stderr)
             return 2
-        env = dict(os.environ, CRAWLERD_SOAK_IN_NETNS="1", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, CRAWLERD_SOAK_IN_NETNS="1", PYTHONPATH=path)
         cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
                sys.executable, os.path.abspath(__file__), *argv]
         return subprocess.run(cmd, env=env).returncode
@@ -438,8 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result, f)
-        return 0        # the caller judges the run from the JSON
-    return 0 if result["rc"] == 0 else 1
+        return 0        # the caller judges the runs from the JSON
+    return 0 if all(r["rc"] == 0 for r in result["runs"]) else 1
 
 
 if __name__ == "__main__":
