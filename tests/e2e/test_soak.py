@@ -35,8 +35,7 @@ def soak(tmp_path_factory):
     driver = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                           "bench", "soak_bench.py")
     report = run_driver(driver, out, "--seconds", str(SECONDS), "--hosts", str(HOSTS),
-                        "--interval", str(INTERVAL_S), "--check-ledger", "--data-dir", str(base / "data"),
-                        timeout=SECONDS + 800)
+                        "--interval", str(INTERVAL_S), "--check-ledger", timeout=SECONDS + 800)
     run = report["runs"][0]
     print("\n".join(run["summary"]))
     return run
