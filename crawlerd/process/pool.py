@@ -436,7 +436,10 @@ class _FrameReader:
         del self.buf[:self.pos]
         self.pos = 0
         while len(self.buf) < need:
-            chunk = self.sock.recv(max(self.chunk_bytes, need - len(self.buf)))
+            try:
+                chunk = self.sock.recv(max(self.chunk_bytes, need - len(self.buf)))
+            except (ConnectionResetError, BrokenPipeError):
+                return False          # the crawl process is gone (e.g. kill -9): same as end of input
             if not chunk:
                 return False
             self.buf += chunk
@@ -501,7 +504,10 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                 for job_id, packed in answers:
                     data = pickle.dumps(("result", job_id, packed, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
                     frames_out += (_LEN.pack(len(data)), data)
-                sock.sendall(b"".join(frames_out))
+                try:
+                    sock.sendall(b"".join(frames_out))
+                except (ConnectionResetError, BrokenPipeError):
+                    break             # the crawl process is gone: close the segment and exit quietly
                 if progress is not None:
                     _STARTED.pack_into(progress, 0, 0)
                 if size >= segment_max_bytes:
