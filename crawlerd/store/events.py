@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from crawlerd.store.segment import OPEN_SUFFIX, create_next
+
 SCHEMA_VERSION = 1
-OPEN_SUFFIX = ".open"
 
 
 class EventLog:
@@ -89,18 +90,9 @@ class EventLog:
     # -- files --------------------------------------------------------------
 
     def _open(self) -> None:
-        while True:
-            stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d%H%M%S%f")
-            path = os.path.join(self.directory, f"{self.name}-{stamp}-{self._serial:05d}.jsonl")
-            self._serial += 1
-            if os.path.exists(path):
-                continue
-            try:
-                self._file = open(path + OPEN_SUFFIX, "xb", buffering=0)
-            except FileExistsError:
-                continue
-            break
-        self._path = path
+        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d%H%M%S%f")
+        self._file, self._path, self._serial = create_next(
+            self.directory, lambda n: f"{self.name}-{stamp}-{n:05d}.jsonl", self._serial)
         self._size = 0
 
     def _drain(self) -> None:

@@ -11,9 +11,11 @@ Also here: the small HTTP-head helpers the writer and the indexer share
 
 from __future__ import annotations
 
+import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 READ_CHUNK_BYTES = 1 << 20
 # Decompressed bytes kept per member for header parsing: WARC head + HTTP head.
@@ -209,3 +211,20 @@ def http_split(block: bytes) -> tuple[bytes, bytes]:
     if end >= 0:
         return block[:end + 2], block[end + 2:]
     return block, b""
+
+
+OPEN_SUFFIX = ".open"
+
+
+def create_next(directory: str, name_for: Callable[[int], str], serial: int) -> tuple[BinaryIO, str, int]:
+    """Create the first unused ``<name>.open`` (exclusively, so two writers never share a file)
+    for serial numbers from ``serial`` on. Returns (unbuffered file, final path, next serial)."""
+    while True:
+        path = os.path.join(directory, name_for(serial))
+        serial += 1
+        if os.path.exists(path):
+            continue
+        try:
+            return open(path + OPEN_SUFFIX, "xb", buffering=0), path, serial
+        except FileExistsError:
+            continue

@@ -28,8 +28,10 @@ from typing import NamedTuple
 
 from crawlerd.store import cdxj
 from crawlerd.store.segment import (
+    OPEN_SUFFIX,
     BadRecord,
     check_member,
+    create_next,
     dechunk,
     http_header,
     http_status,
@@ -46,7 +48,6 @@ _crc32 = _isal_zlib.crc32 if _isal_zlib is not None else zlib.crc32
 WARC_VERSION = b"WARC/1.1\r\n"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 CONFORMS_TO = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
-OPEN_SUFFIX = ".open"
 _CRLF2 = b"\r\n\r\n"
 _TYPE_REQUEST = b"Content-Type: application/http;msgtype=request\r\n"
 _TYPE_RESPONSE = b"Content-Type: application/http;msgtype=response\r\n"
@@ -449,19 +450,11 @@ class WarcWriter:
     def _ensure_segment(self) -> None:
         if self._file is not None:
             return
-        while True:
-            stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d%H%M%S%f")
-            name = f"{self.prefix}-{stamp}-{self._serial:05d}-{self.hostname}-{self.shard}.warc.gz"
-            self._serial += 1
-            path = os.path.join(self.directory, name)
-            if os.path.exists(path):
-                continue
-            try:
-                self._file = open(path + OPEN_SUFFIX, "xb", buffering=0)
-            except FileExistsError:
-                continue
-            break
-        self._name = name
+        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d%H%M%S%f")
+        self._file, path, self._serial = create_next(
+            self.directory, lambda n: f"{self.prefix}-{stamp}-{n:05d}-{self.hostname}-{self.shard}.warc.gz",
+            self._serial)
+        self._name = os.path.basename(path)
         self._size = 0
         self._on_disk = 0
         self._index = open(cdxj.cdxj_path(path, self.index_dir) + OPEN_SUFFIX, "w", encoding="utf-8")
