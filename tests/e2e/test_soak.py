@@ -22,6 +22,7 @@ SECONDS = float(os.environ.get("SOAK_SECONDS", "300"))
 HOSTS = int(os.environ.get("SOAK_HOSTS", "2000"))
 INTERVAL_S = 5.0
 MAX_SLOPE_B_PER_URL = 50.0      # far below a URL kept in RAM (its text alone is ~60 bytes, a str object 100+)
+MAX_SLOPE_B_PER_PAGE = 10.0     # a billion pages would still cost 10 GB
 MIN_FIT_URLS = 200_000          # the fit must span this many URLs, or the slope says nothing
 MIB = 1 << 20
 
@@ -72,6 +73,16 @@ def test_private_memory_slope_per_url_is_small(soak, proc):
     p = soak["analysis"]["procs"][proc]
     assert p["anon_slope_b_per_url"] is not None
     assert p["anon_slope_b_per_url"] < MAX_SLOPE_B_PER_URL, p
+
+
+@pytest.mark.xfail(strict=True, reason="the crawl process's private heap grows ~100-130 B per page fetched: "
+                   "the near-duplicate simhash index is in RAM (40 B per stored page, dedup/simhash_index.py) "
+                   "and the rest is brk-heap growth that is not live Python objects (tracemalloc's total "
+                   "stays flat): native allocations or fragmentation")
+def test_private_memory_slope_per_page_is_small(soak):
+    # DESIGN §1.4: RAM grows with active hosts only; pages fetched are URLs too
+    p = soak["analysis"]["procs"]["crawl"]
+    assert p["anon_slope_b_per_page"] < MAX_SLOPE_B_PER_PAGE, p
 
 
 def test_file_backed_memory_is_bounded_by_the_state_on_disk(soak):
