@@ -75,10 +75,10 @@ def test_private_memory_slope_per_url_is_small(soak, proc):
     assert p["anon_slope_b_per_url"] < MAX_SLOPE_B_PER_URL, p
 
 
-@pytest.mark.xfail(strict=True, reason="the crawl process's private heap grows ~100-130 B per page fetched: "
-                   "the near-duplicate simhash index is in RAM (40 B per stored page, dedup/simhash_index.py) "
-                   "and the rest is brk-heap growth that is not live Python objects (tracemalloc's total "
-                   "stays flat): native allocations or fragmentation")
+@pytest.mark.xfail(strict=True, reason="the crawl process's private memory grows 50-130 B per page fetched: "
+                   "mostly the near-duplicate simhash index, in RAM by design (40 B per stored page, "
+                   "dedup/simhash_index.py), plus brk-heap growth that is not live Python objects "
+                   "(tracemalloc's total stays flat)")
 def test_private_memory_slope_per_page_is_small(soak):
     # DESIGN §1.4: RAM grows with active hosts only; pages fetched are URLs too
     p = soak["analysis"]["procs"]["crawl"]
