@@ -12,13 +12,15 @@ by least squares against URLs seen (the unique URLs the seen-set admitted). Keep
 costs at least their text plus a Python object (~100+ bytes each); a slope of a few bytes per URL
 means they live on disk. Two slopes are reported per process: RSS (what `ps` shows) and RssAnon
 (private heap). The difference, RssFile, is the page cache of memory-mapped files (LMDB maps,
-shared libraries): clean, shared pages the kernel reclaims under pressure, which grow with the
-data on disk by design.
+shared libraries; LMDB maps them read-only, no writemap): clean pages the kernel reclaims under
+pressure, which grow with the data on disk by design.
 
 The RAM caps are set small by default (``--caps small``), so that they fill during the warm-up and
 the fit measures what is left, growth without a cap; ``--caps default`` keeps the shipped ones.
+The ratios printed at the end compare the slope with the bytes per URL of an in-RAM seen-set (a
+set of URL strings, a set of 64-bit fingerprints) measured in the same process.
 
-    nice -n 10 .venv/bin/python bench/soak_bench.py --seconds 120 --hosts 2000
+    nice -n 10 .venv/bin/python bench/soak_bench.py --runs 3 --seconds 120 --hosts 2000
     .venv/bin/python bench/soak_bench.py OUT.json --seconds 300 ...   # also writes every sample as JSON
 
 Outside a network namespace whose only interface is `lo`, the script re-runs itself in one
