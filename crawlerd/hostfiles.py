@@ -64,10 +64,9 @@ class HostFiles:
             if res.outcome is Outcome.OK:
                 self._spawn(self.pool.process(res, None))     # archive robots.txt answers too
                 if 200 <= res.status < 300:
-                    te = (res.header("transfer-encoding") or "").lower()
                     try:
                         # decoded up to the page cap; the parser reads the first robots.max_bytes
-                        body = decode_body(res.body, chunked="chunked" in te,
+                        body = decode_body(res.body, chunked=res.chunked,
                                            content_encoding=res.header("content-encoding"),
                                            max_bytes=self.cfg.fetch.max_decoded_bytes)
                     except DecodeError:
@@ -154,7 +153,7 @@ class HostFiles:
             if res.status != 200:
                 continue
             try:
-                body = decode_body(res.body, chunked="chunked" in (res.header("transfer-encoding") or "").lower(),
+                body = decode_body(res.body, chunked=res.chunked,
                                    content_encoding=res.header("content-encoding"), max_bytes=sm.max_bytes)
             except DecodeError:
                 self.metrics.counters["sitemap_undecodable"] += 1

@@ -35,6 +35,12 @@ class FetchResult:
     headers: list[tuple[str, str]] = field(default_factory=list)  # parsed response headers, in order
     error: str = ""                      # human-readable detail for non-ok outcomes
 
+    @property
+    def chunked(self) -> bool:
+        """The body still carries chunked transfer coding (curl keeps it, for the WARC record)."""
+        te = self.header("transfer-encoding")
+        return bool(te) and "chunked" in te.lower()
+
     def header(self, name: str) -> str | None:
         """First value of a response header, case-insensitive."""
         lname = name.lower()

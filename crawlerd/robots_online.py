@@ -47,9 +47,8 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
             notes.append(f"# {url}: {res.outcome.value} {res.status or ''}".rstrip())
             body = b""
             if res.outcome is Outcome.OK and 200 <= res.status < 300:
-                te = (res.header("transfer-encoding") or "").lower()
                 try:
-                    body = decode_body(res.body, chunked="chunked" in te,
+                    body = decode_body(res.body, chunked=res.chunked,
                                        content_encoding=res.header("content-encoding"),
                                        max_bytes=cfg.robots.max_bytes)
                 except DecodeError as e:

@@ -64,8 +64,7 @@ EVENT_SCHEMA = 1
 def _payload_sha1(res: FetchResult) -> bytes:
     """Raw SHA-1 of the entity with transfer coding removed: the exact-duplicate key (WARC payload digest)."""
     body = res.body
-    te = res.header("transfer-encoding")
-    if te and "chunked" in te.lower():
+    if res.chunked:
         try:
             body = dechunk(body, len(body) + 1)
         except DecodeError:

@@ -65,15 +65,10 @@ def tune_allocator() -> bool:
     return _tuned
 
 
-def _is_chunked(res: FetchResult) -> bool:
-    te = res.header("transfer-encoding")
-    return bool(te) and "chunked" in te.lower()
-
-
 def entity_digest(res: FetchResult) -> str:
     """WARC-Payload-Digest of a response: the entity with transfer coding removed (content coding kept)."""
     try:
-        return payload_digest(dechunk(res.body, len(res.body) + 1) if _is_chunked(res) else res.body)
+        return payload_digest(dechunk(res.body, len(res.body) + 1) if res.chunked else res.body)
     except DecodeError:
         return payload_digest(res.body)
 
@@ -101,7 +96,7 @@ class PageProcessor:
         pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
         # the WARC payload is the entity with transfer coding removed (content coding kept)
         try:
-            entity = dechunk(res.body, len(res.body) + 1) if _is_chunked(res) else res.body
+            entity = dechunk(res.body, len(res.body) + 1) if res.chunked else res.body
         except DecodeError as e:
             entity = res.body
             pr.outcome, pr.error = e.outcome, str(e)
