@@ -7,7 +7,7 @@ are splitmix64 of an index, so an old key is regenerated, not stored.
 
 Stores, each run in its own subprocess (so peak RSS is its own):
 
-* ``drum``  crawlerd.drum.Drum with default parameters, one check_update per page,
+* ``drum``  crawlerd.seen.drum.Drum with default parameters, one check_update per page,
   results drained as they are dispatched; a final flush is timed.
 * ``lmdb``  one write transaction per 1,000 pages, per key ``get`` then ``put``
   (sync=False; one env.sync() at the end, timed).
@@ -77,7 +77,7 @@ def stream_chunks(total: int, seed: int = 1, chunk: int = CHUNK):
 
 
 def run_drum(path: str, total: int, batch: int, budget_s: float) -> dict:
-    from crawlerd.drum import Drum
+    from crawlerd.seen.drum import Drum
 
     dr = Drum(path)
     unique = handed = 0

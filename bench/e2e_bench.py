@@ -467,7 +467,7 @@ def code_version() -> str:
     try:
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "crawlerd", "bench/simweb"],
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "crawlerd"],
                                capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

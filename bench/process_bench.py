@@ -45,9 +45,9 @@ import numpy as np
 
 from crawlerd._native import simhash_ref
 from crawlerd._native.simhash import simhash
-from crawlerd.codec import decode_body
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.dedup.simhash_index import SimhashIndex
+from crawlerd.fetch.codec import decode_body
 from crawlerd.outcome import Outcome
 from crawlerd.process.html import extract
 from crawlerd.process.links import links_from_page

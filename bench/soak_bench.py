@@ -382,7 +382,6 @@ def ledger_checks(sim, data_dir: str) -> dict:
         retry_after_violations,
         robots_violations,
     )
-
     from crawlerd.store.verify import verify
     entries, site = sim.ledger(), sim.site()
     pol = politeness_violations(entries, min_gap_s=1.0, per_ip_concurrency=1, host_min_gap_s=crawl_delays(site))

@@ -160,7 +160,7 @@ def cmd_robots_check(args) -> int:
         for line in check_lines(body, agent, args.urls):
             print(line)
         return EXIT_OK
-    from crawlerd.robots_online import RobotsCheckError, check_online
+    from crawlerd.fetch.robots_online import RobotsCheckError, check_online
     try:
         lines = check_online(cfg, args.robots_url, agent, args.urls)
     except RobotsCheckError as e:

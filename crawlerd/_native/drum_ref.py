@@ -2,7 +2,7 @@
 
 Same API, same semantics, same bytes on disk (journal blocks, spill records,
 key file payload, checksums), written for clarity, not speed. The tests run
-``crawlerd.drum.Drum`` on both and compare the kernels on the same cases.
+``crawlerd.seen.drum.Drum`` on both and compare the kernels on the same cases.
 """
 
 from __future__ import annotations

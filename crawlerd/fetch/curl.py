@@ -16,7 +16,7 @@ What is kept. Bytes exactly as they crossed the wire: the request head as
 sent, the final response's status line and headers (1xx interim answers are
 dropped) and the body with its transfer coding (``HTTP_TRANSFER_DECODING=0``
 keeps chunk framing; curl still parses it to find the end) and content
-coding (curl is not asked to decompress; :mod:`crawlerd.codec` does that
+coding (curl is not asked to decompress; :mod:`crawlerd.fetch.codec` does that
 later, with a cap). Redirects are not followed: a 3xx is a result and the
 frontier handles the hop.
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 import lmdb
 import xxhash
 
-from crawlerd.drum import Drum
+from crawlerd.seen.drum import Drum
 
 _U64BE = struct.Struct(">Q")
 _U64 = struct.Struct("<Q")

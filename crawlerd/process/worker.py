@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from crawlerd._native.simhash import simhash as simhash64
-from crawlerd.codec import DecodeError, dechunk, decode_body
+from crawlerd.fetch.codec import DecodeError, dechunk, decode_body
 from crawlerd.outcome import Outcome
 from crawlerd.process.html import extract, parse_x_robots_tag
 from crawlerd.process.links import links_from_page

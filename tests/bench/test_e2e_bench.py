@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from crawlerd.simweb.ledger import HOST_GAP, HOST_OVERLAP, IP_CONCURRENCY, LedgerEntry
 from crawlerd.simweb.netns import in_private_netns
 

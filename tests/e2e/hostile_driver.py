@@ -26,10 +26,9 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from crawlerd.frontier import Frontier
 from crawlerd.simweb.dns import DnsServer
 from crawlerd.simweb.hostile import HostileServer
-
-from crawlerd.frontier import Frontier
 
 ALLOW = "127.0.0.0/16"
 FORBIDDEN_IP = "127.200.0.1"          # loopback, but outside ALLOW: the address guard refuses it

@@ -3,8 +3,8 @@
 import os
 
 import pytest
-from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 
+from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
 pytestmark = NETNS_MARKS

@@ -19,6 +19,8 @@ import sys
 from collections import Counter
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
+
 from crawlerd.simweb.ledger import (
     crawl_delays,
     entries_from_json,
@@ -26,8 +28,6 @@ from crawlerd.simweb.ledger import (
     retry_after_violations,
     robots_violations,
 )
-from warcio.archiveiterator import ArchiveIterator
-
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
 HOSTS, FINAL_S = 40, 8.0

@@ -5,6 +5,8 @@ import os
 from collections import Counter
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
+
 from crawlerd.simweb.ledger import (
     crawl_delays,
     entries_from_json,
@@ -12,8 +14,6 @@ from crawlerd.simweb.ledger import (
     retry_after_violations,
     robots_violations,
 )
-from warcio.archiveiterator import ArchiveIterator
-
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
 HOSTS, SECONDS, SECONDS2 = 60, 20.0, 8.0

@@ -4,8 +4,8 @@ import os
 from collections import Counter
 
 import pytest
-from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 
+from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations
 from tests.e2e.netns import NETNS_MARKS, run_driver
 from tests.e2e.test_crawl import _warc_records
 

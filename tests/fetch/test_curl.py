@@ -11,13 +11,13 @@ import warnings
 
 import pytest
 import uvloop
-from crawlerd.simweb.hostile import HostileServer
 
-from crawlerd.codec import decode_body
+from crawlerd.fetch.codec import decode_body
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest
+from crawlerd.simweb.hostile import HostileServer
 
 UA = "crawlerd-test/0.1 (+https://example.org/bot)"
 

@@ -3,10 +3,10 @@
 import asyncio
 
 import uvloop
-from crawlerd.simweb.dns import DnsServer
 
 from crawlerd.fetch.dns import Resolver
 from crawlerd.outcome import Outcome
+from crawlerd.simweb.dns import DnsServer
 
 
 class FakeClock:

@@ -15,15 +15,15 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 import uvloop
-from crawlerd.simweb.dns import DnsServer
-from crawlerd.simweb.hostile import HostileServer
 
-from crawlerd.codec import DecodeError, decode_body
+from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest
+from crawlerd.simweb.dns import DnsServer
+from crawlerd.simweb.hostile import HostileServer
 
 MAX_BODY = 1 << 20
 MAX_DECODED = 4 << 20

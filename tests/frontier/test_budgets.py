@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawlerd import url as urlmod
-from crawlerd.drum import Drum
 from crawlerd.frontier.budgets import Budgets, DomainGraph, _TopK, domain_key
+from crawlerd.seen.drum import Drum
 
 PARAMS = dict(base_budget=5, per_inlink=3, max_budget=50)
 

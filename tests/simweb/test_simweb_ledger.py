@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from crawlerd.simweb import ledger as L
-from crawlerd.simweb.site import Site
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from crawlerd.simweb import ledger as L
+from crawlerd.simweb.site import Site
 
 
 def E(seq, host, t0, t1, target="/p/1.html", ip="127.0.0.2", status=200, retry_after_s=None):

@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import pytest
+
 from crawlerd.simweb import SimWebProcess
 from crawlerd.simweb.netns import check_bind, in_private_netns
 

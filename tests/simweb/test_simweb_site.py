@@ -9,6 +9,7 @@ import re
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+
 from crawlerd.simweb import site as S
 from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler
 

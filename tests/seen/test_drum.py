@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from crawlerd._native import drum as native
 from crawlerd._native import drum_ref as ref
-from crawlerd.drum import HEADER_BYTES, Drum, DrumError, Op
+from crawlerd.seen.drum import HEADER_BYTES, Drum, DrumError, Op
 
 KERNELS = [pytest.param(native, id="native"), pytest.param(ref, id="ref")]
 

@@ -2,7 +2,7 @@ import email.utils
 
 import pytest
 
-from crawlerd.hostfiles import parse_retry_after
+from crawlerd.shard.hostfiles import parse_retry_after
 
 NOW = 1_800_000_000.0
 

@@ -33,10 +33,10 @@ import time
 from collections import deque
 
 from crawlerd import url as urlmod
-from crawlerd.codec import DecodeError, dechunk
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
+from crawlerd.fetch.codec import DecodeError, dechunk
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
@@ -46,12 +46,12 @@ from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.hostfiles import HostFiles, parse_retry_after
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment, sha1_base32
 
@@ -84,7 +84,7 @@ def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
 class Shard(HostFiles):
     """Wires DRUM, frontier, robots, DNS, fetcher, processing and storage for one host partition.
 
-    The robots.txt and sitemap side of a host's leases lives in :class:`crawlerd.hostfiles.HostFiles`."""
+    The robots.txt and sitemap side of a host's leases lives in :class:`crawlerd.shard.hostfiles.HostFiles`."""
 
     def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time):
         self.cfg = cfg

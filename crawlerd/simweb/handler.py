@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import xxhash
+
 from crawlerd.simweb import site as S
 from crawlerd.simweb.pages import SID_MARK, PageRenderer
 from crawlerd.simweb.text import ParagraphPool

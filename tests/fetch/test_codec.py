@@ -10,7 +10,7 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawlerd.codec import DecodeError, dechunk, decode_body, decode_content
+from crawlerd.fetch.codec import DecodeError, dechunk, decode_body, decode_content
 from crawlerd.outcome import Outcome
 
 

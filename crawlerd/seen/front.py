@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crawlerd.drum import Drum, DrumCorrupt, DrumError, DrumResult
+from crawlerd.seen.drum import Drum, DrumCorrupt, DrumError, DrumResult
 
 log = logging.getLogger("crawlerd.seen")
 

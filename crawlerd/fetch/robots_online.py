@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 from crawlerd import url as urlmod
-from crawlerd.codec import DecodeError, decode_body
 from crawlerd.config import Config
+from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard

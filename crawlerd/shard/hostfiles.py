@@ -16,7 +16,7 @@ import asyncio
 import email.utils
 
 from crawlerd import url as urlmod
-from crawlerd.codec import DecodeError, decode_body
+from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.fetch.robots import RobotsFollow, robots_decision
 from crawlerd.outcome import Outcome
 from crawlerd.process.sitemaps import parse_sitemap

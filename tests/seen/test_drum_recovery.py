@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from crawlerd._native import drum as native
-from crawlerd.drum import HEADER_BYTES, Drum, DrumCorrupt, DrumError
+from crawlerd.seen.drum import HEADER_BYTES, Drum, DrumCorrupt, DrumError
 
 # The child crawls a deterministic stream: the key of submission seq is KEY(seq), so the
 # expected answer of every seq is known whatever the crashes did.
 CHILD = r"""
 import os, signal, sys, random, zlib
-import crawlerd.drum as drum_mod
-from crawlerd.drum import Drum
+import crawlerd.seen.drum as drum_mod
+from crawlerd.seen.drum import Drum
 
 d, log, crash_at, batches, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 
