@@ -7,6 +7,8 @@ its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.hosts import HostRecord
@@ -19,6 +21,7 @@ from crawlerd.frontier.items import (
     hprefix,
     qkey,
     qkey_level,
+    qprefix,
 )
 from crawlerd.frontier.queues import u64
 
@@ -142,7 +145,7 @@ class FrontierOps:
     def demote_host(self, host_key: str, levels: int = 1) -> None:
         """Near-duplicate trap feedback: later URLs of the host queue ``levels`` lower and it is
         visited (1 + demotion) times less often. Already queued URLs keep their level."""
-        last = self._levels - 1
+        last = self._top
         s = self._hosts.slot_of.get(host_key)
         if s is not None:
             self._hosts.demote[s] = max(0, min(last, self._hosts.demote[s] + levels))
@@ -154,6 +157,76 @@ class FrontierOps:
             self._c["hid_next"] += 1
         rec.demote = max(0, min(last, rec.demote + levels))
         self._put_record(host_key, rec)
+
+    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None]) -> int:
+        """Move URLs of the host's deferred level to the level ``level_of`` gives (None: stay).
+
+        Called when what made them suspects changed (a parameter turned out to change content).
+        Returns how many moved. One write transaction; nothing is lost or counted twice."""
+        if self.deferred_level is None:
+            return 0
+        H, st = self._hosts, self._store
+        s = H.slot_of.get(host_key)
+        rec = None
+        if s is not None:
+            hid, mask = H.hid[s], H.mask[s]
+        else:
+            rec = self._record(host_key)
+            if rec is None:
+                return 0
+            hid, mask = rec.hid, rec.mask
+        if not mask & self._dbit:
+            return 0
+        prefix = qprefix(hid, self.deferred_level)
+        cur = st.qcursor()
+        moves, left = [], False
+        if cur.set_range(prefix):
+            for key, urec in cur:
+                if key[:5] != prefix:
+                    break
+                level = level_of(decode_url(urec, host_key, self.deferred_level))
+                if level is None:
+                    left = True
+                else:
+                    moves.append((key, urec, max(0, min(self._top, level))))
+        if not moves:
+            return 0
+        puts = []
+        for key, urec, level in moves:
+            st.txn().delete(key, db=st.queues)
+            self._c["seq"] += 1
+            puts.append((qkey(hid, level, self._c["seq"]), urec))
+            mask |= 1 << level
+        st.put_sorted(puts)
+        if not left:
+            mask &= ~self._dbit
+        if s is not None:
+            H.mask[s] = mask
+        else:
+            rec.mask = mask
+            self._put_record(host_key, rec)
+        return len(moves)
+
+    def deferred_count(self, host_key: str) -> int:
+        """URLs waiting in the host's deferred level (a scan of that range: for tests and tools)."""
+        if self.deferred_level is None:
+            return 0
+        s = self._hosts.slot_of.get(host_key)
+        if s is not None:
+            hid = self._hosts.hid[s]
+        else:
+            rec = self._record(host_key)
+            if rec is None:
+                return 0
+            hid = rec.hid
+        prefix = qprefix(hid, self.deferred_level)
+        cur, n = self._store.qcursor(), 0
+        if cur.set_range(prefix):
+            for key in cur.iternext(values=False):
+                if key[:5] != prefix:
+                    break
+                n += 1
+        return n
 
     # == records ==========================================================================
     def _record(self, host_key: str) -> HostRecord | None:

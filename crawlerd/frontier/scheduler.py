@@ -15,6 +15,7 @@ from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
     KIND_ROBOTS,
     KIND_URL,
+    PRIORITY_DEFERRED,
     Lease,
     QueuedURL,
     decode_tagged,
@@ -71,7 +72,7 @@ class Frontier(FrontierOps):
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
-                 commit_interval_s: float = 1.0):
+                 commit_interval_s: float = 1.0, deferred_level: bool = False):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         The politeness parameters are those of DESIGN §1.1 (see ``Politeness``).
@@ -80,16 +81,21 @@ class Frontier(FrontierOps):
         may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
         more than one lease at a time (still under per_ip_concurrency).
         ``blocklist``: patterns added to the persisted blocklist.
+        ``deferred_level``: one more level, after ``priority_levels``, that a host serves only
+        when its other levels are empty (suspected duplicate URLs, ``crawlerd.frontier.dust``).
         """
-        if not 1 <= priority_levels <= 16:
-            raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
+        if not 1 <= priority_levels <= (15 if deferred_level else 16):
+            raise ValueError(f"priority_levels = {priority_levels}: expected 1..{15 if deferred_level else 16}")
         if not 1 <= per_ip_concurrency <= 0xFFFF:
             raise ValueError(f"per_ip_concurrency = {per_ip_concurrency}: expected 1..65535")
         if max_active_hosts < 1 or max_attempts < 1 or lease_timeout_s <= 0 or group_ops < 1:
             raise ValueError("max_active_hosts, max_attempts, lease_timeout_s and group_ops must be positive")
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
-        self._levels = priority_levels
+        self._levels = priority_levels + (1 if deferred_level else 0)     # queue levels on disk
+        self._top = priority_levels - 1                     # the last level of the weighted pick
+        self.deferred_level: int | None = priority_levels if deferred_level else None
+        self._dbit = 1 << priority_levels if deferred_level else 0
         self._pol = Politeness(delay_factor, min_delay_s, max_delay_s, crawl_delay_cap_s, backoff_base_s,
                                backoff_max_s, retry_after_cap_s, park_after_failures, park_s)
         self._grace = self._pol.restart_grace_s(ip_delay_s)
@@ -267,6 +273,8 @@ class Frontier(FrontierOps):
             if not heads:
                 self._c["waiting"] = 0
                 return
+            if self._dbit and len(heads) > 1:
+                heads.pop(self.deferred_level, None)       # hosts with only deferred work come last
             self._wpicks += 1
             key, hkb = heads[self._nearest(self._ruler(self._wpicks), sum(1 << lv for lv in heads))]
             txn.delete(key, db=st.waiting)
@@ -294,7 +302,7 @@ class Frontier(FrontierOps):
         2**(levels-1): weights 1/2, 1/4, ... and no level waits longer than that.
         """
         t = (n & -n).bit_length() - 1
-        return t if t < self._levels else self._levels - 1
+        return t if t < self._top else self._top
 
     def _nearest(self, target: int, mask: int) -> int:
         if mask >> target & 1:
@@ -322,7 +330,7 @@ class Frontier(FrontierOps):
                 groups[it.host_key] = [it]
             else:
                 g.append(it)
-        last = self._levels - 1
+        last, deferred = self._top, self.deferred_level
         seq = self._c["seq"]
         queued = 0
         puts: list[tuple[bytes, bytes]] = []
@@ -347,8 +355,11 @@ class Frontier(FrontierOps):
                 hid, demote = rec.hid, rec.demote
             mask = 0
             for it in lst:
-                level = it.priority + demote
-                level = 0 if level < 0 else (last if level > last else level)
+                if it.priority == PRIORITY_DEFERRED and deferred is not None:
+                    level = deferred
+                else:
+                    level = it.priority + demote
+                    level = 0 if level < 0 else (last if level > last else level)
                 seq += 1
                 puts.append((qkey(hid, level, seq), encode_url(it)))
                 mask |= 1 << level
@@ -461,11 +472,13 @@ class Frontier(FrontierOps):
         p = (H.picks[s] + 1) & 0xFFFFFFFF or 1
         H.picks[s] = p
         mask = H.mask[s]
+        if mask & self._dbit and mask != self._dbit:
+            mask &= ~self._dbit              # the deferred level waits until nothing else is queued
         if mask & (mask - 1) == 0:           # one level non-empty: nothing to choose
             return mask.bit_length() - 1
         target = (p & -p).bit_length() - 1
-        if target >= self._levels:
-            target = self._levels - 1
+        if target > self._top:
+            target = self._top
         return self._nearest(target, mask)
 
     def _wake_ip(self, ip: int) -> None:
