@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Parts", "Rule", "parse", "unparse", "value_classes", "parse_rule", "derive", "relation",
-           "skeleton", "ALL_VALUES"]
+__all__ = ["Parts", "Rule", "Relation", "parse", "unparse", "value_classes", "parse_rule", "derive",
+           "relation", "skeleton", "differing_name", "ALL_VALUES"]
 
 KIND_QUERY = "?"
 KIND_PATH_PARAM = ";"
@@ -126,6 +126,15 @@ class Rule:
     def general(self) -> bool:
         """Covers many values (or any token position): trusted only with several distinct values seen."""
         return self.kind != KIND_SEGMENT and not self.vclass.startswith("=")
+
+    def covers(self, other: Rule) -> bool:
+        """Every URL ``other`` rewrites, this rule rewrites the same way (and it is not ``other``)."""
+        if self.kind != other.kind or self.name != other.name or self == other or self.kind == KIND_SEGMENT:
+            return False
+        if self.vclass == ALL_VALUES:
+            return True
+        return not self.vclass.startswith("=") and other.vclass.startswith("=") and \
+            _value_matches(self.vclass, other.vclass[1:])
 
     def apply(self, p: Parts) -> Parts | None:
         """The rewritten URL, or None when the rule does not change it."""
@@ -268,6 +277,7 @@ def _segment_rule(sx: tuple[str, ...], sy: tuple[str, ...], canonical: str, x: s
 class Relation(NamedTuple):
     target: bool            # one side is the other's image itself (not two variants of a third URL)
     values: tuple[str, ...]  # values the rule removed (from either side)
+    image: str              # the URL both map onto
 
 
 def relation(rule: Rule, a: Parts, b: Parts) -> Relation | None:
@@ -280,7 +290,7 @@ def relation(rule: Rule, a: Parts, b: Parts) -> Relation | None:
     if ua != ub:
         return None
     vals = (rule.values(a) if ra is not None else []) + (rule.values(b) if rb is not None else [])
-    return Relation(ra is None or rb is None, tuple(vals))
+    return Relation(ra is None or rb is None, tuple(vals), ua)
 
 
 def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], str]:
@@ -308,6 +318,33 @@ def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], 
     sk = Parts(p.origin, segs, tuple(p.query[i] for i in keep_q), tuple(p.raw[i] for i in keep_q))
     main = unparse(sk) if dropped else url
     alt = ""
-    if len(segs) >= 3 and segs[1] and segs[1] not in relevant:
+    if len(segs) >= 3 and segs[1] and segs[1] not in relevant and segs[2:] != ("",):
         alt = unparse(Parts(p.origin, segs[:1] + segs[2:], sk.query, sk.raw))
     return main, tuple(sorted(set(dropped))), alt
+
+
+def differing_name(a: Parts, b: Parts) -> str:
+    """The one parameter name (query or path parameter) or directory token by which two URLs
+    of a host differ, or "" when they differ in more than that (then a content difference
+    cannot be pinned on one name)."""
+    if a.origin != b.origin:
+        return ""
+    if a.segs == b.segs:
+        names = {n for n, _ in (Counter(a.query) - Counter(b.query)) + (Counter(b.query) - Counter(a.query))}
+        return names.pop() if len(names) == 1 else ""
+    if a.query != b.query:
+        return ""
+    if len(a.segs) == len(b.segs):
+        if [_seg_params(s)[0] for s in a.segs] != [_seg_params(s)[0] for s in b.segs]:
+            return ""
+        pa = Counter(kv for s in a.segs for kv in _seg_params(s)[1])
+        pb = Counter(kv for s in b.segs for kv in _seg_params(s)[1])
+        names = {n for n, _ in (pa - pb) + (pb - pa)}
+        return names.pop() if len(names) == 1 else ""
+    long_, short = (a.segs, b.segs) if len(a.segs) > len(b.segs) else (b.segs, a.segs)
+    if len(long_) != len(short) + 1:
+        return ""
+    for i in range(1, len(long_) - 1):
+        if long_[:i] + long_[i + 1:] == short:
+            return long_[i]
+    return ""

@@ -115,7 +115,7 @@ class DustStore:
             raw = txn.get(hk, db=self._hosts)
             over -= len(raw) if raw else 0
             victims.append((seq, hk))
-        for seq, hk in victims:
+        for _seq, hk in victims:
             self.delete_host(hk.decode("utf-8", "surrogateescape"))
 
     def delete_host(self, host: str) -> None:
