@@ -102,12 +102,29 @@ def cmd_stats(args) -> int:
                 print("frontier:       " + ", ".join(f"{k} {v}" for k, v in sorted(fr.items())
                                                       if not isinstance(v, dict)))
             print("top hosts:      " + ", ".join(f"{h} {n}" for h, n in s["top_hosts"][:10]))
+            _print_dust(s.get("dust") or {})
             for e in s.get("recent_errors", []):
                 print("recent error:   " + e)
         if not args.watch:
             return EXIT_OK
         time.sleep(args.interval)
         print()
+
+
+def _print_dust(du: dict) -> None:
+    """The DUST rules part of `crawlerd stats`: totals, then the top rules of the top hosts."""
+    if not du.get("enabled"):
+        return
+    print(f"dust rules:     {du.get('rules_trusted', 0)} trusted on {du.get('hosts_with_rules', 0)} hosts; "
+          f"learned {du.get('rules_learned_total', 0)}, retired {du.get('rules_retired_total', 0)}, "
+          f"sample mismatches {du.get('sample_mismatches_total', 0)}, skipped {du.get('skipped_total', 0)} "
+          f"(this run: deferred {du.get('deferred', 0)}, probes {du.get('probes', 0)}, "
+          f"samples {du.get('samples', 0)})")
+    for h in du.get("top", []):
+        print(f"  {h['host']}")
+        for r in h["rules"]:
+            print(f"    {r['rule']:<32} {r['state']:<9} confirmations {r['confirmations']:<4} "
+                  f"skips {r['skips']:<6} samples {r['samples']:<4} sample mismatches {r['sample_mismatches']}")
 
 
 def cmd_seed_add(args) -> int:

@@ -107,7 +107,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("park_s", float, 6 * 3600.0, "How long a parked host waits, seconds (its URLs are kept).", min=0.0),
     ]),
     "frontier": ("Frontier queues and leases.", [
-        _k("priority_levels", int, 4, "Front-queue priority levels (0 is highest).", min=1, max=16),
+        _k("priority_levels", int, 4,
+           "Front-queue priority levels (0 is highest). One more level holds suspected duplicates "
+           "(dust.defer_suspects): a host serves it only when nothing else of it is queued.", min=1, max=15),
         _k("lease_timeout_s", float, 300.0, "A leased URL not completed by then returns to its queue, seconds.",
            min=1.0),
         _k("max_attempts", int, 3, "Attempts before a URL goes to the dead-letter table.", min=1),
@@ -214,6 +216,34 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=0, max=3),
         _k("near_dup_demote_ratio", float, 0.5,
            "A host whose recent pages are at least this share near-duplicates drops in priority.", min=0.0, max=1.0),
+    ]),
+    "dust": ("Per-host URL rewrite rules learned from archived pages (Bar-Yossef et al., WWW 2007; "
+             "Dasgupta et al., KDD 2008): duplicate URL variants are not fetched.", [
+        _k("enabled", bool, True,
+           "Learn rules from archived pages; skip a new URL that a trusted rule maps onto archived "
+           "content; queue declared rel=canonical URLs."),
+        _k("confirmations", int, 3,
+           "A rule is trusted after this many independent confirmations on its host (distinct "
+           "pages, one of them the rewrite target itself) and no counter-example.", min=1, max=16),
+        _k("sample_share", float, 0.02,
+           "Share of the URLs a trusted rule would skip that are fetched anyway to re-validate it; "
+           "one contradiction retires the rule and re-queues its logged skips.", min=0.0, max=1.0),
+        _k("defer_suspects", bool, True,
+           "A URL that equals an admitted URL but for parameters not known to change content (or "
+           "its first directory) waits in its host's deferred level until the host has nothing else."),
+        _k("probe_share", float, 0.005,
+           "Suspects fetched at once to gather evidence, as a share of pages archived (a probe "
+           "that finds new content is not counted).", min=0.0, max=1.0),
+        _k("evidence_per_host", int, 24, "Archived pages per host kept as evidence (the most recent).",
+           min=2, max=256),
+        _k("max_bytes", int, 256 * MiB,
+           "Disk for rules, evidence, the archived set and the skip log (least recently used hosts "
+           "and oldest captures go first), bytes.", min=1 * MiB),
+        _k("max_host_bytes", int, 16 * KiB, "Largest rules + evidence record of one host, bytes.",
+           min=2 * KiB, max=1 * MiB),
+        _k("class_entries", int, 1 << 21,
+           "Recently admitted URL skeletons kept in RAM to recognise suspects (8 bytes each).", min=1024),
+        _k("cache_hosts", int, 2048, "Host records kept decoded in RAM.", min=16),
     ]),
     "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
         _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1),

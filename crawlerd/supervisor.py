@@ -41,7 +41,8 @@ log = logging.getLogger("crawlerd")
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
-                                         Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED))
+                                         Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED,
+                                         Outcome.DUST_SKIPPED))
 
 
 class StartupError(Exception):
@@ -243,7 +244,8 @@ class Supervisor:
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
                 "worker_restarts": sh.get("worker_restarts", 0),
-                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {})}
+                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
+                "dust": self.shard.dust_stats() if self.shard else {}}
 
     def _handlers(self) -> dict:
         def seed_add(req):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from crawlerd._native.simhash import simhash as simhash64
 from crawlerd.fetch.codec import DecodeError, dechunk, decode_body
 from crawlerd.outcome import Outcome
-from crawlerd.process.html import extract, parse_x_robots_tag
+from crawlerd.process.html import canonical_from_link_header, extract, parse_x_robots_tag
 from crawlerd.process.links import links_from_page
 from crawlerd.records import FetchResult, ProcessResult
 from crawlerd.store.warc import WarcWriter, payload_digest
@@ -118,8 +118,11 @@ class PageProcessor:
                 if not nofollow:
                     pr.links = links_from_page(info.links, info.base_url)
                 pr.simhash = simhash64(info.text)
+                pr.canonical = info.canonical
                 if self.near_duplicate is not None and info.text:
                     pr.near_duplicate_of = self.near_duplicate(pr.simhash, url)
+        if res.status == 200 and not pr.canonical:
+            pr.canonical = canonical_from_link_header(res.header("link"), url)
         pr.noindex, pr.nofollow = noindex, nofollow
         if noindex:
             metadata["robots"] = "noindex"

@@ -51,6 +51,7 @@ from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.shard.dust_hooks import DustHooks, open_dust
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment, sha1_base32
@@ -81,7 +82,7 @@ def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
     return int(depth), int(hops), int(priority), url
 
 
-class Shard(HostFiles):
+class Shard(HostFiles, DustHooks):
     """Wires DRUM, frontier, robots, DNS, fetcher, processing and storage for one host partition.
 
     The robots.txt and sitemap side of a host's leases lives in :class:`crawlerd.shard.hostfiles.HostFiles`."""
@@ -114,7 +115,7 @@ class Shard(HostFiles):
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency))
+            host_concurrency=dict(p.host_concurrency), deferred_level=True)
         rc = cfg.recrawl
         self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
@@ -149,6 +150,8 @@ class Shard(HostFiles):
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
         self.events = EventLog(cfg.path("events")) if cfg.log.events else None
+        self.dust = open_dust(cfg)          # DUST rules (None when dust.enabled is false)
+        self._final_dust_stats: dict | None = None
         self.pool = WorkerPool(default_workers(cfg.process.workers), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
@@ -203,19 +206,23 @@ class Shard(HostFiles):
         """
         added = []
         dup = 0
+        fresh = []
         for r in results:
             if not r.unique:
                 dup += 1
                 continue
-            depth, hops, priority, url = decode_aux(r.aux)
+            fresh.append((r.key, r.aux, *decode_aux(r.aux)))
+        if self.dust is not None and fresh:
+            fresh = self._dust_admit(fresh)     # DUST: skipped ones end here, suspects deferred
+        for key, aux, depth, hops, priority, url in fresh:
             if self.budgets is not None and depth > 0:
                 pld = urlmod.registered_domain(urlmod.host_of(url))
                 if not self.budgets.admit(pld):
-                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
+                    self.budgets.defer(pld, aux)      # BEAST: deferred, not dropped
                     self.metrics.counters["budget_deferred"] += 1
                     continue
             added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
-                                   depth=depth, hops=hops, fp=r.key))
+                                   depth=depth, hops=hops, fp=key))
         self.metrics.counters["seen_duplicate"] += dup
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
@@ -389,6 +396,8 @@ class Shard(HostFiles):
             self._log_dropped(url, Outcome.BLOCKED.value)
             self.recrawl.forget(fp)
             return
+        if self.dust is not None and self._dust_lease_skip(lease, url, fp, host_key):
+            return      # DUST: a trusted rule maps it onto archived content
         entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
         if entry is None:
             # evicted from the robots cache (or never known here): fetch robots.txt again first
@@ -478,6 +487,8 @@ class Shard(HostFiles):
             if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
                 self.frontier.demote_host(host_key)
                 self.metrics.counters["near_dup_demotions"] += 1
+        if self.dust is not None and pr.warc_file and sha1 is not None:
+            self._dust_observe(url, fp, host_key, sha1, pr, depth)      # DUST evidence, rel=canonical
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
@@ -615,6 +626,8 @@ class Shard(HostFiles):
         self.recrawl.commit()
         self.digests.flush()
         self.near.save()
+        if self.dust is not None:
+            self.dust.commit()
         if self.graph is not None:
             self.graph.flush()
             self.budgets.commit()
@@ -653,6 +666,9 @@ class Shard(HostFiles):
         self.recrawl.commit()
         self._final_recrawl_stats = self.recrawl.stats()
         self.recrawl.close()
+        if self.dust is not None:
+            self._final_dust_stats = self.dust_stats()
+            self.dust.close()
         self.digests.close()
         if self.events:
             self.events.close()
