@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from crawlerd.frontier.dust_evidence import TRUSTED, Evidence, HostState
-from crawlerd.frontier.dust_rules import Rule, parse, skeleton, unparse
+from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
 from crawlerd.url import fingerprint
 from crawlerd.url import host_key as host_key_of
@@ -48,6 +48,20 @@ _INITIAL_TOKENS = 8.0
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _FEED = 1 << 16                    # canonical URLs on their way through the seen-set
+_NOTHING: frozenset[str] = frozenset()
+
+
+def _alt_path(url: str, relevant: frozenset[str]) -> str:
+    """A URL without query or path parameters, minus its first directory token when that is short
+    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and not the last segment;
+    else "". Must agree with ``dust_rules.skeleton``."""
+    s = url.find("/", 8)                # the path's "/" (scheme://host is at least 8 characters)
+    if s < 0:
+        return ""
+    e = url.find("/", s + 1)
+    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or e == len(url) - 1 or url[s + 1:e] in relevant:
+        return ""
+    return url[:s] + url[e:]
 
 
 class Decision(NamedTuple):
@@ -147,6 +161,7 @@ class DustLearner:
         self._pending: OrderedDict[int, tuple[str, str]] = OrderedDict()    # fp -> (kind, rule)
         self._feed: OrderedDict[int, None] = OrderedDict()
         self._host_probes: Counter[str] = Counter()
+        self._learning: OrderedDict[str, None] = OrderedDict()     # hosts with candidate rules
         self.tokens = _INITIAL_TOKENS
         self.counters: Counter[str] = Counter()
 
@@ -185,45 +200,63 @@ class DustLearner:
 
     def admit_batch(self, items: list[tuple[str, int, str, int, int]]) -> list[Decision]:
         """Decisions for URLs the seen-set found new: (url, fp, host key, depth, hops) each, in order.
-        Seeds (depth 0), redirect targets (hops) and fed canonicals are never suspects."""
+        Seeds (depth 0), redirect targets (hops) and fed canonicals are never suspects.
+        Hot path (every new URL): plain string work, one hash per URL with parameters or a short
+        first directory, the table looked up once per batch."""
         out: list[Decision] = [_NORMAL] * len(items)
-        todo = []
+        info_get, feed, defer = self._info.get, self._feed, self.defer
+        idx: list[int] = []
+        keys0: list[int] = []
+        keys1: list[int] = []
+        forced_l: list[bool] = []
         for i, (url, fp, host, depth, hops) in enumerate(items):
-            info = self._info.get(host)
-            if info is not None and info.trusted:
-                d = self._trusted(url, fp, host, info)
-                if d is not None:
-                    out[i] = d
-                    continue
+            info = info_get(host)
+            relevant = _NOTHING
+            if info is not None:
+                if info.trusted:
+                    d = self._trusted(url, fp, host, info)
+                    if d is not None:
+                        out[i] = d
+                        continue
+                relevant = info.relevant
             forced = depth == 0 or hops > 0
-            if fp in self._feed:
-                del self._feed[fp]
+            if feed and fp in feed:
+                del feed[fp]
                 forced = True
-            if not self.defer:
+            if not defer:
                 continue
-            main, alt, dropped = self._skeleton(url, info.relevant if info else frozenset())
-            todo.append((i, fingerprint(main), fingerprint(alt) if alt else 0, forced))
-        if not todo:
+            if "?" in url or ";" in url:
+                main, _dropped, alt = skeleton(url, relevant)
+                k0 = fingerprint(main) if main != url else fp
+            else:
+                k0, alt = fp, _alt_path(url, relevant)
+            idx.append(i)
+            keys0.append(k0)
+            keys1.append(fingerprint(alt) if alt else 0)
+            forced_l.append(forced)
+        if not idx:
             return out
-        k0 = np.fromiter((t[1] for t in todo), dtype=np.uint64, count=len(todo))
-        k1 = np.fromiter((t[2] for t in todo), dtype=np.uint64, count=len(todo))
-        tag = np.uint64(_TAG)
-        hit = self._classes.has_many(k0) | self._classes.has_many(k0 ^ tag) | \
-            ((k1 != 0) & self._classes.has_many(k1))
+        k0a = np.array(keys0, dtype=np.uint64)
+        k1a = np.array(keys1, dtype=np.uint64)
+        table = self._classes
+        hit = (table.has_many(k0a) | table.has_many(k0a ^ np.uint64(_TAG)) |
+               ((k1a != 0) & table.has_many(k1a))).tolist()
         seen: set[int] = set()
         add: list[int] = []
-        for j, (i, a, b, forced) in enumerate(todo):
-            if (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)) and not forced:
-                url, fp, host = items[i][0], items[i][1], items[i][2]
-                out[i] = self._probe_or_defer(fp, host, a, b)
+        for j, a in enumerate(keys0):
+            b = keys1[j]
+            if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
+                i = idx[j]
+                out[i] = self._probe_or_defer(items[i][1], items[i][2], a, b)
                 continue
             seen.add(a)
             add.append(a)
             if b:
-                seen.add(b ^ _TAG)
-                add.append(b ^ _TAG)
+                b ^= _TAG
+                seen.add(b)
+                add.append(b)
         if add:
-            self._classes.add_many(add)
+            table.add_many(add)
         return out
 
     @staticmethod
@@ -231,11 +264,7 @@ class DustLearner:
         if "?" in url or ";" in url:
             main, dropped, alt = skeleton(url, relevant)
             return main, alt, dropped
-        start = url.find("/", url.find("://") + 3)          # the path's first "/"
-        end = url.find("/", start + 1) if start >= 0 else -1
-        if end < 0 or end == start + 1 or url[start + 1:end] in relevant or end == len(url) - 1:
-            return url, "", ()
-        return url, url[:start] + url[end:], ()
+        return url, _alt_path(url, relevant), ()
 
     def _trusted(self, url: str, fp: int, host: str, info: _HostInfo, sample: bool = True) -> Decision | None:
         """SKIP or SAMPLE when the host's trusted rules map ``url`` onto archived content."""
@@ -264,7 +293,10 @@ class DustLearner:
         return Decision(SKIP, text, canonical)
 
     def _probe_or_defer(self, fp: int, host: str, k0: int, k1: int) -> Decision:
-        if self.tokens >= 1.0 and self._host_probes[host] < self.max_probes_per_host:
+        # a host whose candidates wait for confirmations goes first; a new one starts only while
+        # the budget could see it through (k probes), so few hosts learn rather than none
+        need = 1.0 if host in self._learning else float(self.k + 1)
+        if self.tokens >= need and self._host_probes[host] < self.max_probes_per_host:
             if self.store.archived(k0) is not None or (k1 and self.store.archived(k1) is not None):
                 self.tokens -= 1.0
                 self._host_probes[host] += 1
@@ -273,6 +305,26 @@ class DustLearner:
                 return _PROBE
         self.counters["deferred"] += 1
         return _DEFER
+
+    def wants_probe(self, host: str) -> bool:
+        """A host whose candidate rules wait for confirmations, with probe budget left: the shard
+        then offers its deferred URLs to ``take_probe``."""
+        return host in self._learning and self.tokens >= 1.0 and \
+            self._host_probes[host] < self.max_probes_per_host
+
+    def take_probe(self, url: str, fp: int, host: str) -> bool:
+        """Fetch this deferred URL now as a probe? (Only if what it may duplicate is archived.)"""
+        if not self.wants_probe(host):
+            return False
+        info = self._info.get(host)
+        main, alt, _ = self._skeleton(url, info.relevant if info else _NOTHING)
+        if self.store.archived(fingerprint(main)) is None and not (alt and self.store.archived(fingerprint(alt))):
+            return False
+        self.tokens -= 1.0
+        self._host_probes[host] += 1
+        self._remember(fp, "probe", "")
+        self.counters["probes"] += 1
+        return True
 
     def _remember(self, fp: int, kind: str, rule: str) -> None:
         self._pending[fp] = (kind, rule)
@@ -350,6 +402,12 @@ class DustLearner:
             rs.logged = 0
         if learned.trusted or learned.retired or learned.relevant:
             self._refresh(host, st)
+        if any(r.state != TRUSTED for r in st.rules):
+            self._learning[host] = None
+            while len(self._learning) > _PENDING:
+                self._learning.popitem(last=False)
+        else:
+            self._learning.pop(host, None)
         ch.promote = bool(learned.retired or learned.relevant)
         self.store.add_archived(fp, URL)
         info = self._info.get(host)

@@ -43,6 +43,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9_\-~.]{16,}")
 _DIGIT = re.compile(r"[0-9]")
 _ALPHA = re.compile(r"[A-Za-z]")
 MAX_CANDIDATES = 8          # rules derived from one pair at most
+MAX_VIEW_TOKEN = 6          # a first directory this short may be a view token (/m/, /amp/, /print/)
 
 
 class Parts(NamedTuple):
@@ -296,7 +297,7 @@ def relation(rule: Rule, a: Parts, b: Parts) -> Relation | None:
 def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], str]:
     """The URL with every query and path parameter not known to change content removed, the
     names removed, and the same with its first directory token removed too ("" when there is
-    none or that token is known to matter). Two URLs with one skeleton may be one page: the
+    none, it is longer than MAX_VIEW_TOKEN or it is known to matter). Two URLs with one skeleton may be one page: the
     suspects the learner defers until it knows (``crawlerd.frontier.dust``)."""
     p = parse(url)
     dropped: list[str] = []
@@ -318,7 +319,7 @@ def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], 
     sk = Parts(p.origin, segs, tuple(p.query[i] for i in keep_q), tuple(p.raw[i] for i in keep_q))
     main = unparse(sk) if dropped else url
     alt = ""
-    if len(segs) >= 3 and segs[1] and segs[1] not in relevant and segs[2:] != ("",):
+    if len(segs) >= 3 and 0 < len(segs[1]) <= MAX_VIEW_TOKEN and segs[1] not in relevant and segs[2:] != ("",):
         alt = unparse(Parts(p.origin, segs[:1] + segs[2:], sk.query, sk.raw))
     return main, tuple(sorted(set(dropped))), alt
 

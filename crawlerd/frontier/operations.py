@@ -158,11 +158,13 @@ class FrontierOps:
         rec.demote = max(0, min(last, rec.demote + levels))
         self._put_record(host_key, rec)
 
-    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None]) -> int:
-        """Move URLs of the host's deferred level to the level ``level_of`` gives (None: stay).
+    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None], limit: int = 0,
+                         max_scan: int = 0) -> int:
+        """Move URLs of the host's deferred level to the level ``level_of`` gives (None: stay),
+        oldest first, at most ``limit`` of the first ``max_scan`` (0: no limit).
 
-        Called when what made them suspects changed (a parameter turned out to change content).
-        Returns how many moved. One write transaction; nothing is lost or counted twice."""
+        Called when what made them suspects changed (a parameter turned out to change content),
+        or to fetch one as a probe. Returns how many moved. Nothing is lost or counted twice."""
         if self.deferred_level is None:
             return 0
         H, st = self._hosts, self._store
@@ -179,10 +181,14 @@ class FrontierOps:
             return 0
         prefix = qprefix(hid, self.deferred_level)
         cur = st.qcursor()
-        moves, left = [], False
+        moves, left, scanned = [], False, 0
         if cur.set_range(prefix):
             for key, urec in cur:
                 if key[:5] != prefix:
+                    break
+                scanned += 1
+                if (limit and len(moves) >= limit) or (max_scan and scanned > max_scan):
+                    left = True
                     break
                 level = level_of(decode_url(urec, host_key, self.deferred_level))
                 if level is None:

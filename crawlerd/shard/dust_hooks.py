@@ -21,7 +21,7 @@ import logging
 
 from crawlerd import url as urlmod
 from crawlerd.frontier import QueuedURL
-from crawlerd.frontier.dust import DEFER, PROBE, SKIP, Decision, DustLearner
+from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SKIP, Decision, DustLearner
 from crawlerd.frontier.items import PRIORITY_DEFERRED
 from crawlerd.outcome import Outcome
 
@@ -53,26 +53,28 @@ class DustHooks:
     dust: DustLearner | None
     _final_dust_stats: dict | None
 
-    def _dust_admit(self, fresh: list[tuple[int, bytes, int, int, int, str]]) -> list[tuple[int, bytes, int, int, int, str]]:
+    def _dust_admit(self, fresh: list[tuple]) -> list[tuple]:
         """(fp, aux, depth, hops, priority, url) of new URLs -> those to queue, priorities set."""
-        decisions = self.dust.admit_batch([(url, fp, urlmod.host_key(url), depth, hops)
-                                           for fp, _aux, depth, hops, _prio, url in fresh])
+        host_key = urlmod.host_key
+        asks = [(it[5], it[0], host_key(it[5]), it[2], it[3]) for it in fresh]
+        decisions = self.dust.admit_batch(asks)
         out = []
         counters = self.metrics.counters
-        for item, d in zip(fresh, decisions, strict=True):
-            fp, aux, depth, hops, priority, url = item
-            if d.action == SKIP:
-                self._dust_skipped(url, urlmod.host_key(url), d, aux)
-                continue
-            if d.action == DEFER:
-                priority = PRIORITY_DEFERRED
+        for item, ask, d in zip(fresh, asks, decisions, strict=True):
+            action = d.action
+            if action == NORMAL:
+                out.append(item)
+            elif action == DEFER:
+                out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
                 counters["dust_deferred"] += 1
-            elif d.action == PROBE:
-                priority = 0
+            elif action == SKIP:
+                self._dust_skipped(item[5], ask[2], d, item[1])
+            elif action == PROBE:
+                out.append(item[:4] + (0, item[5]))
                 counters["dust_probes"] += 1
-            elif d.action != "normal":
+            else:
+                out.append(item)
                 counters["dust_samples"] += 1
-            out.append((fp, aux, depth, hops, priority, url))
         return out
 
     def _dust_skipped(self, url: str, host_key: str, d: Decision, aux: bytes) -> None:
@@ -119,6 +121,10 @@ class DustHooks:
             moved = self.frontier.promote_deferred(
                 host_key, lambda it: None if dust.still_suspect(it.url, host_key) else prio(it.depth))
             counters["dust_promoted"] += moved
+        if self.dust.wants_probe(host_key) and self.frontier.deferred_level is not None:
+            dust = self.dust        # learning: one deferred suspect of the host goes first, as a probe
+            counters["dust_probes"] += self.frontier.promote_deferred(
+                host_key, lambda it: 0 if dust.take_probe(it.url, it.fp, host_key) else None, limit=1, max_scan=64)
         canonical = pr.canonical
         if canonical and canonical != url and depth < self.cfg.crawl.max_depth and \
                 self.url_filter.check(canonical) is None:

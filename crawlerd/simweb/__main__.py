@@ -33,13 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-out", default="", help="on SIGTERM, write the ledger here (JSON lines)")
     p.add_argument("--ledger-max", type=int, default=0,
                    help="keep at most this many most recent ledger entries (0: all; long benchmarks)")
+    p.add_argument("--variants", type=float, default=0.0, metavar="SHARE",
+                   help="share of ordinary hosts serving URL variants of their pages (simweb.variants)")
     p.add_argument("--dns-port", type=int, default=None,
                    help="also answer DNS (UDP, 127.0.0.1) for every host on this port (0: any free port)")
     return p
 
 
 async def _run(args: argparse.Namespace) -> int:
-    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages)
+    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages, variant_share=args.variants)
     server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max)
     await server.start(args.bind, args.port, args.control_port)
     announcement = server.announcement()
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.hosts < 1:
         print("simweb: --hosts must be >= 1", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.variants <= 1.0:
+        print("simweb: --variants must be in [0, 1]", file=sys.stderr)
         return 2
     if not 1 <= args.min_pages <= args.max_pages:
         print("simweb: need 1 <= --min-pages <= --max-pages", file=sys.stderr)

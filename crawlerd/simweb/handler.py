@@ -23,6 +23,7 @@ import xxhash
 from crawlerd.simweb import site as S
 from crawlerd.simweb.pages import SID_MARK, PageRenderer
 from crawlerd.simweb.text import ParagraphPool
+from crawlerd.simweb.variants import Variants
 
 ACTION_HOLD = "hold"     # say nothing until the client leaves or delay_s passes, then close
 ACTION_RESET = "reset"   # abort the connection with a TCP RST (SO_LINGER 0)
@@ -101,7 +102,8 @@ class Handler:
     def __init__(self, site: S.Site, port: int, cache_bytes: int = 64 << 20) -> None:
         self.site = site
         self.port = port
-        self.pages = PageRenderer(site, ParagraphPool(site.seed), port)
+        self.variants = Variants(site.seed, port)
+        self.pages = PageRenderer(site, ParagraphPool(site.seed), port, self.variants)
         self.cache: OrderedDict[tuple, Entity] = OrderedDict()
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
@@ -222,6 +224,13 @@ class Handler:
 
     def _route(self, host: S.HostSpec, path: str, query: str, inm: str, ims: str, gz: bool) -> Reply:
         pages = self.pages
+        if host.variants:           # URL variants of /p/ pages (simweb.variants)
+            v = self.variants.route(pages, host, path, query)
+            if v is not None:
+                key, render = v
+                if key is None:      # a session's page: not cached, no validators
+                    return Reply(200, render, HTML, (("Cache-Control", "no-store"),))
+                return self._serve(host, key, lambda: (render(), HTML), inm, ims, gz)
         if path == "/":
             return self._serve(host, ("/",), lambda: (pages.root(host), HTML), inm, ims, gz)
         if path.startswith("/p/") and path.endswith(".html") and host.role not in (
