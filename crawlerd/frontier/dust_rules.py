@@ -175,7 +175,7 @@ class Rule:
         return [self.name]
 
 
-_RULE_TEXT = re.compile(r"([?;])([^=<>]*)(?:=<(num|hex|token)>|(=.*))?")
+_RULE_TEXT = re.compile(r"([?;])([^=<>]*)(?:=<(num|hex|token)>|(=[^<>]*))?")
 
 
 def parse_rule(text: str) -> Rule:
