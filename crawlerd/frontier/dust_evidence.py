@@ -241,8 +241,10 @@ class HostState:
                     if rs.confirm(rel.image, rel.target, rel.values, k):
                         rs.since = now
                         out.trusted.append(rs)
-                        # candidates it covers add nothing now (a literal under a trusted "any value")
-                        self.rules = [r for r in self.rules if r.state != CANDIDATE or not rs.rule.covers(r.rule)]
+                        # rules it covers add nothing now (a literal under a trusted "any value"); a
+                        # trusted one that skipped URLs stays, so its retirement can give them back
+                        self.rules = [r for r in self.rules if not rs.rule.covers(r.rule) or
+                                      (r.state == TRUSTED and r.logged)]
                 elif v == DISAGREE:
                     if rs not in out.related:
                         out.related.append(rs)
