@@ -220,6 +220,8 @@ class HostState:
                     out.relevant.append(name)
         every = old + [ev]
         for rs in list(self.rules):
+            if rs not in self.rules:         # pruned by a rule trusted earlier in this loop
+                continue
             name = rs.rule.name
             if rs in fresh:          # a new rule meets the whole window, each pair once
                 idx = [i for i, x in enumerate(every) if name in x.url]
