@@ -84,10 +84,10 @@ _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
 _EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 _EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
-_TIMER_SLACK_S = 0.001
+_TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
 # libcurl 8.4 is the first to cut a body off at MAXFILESIZE while it streams (older ones only refuse a
 # declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
-_MIN_LIBCURL = 0x080400             # a loop timer that fires this close to curl's deadline counts as due
+_MIN_LIBCURL = 0x080400
 
 # An ordinary absolute URL whose request line and Host header curl sends exactly as written
 # (checked byte for byte against curl's debug stream in tests/fetch/test_curl_head.py): lowercase

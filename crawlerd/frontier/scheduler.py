@@ -110,7 +110,7 @@ class Frontier(FrontierOps):
         self._blocked_slots: set[int] = set()
         self._ops = 0
         self._wpicks = 0
-        self.commits = 0                 # write transactions committed (tests use it to know what is durable)
+        self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._blocklist = Blocklist(patterns)
         for p in blocklist:
