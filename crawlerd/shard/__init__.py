@@ -49,11 +49,11 @@ from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
-from crawlerd.records import FetchRequest, FetchResult, Link
+from crawlerd.records import FetchRequest, FetchResult, Link, PriorCapture
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
+from crawlerd.store import recover_segment, sha1_base32
 from crawlerd.store.events import EventLog
-from crawlerd.store.warc import recover_segment, sha1_base32
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -139,7 +139,7 @@ class Shard(HostFiles):
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
-        self._pending_digests: dict[bytes, tuple[str, float]] = {}     # first captures being archived
+        self._pending_digests: dict[bytes, PriorCapture] = {}     # first captures being archived
         self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
@@ -153,7 +153,9 @@ class Shard(HostFiles):
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
-            "max_links": cfg.process.max_links_per_page}, on_worker_death=self._worker_died)
+            "max_links": cfg.process.max_links_per_page,
+            "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
+            on_worker_death=self._worker_died, near_duplicate=self._near_duplicate)
         self._apply_config_blocklist(cfg.blocklist.hosts)
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
@@ -457,7 +459,9 @@ class Shard(HostFiles):
             prior = self._digest_prior(sha1)
             if prior is None:               # this capture will be the first: others wait on it
                 first = True
-                self._pending_digests[sha1] = (url, res.started_at)
+                self._pending_digests[sha1] = PriorCapture(url, res.started_at)
+        elif res.status == 304:             # -- WARC: the capture a 304 confirms (server-not-modified revisit)
+            prior = self._confirmed_capture(fp)
         digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
         try:
             pr = await self.pool.process(res, prior, digest=digest)
@@ -468,16 +472,10 @@ class Shard(HostFiles):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
             if first:
-                self.digests.add(sha1, url, repr(res.started_at))
+                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self._record_visit(url, fp, host_key, res, sha1, depth)
-        if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
-            near = self.near.check_and_add(pr.simhash, url, host_key)
-            if near and not pr.duplicate_of:
-                pr.near_duplicate_of = near
-                self.metrics.counters["duplicate_near"] += 1
-            if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
-                self.frontier.demote_host(host_key)
-                self.metrics.counters["near_dup_demotions"] += 1
+        if pr.near_duplicate_of:            # decided by _near_duplicate before the worker wrote the records
+            self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
@@ -519,12 +517,36 @@ class Shard(HostFiles):
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
         self.metrics.outcomes[outcome.value] += 1
 
-    def _digest_prior(self, digest: bytes) -> tuple[str, float] | None:
-        """Exact-duplicate owner: (first url, first date) of an archived or in-progress capture."""
-        prev = self.digests.get(digest)
+    def _digest_prior(self, digest: bytes) -> PriorCapture | None:
+        """Exact-duplicate owner: the first capture of this payload, archived or in progress."""
+        prev = self.digests.owner(digest)
         if prev is not None:
-            return prev[0], float(prev[1])
+            return PriorCapture(prev[0], float(prev[1]), prev[2])
         return self._pending_digests.get(digest)
+
+    # -- WARC: what the worker needs to write revisits and metadata (store/warc.py) ---------
+    def _confirmed_capture(self, fp: int) -> PriorCapture | None:
+        """The archived capture a 304 confirms: the record holding the payload whose validators
+        were sent (its digest owner, so a replay engine finds the payload even when the URL's
+        last capture was itself a revisit), else the URL's last capture as recrawl knows it."""
+        st = self.recrawl.state(fp)
+        if st is None:
+            return None             # an unconditional request answered 304: archived as a response
+        digest = "sha1:" + sha1_base32(bytes.fromhex(st.digest)) if st.digest else ""
+        owner = self.digests.owner(st.digest) if st.digest else None
+        if owner is not None:
+            return PriorCapture(owner[0], float(owner[1]), owner[2], digest)
+        return PriorCapture(st.url, st.captured_at or st.fetched_at, "", digest)
+
+    def _near_duplicate(self, simhash: int, url: str) -> str:
+        """Asked by a worker before it archives a page with text: the stored page within the simhash
+        distance, or "" (and the host's trap feedback: demoted when mostly near duplicates)."""
+        host_key = urlmod.host_key(url)
+        near = self.near.check_and_add(simhash, url, host_key)
+        if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+            self.frontier.demote_host(host_key)
+            self.metrics.counters["near_dup_demotions"] += 1
+        return near
 
     def _log_event(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         if self.events is None:

@@ -16,7 +16,10 @@ from crawlerd.outcome import Outcome
 from crawlerd.process.pool import CRASH_ENV, WorkerPool
 from crawlerd.process.worker import PageProcessor
 from crawlerd.records import FetchResult
-from crawlerd.store.warc import OPEN_SUFFIX, WarcWriter, payload_digest, recover_segment
+from crawlerd.store.encoding import payload_digest
+from crawlerd.store.recover import recover_segment
+from crawlerd.store.segment import OPEN_SUFFIX
+from crawlerd.store.warc import WarcWriter
 
 T0 = 1_700_000_000.0
 WORDS = ("crawler politeness frontier robots simhash digest segment archive bucket queue host page link "
@@ -167,7 +170,16 @@ def test_results_match_in_process_and_warc_reads_back(tmp_path):
             assert content == cases[url].body       # exactly as received
     assert responses_per_url(warc_dir) == Counter(results.keys())
     kinds = Counter(kind for kind, _, _ in warc_records(warc_dir))
-    assert kinds["metadata"] == 1           # the nofollow page's robots fact
+    assert kinds["metadata"] == len(results)     # one per capture
+    metas = {}
+    for name in sorted(os.listdir(warc_dir)):
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                if rec.rec_type == "metadata":
+                    metas[rec.rec_headers.get_header("WARC-Target-URI")] = rec.content_stream().read()
+    assert b"robots: nofollow" in metas["http://a.test/nofollow"]
+    assert b"x-robots-tag: nofollow" in metas["http://a.test/nofollow"]
+    assert b"outlink: http://other.test/" in metas["http://a.test/plain"]
 
 
 def run_pool(tmp_path, jobs, *, workers=2, jobs_per_worker=4, segment_max_bytes=1 << 30, during=None,

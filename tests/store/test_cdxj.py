@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.store.cdxj import Capture, cdxj_path, index, surt, timestamp14
-from crawlerd.store.warc import payload_digest
+from crawlerd.store.encoding import payload_digest
 from tests.store.helpers import REQUEST_HEAD, RESPONSE_HEAD, T0, det_writer
 
 

@@ -17,16 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
+from crawlerd.store.encoding import available_compressors, gzip_member, payload_digest, warc_date
 from crawlerd.store.segment import dechunk, is_chunked, iter_members
 from crawlerd.store.verify import verify
-from crawlerd.store.warc import (
-    REVISIT_PROFILE,
-    WarcWriter,
-    available_compressors,
-    gzip_member,
-    payload_digest,
-    warc_date,
-)
+from crawlerd.store.warc import REVISIT_PROFILE, WarcWriter
 from tests.store.helpers import CHUNKED_HEAD, REQUEST_HEAD, RESPONSE_HEAD, T0, det_writer, html, write_page
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -451,7 +445,7 @@ def test_content_coded_bodies_stay_valid_and_digests_verify(tmp_path, compressor
 def test_random_record_ids_are_version_4_and_unique():
     import uuid
 
-    from crawlerd.store.warc import _UuidIds
+    from crawlerd.store.encoding import RecordIds as _UuidIds
     gen = _UuidIds()
     ids = [gen() for _ in range(600)]                    # crosses two refills of the byte pool
     assert len(set(ids)) == 600
@@ -464,7 +458,7 @@ def test_random_record_ids_are_version_4_and_unique():
 def test_sha1_base32_matches_base64(digest):
     import base64
 
-    from crawlerd.store.warc import sha1_base32
+    from crawlerd.store.encoding import sha1_base32
     assert sha1_base32(digest) == base64.b32encode(digest).decode()
 
 
