@@ -229,8 +229,11 @@ def _segment_problem(path: str) -> str | None:
         return "no such file"
     if os.path.isdir(path):
         return "is a directory, not a WARC segment"
-    if not os.access(path, os.R_OK):
-        return "cannot read: permission denied"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
     if os.path.getsize(path) == 0:
         return "empty file (0 bytes): no records"
     return None

@@ -107,6 +107,8 @@ def verify(path: str, *, index_path: str | None = None, check_index: bool = True
         return report
     try:
         _walk(report, path)
+        if report.records == 0:
+            return report
         _check_with_warcio(report, path)
         if check_index:
             _check_index(report, path, index_path or find_index(path))
@@ -124,13 +126,13 @@ def _file_problem(path: str) -> str | None:
         return f"cannot stat: {e.strerror or e}"
     if os.path.isdir(path):
         return "is a directory, not a WARC segment"
-    if st.st_size == 0:
-        return "empty file (0 bytes): no records"
     try:
         with open(path, "rb") as f:
             f.read(1)
     except OSError as e:
         return f"cannot read: {e.strerror or e}"
+    if st.st_size == 0:
+        return "empty file (0 bytes): no records"
     return None
 
 
@@ -164,8 +166,10 @@ def _walk(report: VerifyReport, path: str) -> None:
             _check_record(report, where, head, block, order)
             _check_order(report, where, member.offset, head, order, first=report.records == 0)
             report.records += 1
-    if report.records == 0 and not report.errors:
-        report.errors.append("no whole WARC record at offset 0 (not a gzip-per-record WARC?)")
+    if report.records == 0:         # nothing else to say about a file that is not a segment
+        report.errors[:] = ["no whole WARC record at offset 0 (not a gzip-per-record WARC?)"
+                            + (f": {report.errors[0].split(': ', 1)[-1]}" if report.errors else "")]
+        return
     if report.valid_bytes < size and not report.errors:
         report.errors.append(f"{size - report.valid_bytes} bytes at offset {report.valid_bytes} "
                              "are not a whole gzip member")
