@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
-from crawlerd.records import FetchResult, Link, ProcessResult
+from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.recover import recover_segment
 from crawlerd.store.segment import OPEN_SUFFIX
@@ -92,7 +92,7 @@ def default_workers(configured: int) -> int:
 class _Job:
     job_id: int
     result: FetchResult
-    prior: tuple[str, float] | None
+    prior: PriorCapture | None
     future: asyncio.Future
     digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
     crashes: int = 0            # workers that died while working on this job
@@ -190,11 +190,11 @@ class WorkerPool:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
-    async def process(self, result: FetchResult, prior: tuple[str, float] | None = None, *,
+    async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
                       digest: str = "") -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
-        ``prior``: the exact-duplicate owner's answer, (first URL, first date) or None.
+        ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         """
         async with self._slots:
