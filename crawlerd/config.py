@@ -87,7 +87,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("recent_s", float, 30 * 86400.0,
            "A sitemap URL whose lastmod is this recent gets the top priority, seconds.", min=0.0),
     ]),
-    "politeness": ("Per-host and per-IP politeness (DESIGN §1.1).", [
+    "politeness": ("Per-host and per-IP politeness (ARCHITECTURE.md invariant 1).", [
         _k("delay_factor", float, 10.0,
            "Gap after a request = clamp(delay_factor x its response time, min_delay_s, max_delay_s).", min=0.0),
         _k("min_delay_s", float, 1.0, "Smallest gap between the end of one request to a host and the next, seconds.",
@@ -187,7 +187,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("static_hosts", dict, {},
            "Names answered locally without DNS, like /etc/hosts: { \"name\" = \"IP\" }.", item_type=str),
     ]),
-    "network": ("Where the fetcher may connect (DESIGN §1.5).", [
+    "network": ("Where the fetcher may connect (ARCHITECTURE.md invariant 5).", [
         _k("allow", list, [],
            "Networks (CIDR) allowed even though private/loopback/link-local/reserved. "
            "Empty: only public addresses.", item_type=str, runtime=True),
@@ -259,6 +259,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),
         _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB),
+        _k("index_sort_buffer_bytes", int, 8 * MiB,
+           "CDXJ lines held in RAM per worker when a segment's index is sorted at close (external merge "
+           "sort beyond this), bytes.", min=64 * KiB, max=4 * GiB),
     ]),
     "process": ("Processing of fetched pages.", [
         _k("workers", int, 0, "Processing worker processes (0: cores - 1, at least 1).", min=0, max=256),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
@@ -51,7 +51,7 @@ class _Out:
 CRASH_MARGIN_S = 3.0
 
 
-class Frontier(FrontierOps):
+class Frontier:
     """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
 
     Heap invariant: a host is in the due heap iff it is active, in state READY
@@ -75,7 +75,7 @@ class Frontier(FrontierOps):
                  commit_interval_s: float = 1.0, deferred_level: bool = False):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
-        The politeness parameters are those of DESIGN §1.1 (see ``Politeness``).
+        The politeness parameters are those of ARCHITECTURE.md invariant 1 (see ``Politeness``).
         ``sync``: fsync every commit (else only commit()/close(); see queues.py).
         ``group_ops``/``commit_interval_s``: how much lease/complete work a crash
         may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
@@ -116,9 +116,13 @@ class Frontier(FrontierOps):
         self._blocked_slots: set[int] = set()
         self._ops = 0
         self._wpicks = 0
-        self.commits = 0                 # write transactions committed (tests use it to know what is durable)
+        self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._blocklist = Blocklist(patterns)
+        self._book = FrontierOps(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
+                                 ips=self._ips, heap=self._heap, leases=self._leases, blocklist=self._blocklist,
+                                 blocked_slots=self._blocked_slots, dirty=self._dirty, levels=self._levels,
+                                 pol=self._pol, clock=self._clock, top=self._top, deferred_level=self.deferred_level)
         for p in blocklist:
             if self._blocklist.normalise(p) not in self._blocklist.patterns:
                 self._store.put_block(self._blocklist.add(p), True)
@@ -133,7 +137,7 @@ class Frontier(FrontierOps):
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
-        self._recovered = self._recover(self._clock(), crashed)
+        self._book.recovered = self._recover(self._clock(), crashed)
         self._commit()
 
     # == recovery ===========================================================
@@ -163,7 +167,7 @@ class Frontier(FrontierOps):
                 continue
             hk = kb.decode("utf-8", "surrogateescape")
             if self._blocklist.matches(hk):
-                self._drop_record_queue(hk, rec, "blocked")
+                self._book.drop_record_queue(hk, rec, "blocked")
                 txn.put(kb, rec.encode(), db=st.hosts)
                 continue
             if crashed or hk in touched:
@@ -289,7 +293,7 @@ class Frontier(FrontierOps):
                 txn.put(hkb, rec.encode(), db=st.hosts)
                 continue
             if self._blocklist.matches(hk):
-                self._drop_record_queue(hk, rec, "blocked")
+                self._book.drop_record_queue(hk, rec, "blocked")
                 txn.put(hkb, rec.encode(), db=st.hosts)
                 continue
             self._activate(hk, rec, now)
@@ -338,7 +342,7 @@ class Frontier(FrontierOps):
         for hk, lst in groups.items():
             if blocklist and blocklist.matches(hk):
                 self._c["seq"] = seq
-                self._drop_items(hk, lst, "blocked")
+                self._book.drop_items(hk, lst, "blocked")
                 seq = self._c["seq"]
                 continue
             s = H.slot_of.get(hk)
@@ -501,7 +505,7 @@ class Frontier(FrontierOps):
                  retry_after_s: float | None = None, requeue: bool = False) -> bool:
         """Release a lease. False if the id is unknown, expired or already completed.
 
-        The host's next start is at least now + the gap rule (DESIGN §1.1);
+        The host's next start is at least now + the gap rule (ARCHITECTURE.md invariant 1);
         failures back off (429/503 honour Retry-After); a retryable failure
         returns the URL to the front of its queue, or dead-letters it after
         ``max_attempts``. ``requeue`` returns it without counting an attempt.
@@ -563,7 +567,7 @@ class Frontier(FrontierOps):
         if not requeue and not is_retryable(outcome, status):
             self._c["completed"] += 1
         elif s in self._blocked_slots:
-            self._drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
+            self._book.drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
         elif requeue:
             self._c["requeued"] += 1
             self._put_back(s, o.key, o.urec)
@@ -665,7 +669,7 @@ class Frontier(FrontierOps):
                     self._commit()
             else:
                 self._dirty.add(s)
-                self._drop_host_queue(s, outcome.value)
+                self._book.drop_host_queue(s, outcome.value)
                 self._settle(s, now)
             return
         new = ips.attach(ip)
@@ -689,7 +693,7 @@ class Frontier(FrontierOps):
         s = self._hosts.slot_of.get(host_key)
         if s is not None:
             return self._hosts.robots_exp[s] <= now
-        rec = self._record(host_key)
+        rec = self._book.record(host_key)
         return rec is None or rec.session != self._session or rec.robots_exp <= now
 
     def set_robots(self, host_key: str, *, expires_at: float, crawl_delay_s: float | None) -> None:
@@ -701,10 +705,65 @@ class Frontier(FrontierOps):
             self._hosts.crawl_delay[s] = delay
             self._dirty.add(s)
             return
-        rec = self._record(host_key)
+        rec = self._book.record(host_key)
         if rec is not None:
             rec.robots_exp, rec.crawl_delay = expires_at, delay
-            self._put_record(host_key, rec)
+            self._book.put_record(host_key, rec)
+
+    # == the operator's side (crawlerd.frontier.operations) ===================================
+    def block(self, pattern: str) -> int:
+        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
+        n = self._book.block(pattern, self._settle)
+        self._commit()
+        return n
+
+    def unblock(self, pattern: str) -> None:
+        self._book.unblock(pattern)
+        self._commit()
+
+    def blocked(self) -> list[str]:
+        return self._book.blocked()
+
+    def is_blocked(self, host: str) -> bool:
+        return self._blocklist.matches(host)
+
+    def demote_host(self, host_key: str, levels: int = 1) -> None:
+        """Near-duplicate trap feedback: see ``FrontierOps.demote_host``."""
+        self._book.demote_host(host_key, levels)
+
+    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None], limit: int = 0,
+                         max_scan: int = 0) -> int:
+        """Move deferred URLs of a host up: see ``FrontierOps.promote_deferred``. Committed."""
+        n = self._book.promote_deferred(host_key, level_of, limit, max_scan)
+        if n:
+            self._commit()
+        return n
+
+    def deferred_count(self, host_key: str) -> int:
+        return self._book.deferred_count(host_key)
+
+    def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
+        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
+        out = self._book.drain_dropped(limit)
+        self._commit()
+        return out
+
+    def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
+        return self._book.dead_letters(limit)
+
+    def check_invariants(self, deep: bool = False) -> None:
+        """Raise AssertionError naming the first broken invariant. ``deep`` also recounts LMDB."""
+        self._book.check_invariants(deep)
+
+    def queued(self) -> int:
+        return self._c["queued"]
+
+    def storage(self) -> dict[str, int]:
+        """LMDB bytes and entries per table (for stats and the bench)."""
+        return self._book.storage()
+
+    def stats(self) -> dict:
+        return self._book.stats()
 
     # == durability ========================================================================
     def _commit(self) -> None:
