@@ -121,6 +121,9 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
             "false_skips": len(false_skips), "false_skip_examples": false_skips[:5]}
 
 
+STOP_GRACE_S = 90.0     # after D, the crawler's own ordered shutdown (a loaded 2-core box needs ~25 s)
+
+
 def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
     work = os.path.join(root, label)
     os.makedirs(work)
@@ -129,6 +132,7 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         seeds = os.path.join(work, "seeds.txt")
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds[:args.seeds] if args.seeds else sim.seeds) + "\n")
+        E.STOP_GRACE_S = STOP_GRACE_S
         r = E.run_crawlerd(sim, seeds, args.seconds, work, sets + list(args.set or []))
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")

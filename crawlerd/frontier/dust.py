@@ -47,7 +47,6 @@ _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory
 _INITIAL_TOKENS = 8.0
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
-_FEED = 1 << 16                    # canonical URLs on their way through the seen-set
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -159,7 +158,6 @@ class DustLearner:
             self._skips_by_host[host] = sum(r.skips for r in st.rules)
         self._classes = ClassTable(class_entries)
         self._pending: OrderedDict[int, tuple[str, str]] = OrderedDict()    # fp -> (kind, rule)
-        self._feed: OrderedDict[int, None] = OrderedDict()
         self._host_probes: Counter[str] = Counter()
         self._learning: OrderedDict[str, None] = OrderedDict()     # hosts with candidate rules
         self.tokens = _INITIAL_TOKENS
@@ -200,11 +198,13 @@ class DustLearner:
 
     def admit_batch(self, items: list[tuple[str, int, str, int, int]]) -> list[Decision]:
         """Decisions for URLs the seen-set found new: (url, fp, host key, depth, hops) each, in order.
-        Seeds (depth 0), redirect targets (hops) and fed canonicals are never suspects.
+        Seeds (depth 0) and redirect targets (hops) are never suspects. A declared canonical comes
+        through here like any link: a suspect when the page that named it (a variant of it) was
+        admitted, since fetching it would fetch that content again.
         Hot path (every new URL): plain string work, one hash per URL with parameters or a short
         first directory, the table looked up once per batch."""
         out: list[Decision] = [_NORMAL] * len(items)
-        info_get, feed, defer = self._info.get, self._feed, self.defer
+        info_get, defer = self._info.get, self.defer
         idx: list[int] = []
         keys0: list[int] = []
         keys1: list[int] = []
@@ -220,9 +220,6 @@ class DustLearner:
                         continue
                 relevant = info.relevant
             forced = depth == 0 or hops > 0
-            if feed and fp in feed:
-                del feed[fp]
-                forced = True
             if not defer:
                 continue
             if "?" in url or ";" in url:
@@ -330,12 +327,6 @@ class DustLearner:
         self._pending[fp] = (kind, rule)
         while len(self._pending) > _PENDING:
             self._pending.popitem(last=False)
-
-    def feed(self, fp: int) -> None:
-        """A declared canonical URL is being sent to the seen-set: admit it as NORMAL (or SKIP)."""
-        self._feed[fp] = None
-        while len(self._feed) > _FEED:
-            self._feed.popitem(last=False)
 
     def check_lease(self, url: str, fp: int, host: str) -> Decision | None:
         """At lease time (URLs queued before a rule was trusted): a SKIP decision, or None: fetch."""

@@ -7,8 +7,9 @@
 * **lease** (``lease_skip``, the lease runner's ``lease_gate``): a URL queued before its host's
   rule was trusted is skipped when leased, the same way, instead of being fetched.
 * **answer** (``observe``, the answers' ``evidence`` hook): every archived 200 answer is
-  evidence. A declared ``rel=canonical`` goes to the intake (the seen-set queues it once, at the
-  page's own priority). A rule retired by a contradiction gives back its logged skips, which
+  evidence. A declared ``rel=canonical`` goes to the intake at the page's own depth (the
+  seen-set queues it once; if the page naming it is one of its variants it is a suspect there,
+  as that content was just archived). A rule retired by a contradiction gives back its logged skips, which
   go straight to the frontier (they are in the seen-set already), and the host's deferred URLs
   that are suspects no more move up; a host still learning has one deferred URL fetched next,
   as a probe.
@@ -128,9 +129,8 @@ class DustGate:
                 limit=1, max_scan=PROBE_SCAN)
         canonical = pr.canonical
         if canonical and canonical != url and depth < self.cfg.crawl.max_depth:
-            cfp = urlmod.fingerprint(canonical)
-            learner.feed(cfp)
-            if self.intake.submit_links([Link(canonical, cfp, urlmod.host_key(canonical))], depth=depth):
+            link = Link(canonical, urlmod.fingerprint(canonical), urlmod.host_key(canonical))
+            if self.intake.submit_links([link], depth=depth):
                 counters["dust_canonical_fed"] += 1
 
     def _rule_event(self, host_key: str, rule: str, state: str) -> None:
