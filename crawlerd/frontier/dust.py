@@ -181,7 +181,10 @@ class DustLearner:
         rec = st.to_record()
         while self.store.encoded_size(rec) > self.max_host_bytes and st.shrink():
             rec = st.to_record()
-        self.store.put_host(host, rec)
+        for gone in self.store.put_host(host, rec):      # the least recently written hosts
+            self._info.pop(gone, None)
+            self._skips_by_host.pop(gone, None)
+            self._host_probes.pop(gone, None)
         self._dirty.discard(host)
 
     def _refresh(self, host: str, st: HostState) -> None:

@@ -75,16 +75,16 @@ class DustStore:
         raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
         return json.loads(raw) if raw else None
 
-    def put_host(self, host: str, record: dict) -> int:
-        """Write a record (the caller kept it under max_host_bytes); returns its size."""
+    def put_host(self, host: str, record: dict) -> list[str]:
+        """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted
+        to stay within the bound."""
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         raw = json.dumps(record, separators=(",", ":")).encode()
         old = txn.get(hk, db=self._hosts)
         self.meta["host_bytes"] += len(raw) - (len(old) if old else 0)
         txn.put(hk, raw, db=self._hosts)
         self._touch(host, hk)
-        self._evict_hosts(keep=host)
-        return len(raw)
+        return self._evict_hosts(keep=host)
 
     def encoded_size(self, record: dict) -> int:
         return len(json.dumps(record, separators=(",", ":")))
@@ -99,9 +99,9 @@ class DustStore:
         txn.put(seq, hk, db=self._lru)
         txn.put(mkey, seq, db=self._meta)
 
-    def _evict_hosts(self, keep: str) -> None:
+    def _evict_hosts(self, keep: str) -> list[str]:
         if self.meta["host_bytes"] <= self.max_hosts_bytes:
-            return
+            return []
         txn = self.txn()
         cur = txn.cursor(db=self._lru)
         keep_b = keep.encode("utf-8", "surrogateescape")
@@ -115,8 +115,10 @@ class DustStore:
             raw = txn.get(hk, db=self._hosts)
             over -= len(raw) if raw else 0
             victims.append((seq, hk))
-        for _seq, hk in victims:
-            self.delete_host(hk.decode("utf-8", "surrogateescape"))
+        out = [hk.decode("utf-8", "surrogateescape") for _seq, hk in victims]
+        for host in out:
+            self.delete_host(host)
+        return out
 
     def delete_host(self, host: str) -> None:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
