@@ -7,8 +7,9 @@ Re-runs itself under ``unshare -n`` (only ``lo``). For each crawl a fresh simweb
 serves ``--hosts`` hosts, a share ``--variants`` of the ordinary ones with URL variants of their
 pages (``crawlerd.simweb.variants``: tracking parameters, sort orders, print/mobile views and
 session ids that do not change the page, page numbers and languages that do), names resolved by
-simweb's DNS. crawlerd crawls it for ``--seconds`` twice in one run, first with ``dust.enabled =
-false``, then with the learner on (``--order on-first`` swaps them).
+simweb's DNS. crawlerd crawls it for ``--seconds`` twice in one run, with ``dust.enabled = false``
+and with the learner on, both at the same time (each against its own simweb), so that a shared,
+noisy machine treats them alike; ``--sequential`` runs them one after the other instead.
 
 Judged from simweb's server ledger and site description, never from the crawler's word:
 
@@ -32,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter, defaultdict
 
 import e2e_bench as E
@@ -148,6 +150,9 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
     return {"label": label, "rc": r.rc, "judged": j, "politeness": r.judged["politeness"],
             "robots": r.judged["robots"], "self_pages_per_s": r.self_pages_per_s,
             "cpu_ms_per_page": 1000 * r.cpu_total_s / j["pages_200"] if j["pages_200"] else None,
+            # the crawl process's CPU per request answered (robots.txt included: the same fixed cost in both)
+            "crawl_cpu_ms_per_request": (1000 * r.cpu_by_process_s.get("crawl", 0.0) / r.judged["requests"]
+                                         if r.judged["requests"] else None),
             "dust": {k: v for k, v in dust.items() if k != "top"}, "top_rules": dust.get("top", [])[:10],
             "rule_events": Counter(ev["outcome"] for ev in rules),
             "stderr_tail": r.extra.get("stderr_tail", "")}
@@ -157,7 +162,7 @@ def print_report(res: list[dict], args) -> None:
     print(f"\n=== DUST: {args.hosts} hosts ({args.variants:g} of ordinary hosts with URL variants), "
           f"{args.seconds:g} s per crawl, seed {args.seed} ===")
     head = f"{'learner':8} {'200 pages':>9} {'dups':>6} {'dup share':>9} {'pages':>8} {'skipped':>8} " \
-           f"{'false skips':>11} {'trusted':>7} {'retired':>7} {'mismatch':>8} {'polite viol':>11}"
+           f"{'false skips':>11} {'trusted':>7} {'retired':>7} {'mismatch':>8} {'polite viol':>11} {'crawl ms/req':>12}"
     print(head)
     print("-" * len(head))
     for r in res:
@@ -165,7 +170,8 @@ def print_report(res: list[dict], args) -> None:
         print(f"{r['label']:8} {j['pages_200']:9d} {j['variant_dups']:6d} {100 * j['dup_share']:8.2f}% "
               f"{j['distinct_pages']:8d} {j['skipped_events']:8d} {j['false_skips']:11d} "
               f"{d.get('rules_learned_total', 0):7d} {d.get('rules_retired_total', 0):7d} "
-              f"{d.get('sample_mismatches_total', 0):8d} {sum(r['politeness'].values()):11d}")
+              f"{d.get('sample_mismatches_total', 0):8d} {sum(r['politeness'].values()):11d} "
+              f"{r['crawl_cpu_ms_per_request'] or 0:12.2f}")
     for r in res:
         print(f"{r['label']}: duplicates by kind {r['judged']['dup_by_kind']}; learner {r['dust']}")
         if r["judged"]["false_skip_examples"]:
@@ -183,18 +189,35 @@ def print_report(res: list[dict], args) -> None:
 def bench(args) -> dict:
     root = tempfile.mkdtemp(prefix="crawlerd-dust-")
     order = ["off", "on"] if args.order == "off-first" else ["on", "off"]
-    res = []
-    try:
-        for label in order:
-            print(f"crawl with the learner {label}: {args.hosts} hosts, {args.seconds:g} s ...", file=sys.stderr,
-                  flush=True)
+    res: list[dict] = []
+    errors: list[BaseException] = []
+
+    def crawl(label: str) -> None:
+        print(f"crawl with the learner {label}: {args.hosts} hosts, {args.seconds:g} s ...", file=sys.stderr,
+              flush=True)
+        try:
             r = one_crawl(label, args, root, [f"dust.enabled={'true' if label == 'on' else 'false'}"])
-            j = r["judged"]
-            print(f"  {label}: {j['pages_200']} pages, {j['variant_dups']} dups ({100 * j['dup_share']:.2f}%), "
-                  f"false skips {j['false_skips']}, exit {r['rc']}", file=sys.stderr, flush=True)
-            if r["stderr_tail"]:
-                print(r["stderr_tail"], file=sys.stderr)
-            res.append(r)
+        except BaseException as e:          # reported after both crawls
+            errors.append(e)
+            return
+        j = r["judged"]
+        print(f"  {label}: {j['pages_200']} pages, {j['variant_dups']} dups ({100 * j['dup_share']:.2f}%), "
+              f"false skips {j['false_skips']}, exit {r['rc']}", file=sys.stderr, flush=True)
+        if r["stderr_tail"]:
+            print(r["stderr_tail"], file=sys.stderr)
+        res.append(r)
+    try:
+        if args.sequential:
+            for label in order:
+                crawl(label)
+        else:
+            threads = [threading.Thread(target=crawl, args=(label,)) for label in order]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
     finally:
         if args.keep:
             print(f"kept work dir {root}", file=sys.stderr)
@@ -203,7 +226,7 @@ def bench(args) -> dict:
     res.sort(key=lambda r: r["label"] != "off")
     print_report(res, args)
     out = {"hosts": args.hosts, "seconds": args.seconds, "variants": args.variants, "seed": args.seed,
-           "code": E.code_version(), "results": res}
+           "seeds": args.seeds, "concurrent": not args.sequential, "code": E.code_version(), "results": res}
     print(f"code: {out['code']}")
     if args.json:
         with open(args.json, "w") as f:
@@ -219,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", type=float, default=0.5, help="share of ordinary hosts with URL variants")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seeds", type=int, default=0, help="seed only the first N hosts' roots (0: all)")
-    p.add_argument("--order", choices=("off-first", "on-first"), default="off-first")
+    p.add_argument("--order", choices=("off-first", "on-first"), default="off-first",
+                   help="which crawl starts (or runs) first")
+    p.add_argument("--sequential", action="store_true", help="one crawl after the other, not both at once")
     p.add_argument("-s", "--set", action="append", metavar="SECTION.KEY=VALUE", help="extra crawlerd override")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--keep", action="store_true", help="keep the work dir (data dirs, ledgers)")

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crawlerd.frontier.dust_evidence import TRUSTED, Evidence, HostState
+from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, TRUSTED, Evidence, HostState
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
 from crawlerd.url import fingerprint
@@ -157,7 +157,8 @@ class DustLearner:
             self._refresh(host, st)
             self._skips_by_host[host] = sum(r.skips for r in st.rules)
         self._classes = ClassTable(class_entries)
-        self._pending: OrderedDict[int, tuple[str, str]] = OrderedDict()    # fp -> (kind, rule)
+        # fp -> (kind, rule, canonical, its digest u32, its simhash) of probes and samples in flight
+        self._pending: OrderedDict[int, tuple[str, str, str, int, int]] = OrderedDict()
         self._host_probes: Counter[str] = Counter()
         self._learning: OrderedDict[str, None] = OrderedDict()     # hosts with candidate rules
         self.tokens = _INITIAL_TOKENS
@@ -287,7 +288,7 @@ class DustLearner:
                 return None
             canonical, text = url, info.names[hit[1]]
         if sample and (fp >> 40) < self.sample_share * (1 << 24):
-            self._remember(fp, "sample", text)
+            self._remember(fp, "sample", text, canonical, hit.digest, hit.simhash)
             self.counters["samples"] += 1
             return Decision(SAMPLE, text, canonical)
         return Decision(SKIP, text, canonical)
@@ -300,7 +301,7 @@ class DustLearner:
             if self.store.archived(k0) is not None or (k1 and self.store.archived(k1) is not None):
                 self.tokens -= 1.0
                 self._host_probes[host] += 1
-                self._remember(fp, "probe", "")
+                self._remember(fp, "probe")
                 self.counters["probes"] += 1
                 return _PROBE
         self.counters["deferred"] += 1
@@ -322,12 +323,14 @@ class DustLearner:
             return False
         self.tokens -= 1.0
         self._host_probes[host] += 1
-        self._remember(fp, "probe", "")
+        self._remember(fp, "probe")
         self.counters["probes"] += 1
         return True
 
-    def _remember(self, fp: int, kind: str, rule: str) -> None:
-        self._pending[fp] = (kind, rule)
+    def _remember(self, fp: int, kind: str, rule: str = "", canonical: str = "", digest: int = 0,
+                  simhash: int = 0) -> None:
+        """A probe or sample on its way: what its answer will be checked against."""
+        self._pending[fp] = (kind, rule, canonical, digest, simhash)
         while len(self._pending) > _PENDING:
             self._pending.popitem(last=False)
 
@@ -382,6 +385,14 @@ class DustLearner:
             self._host_probes[host] -= 1
         elif pend is not None and pend[0] == "sample":
             rs = st.find(pend[1])
+            if rs is not None and rs.state == TRUSTED and rs not in learned.related:
+                # its stand-in may have left the window: compare with what the archived set kept
+                v = self._versus(ev, digest, pend)
+                if v == DISAGREE:
+                    st.retire(rs, self._clock())
+                    learned.retired.append(rs)
+                if v != NEUTRAL:
+                    learned.related.append(rs)
             if rs is not None and rs in learned.related:
                 rs.samples += 1
         meta = self.store.meta
@@ -403,19 +414,30 @@ class DustLearner:
         else:
             self._learning.pop(host, None)
         ch.promote = bool(learned.retired or learned.relevant)
-        self.store.add_archived(fp, URL)
+        d32 = int.from_bytes(digest[:4], "big")
+        self.store.add_archived(fp, URL, digest=d32, simhash=simhash)
         info = self._info.get(host)
         main = self._skeleton(url, info.relevant if info else frozenset())[0]
         if main != url:
-            self.store.add_archived(fingerprint(main), SKEL)
+            self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
         if info is not None and info.trusted:
             for e in (st.evidence if learned.trusted else st.evidence[-1:]):
-                self._record_rewrite(e.url, info)
+                self._record_rewrite(e, info)
         self._dirty.add(host)
         return ch
 
-    def _record_rewrite(self, url: str, info: _HostInfo) -> None:
-        q = parse(url)
+    def _versus(self, ev: Evidence, digest: bytes, pend: tuple) -> int:
+        """A sample's answer against the archived page its rule maps it onto (as kept in the
+        archived set): the agreement rule of ``dust_evidence.compare`` on what is kept."""
+        _kind, _rule, canonical, d32, sim = pend
+        if int.from_bytes(digest[:4], "big") == d32:
+            return AGREE
+        if ev.simhash and sim and (ev.simhash ^ sim).bit_count() <= self.near_bits:
+            return AGREE if ev.canonical == canonical else NEUTRAL
+        return DISAGREE
+
+    def _record_rewrite(self, e: Evidence, info: _HostInfo) -> None:
+        q = parse(e.url)
         first = None
         for rule, rid in info.trusted:
             n = rule.apply(q)
@@ -423,7 +445,7 @@ class DustLearner:
                 q = n
                 first = first if first is not None else rid
         if first is not None:
-            self.store.add_archived(fingerprint(unparse(q)), CANON, first, info.epoch)
+            self.store.add_archived(fingerprint(unparse(q)), CANON, first, info.epoch, e.digest >> 32, e.simhash)
 
     # -- durability and reporting -------------------------------------------------------------
     def commit(self) -> None:

@@ -11,7 +11,8 @@ Tables (key -> value):
               ``max_host_bytes``; all records together at most ``max_bytes`` x HOSTS_SHARE:
               the least recently written hosts are evicted first (``lru``).
 ``lru``       u64 write sequence -> host key (oldest first); ``meta["seq:" + host]`` is its key.
-``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32: what was archived
+``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32, digest u32, simhash u64
+              (of the archived page, to re-validate a rule by a sample): what was archived
               (``URL``: this URL; ``CANON``: a page whose rewrite under the host's trusted
               rules of that epoch is this URL; ``SKEL``: a page with this skeleton). Two
               generations: when the current one holds half of ``max_archived`` entries the
@@ -26,16 +27,25 @@ from __future__ import annotations
 import json
 import os
 import struct
+from typing import NamedTuple
 
 import lmdb
 
-__all__ = ["DustStore", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
+__all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
+
+
+class Archived(NamedTuple):
+    kind: int           # URL, CANON or SKEL
+    slot: int           # CANON: id of the first rule of the rewrite
+    epoch: int          # CANON: the host's rule epoch then
+    digest: int         # first 4 bytes of the archived page's payload SHA-1
+    simhash: int        # its simhash (0: no text)
 
 URL, CANON, SKEL = 1, 2, 3
 HOSTS_SHARE = 0.5                # of max_bytes: host records; the rest: archived set and skip log
-ARCHIVED_ENTRY_BYTES = 48        # key + value + LMDB node and page overhead, measured
+ARCHIVED_ENTRY_BYTES = 64        # key + value + LMDB node and page overhead
 SKIP_LOG_PER_RULE = 256
-_ARCH = struct.Struct("<BBI")
+_ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
 
 
@@ -140,20 +150,21 @@ class DustStore:
             yield k.decode("utf-8", "surrogateescape"), json.loads(v)
 
     # -- archived set ----------------------------------------------------------------------
-    def archived(self, fp: int) -> tuple[int, int, int] | None:
-        """(kind, rule slot, epoch) of a fingerprint in the archived set, current generation first."""
+    def archived(self, fp: int) -> Archived | None:
+        """What the archived set says about a fingerprint, current generation first."""
         txn, key = self.txn(), _U64.pack(fp)
         g = self.meta["gen"]
         raw = txn.get(key, db=self._arch[g]) or txn.get(key, db=self._arch[1 - g])
-        return _ARCH.unpack(raw) if raw else None
+        return Archived(*_ARCH.unpack(raw)) if raw else None
 
-    def add_archived(self, fp: int, kind: int, slot: int = 0, epoch: int = 0) -> None:
+    def add_archived(self, fp: int, kind: int, slot: int = 0, epoch: int = 0, digest: int = 0,
+                     simhash: int = 0) -> None:
         """Record ``fp``; a stronger kind (URL over CANON over SKEL) is never overwritten by a weaker one."""
         prev = self.archived(fp)
         if prev is not None and prev[0] < kind:
             return
         txn, g = self.txn(), self.meta["gen"]
-        txn.put(_U64.pack(fp), _ARCH.pack(kind, slot, epoch), db=self._arch[g])
+        txn.put(_U64.pack(fp), _ARCH.pack(kind, slot, epoch, digest, simhash), db=self._arch[g])
         if prev is None:
             self.meta["gen_count"][g] += 1
         if self.meta["gen_count"][g] >= self.max_archived // 2:

@@ -326,3 +326,24 @@ def test_trusted_rules_reach_admission_only_for_their_host(tmp_path):
     assert s.admit(f"{other}/p/1.html?utm_source=x").action != SKIP
     rules = s.learner._state(H).trusted()
     assert [r.rule.text for r in rules] == ["?utm_source"] and rules[0].state == TRUSTED
+
+
+def test_a_sample_is_checked_against_the_archived_set_when_its_page_left_the_window(tmp_path):
+    changed = set()
+
+    def content(url):
+        return url if url in changed else tracking_content(url)
+    s = Site(str(tmp_path / "d"), content, confirmations=2, sample_share=1.0, window=4)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    for k in range(10):                               # /p/0.html leaves the evidence window
+        s.fetch(f"{H}/other/{k}.html")
+    agreeing = f"{H}/p/0.html?utm_source=ok"
+    assert s.admit(agreeing).action == SAMPLE
+    assert s.fetch(agreeing).retired == []
+    bad = f"{H}/p/1.html?utm_source=bad"
+    changed.add(bad)
+    assert s.admit(bad).action == SAMPLE
+    assert s.fetch(bad).retired == ["?utm_source"]
+    assert s.learner.stats()["sample_mismatches_total"] == 1
