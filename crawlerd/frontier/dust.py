@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from xxhash import xxh3_64_intdigest as _fp
 
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, TRUSTED, Evidence, HostState
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
@@ -52,13 +53,14 @@ _NOTHING: frozenset[str] = frozenset()
 
 def _alt_path(url: str, relevant: frozenset[str]) -> str:
     """A URL without query or path parameters, minus its first directory token when that is short
-    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and not the last segment;
-    else "". Must agree with ``dust_rules.skeleton``."""
+    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and followed by at least
+    one more directory; else "". Must agree with ``dust_rules.skeleton``."""
     s = url.find("/", 8)                # the path's "/" (scheme://host is at least 8 characters)
     if s < 0:
         return ""
     e = url.find("/", s + 1)
-    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or e == len(url) - 1 or url[s + 1:e] in relevant:
+    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or url.find("/", e + 1) < 0 or \
+            url[s + 1:e] in relevant:
         return ""
     return url[:s] + url[e:]
 
@@ -197,58 +199,63 @@ class DustLearner:
             self._info.pop(host, None)
 
     # -- admission ----------------------------------------------------------------------------
-    def admit(self, url: str, fp: int, host: str, depth: int = 1, hops: int = 0) -> Decision:
-        return self.admit_batch([(url, fp, host, depth, hops)])[0]
+    def admit(self, url: str, fp: int, depth: int = 1, hops: int = 0) -> Decision:
+        return self.admit_batch([url], [fp], [depth], [hops])[0]
 
-    def admit_batch(self, items: list[tuple[str, int, str, int, int]]) -> list[Decision]:
-        """Decisions for URLs the seen-set found new: (url, fp, host key, depth, hops) each, in order.
+    def admit_batch(self, urls: list[str], fps: list[int], depths: list[int], hops: list[int]) -> list[Decision]:
+        """Decisions for URLs the seen-set found new (normalised URLs, their fingerprints, link
+        depths, redirect hops: parallel lists), in order.
         Seeds (depth 0) and redirect targets (hops) are never suspects. A declared canonical comes
         through here like any link: a suspect when the page that named it (a variant of it) was
         admitted, since fetching it would fetch that content again.
         Hot path (every new URL): plain string work, one hash per URL with parameters or a short
         first directory, the table looked up once per batch."""
-        out: list[Decision] = [_NORMAL] * len(items)
-        info_get, defer = self._info.get, self.defer
+        out: list[Decision] = [_NORMAL] * len(urls)
+        info = self._info
+        defer = self.defer
         idx: list[int] = []
         keys0: list[int] = []
         keys1: list[int] = []
         forced_l: list[bool] = []
-        for i, (url, fp, host, depth, hops) in enumerate(items):
-            info = info_get(host)
+        for i, url in enumerate(urls):
+            fp = fps[i]
             relevant = _NOTHING
-            if info is not None:
-                if info.trusted:
-                    d = self._trusted(url, fp, host, info)
-                    if d is not None:
-                        out[i] = d
-                        continue
-                relevant = info.relevant
-            forced = depth == 0 or hops > 0
+            if info:
+                hi = info.get(url[:url.find("/", 8)])        # the host key of a normalised URL
+                if hi is not None:
+                    if hi.trusted:
+                        d = self._trusted(url, fp, url[:url.find("/", 8)], hi)
+                        if d is not None:
+                            out[i] = d
+                            continue
+                    relevant = hi.relevant
             if not defer:
                 continue
             if "?" in url or ";" in url:
                 main, _dropped, alt = skeleton(url, relevant)
-                k0 = fingerprint(main) if main != url else fp
+                k0 = _fp(main.encode()) if main != url else fp
             else:
                 k0, alt = fp, _alt_path(url, relevant)
             idx.append(i)
             keys0.append(k0)
-            keys1.append(fingerprint(alt) if alt else 0)
-            forced_l.append(forced)
+            keys1.append(_fp(alt.encode()) if alt else 0)
+            forced_l.append(depths[i] == 0 or hops[i] > 0)
         if not idx:
             return out
+        n = len(keys0)
         k0a = np.array(keys0, dtype=np.uint64)
         k1a = np.array(keys1, dtype=np.uint64)
         table = self._classes
-        hit = (table.has_many(k0a) | table.has_many(k0a ^ np.uint64(_TAG)) |
-               ((k1a != 0) & table.has_many(k1a))).tolist()
+        h = table.has_many(np.concatenate((k0a, k0a ^ np.uint64(_TAG), k1a)))
+        hit = (h[:n] | h[n:2 * n] | ((k1a != 0) & h[2 * n:])).tolist()
         seen: set[int] = set()
         add: list[int] = []
         for j, a in enumerate(keys0):
             b = keys1[j]
             if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
                 i = idx[j]
-                out[i] = self._probe_or_defer(items[i][1], items[i][2], a, b)
+                url = urls[i]
+                out[i] = self._probe_or_defer(fps[i], url[:url.find("/", 8)], a, b)
                 continue
             seen.add(a)
             add.append(a)

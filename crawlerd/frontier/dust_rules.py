@@ -297,7 +297,8 @@ def relation(rule: Rule, a: Parts, b: Parts) -> Relation | None:
 def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], str]:
     """The URL with every query and path parameter not known to change content removed, the
     names removed, and the same with its first directory token removed too ("" when there is
-    none, it is longer than MAX_VIEW_TOKEN or it is known to matter). Two URLs with one skeleton may be one page: the
+    none, no other directory follows it, it is longer than MAX_VIEW_TOKEN or it is known to
+    matter: a view token such as ``/m/`` stands in front of the page's own path). Two URLs with one skeleton may be one page: the
     suspects the learner defers until it knows (``crawlerd.frontier.dust``)."""
     p = parse(url)
     dropped: list[str] = []
@@ -319,7 +320,7 @@ def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], 
     sk = Parts(p.origin, segs, tuple(p.query[i] for i in keep_q), tuple(p.raw[i] for i in keep_q))
     main = unparse(sk) if dropped else url
     alt = ""
-    if len(segs) >= 3 and 0 < len(segs[1]) <= MAX_VIEW_TOKEN and segs[1] not in relevant and segs[2:] != ("",):
+    if len(segs) >= 4 and 0 < len(segs[1]) <= MAX_VIEW_TOKEN and segs[1] not in relevant:
         alt = unparse(Parts(p.origin, segs[:1] + segs[2:], sk.query, sk.raw))
     return main, tuple(sorted(set(dropped))), alt
 

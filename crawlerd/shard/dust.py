@@ -61,19 +61,19 @@ class DustGate:
     # -- intake ------------------------------------------------------------------------------
     def admit(self, fresh: list[tuple]) -> list[tuple]:
         """(fp, aux, depth, hops, priority, url) of URLs the seen-set found new -> those to queue."""
-        host_key = urlmod.host_key
-        asks = [(it[5], it[0], host_key(it[5]), it[2], it[3]) for it in fresh]
+        decisions = self.learner.admit_batch([it[5] for it in fresh], [it[0] for it in fresh],
+                                             [it[2] for it in fresh], [it[3] for it in fresh])
         out = []
         counters = self.metrics.counters
-        for item, ask, d in zip(fresh, asks, self.learner.admit_batch(asks), strict=True):
+        for item, d in zip(fresh, decisions, strict=True):
             action = d.action
-            if action == NORMAL:
+            if action is NORMAL:
                 out.append(item)
             elif action == DEFER:
                 out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
                 counters["dust_deferred"] += 1
             elif action == SKIP:
-                self._skipped(item[5], ask[2], d, item[1])
+                self._skipped(item[5], urlmod.host_key(item[5]), d, item[1])
             elif action == PROBE:
                 out.append(item[:4] + (0, item[5]))
                 counters["dust_probes"] += 1
