@@ -32,6 +32,7 @@ test: $(STAMP)
 
 test-long: $(STAMP)
 	$(VENV)/bin/pytest -q -m long tests
+	CRAWLERD_FUZZ=long $(VENV)/bin/pytest -q tests/fuzz
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[test,bench]'

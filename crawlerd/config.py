@@ -508,6 +508,8 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
             raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: not UTF-8 at byte {e.start}") from None
         _apply(values, data, path)
     for text in overrides:
         section, key, value = parse_override(text)
