@@ -150,7 +150,7 @@ class FrontierOps:
             return
         rec = self._record(host_key)
         if rec is None:
-            rec = HostRecord(self._c["hid_next"])
+            rec = HostRecord(self._c["hid_next"], flags=hs.FLAG_WALL)
             self._c["hid_next"] += 1
         rec.demote = max(0, min(last, rec.demote + levels))
         self._put_record(host_key, rec)
