@@ -41,6 +41,8 @@ from crawlerd.shard.tasks import Tasks
 log = logging.getLogger("crawlerd.shard")
 
 COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
+DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
+DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
 
 
@@ -59,10 +61,11 @@ class Shard:
         self.stopping = False
         self._wake = asyncio.Event()
         self._last_commit = 0.0
+        self._last_dns_save = 0.0
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
-            cfg.path("frontier"), clock=clock, priority_levels=fr.priority_levels,
+            cfg.path("frontier"), clock=clock, wall=wall, priority_levels=fr.priority_levels,
             delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
             per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
             backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
@@ -94,7 +97,10 @@ class Shard:
         self.digests = DigestSet(cfg.path("dedup", "digests"))
         self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
-        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
+        # robots.txt copies outlive a restart (kept on disk with their expiry, RFC 9309 §2.4)
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), directory=cfg.path("robots"),
+                                  agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
+                                  clock=clock, wall=wall)
         uf = cfg.url_filter
         url_filter = urlmod.UrlFilter(
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
@@ -151,6 +157,10 @@ class Shard:
                                  min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
                                  max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
                                  ipv6=self.cfg.network.ipv6)
+        n = self.resolver.load(self.cfg.path(DNS_CACHE_FILE), self.wall())     # answers still within their TTL
+        if n:
+            log.info("dns cache: %d answers from the last run", n)
+        self._last_dns_save = self.clock()
         self.fetcher = Fetcher(loop, user_agent=self.cfg.crawl.user_agent, guard=self.guard,
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
@@ -201,6 +211,9 @@ class Shard:
             self.frontier.commit()
             self.events.flush()
             self.metrics.trim_hosts()
+            if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
+                self._last_dns_save = now
+                self._save_dns()
         self.metrics.tick()
 
     async def _sleep_until_next(self) -> None:
@@ -212,6 +225,13 @@ class Shard:
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
+
+    def _save_dns(self) -> None:
+        if self.resolver is not None:
+            try:
+                self.resolver.save(self.cfg.path(DNS_CACHE_FILE), self.wall())
+            except OSError as e:      # only lookups are lost: they are asked again next run
+                log.warning("cannot save the dns cache: %s", e.strerror)
 
     # -- ordered shutdown ------------------------------------------------------------------
     async def _shutdown(self) -> None:
@@ -243,7 +263,9 @@ class Shard:
         self.recrawl.close()
         self.digests.close()
         self.events.close()
+        self.robots.close()
         if self.resolver is not None:
+            self._save_dns()
             await self.resolver.close()
 
 
