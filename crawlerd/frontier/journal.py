@@ -11,12 +11,15 @@ File ``<frontier dir>/inflight.log``, text lines, times in wall-clock seconds:
 
 ``H <boot id> <session>``           first line
 ``S <lease id> <start> <ip> <host key>``   a request may start now (written before lease() returns)
-``E <lease id> <end> <due>``       it ended at ``end``; its host is due again at ``due``
+``E <lease id> <end> <due> [<key>]``  it ended at ``end``; its host is due again at ``due``;
+                                   ``key`` (hex queue key) when its URL was completed
 ``I <ip> <end>``                   the last request to an address ended at ``end`` (its own gap,
                                    ``ip_delay_s``, counts from there)
 
 Invariant: every lease out has its ``S`` line in the file; an ``S`` without its ``E`` is a
-request that may have been in flight when the process died. The file is rewritten (temp name,
+request that may have been in flight when the process died. An ``E`` with a key is written
+after the answer was archived (its WARC record handed to the OS): the restart completes that
+URL instead of fetching it again, so a kill -9 refetches only the requests in flight. The file is rewritten (temp name,
 rename) after a frontier commit has made the ``E`` lines' dues durable in the host records,
 keeping only the ``S`` lines of leases still out.
 """
@@ -48,6 +51,7 @@ class Replay:
     start among them (wall clock). ``ended``: hosts whose requests ended after the last
     rotation, mapped to the latest due those set. ``ip_end``: the last end of a request to
     each IP, ``inf`` when one may have been in flight (it ended by the crash at the latest).
+    ``completed``: queue keys of URLs completed after the last rotation.
     ``usable`` is False when there was no journal of this boot (then nothing is known).
     """
 
@@ -55,6 +59,7 @@ class Replay:
     inflight: dict[str, float] = field(default_factory=dict)
     ended: dict[str, float] = field(default_factory=dict)
     ip_end: dict[str, float] = field(default_factory=dict)
+    completed: list[bytes] = field(default_factory=list)
 
 
 def read(directory: str) -> Replay:
@@ -77,9 +82,11 @@ def read(directory: str) -> Replay:
         try:
             if parts[0] == "S" and len(parts) == 5:
                 starts[parts[1]] = (float(parts[2]), parts[3], parts[4])
-            elif parts[0] == "E" and len(parts) == 4:
+            elif parts[0] == "E" and len(parts) in (4, 5):
                 start = starts.pop(parts[1], None)
                 if start is not None:
+                    if len(parts) == 5:
+                        out.completed.append(bytes.fromhex(parts[4]))
                     _t0, ip, hk = start
                     end, due = float(parts[2]), float(parts[3])
                     if due > out.ended.get(hk, -1.0):
@@ -119,8 +126,10 @@ class InflightJournal:
         """(lease id, wall start, ip, host key) of requests about to start."""
         self._write("".join(f"S {lid} {t!r} {ip or ''} {hk}\n" for lid, t, ip, hk in leases))
 
-    def ended(self, lease_id: int, end: float, due: float) -> None:
-        self._write(f"E {lease_id} {end!r} {due!r}\n")
+    def ended(self, lease_id: int, end: float, due: float, done_key: bytes | None = None) -> None:
+        """A request ended; ``done_key``: its URL's queue key when the URL is completed."""
+        tail = f" {done_key.hex()}" if done_key is not None else ""
+        self._write(f"E {lease_id} {end!r} {due!r}{tail}\n")
 
     def needs_rotation(self) -> bool:
         return self._size >= ROTATE_BYTES

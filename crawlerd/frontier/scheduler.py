@@ -164,8 +164,15 @@ class Frontier:
         st, txn = self._store, self._store.txn()
         touched: dict[str, HostRecord] = {}
         restored = 0
+        done = set(replay.completed)
+        redone = 0
         for _lid, raw in txn.cursor(db=st.leases):
             _tag, hk, key, urec = decode_tagged(raw)
+            if key in done:
+                # archived and completed after the last commit: the journal says so, do not fetch again
+                done.discard(key)
+                redone += 1
+                continue
             rec = touched.get(hk)
             if rec is None:
                 rec = touched[hk] = HostRecord.decode(txn.get(hk.encode("utf-8", "surrogateescape"), db=st.hosts))
@@ -173,6 +180,12 @@ class Frontier:
             restored += 1
         txn.drop(st.leases, delete=False)
         self._c["queued"] += restored
+        for key in done:                     # leased and completed since the last commit
+            if txn.delete(key, db=st.queues):
+                self._c["queued"] -= 1
+                redone += 1
+        self._c["completed"] += redone
+        self._book.redone = redone
         for hk, rec in touched.items():
             txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
         for kb, raw in st.scan(st.hosts):
@@ -597,10 +610,12 @@ class Frontier:
         due = now + gap
         if due > H.due[s]:
             H.due[s] = due
-        self._journal.ended(lease.lease_id, now + self._off, H.due[s] + self._off)
-        self._dirty.add(s)           # the next commit records this due; until then the journal does
-        if lease.kind == KIND_URL:
-            self._finish_url(o, outcome, status, requeue)
+        done_key = None
+        if lease.kind == KIND_URL and self._finish_url(o, outcome, status, requeue):
+            done_key = o.key
+        # until the next commit the journal holds this due and, for a completed URL, that it is done
+        self._journal.ended(lease.lease_id, now + self._off, H.due[s] + self._off, done_key)
+        self._dirty.add(s)
         if H.state[s] == hs.ROBOTS:
             H.state[s] = hs.BUSY
         elif H.state[s] == hs.READY:
@@ -611,14 +626,16 @@ class Frontier:
         if gap > self._grace or self._ops >= self._group_ops:
             self._commit()
 
-    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> None:
+    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> bool:
+        """Settle a URL lease; True when the URL is completed (it leaves the frontier)."""
         st, s = self._store, o.slot
         txn = st.txn()
         txn.delete(u64(o.lease.lease_id), db=st.leases)
         hk = o.lease.host_key
         if not requeue and not is_retryable(outcome, status):
             self._c["completed"] += 1
-        elif s in self._blocked_slots:
+            return True
+        if s in self._blocked_slots:
             self._book.drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
         elif requeue:
             self._c["requeued"] += 1
@@ -630,6 +647,7 @@ class Frontier:
             else:
                 self._c["retried"] += 1
                 self._put_back(s, o.key, with_attempts(o.urec, attempts))
+        return False
 
     def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
         H = self._hosts

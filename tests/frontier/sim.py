@@ -109,7 +109,7 @@ class Simulation:
         self.crashes = 0
         self.crashed_at: float | None = None      # virtual time of the last crash
         self.restart_delay: float | None = None   # from it to the first request after it
-        self.lost_completions = 0
+        self.journaled_completions = 0
         self.steps = 0
         self.level_leases = [0] * levels
         self._plan(urls)
@@ -436,7 +436,12 @@ class Simulation:
             self._request_ended(host, t)
             self._gap(host, t, 0.0)
             del self.hung[lid]
-        self.lost_completions += len(self.done_pending)
+        # Completions since the last commit are in the in-flight journal (written by complete(),
+        # after the answer was archived): the restart keeps them, nothing archived is fetched again.
+        self.journaled_completions += len(self.done_pending)
+        for u in self.done_pending:
+            self.durable[u] = tuple(self.url[u][:2])
+            self.done_durable[u] = self.done_durable.get(u, 0) + 1
         self.done_pending.clear()
         self.expired_pending = 0
         for u in list(self.pending):
@@ -451,6 +456,7 @@ class Simulation:
         # robots.txt stays known across the restart: the frontier keeps its expiry (wall clock)
         self.since_pick.clear()
         self.f = self._open()
+        self.redone = self.f.stats()["recovered_completions"]
         for u, rec in self.url.items():
             if rec[0] == "leased":            # the lease table gives it back (or drops it: blocked)
                 self._set(u, "dropped" if self.f.is_blocked(rec[3]) else "queued")
