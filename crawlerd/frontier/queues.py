@@ -130,6 +130,14 @@ class FrontierStore:
         raw = self.txn().get(b"wallclock", db=self.meta)
         return None if raw is None else _CLOCK.unpack(raw)[0]
 
+    def save_mark(self, name: bytes, value: int) -> None:
+        """A source's position (e.g. the seen-set's first answer not yet added), committed with the adds."""
+        self.txn().put(b"mark:" + name, u64(value), db=self.meta)
+
+    def load_mark(self, name: bytes) -> int:
+        raw = self.txn().get(b"mark:" + name, db=self.meta)
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
     def put_block(self, pattern: str, on: bool) -> None:
         k = b"block:" + pattern.encode()
         if on:

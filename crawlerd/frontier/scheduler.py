@@ -121,6 +121,7 @@ class Frontier:
         self._wpicks = 0
         self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
+        self._seen_mark = self._store.load_mark(b"seen")
         self._blocklist = Blocklist(patterns)
         self._book = FrontierOps(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
                                  ips=self._ips, heap=self._heap, leases=self._leases, blocklist=self._blocklist,
@@ -387,11 +388,16 @@ class Frontier:
         raise ValueError("no non-empty level")
 
     # == add ===================================================================
-    def add(self, items: Iterable[QueuedURL]) -> int:
+    def add(self, items: Iterable[QueuedURL], *, seen_mark: int | None = None) -> int:
         """Queue URLs that passed the seen-set (one write transaction, committed). Returns URLs queued.
 
-        URLs of blocked hosts are dropped with reason "blocked" (see drain_dropped).
+        URLs of blocked hosts are dropped with reason "blocked" (see drain_dropped). ``seen_mark``:
+        the seen-set's position after these answers, committed in the same transaction, so answers
+        the seen-set delivers again after a crash (at-least-once) are known as added (``seen_mark``).
         """
+        if seen_mark is not None and seen_mark > self._seen_mark:
+            self._seen_mark = seen_mark
+            self._store.save_mark(b"seen", seen_mark)
         now = self._clock()
         st, H = self._store, self._hosts
         txn, hdb = st.txn(), st.hosts
@@ -677,6 +683,11 @@ class Frontier:
             self._release(o, now, Outcome.TIMEOUT, 0, self._lease_timeout_s, None, False)
         self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
         return len(late)
+
+    @property
+    def seen_mark(self) -> int:
+        """The seen-set position up to which answers were added and committed (see ``add``)."""
+        return self._seen_mark
 
     def next_due(self) -> float | None:
         """Earliest time a lease() could hand something out (None: nothing scheduled)."""
