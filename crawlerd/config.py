@@ -253,6 +253,14 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_hosts", int, 4096, "Hosts whose parameter values are tracked (LRU).", min=1, max=1 << 24),
         _k("max_tracked_values", int, 500000, "Parameter values remembered in all (bounds RAM).", min=1, max=1 << 30),
     ]),
+    "storage": ("Storage faults: a full disk, a read-only or failing file system pause fetching, never lose a page.", [
+        _k("min_free_bytes", int, 256 * MiB,
+           "Fetching pauses while the data dir's file system has less free space than this (work in "
+           "flight still finishes and is archived); it resumes once there is again.", min=0, max=1 << 40),
+        _k("probe_interval_s", float, 5.0,
+           "While paused by a storage fault, a test write is tried this often; when it succeeds "
+           "fetching resumes (also at once on `crawlerd resume`), seconds.", min=0.1, max=600.0),
+    ]),
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),
         _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB,

@@ -27,17 +27,22 @@ import signal
 import sys
 import time
 
+import lmdb
+
 from crawlerd import config as configmod
 from crawlerd import control
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.metrics import Metrics, prometheus
-from crawlerd.outcome import Outcome
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
-from crawlerd.shard import Shard, data_dir_problem
+from crawlerd.seen import DrumError
+from crawlerd.shard import Shard, data_dir_problem, free_space_problem
 from crawlerd.store.warc import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
+
+STORE_ERRORS = (OSError, lmdb.Error, DrumError)
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
@@ -111,6 +116,7 @@ class Supervisor:
         problem = data_dir_problem(self.cfg.crawl.data_dir)
         if problem:
             raise StartupError(problem)
+        problem = free_space_problem(self.cfg.crawl.data_dir, self.cfg.storage.min_free_bytes)
         self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -122,9 +128,16 @@ class Supervisor:
             good, bad = read_seeds(path)
             seeds += good
             self.seeds_invalid += bad
-        os.makedirs(self.cfg.path("warc"), exist_ok=True)
-        for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
-            log.info("warc recovery: %s", line)
+        try:
+            os.makedirs(self.cfg.path("warc"), exist_ok=True)
+            # recovery only cuts torn tails and writes indexes: it can work on a full disk
+            for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
+                log.info("warc recovery: %s", line)
+        except OSError as e:
+            raise StartupError(f"warc recovery failed: {storage_error(e, e.filename or self.cfg.path('warc'))}: "
+                               f"{e.strerror}; fix the storage and start again") from None
+        if problem:
+            raise StartupError(problem)
         return seeds
 
     def run(self) -> int:
@@ -136,7 +149,11 @@ class Supervisor:
     async def _main(self, seeds: list[str]) -> int:
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
-        self.shard = Shard(self.cfg, self.metrics)
+        try:
+            self.shard = Shard(self.cfg, self.metrics)
+        except STORE_ERRORS as e:
+            raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
+                               f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
@@ -165,6 +182,8 @@ class Supervisor:
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
         try:
             await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages)
+        except STORE_ERRORS as e:     # a storage failure during shutdown: one line, never a traceback
+            self.shard.storage.fatal(e, "shutdown")
         finally:
             self.state = "stopping"
             self.notifier.stopping("draining")
@@ -177,6 +196,8 @@ class Supervisor:
             self.state = "stopped"
             self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
+        if self.shard.storage.fatal_reason:
+            return 1                  # a store could not be written: systemd's Restart= may try again
         return 0
 
     async def _ticker(self) -> None:
@@ -190,7 +211,8 @@ class Supervisor:
                 last_wd = now
             try:
                 s = self.status()
-                self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
+                state = f"{s['state']}; " if s["state"] != "running" else ""
+                self.notifier.status(f"{state}{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
                 if self.on_tick is not None:
                     self.on_tick(self, s)
             except Exception as e:     # the watchdog pings above must go on whatever status does
@@ -221,7 +243,7 @@ class Supervisor:
         snap = self.metrics.snapshot()
         sh = self.shard.status() if self.shard else {}
         return {
-            "state": "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state,
+            "state": self._state(),
             "pid": os.getpid(), "data_dir": self.cfg.crawl.data_dir,
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
@@ -229,6 +251,15 @@ class Supervisor:
             "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
         }
+
+    def _state(self) -> str:
+        """running, paused, "paused (disk full: <path>)", starting, stopping, stopped."""
+        sh = self.shard
+        if sh is None or self.state != "running":
+            return self.state
+        if sh.storage.reason:
+            return f"paused ({sh.storage.reason})"
+        return "paused" if sh.paused else "running"
 
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
@@ -265,7 +296,8 @@ class Supervisor:
 
         def resume(_):
             self.shard.paused = False
-            return {"state": "running"}
+            self.shard.storage.retry_now()      # a storage fault is probed at once
+            return {"state": self._state()}
 
         def checkpoint(_):
             self.shard.checkpoint()

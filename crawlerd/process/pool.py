@@ -57,7 +57,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from crawlerd.metrics import proc_cpu_s
-from crawlerd.outcome import Outcome
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.records import FetchResult, Link, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.warc import OPEN_SUFFIX, recover_segment
@@ -353,6 +353,16 @@ _LINKS_AT = _PR_FIELDS.index("links")
 _OUTCOME_AT = _PR_FIELDS.index("outcome")
 
 
+def not_archived(pr: ProcessResult, err: OSError, warc_dir: str) -> ProcessResult:
+    """``pr`` marked as not archived because the WARC could not be written (the shard keeps the URL)."""
+    pr.outcome = Outcome.PROCESS_ERROR
+    pr.storage_error = storage_error(err, warc_dir)
+    pr.error = f"not archived: {err.strerror or err}"
+    pr.warc_file, pr.warc_offset, pr.warc_length = "", -1, 0
+    pr.links = []
+    return pr
+
+
 def pack_result(pr: ProcessResult) -> tuple:
     """``pr`` as plain tuples for the wire (inverse: ``unpack_result``)."""
     values = [getattr(pr, name) for name in _PR_FIELDS]
@@ -490,19 +500,27 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                         _STARTED.pack_into(progress, 0, job_id)
                     try:
                         pr = processor.process(result, prior=prior, digest=digest)
+                    except OSError as e:    # the WARC could not be written (disk full, read-only, EIO)
+                        pr = not_archived(ProcessResult(url=result.url, outcome=Outcome.PROCESS_ERROR,
+                                                        status=result.status), e, init["warc_dir"])
                     except Exception as e:  # a bug must not take the page with it: record it by name
                         pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
                     if crash_re is not None and crash_re.search(result.url):
                         warc.flush()
                         os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
-                    answers.append((job_id, pack_result(pr)))
+                    answers.append((job_id, pr))
             if answers:
-                warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                try:
+                    warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                except OSError as e:
+                    # the writer cut its segment back and closed it: none of this batch is known archived
+                    answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = os.path.getsize(segment) if segment else 0
                 frames_out = []
-                for job_id, packed in answers:
-                    data = pickle.dumps(("result", job_id, packed, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
+                for job_id, pr in answers:
+                    data = pickle.dumps(("result", job_id, pack_result(pr), segment, size),
+                                        protocol=pickle.HIGHEST_PROTOCOL)
                     frames_out += (_LEN.pack(len(data)), data)
                 try:
                     sock.sendall(b"".join(frames_out))
