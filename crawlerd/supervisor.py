@@ -21,6 +21,7 @@ import contextlib
 import faulthandler
 import fcntl
 import gc
+import json
 import logging
 import os
 import signal
@@ -43,6 +44,7 @@ from crawlerd.store.warc import recover as recover_warc
 log = logging.getLogger("crawlerd")
 
 STORE_ERRORS = (OSError, lmdb.Error, DrumError)
+LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in place on a full disk
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
@@ -138,6 +140,7 @@ class Supervisor:
                                f"{e.strerror}; fix the storage and start again") from None
         if problem:
             raise StartupError(problem)
+        self.reserve_last_run()
         return seeds
 
     def run(self) -> int:
@@ -326,18 +329,53 @@ class Supervisor:
         }
 
     def _write_last_run(self) -> None:
-        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename)."""
-        import json
+        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename).
+
+        On a full disk the rename way has no room: the file is then overwritten in place, in the
+        blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
         path = self.cfg.path("last-run.json")
+        data = json.dumps(self.stats(), indent=1, sort_keys=True, default=str).encode()
         tmp = path + ".tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(self.stats(), f, indent=1, sort_keys=True, default=str)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        try:
+            with open(path, "r+b") as f:
+                size = os.fstat(f.fileno()).st_size
+                if len(data) > size:
+                    raise OSError(28, f"the {size} bytes set aside are too few")
+                f.write(data + b" " * (size - len(data)))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            log.error("cannot write %s: %s", path, e.strerror)
+
+    def reserve_last_run(self) -> None:
+        """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see _write_last_run)."""
+        path = self.cfg.path("last-run.json")
+        try:
+            with open(path, "rb") as f:
+                old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
+        except OSError:
+            old = b"{}"
+        if len(old) >= LAST_RUN_RESERVE_BYTES:
+            return
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+            log.warning("cannot set aside room for %s: %s", path, e.strerror)
 
     def close(self) -> None:
         if self._lock_fd is not None:
