@@ -81,7 +81,7 @@ def cmd_run(args) -> int:
 
 def cmd_demo(args) -> int:
     from crawlerd.demo import run_demo
-    _seconds(args.seconds, "--seconds")
+    _seconds(str(args.seconds), "--seconds")
     if not 1 <= args.hosts <= 1_000_000:
         raise UsageError(f"--hosts {args.hosts}: expected 1..1000000 synthetic hosts")
     return run_demo(args)
@@ -101,7 +101,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    _seconds(args.interval, "--interval")
+    _seconds(str(args.interval), "--interval")
     if args.prometheus:
         sys.stdout.write(_ask(args, "metrics")["text"])
         return EXIT_OK
