@@ -34,8 +34,10 @@ a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); the shard keeps the lease slot of a response until it is processed, so
-a slow pool stops new fetches instead of growing a queue.
+worker); the shard keeps the lease slot of a response until it is processed, and
+stops leasing while ``waiting`` reaches ``capacity`` (``behind``), so a slow pool
+stops new fetches instead of growing a queue of fetched, unarchived responses (RAM,
+and the work a kill -9 makes the crawl redo).
 
 Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
 set (tests only), a worker exits (``os._exit``) on any job whose URL matches
@@ -129,6 +131,8 @@ class WorkerPool:
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
+        self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
+        self.waiting = 0                              # process() calls waiting for one of those slots
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -186,6 +190,11 @@ class WorkerPool:
                 out[w.proc.pid] = cpu
         return out
 
+    @property
+    def behind(self) -> bool:
+        """More fetched responses wait for a worker than the workers hold: fetch no more for now."""
+        return self.waiting >= self.capacity
+
     def outstanding(self) -> int:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
@@ -197,7 +206,12 @@ class WorkerPool:
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         """
-        async with self._slots:
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
             loop = asyncio.get_running_loop()
             self._next_id += 1
             job = _Job(self._next_id, result, prior, loop.create_future(), digest)
@@ -207,6 +221,8 @@ class WorkerPool:
                 return await job.future
             finally:
                 del self._jobs[job.job_id]
+        finally:
+            self._slots.release()
 
     def _dispatch(self, job: _Job) -> None:
         live = [w for w in self._workers if w is not None and w.alive]

@@ -222,7 +222,8 @@ class Shard:
         runner.resolve_hosts()
         free = self.cfg.fetch.max_in_flight - len(self.leases)
         halted = self.paused or self.storage.paused
-        if free > 0 and not halted and not self.seen.backpressure:
+        # processing behind: more fetches would only wait, unarchived, for a worker
+        if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
             runner.start(now, free)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
@@ -244,7 +245,8 @@ class Shard:
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or self.storage.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
+        if self.paused or self.storage.paused or self.pool.behind or \
+                len(self.leases) >= self.cfg.fetch.max_in_flight:
             nd = None                 # nothing can be leased now: wait for a finished task or a tick
         timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
         self._wake.clear()
