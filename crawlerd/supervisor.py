@@ -39,7 +39,7 @@ from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem
-from crawlerd.store.warc import recover as recover_warc
+from crawlerd.store.recover import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
 

@@ -157,7 +157,7 @@ def test_warc_verify_and_index(tmp_path):
     assert len(seg) == 1
     r = cli("warc", "verify", seg[0])
     assert r.returncode == 0, r.stdout + r.stderr
-    r = cli("warc", "index", seg[0])
+    r = cli("warc", "index", "--stdout", seg[0])
     line = r.stdout.strip().splitlines()[0]
     key, ts, js = line.split(" ", 2)
     assert json.loads(js)["url"] == "http://a.example/"
@@ -205,3 +205,15 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["demo", "--seconds=nan", "--no-netns"], "--seconds 'nan': expected a number of seconds > 0"),
+    (["demo", "--seconds=0", "--no-netns"], "--seconds '0.0': expected a number of seconds > 0"),
+    (["demo", "--hosts=0", "--no-netns"], "--hosts 0: expected 1..1000000"),
+    (["stats", "--interval=inf"], "--interval 'inf': expected a number of seconds > 0"),
+])
+def test_other_durations_refused(tmp_path, args, fragment):
+    r = cli(*args, "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert fragment in one_line_error(r)

@@ -120,7 +120,8 @@ class Shard:
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
-            "max_links": cfg.process.max_links_per_page}, on_worker_death=on_worker_death(metrics, cfg.path("index")))
+            "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
+            on_worker_death=on_worker_death(metrics, cfg.path("index")))
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
@@ -133,6 +134,7 @@ class Shard:
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
                                graph=self.graph)
+        self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
@@ -220,7 +222,8 @@ class Shard:
         runner.resolve_hosts()
         free = self.cfg.fetch.max_in_flight - len(self.leases)
         halted = self.paused or self.storage.paused
-        if free > 0 and not halted and not self.seen.backpressure:
+        # processing behind: more fetches would only wait, unarchived, for a worker
+        if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
             runner.start(now, free)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
@@ -242,7 +245,8 @@ class Shard:
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or self.storage.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
+        if self.paused or self.storage.paused or self.pool.behind or \
+                len(self.leases) >= self.cfg.fetch.max_in_flight:
             nd = None                 # nothing can be leased now: wait for a finished task or a tick
         timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
         self._wake.clear()

@@ -89,6 +89,14 @@ def judge(report) -> dict:
         final[key] = e
         if not in_flight(e) and captures[f"http://{e['host']}:{port}{e['target']}"] == 0:
             lost.append(key)
+    def before_cut(e):      # seconds from the end of a request to the next kill (None: after the last)
+        later = [c for c in cuts if c >= e["t_end"] - 0.5]
+        return round(min(later) - e["t_end"], 1) if later else None
+
+    again_before_cut = sorted(Counter(before_cut(final[k]) for k in again).items(),
+                              key=lambda kv: (kv[0] is None, kv[0] or 0))
+    lost_before_cut = sorted(Counter(before_cut(final[k]) for k in lost).items(),
+                             key=lambda kv: (kv[0] is None, kv[0] or 0))
     starts = {}
     for e in ledger:
         name = _run_of(report, e)["name"]
@@ -104,6 +112,7 @@ def judge(report) -> dict:
     return {
         "runs": len(report["runs"]), "kills": len(cuts), "pages": len(final),
         "requests": len(ledger), "lost": lost, "refetched": len(again),
+        "refetched_by_s_before_kill": again_before_cut[:30], "lost_by_s_before_kill": lost_before_cut[:30],
         "refetch_ratio": len(again) / max(1, len(final)),
         "restart_s": restart_s, "launch_to_first_request_s": launch_s,
         "no_request": [r["name"] for r in report["runs"][1:] if r["name"] not in starts],
