@@ -46,12 +46,13 @@ from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import Metrics
+from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
+from crawlerd.shard.view import operator_view
 from crawlerd.store.events import EventLog
 from crawlerd.store.warc import recover_segment, sha1_base32
 
@@ -160,6 +161,7 @@ class Shard(HostFiles):
                                      max_delay_s=p.max_delay_s)
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
+        self.loop_lag = LoopLag()       # operator's view: how late this loop runs a periodic timer
 
     # -- intake ---------------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -239,6 +241,7 @@ class Shard(HostFiles):
                                max_connections=f.max_connections, verify_tls=f.verify_tls)
         await self.pool.start()
         self.seen.start(loop, self._on_seen_results)
+        self.loop_lag.start(loop)
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -247,6 +250,7 @@ class Shard(HostFiles):
                 self._step()
                 await self._sleep_until_next()
         finally:
+            self.loop_lag.stop()
             await self._shutdown()
 
     def _step(self) -> None:
@@ -563,7 +567,9 @@ class Shard(HostFiles):
                 "paused": self.paused, "frontier": st, "recent_errors": list(self._recent_errors)[-5:],
                 "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts,
                 "recrawl": self._final_recrawl_stats or self.recrawl.stats(),
-                "budgets": self._final_budget_stats or (self.budgets.stats() if self.budgets else {})}
+                "budgets": self._final_budget_stats or (self.budgets.stats() if self.budgets else {}),
+                # operator's view (`crawlerd top`, metrics endpoint): see crawlerd/shard/view.py
+                **operator_view(self, closed=self._final_frontier_stats is not None)}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
