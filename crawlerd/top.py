@@ -245,7 +245,6 @@ def run_top(fetch: Fetch, *, interval_s: float = 1.0, console: Console | None = 
     try:
         with _keys(stdin or sys.stdin) as fd, Live(render(model, interval_s), console=console, screen=True,
                                                  auto_refresh=False) as live:
-            live.refresh()
             while not _quit_pressed(fd, interval_s):
                 try:
                     model.update(fetch(), time.monotonic())

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawlerd.config import ConfigError, load
 from crawlerd.exposition import families, render, render_text
 from crawlerd.metrics_server import MetricsServer
-from tests.idle_daemon import crawlerd, idle_daemon
+from tests.idle_daemon import crawlerd
 
 EXPECTED = {   # name (without _total) -> type
     "crawlerd_pages": "counter", "crawlerd_requests": "counter", "crawlerd_bytes": "counter",
@@ -30,10 +30,8 @@ def parse(text: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    data = str(tmp_path_factory.mktemp("prom") / "data")
-    with idle_daemon(data, "-s", 'metrics.listen="127.0.0.1:0"') as status:
-        yield data, status
+def daemon(idle_crawlerd):
+    return idle_crawlerd
 
 
 def scrape(url: str, accept: str = "") -> tuple[str, str]:

@@ -2,92 +2,23 @@
 
 import asyncio
 import copy
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import struct
 import subprocess
-import sys
-import termios
 import threading
-import time
 
 import pytest
 
 from crawlerd.control import ControlServer
-from tests.conftest import ROOT
-from tests.idle_daemon import crawlerd, idle_daemon
-
-ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]")
-
-
-class Terminal:
-    """A child process on a pty of 48 rows x 170 columns; collects everything it writes."""
-
-    def __init__(self, argv: list[str]):
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:                                   # child: size the terminal, become crawlerd top
-            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 170, 0, 0))
-            env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=ROOT)
-            env.pop("COLUMNS", None)
-            env.pop("LINES", None)
-            os.execve(sys.executable, [sys.executable, "-m", "crawlerd", *argv], env)
-        self.raw = b""
-
-    def text(self) -> str:
-        return ANSI.sub(b"", self.raw).decode("utf-8", "replace")
-
-    def read_until(self, cond, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond(self):
-            left = deadline - time.monotonic()
-            assert left > 0, f"timed out; screen so far:\n{self.text()[-3000:]}"
-            r, _, _ = select.select([self.fd], [], [], min(left, 0.5))
-            if r:
-                try:
-                    chunk = os.read(self.fd, 65536)
-                except OSError:        # EIO: the child closed the terminal
-                    chunk = b""
-                if not chunk:
-                    assert cond(self), f"terminal closed; screen:\n{self.text()[-3000:]}"
-                    return
-                self.raw += chunk
-
-    def frames(self) -> int:
-        return self.raw.count(b"crawlerd top")
-
-    def send(self, data: bytes) -> None:
-        os.write(self.fd, data)
-
-    def wait(self, timeout_s: float = 20.0) -> int:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:                                            # drain so the child never blocks on a full pty
-                r, _, _ = select.select([self.fd], [], [], 0.1)
-                if r:
-                    self.raw += os.read(self.fd, 65536)
-            except OSError:
-                pass
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                return os.waitstatus_to_exitcode(status)
-        os.kill(self.pid, 9)
-        os.waitpid(self.pid, 0)
-        raise AssertionError(f"crawlerd top did not exit; screen:\n{self.text()[-3000:]}")
-
-    def close(self) -> None:
-        os.close(self.fd)
+from tests.idle_daemon import crawlerd
+from tests.pty_terminal import Terminal
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    data = str(tmp_path_factory.mktemp("top") / "data")
-    with idle_daemon(data):
-        r = subprocess.run(crawlerd("stats", "--json", "--data-dir", data), capture_output=True, text=True)
-        yield data, json.loads(r.stdout)
+def daemon(idle_crawlerd):
+    data, _status = idle_crawlerd
+    r = subprocess.run(crawlerd("stats", "--json", "--data-dir", data), capture_output=True, text=True)
+    return data, json.loads(r.stdout)
 
 
 def test_top_against_a_running_daemon_draws_refreshes_and_quits_on_q(daemon):
