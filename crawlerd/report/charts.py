@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import io
 import re
+from bisect import bisect_right
 from datetime import UTC, datetime
 
 import matplotlib
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, PercentFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, PercentFormatter
 
 PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5",
            "#9c6b4e", "#9498a0")
@@ -137,20 +138,26 @@ def bar_chart(name: str, items: list[tuple[str, float]], xlabel: str, *, colour:
 @_styled
 def histogram_chart(name: str, edges: tuple[float, ...], counts: list[int], xlabel: str, *,
                     mark: float | None = None, mark_label: str = "", seconds: bool = False) -> str:
-    """Counts over log-spaced bins; the first bin (from 0) is drawn at half the second edge."""
+    """Counts over log-spaced bins, drawn over the occupied bins only (one step outline, filled); the
+    first bin (from 0) is drawn from half the second edge."""
     fig = figure(WIDTH_IN, 2.8)
     ax = fig.subplots()
     if not any(counts):
         _empty(ax, xlabel)
     else:
-        lefts = [edges[1] / 2 if e == 0 else e for e in edges]
-        rights = [*lefts[1:], lefts[-1] * 1.78]
-        widths = [r - left for left, r in zip(lefts, rights, strict=True)]
-        ax.bar(lefts, counts, width=widths, align="edge", color=PALETTE[0], edgecolor="white", linewidth=0.5)
+        pos = [edges[1] / 2 if e == 0 else e for e in edges]
+        pos.append(pos[-1] * (pos[-1] / pos[-2]))
+        used = [i for i, c in enumerate(counts) if c]
+        lo, hi = max(0, used[0] - 1), min(len(counts), used[-1] + 2)
+        if mark:
+            lo = min(lo, max(0, bisect_right(pos, mark) - 2))
+            hi = max(hi, min(len(counts), bisect_right(pos, mark) + 1))
+        ax.stairs(counts[lo:hi], pos[lo:hi + 1], fill=True, color=PALETTE[0])
         if seconds:
-            _seconds_axis(ax)
+            _seconds_axis(ax, pos[lo], pos[hi])
         else:
             ax.set_xscale("log")
+        ax.set_xlim(pos[lo], pos[hi])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("count")
         if mark:
@@ -180,24 +187,19 @@ def gap_ranges_chart(name: str, hosts: list[tuple[str, float, float, float, floa
     ax.scatter(lo, y, marker="|", color="#1d1d1f", s=60, zorder=3)
     ax.set_yticks(y, [h[0] for h in hosts], fontsize=7.5)
     ax.set_ylim(-0.7, len(hosts) - 0.3)
-    _seconds_axis(ax)
+    _seconds_axis(ax, min(lo + ([mark] if mark else [])), max(max(h[5] for h in hosts), mark or 0))
     ax.set_xlabel(xlabel)
     if mark:
         ax.axvline(mark, color=PALETTE[2], linewidth=1.5, linestyle="--")
     return to_svg(fig, name)
 
 
-def _seconds_axis(ax) -> None:
-    """Log x axis labelled in ms / s / min."""
+def _seconds_axis(ax, lo: float, hi: float) -> None:
+    """Log x axis labelled in ms / s; over less than ~1.3 decades the minor ticks get labels too."""
     ax.set_xscale("log")
-    fmt = FuncFormatter(lambda v, _pos: _fmt_s(v))
-    ax.xaxis.set_major_formatter(fmt)
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: _fmt_s(v) if _few_ticks(ax) else ""))
-
-
-def _few_ticks(ax) -> bool:
-    lo, hi = ax.get_xlim()
-    return hi / max(lo, 1e-9) < 20        # under ~1.3 decades: label the minor ticks too
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt_s(v)))
+    narrow = hi / max(lo, 1e-9) < 20
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: _fmt_s(v)) if narrow else NullFormatter())
 
 
 def _fmt_s(s: float) -> str:
