@@ -6,8 +6,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx 2>/dev/null | cksum | cut -d' ' -f1)
 SECONDS_RUN ?= 60
+# headless browser for the crawl report test (Debian package; never a downloaded build)
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test test-long bench lint install clean config-check
+.PHONY: run test test-long bench lint install clean config-check chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +22,19 @@ $(STAMP): $(VENV)/bin/python
 
 install: $(STAMP)
 
+# idempotent: skipped when the binary is there
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
+chromium: $(CHROMIUM)
+
 run: $(STAMP)
 	$(VENV)/bin/crawlerd demo --seconds $(SECONDS_RUN)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check crawlerd tests bench
 	$(VENV)/bin/pytest -q tests
 

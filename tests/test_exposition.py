@@ -2,6 +2,8 @@
 
 import asyncio
 import json
+import os
+import re
 import subprocess
 import urllib.request
 
@@ -11,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawlerd.config import ConfigError, load
 from crawlerd.exposition import families, render, render_text
 from crawlerd.metrics_server import MetricsServer
+from tests.conftest import ROOT
 from tests.idle_daemon import crawlerd
 
 EXPECTED = {   # name (without _total) -> type
@@ -162,3 +165,18 @@ def test_a_render_failure_answers_503_and_the_server_goes_on():
     first, second = asyncio.run(main())
     assert first.startswith(b"HTTP/1.1 503") and second.startswith(b"HTTP/1.1 200")
     assert second.endswith(b"crawlerd_up 1\n")
+
+
+def test_grafana_dashboard_uses_only_names_the_endpoint_serves(daemon):
+    _data, status = daemon
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    served = {f.name + sfx for f in parse(scrape(status["metrics_url"])[0]).values() for sfx in suffixes[f.type]}
+    with open(os.path.join(ROOT, "contrib", "grafana-crawlerd.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 25
+    used = {n for e in exprs for n in re.findall(r"\bcrawlerd_[a-z_]+", e)}
+    assert used - served == set()
+    for n in ("crawlerd_pages_total", "crawlerd_loop_lag_seconds_bucket", "crawlerd_process_cpu_seconds_total",
+              "crawlerd_seen_pending_keys", "crawlerd_budget_deferred_urls", "crawlerd_fetch_outcomes_total"):
+        assert n in used
