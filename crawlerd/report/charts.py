@@ -120,7 +120,7 @@ def stacked_chart(name: str, times: list[float], series: dict[str, list[float]],
 def bar_chart(name: str, items: list[tuple[str, float]], xlabel: str, *, colour: str = PALETTE[0],
               height_in: float | None = None) -> str:
     """Horizontal bars, largest on top; the value printed at the end of each bar."""
-    fig = figure(WIDTH_IN, height_in or max(1.6, 0.28 * len(items) + 0.8))
+    fig = figure(WIDTH_IN, height_in or max(1.6, 0.22 * len(items) + 0.8))
     ax = fig.subplots()
     if not items:
         _empty(ax, xlabel)

@@ -182,7 +182,7 @@ def _robots(agg: CrawlAggregate) -> str:
 
 
 def _domains(agg: CrawlAggregate, last: dict) -> str:
-    top = agg.domains.top(20)
+    top = agg.domains.top(15)
     chart = charts.bar_chart("domains", top, "pages", colour=charts.PALETTE[0])
     spenders = (last.get("budgets") or {}).get("top_spenders") or []
     rows = [[d.get("domain", ""), d.get("spent", 0), d.get("budget", 0), d.get("indegree", 0), d.get("deferred", 0)]
@@ -197,7 +197,8 @@ def _domains(agg: CrawlAggregate, last: dict) -> str:
 def _content(agg: CrawlAggregate) -> str:
     dup = charts.share_chart("duplicates", [("unique", agg.unique_200), ("exact duplicate", agg.dup_exact),
                                             ("near duplicate", agg.dup_near)], "200 responses")
-    fetch = charts.histogram_chart("fetch-time", FETCH_EDGES_MS, agg.fetch_ms, "transfer time (ms)")
+    fetch = charts.histogram_chart("fetch-time", tuple(e / 1000 for e in FETCH_EDGES_MS), agg.fetch_ms,
+                                   "transfer time per request", seconds=True)
     ct = _table(["content type", "pages"], [[k, v] for k, v in agg.content_types.top(12)], {1})
     return (f"<section><h2>Content</h2><h3>Duplicate and near-duplicate share</h3>{dup}"
             f"<h3>Transfer time per request</h3>{fetch}<h3>Content types</h3>{ct}</section>")
