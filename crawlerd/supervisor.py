@@ -239,13 +239,13 @@ class Supervisor:
             self.notifier.ready()
 
     # -- control socket -------------------------------------------------------------------
-    def _shard_views(self) -> list[dict]:
+    def _shard_views(self, detail: bool = True) -> list[dict]:
         """Each shard's own status dict (one shard today; the list is the shape for several)."""
-        return [self.shard.status()] if self.shard else []
+        return [self.shard.status(detail=detail)] if self.shard else []
 
     def status(self, views: list[dict] | None = None) -> dict:
         snap = self.metrics.snapshot()
-        views = self._shard_views() if views is None else views
+        views = self._shard_views(detail=False) if views is None else views
 
         def total(key: str) -> int:
             return sum(v.get(key, 0) for v in views)

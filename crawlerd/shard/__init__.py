@@ -560,7 +560,7 @@ class Shard(HostFiles):
             self._log_dropped(item.url, reason)
 
     # -- control ------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self, detail: bool = True) -> dict:
         st = self._final_frontier_stats if self._final_frontier_stats is not None else self.frontier.stats()
         return {"in_flight": len(self._leases), "queued": st.get("queued", 0),
                 "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
@@ -569,7 +569,7 @@ class Shard(HostFiles):
                 "recrawl": self._final_recrawl_stats or self.recrawl.stats(),
                 "budgets": self._final_budget_stats or (self.budgets.stats() if self.budgets else {}),
                 # operator's view (`crawlerd top`, metrics endpoint): see crawlerd/shard/view.py
-                **operator_view(self, closed=self._final_frontier_stats is not None)}
+                **operator_view(self, closed=self._final_frontier_stats is not None, detail=detail)}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""

@@ -25,10 +25,16 @@ def dir_bytes(path: str) -> int:
     return total
 
 
-def operator_view(shard, *, shard_id: str = "0", closed: bool = False) -> dict:
+def operator_view(shard, *, shard_id: str = "0", closed: bool = False, detail: bool = True) -> dict:
     """The shard's extra status: loop lag, backed-off hosts, DRUM/dedup/fetcher gauges, processes.
 
-    ``closed``: the stores were closed at shutdown; only numbers that outlive them are read."""
+    ``closed``: the stores were closed at shutdown; only numbers that outlive them are read.
+    ``detail`` False: the cheap part only (the once-a-second status tick needs no host scan)."""
+    m = shard.metrics
+    head = {"shard": shard_id, "pid": os.getpid(), "pages": m.pages, "bytes": m.bytes,
+            "pages_per_s_10s": round(m.rate(10), 2), "loop_lag": shard.loop_lag.snapshot()}
+    if not detail:
+        return head
     worker_cpu = shard.pool.cpu_s()
     live = set(shard.pool.pids())
     procs = [process_usage("shard", os.getpid(), shard_id)]
@@ -39,11 +45,8 @@ def operator_view(shard, *, shard_id: str = "0", closed: bool = False) -> dict:
     dedup = {"near": shard.near.stats()}
     if not closed:
         dedup["digests"] = len(shard.digests)
-    m = shard.metrics
     return {
-        "shard": shard_id, "pid": os.getpid(),
-        "pages": m.pages, "bytes": m.bytes, "pages_per_s_10s": round(m.rate(10), 2),
-        "loop_lag": shard.loop_lag.snapshot(),
+        **head,
         "hosts_backed_off": [] if closed else shard.frontier.backed_off(shard.clock(), 10),
         "seen": seen,
         "dedup": dedup,
