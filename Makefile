@@ -8,8 +8,12 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_nativ
 SECONDS_RUN ?= 60
 # headless browser for the crawl report test (Debian package; never a downloaded build)
 CHROMIUM := /usr/bin/chromium
+# pywb (replay tests) lives in a venv of its own: it pins werkzeug/redis, installs a top-level
+# `tests` package and brotlipy, whose `brotli` module replaces the one crawlerd decodes with.
+PYWB_VENV := .venv-pywb
+PYWB_STAMP := $(PYWB_VENV)/.installed-pywb-2
 
-.PHONY: run test test-long bench lint install clean config-check chromium
+.PHONY: run test test-long bench lint install clean config-check pywb chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,13 +32,22 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
+$(PYWB_STAMP):
+	rm -rf $(PYWB_VENV)
+	$(PYTHON) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PYWB_VENV)/bin/python -m pip install -q 'pywb>=2.9,<3'
+	touch $@
+
+pywb: $(PYWB_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/crawlerd demo --seconds $(SECONDS_RUN)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(PYWB_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check crawlerd tests bench
 	$(VENV)/bin/pytest -q tests
 
@@ -46,4 +59,4 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf build $(VENV) *.egg-info crawlerd/_native/*.so crawlerd/_native/*.c
+	rm -rf build $(VENV) $(PYWB_VENV) *.egg-info crawlerd/_native/*.so crawlerd/_native/*.c
