@@ -10,7 +10,7 @@ from tests.e2e.netns import NETNS_MARKS, run_driver
 
 pytestmark = [*NETNS_MARKS, pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"),
                                                 reason="needs Chromium (make test installs it)")]
-SECONDS, HOSTS = "12", "40"
+SECONDS, HOSTS = "15", "40"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,8 @@ def test_scrapes_during_the_crawl_parse_and_move(view):
     assert value(second, "crawlerd_http_status", status="200") > 0
     assert value(second, "crawlerd_bytes") > value(first, "crawlerd_bytes") > 0
     assert value(second, "crawlerd_hosts_active") > 0
-    assert value(second, "crawlerd_state", state="running") == 1
+    assert value(first, "crawlerd_state", state="running") == 1
+    assert value(second, "crawlerd_state", state="running") + value(second, "crawlerd_state", state="stopping") == 1
     lag1 = next(s.value for s in first["crawlerd_loop_lag_seconds"].samples if s.name.endswith("_count"))
     lag2 = next(s.value for s in second["crawlerd_loop_lag_seconds"].samples if s.name.endswith("_count"))
     assert lag2 > lag1 > 0
