@@ -25,7 +25,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import Metrics
+from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet
@@ -37,6 +37,7 @@ from crawlerd.shard.leases import LeaseRunner, LeaseTable
 from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.tasks import Tasks
+from crawlerd.shard.view import operator_view
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -128,6 +129,7 @@ class Shard:
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
+        self.loop_lag = LoopLag()       # operator's view: how late this loop runs a periodic timer
 
     # -- the supervisor's calls -------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -135,8 +137,10 @@ class Shard:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
-    def status(self) -> dict:
-        return self.ops.status(paused=self.paused)
+    def status(self, detail: bool = True) -> dict:
+        """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
+        return {**self.ops.status(paused=self.paused),
+                **operator_view(self, closed="frontier" in self.ops.final, detail=detail)}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -170,6 +174,7 @@ class Shard:
                                   metrics=self.metrics, clock=self.clock, wall=self.wall)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        self.loop_lag.start(loop)
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -178,6 +183,7 @@ class Shard:
                 self._step(self.runner)
                 await self._sleep_until_next()
         finally:
+            self.loop_lag.stop()
             await self._shutdown()
 
     def _archive(self, res: FetchResult) -> None:
