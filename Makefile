@@ -53,6 +53,7 @@ test: $(STAMP) $(PYWB_STAMP) $(CHROMIUM)
 
 test-long: $(STAMP)
 	$(VENV)/bin/pytest -q -m long tests
+	CRAWLERD_FUZZ=long $(VENV)/bin/pytest -q tests/fuzz
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[test,bench]'

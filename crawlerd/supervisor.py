@@ -21,11 +21,14 @@ import contextlib
 import faulthandler
 import fcntl
 import gc
+import json
 import logging
 import os
 import signal
 import sys
 import time
+
+import lmdb
 
 from crawlerd import config as configmod
 from crawlerd import control
@@ -34,12 +37,16 @@ from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.metrics import Metrics, process_usage
 from crawlerd.metrics_server import MetricsServer
-from crawlerd.outcome import Outcome
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
-from crawlerd.shard import Shard, data_dir_problem
+from crawlerd.seen import DrumError
+from crawlerd.shard import Shard, data_dir_problem, free_space_problem
 from crawlerd.store.recover import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
+
+STORE_ERRORS = (OSError, lmdb.Error, DrumError)
+LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in place on a full disk
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
@@ -118,6 +125,7 @@ class Supervisor:
         problem = data_dir_problem(self.cfg.crawl.data_dir)
         if problem:
             raise StartupError(problem)
+        problem = free_space_problem(self.cfg.crawl.data_dir, self.cfg.storage.min_free_bytes)
         self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,9 +137,17 @@ class Supervisor:
             good, bad = read_seeds(path)
             seeds += good
             self.seeds_invalid += bad
-        os.makedirs(self.cfg.path("warc"), exist_ok=True)
-        for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
-            log.info("warc recovery: %s", line)
+        try:
+            os.makedirs(self.cfg.path("warc"), exist_ok=True)
+            # recovery only cuts torn tails and writes indexes: it can work on a full disk
+            for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
+                log.info("warc recovery: %s", line)
+        except OSError as e:
+            raise StartupError(f"warc recovery failed: {storage_error(e, e.filename or self.cfg.path('warc'))}: "
+                               f"{e.strerror}; fix the storage and start again") from None
+        if problem:
+            raise StartupError(problem)
+        self.reserve_last_run()
         return seeds
 
     def run(self) -> int:
@@ -143,7 +159,11 @@ class Supervisor:
     async def _main(self, seeds: list[str]) -> int:
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
-        self.shard = Shard(self.cfg, self.metrics)
+        try:
+            self.shard = Shard(self.cfg, self.metrics)
+        except STORE_ERRORS as e:
+            raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
+                               f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
@@ -185,6 +205,8 @@ class Supervisor:
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
         try:
             await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages)
+        except STORE_ERRORS as e:     # a storage failure during shutdown: one line, never a traceback
+            self.shard.storage.fatal(e, "shutdown")
         finally:
             self.state = "stopping"
             self.notifier.stopping("draining")
@@ -199,6 +221,8 @@ class Supervisor:
             self.state = "stopped"
             self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
+        if self.shard.storage.fatal_reason:
+            return 1                  # a store could not be written: systemd's Restart= may try again
         return 0
 
     async def _ticker(self) -> None:
@@ -212,7 +236,8 @@ class Supervisor:
                 last_wd = now
             try:
                 s = self.status()
-                self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
+                state = f"{s['state']}; " if s["state"] != "running" else ""
+                self.notifier.status(f"{state}{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
                 if self.on_tick is not None:
                     self.on_tick(self, s)
             except Exception as e:     # the watchdog pings above must go on whatever status does
@@ -250,7 +275,7 @@ class Supervisor:
         def total(key: str) -> int:
             return sum(v.get(key, 0) for v in views)
         return {
-            "state": "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state,
+            "state": self._state(),
             "pid": os.getpid(), "data_dir": self.cfg.crawl.data_dir,
             "metrics_url": self.metrics_endpoint.url if self.metrics_endpoint else "",
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
@@ -261,6 +286,15 @@ class Supervisor:
             "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
                        for v in views],
         }
+
+    def _state(self) -> str:
+        """running, paused, "paused (disk full: <path>)", starting, stopping, stopped."""
+        sh = self.shard
+        if sh is None or self.state != "running":
+            return self.state
+        if sh.storage.reason:
+            return f"paused ({sh.storage.reason})"
+        return "paused" if sh.paused else "running"
 
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
@@ -304,7 +338,8 @@ class Supervisor:
 
         def resume(_):
             self.shard.paused = False
-            return {"state": "running"}
+            self.shard.storage.retry_now()      # a storage fault is probed at once
+            return {"state": self._state()}
 
         def checkpoint(_):
             self.shard.checkpoint()
@@ -332,18 +367,53 @@ class Supervisor:
         }
 
     def _write_last_run(self) -> None:
-        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename)."""
-        import json
+        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename).
+
+        On a full disk the rename way has no room: the file is then overwritten in place, in the
+        blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
         path = self.cfg.path("last-run.json")
+        data = json.dumps(self.stats(), indent=1, sort_keys=True, default=str).encode()
         tmp = path + ".tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(self.stats(), f, indent=1, sort_keys=True, default=str)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        try:
+            with open(path, "r+b") as f:
+                size = os.fstat(f.fileno()).st_size
+                if len(data) > size:
+                    raise OSError(28, f"the {size} bytes set aside are too few")
+                f.write(data + b" " * (size - len(data)))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            log.error("cannot write %s: %s", path, e.strerror)
+
+    def reserve_last_run(self) -> None:
+        """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see _write_last_run)."""
+        path = self.cfg.path("last-run.json")
+        try:
+            with open(path, "rb") as f:
+                old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
+        except OSError:
+            old = b"{}"
+        if len(old) >= LAST_RUN_RESERVE_BYTES:
+            return
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+            log.warning("cannot set aside room for %s: %s", path, e.strerror)
 
     def close(self) -> None:
         if self._lock_fd is not None:
