@@ -131,6 +131,26 @@ def cmd_stats(args) -> int:
         print()
 
 
+def cmd_top(args) -> int:
+    from crawlerd.top import run_top
+    if args.interval <= 0:
+        raise UsageError(f"--interval {args.interval:g}: expected a positive number of seconds")
+    return run_top(lambda: _ask(args, "stats"), interval_s=args.interval)
+
+
+def cmd_report(args) -> int:
+    from crawlerd.report import write_report
+    cfg = _load_config(args)
+    try:
+        path = write_report(cfg.crawl.data_dir, args.output, min_delay_s=cfg.politeness.min_delay_s)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+    print(path)
+    return EXIT_OK
+
+
 def cmd_seed_add(args) -> int:
     from crawlerd.supervisor import read_seeds
     urls: list[str] = []
@@ -311,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print the Prometheus text exposition (for a textfile collector)")
     ss.add_argument("--interval", type=float, default=2.0,  help="seconds between --watch updates")
     ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+
+    tp = add("top", cmd_top, "live terminal view of a running crawl (q or Ctrl-C quits)")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    tp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    rp = add("report", cmd_report, "write a self-contained HTML crawl report (charts) from the event logs")
+    rp.add_argument("-o", "--output", metavar="FILE", default="report.html", help="the HTML file to write")
+    rp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (the crawl to report on)")
 
     seed = sub.add_parser("seed", help="add seeds to a running crawl", formatter_class=fmt)
     seed_sub = seed.add_subparsers(dest="seed_verb", metavar="ACTION", required=True)

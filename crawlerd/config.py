@@ -276,6 +276,14 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
     "control": ("Control socket and status.", [
         _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),
     ]),
+    "metrics": ("Prometheus scrape endpoint, served by the daemon (text exposition at /metrics).", [
+        _k("listen", str, "",
+           "Address to serve /metrics on, \"IP:PORT\" (e.g. \"127.0.0.1:9464\", \"[::1]:9464\"; "
+           "port 0: any free port, logged). Empty: off. "
+           "Off by default because a TCP port is a machine-wide resource (two daemons on one box would "
+           "collide) and any local user can read it, unlike the 0600 control socket; "
+           "`crawlerd stats --prometheus` prints the same exposition without a port."),
+    ]),
     "log": ("Logging.", [
         _k("level", str, "info", "Log level.", choices=("debug", "info", "warning", "error")),
         _k("events", bool, True, "Write one JSON line per fetch under <data_dir>/events/."),
@@ -460,12 +468,35 @@ def _check_special(key: Key, where: str, value: Any) -> None:
         for host, n in value.items():
             if "://" not in host or not 1 <= n <= 255:
                 raise ConfigError(f"{name}: {host!r} = {n!r}: expected \"scheme://host[:port]\" = 1..255")
+    elif key.name == "listen" and value:
+        try:
+            parse_listen(value)
+        except ValueError as e:
+            raise ConfigError(f"{name}: {e}") from None
     elif key.name == "static_hosts":
         for host, ip in value.items():
             try:
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ConfigError(f"{name}: {host!r} maps to {ip!r}, which is not an IP address") from None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``"IP:PORT"`` or ``"[IPv6]:PORT"`` -> (ip, port); ValueError naming the expected form otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError('expected "IP:PORT" (e.g. "127.0.0.1:9464" or "[::1]:9464")')
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f'an IPv6 address goes in brackets: "[{host}]:{port}"')
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f'{host!r} is not an IP address (expected "IP:PORT", e.g. "127.0.0.1:9464")') from None
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"port {port!r} is not 0..65535")
+    return str(ip), int(port)
 
 
 _KEYS = {section: {k.name: k for k in keys} for section, (_d, keys) in SCHEMA.items()}

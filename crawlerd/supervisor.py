@@ -34,7 +34,9 @@ from crawlerd import config as configmod
 from crawlerd import control
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
-from crawlerd.metrics import Metrics, prometheus
+from crawlerd.exposition import render, render_text
+from crawlerd.metrics import Metrics, process_usage
+from crawlerd.metrics_server import MetricsServer
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
@@ -49,6 +51,10 @@ LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
                                          Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED))
+
+
+# per-shard fields in `status` (`stats` has each shard's whole dict)
+SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "queued", "hosts_active")
 
 
 class StartupError(Exception):
@@ -112,6 +118,7 @@ class Supervisor:
         self.stop_event: asyncio.Event | None = None
         self._lock_fd: int | None = None
         self.seeds_invalid = 0
+        self.metrics_endpoint: MetricsServer | None = None
 
     # -- preparation (synchronous, before the loop) ------------------------------
     def prepare(self) -> list[str]:
@@ -174,6 +181,19 @@ class Supervisor:
             await self.shard.seen.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
                                f"cannot listen on control socket {self.cfg.control_socket}: {e.strerror}") from None
+        endpoint = None
+        if self.cfg.metrics.listen:
+            endpoint = MetricsServer(self.cfg.metrics.listen, lambda accept: render(self.stats(), accept))
+            try:
+                await endpoint.start()
+            except OSError as e:
+                await server.close()
+                self.shard.frontier.close()
+                await self.shard.seen.close()
+                raise StartupError(f"metrics.listen = {self.cfg.metrics.listen!r}: cannot listen: "
+                                   f"{e.strerror}") from None
+            log.info("metrics endpoint url=%s", endpoint.url)
+        self.metrics_endpoint = endpoint
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -193,6 +213,8 @@ class Supervisor:
             if timer:
                 timer.cancel()
             ticker.cancel()
+            if endpoint is not None:
+                await endpoint.close()
             await server.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
@@ -242,17 +264,27 @@ class Supervisor:
             self.notifier.ready()
 
     # -- control socket -------------------------------------------------------------------
-    def status(self) -> dict:
+    def _shard_views(self, detail: bool = True) -> list[dict]:
+        """Each shard's own status dict (one shard today; the list is the shape for several)."""
+        return [self.shard.status(detail=detail)] if self.shard else []
+
+    def status(self, views: list[dict] | None = None) -> dict:
         snap = self.metrics.snapshot()
-        sh = self.shard.status() if self.shard else {}
+        views = self._shard_views(detail=False) if views is None else views
+
+        def total(key: str) -> int:
+            return sum(v.get(key, 0) for v in views)
         return {
             "state": self._state(),
             "pid": os.getpid(), "data_dir": self.cfg.crawl.data_dir,
+            "metrics_url": self.metrics_endpoint.url if self.metrics_endpoint else "",
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
-            "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
-            "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "queued": total("queued"), "hosts_active": total("hosts_active"),
+            "in_flight": total("in_flight"), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
+            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
+                       for v in views],
         }
 
     def _state(self) -> str:
@@ -266,10 +298,15 @@ class Supervisor:
 
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
-        sh = self.shard.status() if self.shard else {}
+        views = self._shard_views()
+        sh = views[0] if views else {}
         ru = os.times()
         workers = sh.get("worker_cpu_s", {})
-        return {**self.status(), "bytes": snap["bytes"], "dropped": snap["dropped"],
+        procs = [p for v in views for p in v["processes"]]
+        if all(p["pid"] != os.getpid() for p in procs):
+            procs.insert(0, process_usage("supervisor", os.getpid()))
+        backed_off = sorted((h for v in views for h in v["hosts_backed_off"]), key=lambda h: -h["failures"])
+        return {**self.status(views), "bytes": snap["bytes"], "dropped": snap["dropped"],
                 "counters": snap["counters"], "top_hosts": snap["top_hosts"],
                 "frontier": sh.get("frontier", {}), "seen_pending": sh.get("seen_pending", 0),
                 "recent_errors": sh.get("recent_errors", []),
@@ -277,7 +314,9 @@ class Supervisor:
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
                 "worker_restarts": sh.get("worker_restarts", 0),
-                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {})}
+                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
+                "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
+                "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views}
 
     def _handlers(self) -> dict:
         def seed_add(req):
@@ -321,8 +360,7 @@ class Supervisor:
         return {
             "status": lambda _: self.status(),
             "stats": lambda _: self.stats(),
-            "metrics": lambda _: {"text": prometheus(self.metrics.snapshot(),
-                                                     {"queued": self.status()["queued"]})},
+            "metrics": lambda _: {"text": render_text(self.stats())},
             "seed_add": seed_add, "pause": pause, "resume": resume, "checkpoint": checkpoint, "stop": stop,
             "block_add": block_add, "block_remove": block_remove,
             "block_list": lambda _: {"blocked": self.shard.frontier.blocked()},

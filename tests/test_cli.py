@@ -29,7 +29,7 @@ def test_help_lists_every_verb():
     r = cli("--help")
     assert r.returncode == 0
     for verb in ("run", "demo", "status", "stats", "seed", "block", "pause", "resume", "checkpoint", "stop",
-                 "robots", "url", "warc", "config"):
+                 "robots", "url", "warc", "config", "top", "report"):
         assert verb in r.stdout
 
 
@@ -197,7 +197,7 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         st = json.loads(cli("stats", "--json", "--data-dir", data).stdout)
         assert "outcomes" in st and "dropped" in st and "top_hosts" in st
         prom = cli("stats", "--prometheus", "--data-dir", data).stdout
-        assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued " in prom
+        assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued_urls{shard=\"0\"}" in prom
         assert cli("checkpoint", "--data-dir", data).returncode == 0
         assert cli("stop", "--data-dir", data).stdout.strip() == "stopping"
         assert proc.wait(timeout=30) == 0

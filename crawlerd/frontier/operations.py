@@ -11,6 +11,7 @@ delegate here and commit afterwards, and the scheduler drops URLs through
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from crawlerd.frontier import hosts as hs
@@ -254,6 +255,15 @@ class FrontierOps:
     def storage(self) -> dict[str, int]:
         """LMDB bytes and entries per table (for stats and the bench)."""
         return self._store.usage()
+
+    def backed_off(self, now: float, n: int = 10) -> list[dict]:
+        """The ``n`` active hosts with the most consecutive failures (backoff exponent), worst first:
+        host, failures, seconds until it may be fetched again, and whether it is parked."""
+        H = self._hosts
+        found = [(f, H.due[s], s) for s, f in enumerate(H.fails) if f and H.keys[s] is not None]
+        park = self._pol.park_after_failures
+        return [{"host": H.keys[s], "failures": f, "wait_s": round(max(0.0, due - now), 3), "parked": f >= park}
+                for f, due, s in heapq.nlargest(n, found)]
 
     def stats(self) -> dict:
         H = self._hosts

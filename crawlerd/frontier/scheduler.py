@@ -836,6 +836,10 @@ class Frontier:
     def stats(self) -> dict:
         return self._book.stats()
 
+    def backed_off(self, now: float, n: int = 10) -> list[dict]:
+        """The ``n`` hosts with the most consecutive failures: see ``FrontierOps.backed_off``."""
+        return self._book.backed_off(now, n)
+
     # == durability ========================================================================
     def _commit(self) -> None:
         st, H, ips = self._store, self._hosts, self._ips

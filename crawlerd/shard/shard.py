@@ -27,7 +27,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import Metrics
+from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet, DrumError
@@ -40,6 +40,7 @@ from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageHealth, free_bytes
 from crawlerd.shard.tasks import Tasks
+from crawlerd.shard.view import operator_view
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -145,6 +146,7 @@ class Shard:
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
+        self.loop_lag = LoopLag()       # operator's view: how late this loop runs a periodic timer
 
     # -- the supervisor's calls -------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -152,8 +154,10 @@ class Shard:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
-    def status(self) -> dict:
-        return self.ops.status(paused=self.paused)
+    def status(self, detail: bool = True) -> dict:
+        """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
+        return {**self.ops.status(paused=self.paused),
+                **operator_view(self, closed="frontier" in self.ops.final, detail=detail)}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -192,6 +196,7 @@ class Shard:
                                   storage_failed=self.storage.failed, window=self.window)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        self.loop_lag.start(loop)
         try:
             while not stop.is_set() and self.storage.fatal_reason is None:
                 if max_pages and self.metrics.pages >= max_pages:
@@ -205,6 +210,7 @@ class Shard:
                     break
                 await self._sleep_until_next()
         finally:
+            self.loop_lag.stop()
             await self._shutdown()
 
     def _archive(self, res: FetchResult) -> None:

@@ -8,8 +8,8 @@ import tempfile
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from crawlerd.store.recover import recover
 from crawlerd.store.verify import verify
-from crawlerd.store.warc import recover
 from tests.fuzz.conftest import budget
 from tests.store.helpers import det_writer, write_page
 
