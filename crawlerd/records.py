@@ -88,3 +88,4 @@ class ProcessResult:
     near_duplicate_of: str = ""          # simhash within distance: a URL that had a near-identical text
     error: str = ""
     canonical: str = ""                  # declared rel=canonical (HTML link or Link header), normalised
+    storage_error: str = ""              # "<kind>: <dir>" when the WARC could not be written: not archived
