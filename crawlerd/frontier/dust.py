@@ -483,11 +483,3 @@ class DustLearner:
                 "sample_mismatches_total": meta.get("mismatches", 0), "skipped_total": meta.get("skipped", 0),
                 "probe_tokens": round(self.tokens, 2), **{k: v for k, v in self.counters.items()},
                 "top": [{"host": h, "rules": self.rules_of(h)[:top_rules]} for h in hosts]}
-
-    def why(self, url: str) -> Decision | None:
-        """Would a trusted rule skip ``url`` now? (For ``crawlerd url why``; no sampling, no state change.)"""
-        host = host_key_of(url)
-        info = self._info.get(host)
-        if info is None or not info.trusted:
-            return None
-        return self._trusted(url, fingerprint(url), host, info, sample=False)
