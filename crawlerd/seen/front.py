@@ -255,6 +255,11 @@ class AsyncSeenSet:
         """Keys submitted and not yet answered (delivered to on_results)."""
         return self._batch_keys + self._inflight_keys + self._drum_pending
 
+    @property
+    def next_seq(self) -> int:
+        """Sequence number the next submitted key gets (answers carry it as ``seq``)."""
+        return self._next_seq
+
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
                 "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,

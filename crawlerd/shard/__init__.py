@@ -43,7 +43,7 @@ from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.blocklist import Blocklist
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
@@ -122,17 +122,16 @@ class Shard(HostFiles):
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
         self._last_recrawl = 0.0
         bu = cfg.budgets
-        self.graph: DomainGraph | None = None
-        self.budgets: Budgets | None = None
+        self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
-            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
-                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
-                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
-                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
-            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
-                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+            self.budgets = Budgets(cfg.path("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio,
+                                   queues=bu.queues, max_spread=bu.max_spread, cache_entries=bu.cache_entries,
+                                   map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
+                                   edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
+                                   edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
+                                   clock=clock)
         self._last_readmit = 0.0
-        self._cycle_anchor = wall()
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -208,11 +207,11 @@ class Shard(HostFiles):
                 dup += 1
                 continue
             depth, hops, priority, url = decode_aux(r.aux)
-            if self.budgets is not None and depth > 0:
-                pld = urlmod.registered_domain(urlmod.host_of(url))
-                if not self.budgets.admit(pld):
-                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
-                    self.metrics.counters["budget_deferred"] += 1
+            if self.budgets is not None:
+                if depth == 0:
+                    self.budgets.add_root(url)          # seeds: trust roots of STAR, never charged
+                elif not self.budgets.offer(url, r.aux, r.key):
+                    self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
                     continue
             added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
                                    depth=depth, hops=hops, fp=r.key))
@@ -239,6 +238,8 @@ class Shard(HostFiles):
                                max_connections=f.max_connections, verify_tls=f.verify_tls)
         await self.pool.start()
         self.seen.start(loop, self._on_seen_results)
+        if self.budgets is not None:
+            self.budgets.start(loop)
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -270,7 +271,7 @@ class Shard(HostFiles):
             if now - self._last_flush >= interval:
                 self.seen.request_flush()       # merged on the DRUM thread; answers arrive via _on_seen_results
                 self._last_flush = now
-        if self.graph is not None:
+        if self.budgets is not None:
             self._step_budgets(now)
         if now - self._last_recrawl >= 1.0 and not self.paused:
             self._last_recrawl = now
@@ -287,15 +288,15 @@ class Shard(HostFiles):
         self.metrics.tick()
 
     def _step_budgets(self, now: float) -> None:
-        """Apply new domain in-links (STAR) and readmit deferred URLs whose domain budget grew (BEAST)."""
-        bu = self.cfg.budgets
-        self.graph.poll(now)
-        if bu.cycle_s and self.wall() - (self.budgets.cycle_started_at or self._cycle_anchor) >= bu.cycle_s:
-            self.budgets.new_cycle(at=self.wall())
-        if now - self._last_readmit < 1.0:
+        """Edge merges on their schedule (STAR); BEAST readmission, the reader moving on at once when
+        the frontier runs short of ready hosts (work-conserving)."""
+        bu, b = self.cfg.budgets, self.budgets
+        b.step(now)
+        short = self._frontier_short(now)
+        if now - self._last_readmit < (0.1 if short else 1.0):
             return
         self._last_readmit = now
-        recs = self.budgets.readmit(bu.readmit_batch)
+        recs = b.readmit(bu.readmit_batch, advance=short)
         if recs:
             items = []
             for rec in recs:
@@ -303,8 +304,19 @@ class Shard(HostFiles):
                 items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
                                        hops=hops, fp=urlmod.fingerprint(url)))
             self.frontier.add(items)
-            self.budgets.commit()     # after the frontier: a crash in between readmits twice, never loses
+            b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)
+            self._wake.set()
+
+    def _frontier_short(self, now: float) -> bool:
+        """Too few ready hosts to keep the fetcher busy, or free fetch slots and no host due soon."""
+        if self.paused or self.seen.backpressure:
+            return False
+        f = self.cfg.fetch
+        if self.frontier.hosts_ready() < (self.cfg.budgets.min_ready_hosts or f.max_in_flight):
+            return True
+        nd = self.frontier.next_due()
+        return len(self._leases) < f.max_in_flight and (nd is None or nd > now + 0.5)
 
     def _feed_recrawl(self) -> None:
         """Due revisits go straight to the frontier (they passed the seen-set long ago)."""
@@ -495,11 +507,9 @@ class Shard(HostFiles):
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.submit_links(follow, depth=depth + 1)
-            if self.graph is not None and follow:
+            if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                hosts = {ln.host_key for ln in follow}
-                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
-                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+                self.budgets.record_links(url, {ln.host_key for ln in follow})
         self._log_event(url, res, pr=pr)
 
     def _record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
@@ -554,6 +564,8 @@ class Shard(HostFiles):
         for item, reason in self.frontier.drain_dropped():
             self.metrics.dropped[reason] += 1
             self._log_dropped(item.url, reason)
+            if self.budgets is not None and not reason.startswith("dead_letter"):
+                self.budgets.refund(item.url)     # dropped unfetched: its charge goes back (BEAST)
 
     # -- control ------------------------------------------------------------------------
     def status(self) -> dict:
@@ -615,8 +627,8 @@ class Shard(HostFiles):
         self.recrawl.commit()
         self.digests.flush()
         self.near.save()
-        if self.graph is not None:
-            self.graph.flush()
+        if self.budgets is not None:
+            self.budgets.request_flush()
             self.budgets.commit()
         if self.events:
             self.events.flush()
@@ -643,10 +655,9 @@ class Shard(HostFiles):
         except Exception:      # unacknowledged DRUM answers are delivered again at the next start
             log.exception("final seen-set drain failed; its answers are redelivered on restart")
         await self.seen.close()     # before the frontier closes: no delivery after this
-        if self.graph is not None:
+        if self.budgets is not None:
             self._final_budget_stats = self.budgets.stats()
-            self.budgets.close()
-            self.graph.close()
+            await self.budgets.close()
         self.frontier.commit()
         self._final_frontier_stats = self.frontier.stats()
         self.frontier.close()
