@@ -106,6 +106,7 @@ class Beast:
         self._c.update(meta.get("counters", {}))
         self._top_admitted = TopK(top_n, meta.get("top_admitted"))
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
+        self._saved_tops: tuple[list, list] | None = None
         store.add_hook(self._flush)
         graph.add_listener(self._grew)
 
@@ -399,7 +400,8 @@ class Beast:
         for dk, d in self._dirty.items():
             txn.put(dk, d.encode(), db=db)
         self._dirty.clear()
+        if self._saved_tops is None or self.store.save_slow:
+            self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
         self.store.put_meta(b"beast", {"reader": self._r, "window": self._window, "end": self._end,
                                        "wraps": self._wraps, "seq": self._seq, "counters": self._c,
-                                       "top_admitted": self._top_admitted.saved(),
-                                       "top_deferred": self._top_deferred.saved()})
+                                       "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]})

@@ -88,6 +88,7 @@ class DomainGraph:
                                  "vouches", "roots"), 0)
         self._c.update(meta.get("counters", {}))
         self._top = TopK(top_n, meta.get("top"))
+        self._saved_top: list | None = None
         store.add_hook(self._flush)
         params = [mode, vouch_ratio]
         if meta and meta.get("params") != params:
@@ -297,5 +298,7 @@ class DomainGraph:
         for dk, r in self._dirty.items():
             txn.put(dk, r.encode(), db=db)
         self._dirty.clear()
+        if self.store.save_slow or self._saved_top is None:
+            self._saved_top = self._top.saved()
         self.store.put_meta(b"graph", {"applied_seq": self._applied_seq, "vseq": self._vseq, "counters": self._c,
-                                       "top": self._top.saved(), "params": self._params})
+                                       "top": self._saved_top, "params": self._params})

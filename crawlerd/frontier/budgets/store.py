@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
+from functools import lru_cache
 
 import lmdb
 import xxhash
@@ -17,6 +19,7 @@ import xxhash
 _MAX_KEY = 200          # LMDB keys are at most 511 bytes; a domain key is at most this long
 
 
+@lru_cache(maxsize=1 << 16)
 def domain_key(pld: str) -> bytes:
     """LMDB key of a registered domain: its UTF-8 name, or ``#`` + a hash when the name is unusable.
 
@@ -68,7 +71,13 @@ class BudgetStore:
         self.meta = self.env.open_db(b"meta")
         self._txn: lmdb.Transaction | None = None
         self._hooks: list[Callable[[], None]] = []
+        self._closing = False
         self.commits = 0
+        self._slow_saved_at = -1e18
+        # State kept only for statistics (top lists) is saved with a commit every 10 s at most:
+        # sorting it at every commit would cost more than the commit. A crash loses at most 10 s
+        # of such statistics, never budget state. Hooks read this flag.
+        self.save_slow = True
 
     def txn(self) -> lmdb.Transaction:
         if self._txn is None:
@@ -90,6 +99,10 @@ class BudgetStore:
 
     def commit(self) -> None:
         self.txn()
+        now = time.monotonic()
+        self.save_slow = self._closing or now - self._slow_saved_at >= 10.0
+        if self.save_slow:
+            self._slow_saved_at = now
         for fn in self._hooks:
             fn()
         txn, self._txn = self._txn, None
@@ -99,6 +112,7 @@ class BudgetStore:
     def close(self) -> None:
         if self.env is None:
             return
+        self._closing = True
         self.commit()
         self._hooks = []
         if not self.sync:
