@@ -168,7 +168,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=16),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",
            min=16 * MiB),
-        _k("edge_max_age_s", float, 15.0,
+        _k("edge_max_age_s", float, 5.0,
            "Domain-edge DRUM: merge once the oldest unmerged edge is this old, seconds (in-degree lag).",
            min=0.0),
         _k("edge_max_pending", int, 200_000, "Domain-edge DRUM: merge once this many edges wait.", min=1),

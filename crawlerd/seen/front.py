@@ -190,6 +190,16 @@ class AsyncSeenSet:
             self._ack_due = True
             self._wake.set()
 
+    async def contains(self, keys: Sequence[int]) -> list[bool]:
+        """Whether each key is in DRUM's merged key file, looked up on the DRUM thread (between its jobs).
+
+        Keys submitted since the last merge are not looked at (``pending`` says how many wait).
+        """
+        self.raise_if_failed()
+        if self._closed or self._loop is None:
+            raise SeenSetError("contains needs a started, open seen-set")
+        return await self._loop.run_in_executor(self._exec, self._drum.contains, list(keys))
+
     def request_flush(self) -> None:
         """Ask for a merge of everything pending at the next job, without waiting (from sync code)."""
         self._flush_asked = True

@@ -89,7 +89,7 @@ class EdgeDrum:
     a crash cuts off are delivered again and recognised by the graph (``applied_seq``).
     """
 
-    def __init__(self, path: str, graph: DomainGraph, *, max_age_s: float = 15.0, max_pending: int = 200_000,
+    def __init__(self, path: str, graph: DomainGraph, *, max_age_s: float = 5.0, max_pending: int = 200_000,
                  buckets: int = 8, bucket_buffer_bytes: int = 64 << 10, merge_bytes: int = 64 << 20,
                  cache_entries: int = 1 << 16, clock: Callable[[], float] = time.monotonic):
         self.graph = graph

@@ -38,7 +38,7 @@ class Budgets:
 
     def __init__(self, path: str, *, base_budget: int, per_inlink: int, max_budget: int, mode: str = "vouched",
                  vouch_ratio: float = 0.5, queues: int = 8, max_spread: int = 1024, cache_entries: int = 1 << 16,
-                 map_size_bytes: int = 16 << 30, edge_max_age_s: float = 15.0, edge_max_pending: int = 200_000,
+                 map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
                  edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
                  clock: Callable[[], float] = time.monotonic, sync: bool = True):
         self.clock = clock
