@@ -158,9 +158,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_spread", int, 1024,
            "Most queues between two passes of one domain over budget (a power of two).", min=1),
         _k("min_ready_hosts", int, 0,
-           "The reader moves to the next BEAST queue as soon as fewer hosts than this are ready to be "
-           "leased, or fetch slots are free and no host is due (work-conserving). 0: fetch.max_in_flight.",
-           min=0),
+           "While fetch slots are free, the reader moves to the next BEAST queue as soon as fewer hosts "
+           "than this are ready to be leased, or no host is due within 0.5 s (work-conserving: the fetcher "
+           "never idles while deferred URLs exist). 0: the number of free fetch slots.", min=0),
         _k("readmit_batch", int, 1000,
            "Deferred URLs passed to the frontier per readmission step at most (every 0.1 s while it runs "
            "short, else every second).", min=1),

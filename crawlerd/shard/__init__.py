@@ -309,14 +309,17 @@ class Shard(HostFiles):
             self._wake.set()
 
     def _frontier_short(self, now: float) -> bool:
-        """Too few ready hosts to keep the fetcher busy, or free fetch slots and no host due soon."""
+        """Fewer ready hosts than free fetch slots (or than budgets.min_ready_hosts), or free slots and
+        no host due soon: the fetcher would idle, so BEAST's reader moves on (work-conserving)."""
         if self.paused or self.seen.backpressure:
             return False
-        f = self.cfg.fetch
-        if self.frontier.hosts_ready() < (self.cfg.budgets.min_ready_hosts or f.max_in_flight):
+        free = self.cfg.fetch.max_in_flight - len(self._leases)
+        if free <= 0:
+            return False
+        if self.frontier.hosts_ready() < (self.cfg.budgets.min_ready_hosts or free):
             return True
         nd = self.frontier.next_due()
-        return len(self._leases) < f.max_in_flight and (nd is None or nd > now + 0.5)
+        return nd is None or nd > now + 0.5
 
     def _feed_recrawl(self) -> None:
         """Due revisits go straight to the frontier (they passed the seen-set long ago)."""

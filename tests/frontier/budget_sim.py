@@ -121,7 +121,7 @@ class BudgetCrawl:
     """One crawl of a :class:`FarmWeb` on a virtual clock (see the module docstring)."""
 
     def __init__(self, path: str, web: FarmWeb, *, budgets: bool = True, slots: int = 20, seeds: int = 300,
-                 base_budget: int = 2, per_inlink: int = 2, mode: str = "vouched", min_ready_hosts: int = 20,
+                 base_budget: int = 2, per_inlink: int = 2, mode: str = "vouched", min_ready_hosts: int = 0,
                  edge_max_age_s: float = 5.0, rt=(0.05, 0.15), log_every_s: float = 5.0, on_commit=None):
         self.web = web
         self.clock = FakeClock()
@@ -187,10 +187,14 @@ class BudgetCrawl:
 
     # -- the shard's periodic step ------------------------------------------------------------------
     def short(self, now: float) -> bool:
-        if self.f.hosts_ready() < self.min_ready:
+        """The shard's ``_frontier_short``: free slots, and too few ready hosts or none due soon."""
+        free = self.slots - len(self.inflight)
+        if free <= 0:
+            return False
+        if self.f.hosts_ready() < (self.min_ready or free):
             return True
         nd = self.f.next_due()
-        return len(self.inflight) < self.slots and (nd is None or nd > now + 0.5)
+        return nd is None or nd > now + 0.5
 
     def step_budgets(self, now: float) -> None:
         if not self.budgets:
