@@ -231,7 +231,7 @@ class FrontierOps:
         """Hosts scheduled to be leased (work, room for a lease, a known address): BEAST's "ready hosts"."""
         return len(self._heap)
 
-    def explain(self, url: str, host_key: str, now: float | None = None, max_scan: int = 1_000_000) -> dict:
+    def explain(self, url: str, host_key: str, now: float | None = None, max_scan: int = 200_000) -> dict:
         """Where the frontier holds ``url``: leased, queued (level and place), or not held; its host's state.
 
         Looks at the leases in flight and walks that one host's queue (at most ``max_scan`` entries),

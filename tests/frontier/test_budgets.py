@@ -1,13 +1,16 @@
 """STAR/BEAST budgets: the rule, vouched in-degrees, BEAST queues and their reader, crash safety."""
 
+import asyncio
 import collections
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 
+import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +19,7 @@ from crawlerd import url as urlmod
 from crawlerd.frontier.budgets import (
     Beast,
     BudgetRule,
+    Budgets,
     BudgetStore,
     DomainGraph,
     EdgeClock,
@@ -474,3 +478,31 @@ def test_topk_is_exact(notes, k):
     assert [v for _, v in top.top(k)] == want
     again = TopK(k, top.saved())
     assert again.top(k) == top.top(k)
+
+
+def test_state_of_the_first_layout_is_imported_without_losing_a_deferred_url(tmp_path):
+    state = tmp_path / "b" / "state"
+    state.mkdir(parents=True)
+    env = lmdb.open(str(state), max_dbs=8, map_size=1 << 26)
+    dbs = {n: env.open_db(n) for n in (b"indeg", b"domains", b"deferred", b"backlog", b"grown", b"meta")}
+    want = []
+    with env.begin(write=True) as txn:
+        for d in range(3):
+            for i in range(5):
+                rec = f"0 0 1 http://d{d}.com/{i}".encode()
+                txn.put(f"d{d}.com".encode() + b"\0" + struct.pack(">Q", d * 5 + i), rec, db=dbs[b"deferred"])
+                want.append(rec)
+            txn.put(f"d{d}.com".encode(), b"", db=dbs[b"backlog"])
+        txn.put(b"budgets", b"{}", db=dbs[b"meta"])
+    env.close()
+    (tmp_path / "b" / "edges").mkdir()
+    (tmp_path / "b" / "edges" / "MANIFEST").write_text("not the new edge DRUM's")
+    b = Budgets(str(tmp_path / "b"), base_budget=2, per_inlink=2, max_budget=100)
+    b.beast.check_invariants()
+    got = drain(b.beast)
+    assert sorted(got) == sorted(want)
+    asyncio.run(b.close())
+    assert not (tmp_path / "b" / "state.v1").exists()
+    b = Budgets(str(tmp_path / "b"), base_budget=2, per_inlink=2, max_budget=100)     # opens as the new layout
+    assert b.beast.waiting == 0
+    asyncio.run(b.close())

@@ -135,21 +135,32 @@ class Beast:
             self._c["admitted"] += 1
             self._top_admitted.note(dk, d.admitted)
             return True
+        if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
+            d.level, d.wrap = 0, self._wraps
+            self._schedule(dk, d, r + 1)
+        self._append(dk, d, record, fp)
+        return False
+
+    def keep(self, dk: bytes, record: bytes, fp: int = 0) -> None:
+        """Add a record to the end of domain ``dk``'s FIFO without charging it (an older state imported)."""
+        d = self._get(dk)
+        if d.deferred == 0:
+            d.level, d.wrap = 0, self._wraps
+            self._schedule(dk, d, self._r + 1)
+        self._append(dk, d, record, fp)
+
+    def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int) -> None:
         st, txn = self.store, self.store.txn()
         key = dk + b"\0" + _U64BE.pack(self._seq)
         self._seq += 1
         txn.put(key, _FP.pack(fp) + record, db=st.deferred)
         if fp:
             txn.put(_U64BE.pack(fp), key, db=st.fps)
-        if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
-            d.level, d.wrap = 0, self._wraps
-            self._schedule(dk, d, r + 1)
         d.deferred += 1
         d.deferred_all += 1
         self._dirty[dk] = d
         self._c["deferred"] += 1
         self._top_deferred.note(dk, d.deferred_all)
-        return False
 
     def refund(self, pld: str, n: int = 1) -> int:
         """Give back the charge of ``n`` URLs of ``pld`` the frontier dropped; returns URLs refunded.
@@ -293,7 +304,9 @@ class Beast:
 
     def domain(self, pld: str) -> dict:
         """What BEAST knows about one domain now."""
-        dk = domain_key(pld)
+        return self._domain(domain_key(pld))
+
+    def _domain(self, dk: bytes) -> dict:
         d = self._get(dk)
         spread = 1 << d.level
         return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
@@ -336,7 +349,7 @@ class Beast:
         for dk in self.graph.top(top) + [k for k, _ in self._top_admitted.top(top)] + \
                 [k for k, _ in self._top_deferred.top(top)]:
             seen.setdefault(dk)
-        tops = [self.domain(domain_name(dk)) for dk in seen]
+        tops = [self._domain(dk) for dk in seen]
         tops.sort(key=lambda t: (-t["indegree"], -t["admitted"], t["domain"]))
         return {**self.rule_stats(), "reader_queue": self._r, "window_end": self._end, "window": self._window,
                 "wraps": self._wraps, **c, "deferred_now": st.count(st.deferred),

@@ -9,9 +9,13 @@ answers are applied to the graph on the loop and acknowledged after the commit t
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
+
+import lmdb
 
 from crawlerd import url as urlmod
 from crawlerd.frontier.budgets.beast import Beast
@@ -22,6 +26,53 @@ from crawlerd.frontier.budgets.store import BudgetStore
 from crawlerd.seen import AsyncSeenSet
 
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
+_OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
+log = logging.getLogger("crawlerd.budgets")
+
+
+def _set_aside_old_layout(path: str) -> str | None:
+    """If ``path`` holds budget state of the first layout, move it aside; returns where it is to import.
+
+    That layout kept one FIFO of deferred URLs per domain and in-degrees counted plainly; its edge
+    DRUM's answers carry no source domain. Its deferred URLs are imported into BEAST (nothing is
+    lost); its in-degrees and edges are not (they rebuild as pages are fetched). A crash during the
+    import leaves the old state aside and a partial new one, which is dropped and imported again.
+    """
+    state, old = os.path.join(path, "state"), os.path.join(path, "state.v1")
+    if os.path.isdir(old):
+        shutil.rmtree(state, ignore_errors=True)
+        return old
+    if not os.path.exists(os.path.join(state, "data.mdb")):
+        return None
+    env = lmdb.open(state, readonly=True, lock=False, max_dbs=16)
+    try:
+        with env.begin() as txn:
+            first = any(txn.get(name) is not None for name in _OLD_TABLES)
+    finally:
+        env.close()
+    if not first:
+        return None
+    os.replace(state, old)
+    shutil.rmtree(os.path.join(path, "edges"), ignore_errors=True)
+    return old
+
+
+def _import_old_layout(old: str, beast: Beast, store: BudgetStore) -> int:
+    env = lmdb.open(old, readonly=True, lock=False, max_dbs=16)
+    n = 0
+    try:
+        with env.begin() as txn:
+            for key, rec in txn.cursor(db=env.open_db(b"deferred", txn=txn, create=False)):
+                beast.keep(bytes(key[:-9]), bytes(rec))
+                n += 1
+                if n % 10_000 == 0:
+                    store.commit()
+    finally:
+        env.close()
+    store.commit()
+    shutil.rmtree(old)
+    log.warning("budget state of the first layout imported: %d deferred URLs kept; in-degrees rebuild", n)
+    return n
 
 
 def pld_of(url_or_host_key: str) -> str:
@@ -43,6 +94,7 @@ class Budgets:
                  clock: Callable[[], float] = time.monotonic, sync: bool = True):
         self.clock = clock
         self.rule = BudgetRule(base_budget, per_inlink, max_budget)
+        old = _set_aside_old_layout(path)
         self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync)
         try:
             self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
@@ -53,6 +105,8 @@ class Budgets:
                                       bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
                                       max_age_s=_NEVER, cache_entries=edge_cache_entries, clock=clock,
                                       max_pending_keys=1 << 20)
+            if old is not None:
+                _import_old_layout(old, self.beast, self.store)
         except BaseException:
             self.store.env.close()
             raise
