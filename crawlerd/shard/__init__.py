@@ -292,8 +292,10 @@ class Shard(HostFiles):
         the frontier runs short of ready hosts (work-conserving)."""
         bu, b = self.cfg.budgets, self.budgets
         b.step(now)
+        if now - self._last_readmit < 0.1:
+            return
         short = self._frontier_short(now)
-        if now - self._last_readmit < (0.1 if short else 1.0):
+        if not short and now - self._last_readmit < 1.0:
             return
         self._last_readmit = now
         recs = b.readmit(bu.readmit_batch, advance=short)

@@ -295,7 +295,7 @@ class DomainGraph:
 
     def _flush(self) -> None:
         txn, db = self.store.txn(), self.store.graph
-        for dk, r in self._dirty.items():
+        for dk, r in sorted(self._dirty.items()):
             txn.put(dk, r.encode(), db=db)
         self._dirty.clear()
         if self.store.save_slow or self._saved_top is None:

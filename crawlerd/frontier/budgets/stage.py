@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 import lmdb
 
@@ -77,7 +78,12 @@ def _import_old_layout(old: str, beast: Beast, store: BudgetStore) -> int:
 
 def pld_of(url_or_host_key: str) -> str:
     """Registered domain of a normalised URL or host key (``scheme://host[:port]``)."""
-    return urlmod.registered_domain(urlmod.host_of(url_or_host_key))
+    return _pld_of_host_key(urlmod.host_key(url_or_host_key))
+
+
+@lru_cache(maxsize=1 << 16)
+def _pld_of_host_key(host_key: str) -> str:
+    return urlmod.registered_domain(urlmod.host_of(host_key))
 
 
 class Budgets:

@@ -47,7 +47,6 @@ class BudgetStore:
                   counted (their source cannot vouch for more domains yet), oldest first.
     ``domains``   domain key -> BEAST record (``beast.DomainRecord``).
     ``deferred``  domain key | NUL | seq -> fp u64 | caller's record: a domain's deferred URLs, FIFO.
-    ``fps``       URL fingerprint u64 -> its ``deferred`` key (to answer "why is it not fetched").
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
                   pass their next budget of URLs when the reader reaches it.
     ``meta``      JSON state of the graph and of BEAST.
@@ -66,7 +65,6 @@ class BudgetStore:
         self.votes = self.env.open_db(b"votes")
         self.domains = self.env.open_db(b"domains")
         self.deferred = self.env.open_db(b"deferred")
-        self.fps = self.env.open_db(b"fps")
         self.queues = self.env.open_db(b"queues")
         self.meta = self.env.open_db(b"meta")
         self._txn: lmdb.Transaction | None = None
