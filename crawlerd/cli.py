@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 
@@ -27,6 +29,19 @@ def _load_config(args, extra: list[str] = ()) -> configmod.Config:
     if getattr(args, "data_dir", None):
         overrides.append(f"crawl.data_dir={json.dumps(args.data_dir)}")
     return configmod.load(args.config, overrides)
+
+
+def _seconds(text: str | float | None, flag: str, *, zero_ok: bool = False) -> float | None:
+    """A command-line duration: a finite number of seconds > 0 (>= 0 with zero_ok), or None if absent."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise UsageError(f"{flag} {text!r}: expected a number of seconds {'>=' if zero_ok else '>'} 0")
+    return value
 
 
 def _ask(args, cmd: str, **kw) -> dict:
@@ -50,11 +65,13 @@ def _fmt_counts(d: dict) -> str:
 def cmd_run(args) -> int:
     from crawlerd.supervisor import Supervisor, setup_logging
     cfg = _load_config(args)
-    if cfg.contact_is_placeholder():
-        raise UsageError(f"{cfg.source}: crawl.user_agent still has the placeholder operator contact "
-                         f"({configmod.PLACEHOLDER_CONTACT}); set a real contact before crawling")
+    duration = _seconds(args.duration, "--duration")
+    problem = cfg.contact_problem()
+    if problem:
+        raise UsageError(f"{cfg.source}: {problem}")
+    configmod.check_map_sizes(cfg)
     setup_logging(cfg.log.level)
-    sup = Supervisor(cfg, seeds_files=[args.seeds] if args.seeds else [], duration_s=args.duration,
+    sup = Supervisor(cfg, seeds_files=[args.seeds] if args.seeds else [], duration_s=duration,
                      config_path=args.config, overrides=list(args.set or []))
     try:
         return sup.run()
@@ -64,6 +81,9 @@ def cmd_run(args) -> int:
 
 def cmd_demo(args) -> int:
     from crawlerd.demo import run_demo
+    _seconds(str(args.seconds), "--seconds")
+    if not 1 <= args.hosts <= 1_000_000:
+        raise UsageError(f"--hosts {args.hosts}: expected 1..1000000 synthetic hosts")
     return run_demo(args)
 
 
@@ -81,6 +101,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_stats(args) -> int:
+    _seconds(str(args.interval), "--interval")
     if args.prometheus:
         sys.stdout.write(_ask(args, "metrics")["text"])
         return EXIT_OK
@@ -131,6 +152,26 @@ def _print_budgets(bu: dict) -> None:
             queue = "-" if t["queue"] is None else str(t["queue"])
             print(f"  {t['domain'][:40]:<40} {t['indegree']:>9} {t['budget']:>8} {t['spent']:>7} "
                   f"{t['deferred']:>9} {queue:>8}")
+
+
+def cmd_top(args) -> int:
+    from crawlerd.top import run_top
+    if args.interval <= 0:
+        raise UsageError(f"--interval {args.interval:g}: expected a positive number of seconds")
+    return run_top(lambda: _ask(args, "stats"), interval_s=args.interval)
+
+
+def cmd_report(args) -> int:
+    from crawlerd.report import write_report
+    cfg = _load_config(args)
+    try:
+        path = write_report(cfg.crawl.data_dir, args.output, min_delay_s=cfg.politeness.min_delay_s)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+    print(path)
+    return EXIT_OK
 
 
 def cmd_seed_add(args) -> int:
@@ -225,22 +266,58 @@ def cmd_url_why(args) -> int:
 
 
 def cmd_warc_verify(args) -> int:
+    from crawlerd.store.cdxj import cdxj_path
     from crawlerd.store.verify import verify
     rc = EXIT_OK
     for path in args.files:
-        rep = verify(path)
-        print(rep.summary())
+        index = cdxj_path(path, args.index_dir) if args.index_dir else None
+        rep = verify(path, index_path=index, check_index=not args.no_index)
+        for line in rep.lines():
+            print(line)
         if not rep.ok:
             rc = EXIT_FAIL
     return rc
 
 
 def cmd_warc_index(args) -> int:
-    from crawlerd.store.verify import index
+    from crawlerd.store.cdxj import cdxj_path, iter_lines, write_index
+    from crawlerd.store.verify import find_index
+    rc = EXIT_OK
     for path in args.files:
-        for line in index(path):
-            print(line)
-    return EXIT_OK
+        problem = _segment_problem(path)
+        if problem:
+            print(f"crawlerd: error: {path}: {problem}", file=sys.stderr)
+            rc = EXIT_FAIL
+            continue
+        try:
+            if args.stdout:
+                for line in sorted(set(iter_lines(path)), key=str.encode):
+                    print(line)
+                continue
+            target = cdxj_path(path, args.index_dir) if args.index_dir else (find_index(path) or cdxj_path(path))
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            n = write_index(path, target)
+        except OSError as e:
+            print(f"crawlerd: error: {path}: {e.strerror or e}", file=sys.stderr)
+            rc = EXIT_FAIL
+            continue
+        print(f"{target}: {n} lines")
+    return rc
+
+
+def _segment_problem(path: str) -> str | None:
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a directory, not a WARC segment"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if os.path.getsize(path) == 0:
+        return "empty file (0 bytes): no records"
+    return None
 
 
 def cmd_config_dump(args) -> int:
@@ -276,10 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = add("run", cmd_run, "run the crawler in the foreground (systemd ExecStart)")
     r.add_argument("--seeds", metavar="FILE", help="seed URLs, one per line")
     r.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir")
-    r.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this many seconds")
+    r.add_argument("--duration", metavar="SECONDS", help="stop after this many seconds (> 0; default: run until stopped)")
 
     d = add("demo", cmd_demo, "start the bundled synthetic web on loopback and crawl it, with live progress")
-    d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl")
+    d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl, seconds (> 0)")
     d.add_argument("--hosts", type=int, default=300, help="synthetic hosts")
     d.add_argument("--data-dir", metavar="DIR", help="where to keep the demo crawl (default: a temp dir)")
     d.add_argument("--no-netns", action="store_true", help="do not enter a private network namespace")
@@ -293,8 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--watch", action="store_true", help="repeat until interrupted")
     ss.add_argument("--prometheus", action="store_true",
                     help="print the Prometheus text exposition (for a textfile collector)")
-    ss.add_argument("--interval", type=float, default=2.0, help="seconds between --watch updates")
+    ss.add_argument("--interval", type=float, default=2.0,  help="seconds between --watch updates")
     ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+
+    tp = add("top", cmd_top, "live terminal view of a running crawl (q or Ctrl-C quits)")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    tp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    rp = add("report", cmd_report, "write a self-contained HTML crawl report (charts) from the event logs")
+    rp.add_argument("-o", "--output", metavar="FILE", default="report.html", help="the HTML file to write")
+    rp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (the crawl to report on)")
 
     seed = sub.add_parser("seed", help="add seeds to a running crawl", formatter_class=fmt)
     seed_sub = seed.add_subparsers(dest="seed_verb", metavar="ACTION", required=True)
@@ -340,12 +424,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("warc", help="WARC tools", formatter_class=fmt)
     w_sub = w.add_subparsers(dest="warc_verb", metavar="ACTION", required=True)
-    wv = w_sub.add_parser("verify", help="validate segments: every record parses, digests match",
-                          parents=[common], formatter_class=fmt)
+    wv = w_sub.add_parser("verify", help="validate segments: records whole, digests, record order, the CDXJ; "
+                          "exit 1 on any failure", parents=[common], formatter_class=fmt)
     wv.add_argument("files", nargs="+", metavar="FILE")
+    wv.add_argument("--index-dir", metavar="DIR",
+                    help="where the CDXJ files are (default: ../index/ beside the segment's directory, else beside it)")
+    wv.add_argument("--no-index", action="store_true", help="do not compare the CDXJ")
     wv.set_defaults(func=cmd_warc_verify)
-    wi = w_sub.add_parser("index", help="print CDXJ lines for segments", parents=[common], formatter_class=fmt)
+    wi = w_sub.add_parser("index", help="rebuild the CDXJ of segments (sorted, written atomically)",
+                          parents=[common], formatter_class=fmt)
     wi.add_argument("files", nargs="+", metavar="FILE")
+    wi.add_argument("--index-dir", metavar="DIR",
+                    help="write <DIR>/<segment>.cdxj (default: where verify looks for it, else beside the segment)")
+    wi.add_argument("--stdout", action="store_true", help="print the sorted lines instead of writing a file")
     wi.set_defaults(func=cmd_warc_index)
 
     c = sub.add_parser("config", help="configuration tools", formatter_class=fmt)

@@ -4,7 +4,7 @@ Born and queued
     A URL reaches ``Frontier.add`` only after the DRUM seen-set found it new
     (and budgets let it through). It is written to LMDB at once, in the back
     queue of its host (key ``host id | level | seq``): one FIFO per host and
-    priority level, so RAM never holds queued URLs (DESIGN §1.4). A host with
+    priority level, so RAM never holds queued URLs (ARCHITECTURE.md invariant 4). A host with
     work gets an *active* slot (a few dozen bytes of politeness state in
     ``hosts.HostTable``) while there is room under ``max_active_hosts``;
     otherwise it waits in a front queue of its best priority level, and hosts
@@ -17,7 +17,7 @@ Scheduled
     shard resolves it and answers ``set_host_ip``. Only then does the host
     enter the due-time heap (``crawlerd._native.heap``), keyed by the earliest
     start politeness allows. The heap holds exactly the hosts that have work,
-    no lease beyond their limit (one, DESIGN §1.1) and a known address — one
+    no lease beyond their limit (one, ARCHITECTURE.md invariant 1) and a known address — one
     entry per host however long its queue, so a host with a million URLs
     never holds up the others.
 
@@ -42,9 +42,21 @@ Released
     dropped with a reason, or is still queued or leased; the counters in
     ``stats`` add up, and ``check_invariants`` proves it.
 
+Restarted
+    Host records hold absolute wall-clock times: a host's due is its last
+    request's end plus its gap (or a backoff), so a restart resumes every host
+    at its own time, and a clean stop records every active host's due. Which
+    requests were in flight at a ``kill -9``, and how the ones since the last
+    commit ended, is in the in-flight journal (``journal``, written before a
+    request starts, no fsync: the page cache outlives the process). Only hosts
+    whose request may have been cut off wait a whole gap, counted as if the
+    request had lasted until the restart; without a journal of this boot (an
+    OS crash) every host waits the grace of ``Politeness.restart_grace_s``.
+
 Modules: ``scheduler`` (the Frontier: queue, schedule, lease, release),
 ``operations`` (its operator side: blocklist, drops, stats, invariant checks),
-``queues`` (LMDB tables and durability), ``hosts`` (per-host state), ``ips``
+``queues`` (LMDB tables and durability), ``journal`` (requests in flight),
+``hosts`` (per-host state), ``ips``
 (per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
 gap rule), ``blocklist``, ``items`` (records and their byte layouts).
 """

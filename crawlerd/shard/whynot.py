@@ -20,7 +20,7 @@ async def explain(shard, raw_url: str) -> dict:
     fp, hk = urlmod.fingerprint(url), urlmod.host_key(url)
     now = shard.clock()
     out: dict = {"url": url, "host": hk, "domain": urlmod.registered_domain(urlmod.host_of(url))}
-    out["filter"] = shard.url_filter.peek(url)
+    out["filter"] = shard.intake.url_filter.peek(url)
     out["blocked"] = shard.frontier.is_blocked(urlmod.host_of(hk))
     seen = await shard.seen.contains([fp])
     out["seen"] = {"in_seen_set": seen[0], "waiting_for_merge": shard.seen.pending}

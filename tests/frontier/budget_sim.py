@@ -131,7 +131,7 @@ class BudgetCrawl:
         self.min_ready = min_ready_hosts
         self.log_every_s = log_every_s
         self.on_commit = on_commit
-        self.f = Frontier(os.path.join(path, "frontier"), clock=self.clock, rng=random.Random(1), priority_levels=4,
+        self.f = Frontier(os.path.join(path, "frontier"), clock=self.clock, wall=self.clock, rng=random.Random(1), priority_levels=4,
                           delay_factor=10.0, min_delay_s=1.0, max_delay_s=30.0, per_ip_concurrency=1,
                           lease_timeout_s=300.0, max_active_hosts=len(web.sites) + 10, map_size_bytes=1 << 32,
                           sync=False)

@@ -139,7 +139,7 @@ def test_no_deferred_url_is_lost_across_a_kill_9(tmp_path):
 def frontier_urls(path: str) -> set[str]:
     """Every URL the reopened frontier still holds, leased out through its public API on a virtual clock."""
     clock = FakeClock(1e6)
-    f = Frontier(path, clock=clock, max_active_hosts=10_000, map_size_bytes=1 << 32, sync=False)
+    f = Frontier(path, clock=clock, wall=clock, max_active_hosts=10_000, map_size_bytes=1 << 32, sync=False)
     urls = set()
     for _ in range(100_000):
         for hk in f.hosts_needing_dns():

@@ -1,0 +1,194 @@
+"""What the shard does with an answer: archive it, decide duplicates, keep recrawl state, follow links.
+
+An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC records, CDXJ line,
+text, links, simhash). Before that, its payload digest (SHA-1 of the entity without transfer
+coding) is looked up among archived captures and captures being archived right now: a match
+makes the worker write an identical-payload-digest revisit naming the first capture (its URL,
+date and record id). A 304 is written as a server-not-modified revisit naming the capture it
+confirms (:meth:`Answers.confirmed_capture`). While archiving, the worker asks
+:meth:`Answers.near_duplicate` about a page with text, so the capture's metadata record can
+name the page it nearly duplicates. After it:
+
+- only an archived answer may own a digest or carry validators for a conditional re-fetch
+  (recrawl bookkeeping), since a revisit of, or a 304 against, a record that does not exist
+  would be unreadable;
+- a page whose simhash is within ``dedup.simhash_distance`` bits of an earlier page is a near
+  duplicate (decided during archiving, above); a host whose pages are mostly near duplicates is
+  demoted one level (a trap);
+- a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
+  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets.
+
+``on_worker_death`` closes a dead worker's open WARC segment (torn tail cut) so no file stays
+``.open``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.dedup.digest_set import DigestSet
+from crawlerd.dedup.near import NearDuplicates
+from crawlerd.fetch.codec import DecodeError, dechunk
+from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.budgets import Budgets
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.process.pool import WorkerPool
+from crawlerd.records import FetchResult, PriorCapture
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.intake import Intake
+from crawlerd.shard.storage import StorageFailure
+from crawlerd.store import recover_segment, sha1_base32
+
+log = logging.getLogger("crawlerd.shard")
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+def payload_sha1(res: FetchResult) -> bytes:
+    """Raw SHA-1 of the entity with transfer coding removed: the exact-duplicate key (WARC payload digest)."""
+    body = res.body
+    if res.chunked:
+        try:
+            body = dechunk(body, len(body) + 1)
+        except DecodeError:
+            pass
+    return hashlib.sha1(body).digest()
+
+
+class Answers:
+    """Archive, dedup and follow one answer at a time (many concurrently, on the loop).
+
+    Key/invariant of ``pending``: payload SHA-1 → the first capture (url, date) being archived
+    now; an entry lives exactly while that capture's worker call runs, so a concurrent copy is
+    a revisit of it, and once archived the owner (with its record id) is in ``digests``."""
+
+    def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
+                 recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
+                 metrics: Metrics, budgets: Budgets | None = None):
+        self.cfg = cfg
+        self.pool = pool
+        self.digests = digests
+        self.near = near
+        self.recrawl = recrawl
+        self.frontier = frontier
+        self.intake = intake
+        self.events = events
+        self.metrics = metrics
+        self.budgets = budgets
+        self.pending: dict[bytes, PriorCapture] = {}
+
+    async def process(self, url: str, fp: int, host_key: str, item: QueuedURL | None, res: FetchResult) -> None:
+        """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
+        depth = item.depth if item is not None else 0
+        hops = item.hops if item is not None else 0
+        sha1 = payload_sha1(res) if res.status == 200 else None
+        prior, first = None, False
+        if sha1 is not None:
+            prior = self.digest_owner(sha1)
+            if prior is None:               # this capture will be the first: others wait on it
+                first = True
+                self.pending[sha1] = PriorCapture(url, res.started_at)
+        elif res.status == 304:             # a server-not-modified revisit of the capture it confirms
+            prior = self.confirmed_capture(fp)
+        digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
+        try:
+            pr = await self.pool.process(res, prior, digest=digest)
+        finally:
+            if first:
+                self.pending.pop(sha1, None)
+        if pr.storage_error:
+            # not archived (disk full, read-only, I/O error): nothing of it is kept, the caller
+            # returns the URL to its queue and the crawl pauses until the storage is usable again
+            raise StorageFailure(pr.storage_error, self.cfg.path("warc"))
+        # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
+        # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
+        if pr.warc_file:
+            if first:
+                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
+            self.record_visit(url, fp, host_key, res, sha1, depth)
+        if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
+            self.metrics.counters["duplicate_near"] += 1
+        if pr.outcome is not Outcome.OK:
+            self.metrics.counters[f"process_{pr.outcome.value}"] += 1
+        if pr.duplicate_of:
+            self.metrics.counters["duplicate_exact"] += 1
+        if res.status in REDIRECT_STATUSES:
+            loc = res.header("location")
+            if loc:
+                if hops + 1 > self.cfg.fetch.max_redirects:
+                    self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
+                    self.events.dropped(urlmod.normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
+                else:
+                    self.intake.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
+                                            priority=item.priority if item else None)
+        elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
+            follow = [ln for ln in pr.links if not ln.nofollow]
+            self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
+            self.intake.submit_links(follow, depth=depth + 1)
+            if self.budgets is not None and follow:
+                # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
+                self.budgets.record_links(url, {ln.host_key for ln in follow})
+        self.events.fetched(url, res, pr=pr)
+
+    def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
+                     depth: int) -> None:
+        """Recrawl bookkeeping for an answer the frontier will not retry (not 429/503)."""
+        if res.status in (429, 503):
+            return
+        if res.status in (301, 308):
+            self.recrawl.forget(fp)         # moved permanently: the target is crawled in its own right
+            return
+        self.recrawl.record(url, fp, host_key, fetched_at=res.started_at, status=res.status,
+                            etag=res.header("etag"), last_modified=res.header("last-modified"),
+                            digest=sha1.hex() if sha1 is not None else None, changed=None, depth=depth)
+        if res.status == 304:
+            self.metrics.counters["not_modified"] += 1
+
+    def digest_owner(self, digest: bytes) -> PriorCapture | None:
+        """Exact-duplicate owner: the first capture of this payload, archived or in progress."""
+        prev = self.digests.owner(digest)
+        if prev is not None:
+            return PriorCapture(prev[0], float(prev[1]), prev[2])
+        return self.pending.get(digest)
+
+    def confirmed_capture(self, fp: int) -> PriorCapture | None:
+        """The archived capture a 304 confirms: the record holding the payload whose validators
+        were sent (its digest owner, so a replay engine finds the payload even when the URL's
+        last capture was itself a revisit of another URL), else the URL's last capture as recrawl
+        knows it. None when recrawl knows nothing (an unconditional request answered 304: that
+        answer is archived as a plain response)."""
+        st = self.recrawl.state(fp)
+        if st is None:
+            return None
+        digest = "sha1:" + sha1_base32(bytes.fromhex(st.digest)) if st.digest else ""
+        owner = self.digests.owner(st.digest) if st.digest else None
+        if owner is not None:
+            return PriorCapture(owner[0], float(owner[1]), owner[2], digest)
+        return PriorCapture(st.url, st.captured_at or st.fetched_at, "", digest)
+
+    def near_duplicate(self, simhash: int, url: str) -> str:
+        """The pool's question before a worker archives a page with text: the stored page within
+        the simhash distance, or "". Feeds the host's trap window (demoted when mostly near
+        duplicates)."""
+        host_key = urlmod.host_key(url)
+        near = self.near.check_and_add(simhash, url, host_key)
+        if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+            self.frontier.demote_host(host_key)
+            self.metrics.counters["near_dup_demotions"] += 1
+        return near
+
+
+def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:
+    """The pool's callback: a dead worker's open segment is closed at once (torn tail cut)."""
+    def died(index: int, segment: str) -> None:
+        metrics.counters["worker_restarts"] += 1
+        if segment:
+            for line in recover_segment(segment, index_dir=index_dir):
+                log.warning("worker %d segment recovery: %s", index, line)
+    return died
