@@ -12,6 +12,7 @@ delegate here and commit afterwards, and the scheduler drops URLs through
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 
 from crawlerd.frontier import hosts as hs
@@ -31,6 +32,9 @@ from crawlerd.frontier.items import (
 from crawlerd.frontier.queues import u64
 
 IN_HEAP = (hs.READY, hs.DNS_BACKOFF)
+_STATE_NAMES = {hs.DNS: "waiting for DNS", hs.DNS_BACKOFF: "DNS failed, asking again later", hs.READY: "ready",
+                hs.IPWAIT: "waiting for its IP address (per-IP limit)", hs.BUSY: "fetching",
+                hs.ROBOTS: "fetching robots.txt"}
 DROP_CHUNK = 10000
 
 
@@ -331,6 +335,61 @@ class FrontierOps:
 
     def queued(self) -> int:
         return self._c["queued"]
+
+    def explain(self, url: str, host_key: str, now: float | None = None, max_scan: int = 200_000) -> dict:
+        """Where the frontier holds ``url``: leased, queued (level and place), or not held; its host's state.
+
+        Looks at the leases in flight and walks that one host's queue (at most ``max_scan`` entries),
+        never the whole frontier.
+        """
+        now = self._clock() if now is None else now
+        out: dict = {"host": host_key, "blocked": self._blocklist.matches(host_key)}
+        for o in self._leases.values():
+            if o.lease.url == url:
+                out["leased"] = {"kind": o.lease.kind, "attempt": o.lease.attempt,
+                                 "deadline_in_s": round(o.lease.deadline - now, 3)}
+        H = self._hosts
+        s = H.slot_of.get(host_key)
+        if s is not None:
+            hid, mask = H.hid[s], H.mask[s]
+            out["host_state"] = _STATE_NAMES.get(H.state[s], str(H.state[s]))
+            out["due_in_s"] = round(H.due[s] - now, 3)
+            out["leases_out"] = H.out[s]
+            out["failures"] = H.fails[s]
+            out["robots_known"] = H.robots_exp[s] > now
+        else:
+            rec = self.record(host_key)
+            if rec is None:
+                out["host_state"] = "unknown to the frontier"
+                return out
+            hid, mask = rec.hid, rec.mask
+            out["host_state"] = "waiting for an active slot" if rec.flags & hs.FLAG_WAITING else "inactive"
+            out["failures"] = rec.fails
+        out["levels_queued"] = [lv for lv in range(self._levels) if mask >> lv & 1]
+        cur = self._store.txn().cursor(db=self._store.queues)
+        prefix = hprefix(hid)
+        ahead = [0] * self._levels
+        scanned = 0
+        found = cur.set_range(prefix)
+        while found and scanned < max_scan:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            level = qkey_level(key)
+            if decode_url(cur.value(), host_key, level).url == url:
+                out["queued"] = {"level": level, "ahead_in_level": ahead[level]}
+                break
+            ahead[level] += 1
+            scanned += 1
+            found = cur.next()
+        if scanned >= max_scan and "queued" not in out:
+            out["queue_scan"] = f"stopped after {max_scan} entries"
+        for _key, raw in itertools.islice(self._store.scan(self._store.dead), max_scan):   # dead letters: bounded
+            tag, hk, _k, urec = decode_tagged(raw)
+            if hk == host_key and decode_url(urec, hk, qkey_level(_k)).url == url:
+                out["dead_letter"] = tag
+                break
+        return out
 
     def storage(self) -> dict[str, int]:
         """LMDB bytes and entries per table (for stats and the bench)."""

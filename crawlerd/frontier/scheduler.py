@@ -853,6 +853,14 @@ class Frontier:
     def queued(self) -> int:
         return self._c["queued"]
 
+    def hosts_ready(self) -> int:
+        """Hosts scheduled to be leased (work, room for a lease, a known address): BEAST's "ready hosts"."""
+        return len(self._heap)
+
+    def explain(self, url: str, host_key: str, now: float | None = None) -> dict:
+        """Where the frontier holds ``url`` and its host's state: see ``FrontierOps.explain``."""
+        return self._book.explain(url, host_key, now)
+
     def storage(self) -> dict[str, int]:
         """LMDB bytes and entries per table (for stats and the bench)."""
         return self._book.storage()

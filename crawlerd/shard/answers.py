@@ -34,7 +34,7 @@ from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.fetch.codec import DecodeError, dechunk
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
@@ -70,7 +70,7 @@ class Answers:
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
-                 metrics: Metrics, graph: DomainGraph | None = None):
+                 metrics: Metrics, budgets: Budgets | None = None):
         self.cfg = cfg
         self.pool = pool
         self.digests = digests
@@ -80,7 +80,7 @@ class Answers:
         self.intake = intake
         self.events = events
         self.metrics = metrics
-        self.graph = graph
+        self.budgets = budgets
         self.pending: dict[bytes, PriorCapture] = {}
         # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
         self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
@@ -135,11 +135,9 @@ class Answers:
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.intake.submit_links(follow, depth=depth + 1)
-            if self.graph is not None and follow:
+            if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                hosts = {ln.host_key for ln in follow}
-                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
-                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+                self.budgets.record_links(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,

@@ -24,7 +24,7 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import LoopLag, Metrics
@@ -90,15 +90,15 @@ class Shard:
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
         bu = cfg.budgets
-        self.graph: DomainGraph | None = None
-        self.budgets: Budgets | None = None
+        self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
-            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
-                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
-                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
-                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
-            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
-                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+            self.budgets = Budgets(cfg.path("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio,
+                                   queues=bu.queues, max_spread=bu.max_spread, cache_entries=bu.cache_entries,
+                                   map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
+                                   edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
+                                   edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
+                                   clock=clock)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -133,10 +133,11 @@ class Shard:
         self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             graph=self.graph, wall=wall)
+                             wall=wall, free_slots=lambda: self.window.size - len(self.leases),
+                             paused=lambda: self.paused or self.storage.paused)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
-                               graph=self.graph)
+                               budgets=self.budgets)
         self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
         learner = open_learner(cfg)                                 # DUST rules (None: dust.enabled false)
         self.dust = DustGate(cfg, learner, frontier=self.frontier, intake=self.intake, events=self.events,
@@ -147,7 +148,7 @@ class Shard:
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
-                              budgets=self.budgets, graph=self.graph)
+                              budgets=self.budgets)
         self.ops.apply_config_blocklist(cfg.blocklist.hosts)
         # need the running loop: made by run()
         self.resolver: Resolver | None = None
@@ -212,6 +213,8 @@ class Shard:
             self.runner.lease_gate = self.dust.lease_skip
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        if self.budgets is not None:
+            self.budgets.start(loop)
         self.loop_lag.start(loop)
         try:
             while not stop.is_set() and self.storage.fatal_reason is None:
@@ -309,10 +312,12 @@ class Shard:
             await self.seen.close()     # before the frontier closes: no delivery after this
         except STORE_ERRORS as e:
             self.storage.fatal(e, "seen-set")
-        if self.graph is not None and self.budgets is not None:
+        if self.budgets is not None:
             self.ops.keep_final_stats("budgets")
-            self._safely("budgets", self.budgets.close)
-            self._safely("budgets", self.graph.close)
+            try:
+                await self.budgets.close()
+            except STORE_ERRORS as e:
+                self.storage.fatal(e, "budgets")
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)

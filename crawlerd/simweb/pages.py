@@ -13,6 +13,7 @@ import random
 from itertools import accumulate
 
 from crawlerd.simweb import site as S
+from crawlerd.simweb.farm import FarmLinks
 from crawlerd.simweb.text import ParagraphPool, sentence, words
 
 _LINK_KINDS = ("root_rel", "rel", "dotdot", "abs", "frag", "cross_abs", "cross_proto", "private",
@@ -35,7 +36,7 @@ def _with_sid(href: str) -> str:
 class PageRenderer:
     """Renders bodies for one bound port (absolute links carry it). Holds no per-request state."""
 
-    __slots__ = ("site", "pool", "port", "seed", "variants")
+    __slots__ = ("site", "pool", "port", "seed", "variants", "farm")
 
     def __init__(self, site: S.Site, pool: ParagraphPool, port: int, variants=None) -> None:
         self.site = site
@@ -43,6 +44,7 @@ class PageRenderer:
         self.port = port
         self.seed = site.seed
         self.variants = variants      # simweb.variants.Variants: links to URL variants (hosts that have them)
+        self.farm = FarmLinks(site.shape, site.hosts, site.hosts[:site.n_hosts]) if site.shape.active else None
 
     # --- helpers ---
     def authority(self, host: S.HostSpec) -> str:
@@ -168,6 +170,9 @@ class PageRenderer:
             items = self._li_items(host, rng, n_links)
             if self.variants is not None and host.variants:
                 items += self.variants.extra_items(host, k)
+            if self.farm is not None:        # links into the giants and the farm (farm.py)
+                items += [f'<li><a href="{h}">{" ".join(words(rng, 2))}</a></li>\n'
+                          for h in self.farm.extra_hrefs(host, rng, self.authority)]
         paras = self._paragraphs(rng, target - 60 * n_links)
         parts: list[bytes] = []
         per = max(1, len(items) // max(1, len(paras)))
@@ -183,6 +188,10 @@ class PageRenderer:
             img = int(rng.random() * S.MEDIA_FILES)
             parts.append(f'<p><img src="/img/{img}.png" alt="figure"></p>\n'.encode())
         return self._doc(title, parts, k in host.meta_nofollow)
+
+    def document(self, title: str, text_bytes: int, rng: random.Random, links: list[tuple[str, str, bool]]) -> bytes:
+        """A page of about ``text_bytes`` of text and one list of ``(href, anchor, nofollow)`` links."""
+        return self._doc(title, self._paragraphs(rng, text_bytes) + [self._ul(links)])
 
     def leaf(self, host: S.HostSpec, prefix: str, k: int) -> bytes:
         """/private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html: small pages linking back."""

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from crawlerd.simweb.variants import profile as variant_profile
+from crawlerd.simweb.farm import ROLE_FARM, FarmShape
 
 # --- robots.txt variants (RFC 9309 §2.3.1 outcomes) ---
 ROBOTS_ABSENT = "absent"                      # 404: allow all (§2.3.1.3)
@@ -185,14 +186,15 @@ class Site:
     """All hosts of one synthetic web. Key: host name. Invariant: pure function of the arguments."""
 
     def __init__(self, n_hosts: int = 200, seed: int = 1, min_pages: int = 20, max_pages: int = 500,
-                 variant_share: float = 0.0) -> None:
+                 variant_share: float = 0.0, shape: FarmShape | None = None) -> None:
         if n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
         if not 1 <= min_pages <= max_pages:
             raise ValueError("need 1 <= min_pages <= max_pages")
         self.seed = seed
-        self.n_hosts = n_hosts
+        self.n_hosts = n_hosts                   # ordinary hosts: indices below n_hosts (see farm.py for the rest)
         self.variant_share = variant_share
+        self.shape = shape or FarmShape()
         rng = random.Random(f"simweb-site/{seed}/{n_hosts}")
         candidates = list(range(1, n_hosts))
         rng.shuffle(candidates)
@@ -222,9 +224,13 @@ class Site:
             near = {k: v for k, v in near.items() if v not in copies}
             # URL variants only on ordinary hosts (traps and hostile roles stay what they are), never h0
             kinds = variant_profile(seed, i, variant_share) if role == ROLE_NORMAL and i else ()
-            hosts.append(HostSpec(i, f"h{i}.sim", ip_for_slot(ip_slot(i)), role, robots_spec(variant),
+            hosts.append(HostSpec(i, self.shape.ordinary_name(i), ip_for_slot(ip_slot(i)), role, robots_spec(variant),
                                   pages, gzip=hrng.random() < 0.3, exact_dups=exact, near_dups=near,
                                   meta_nofollow=meta_nf, variants=kinds))
+        for name, role, pages in self.shape.extra_hosts():      # giants and farm hosts (farm.py)
+            i = len(hosts)
+            variant = ROBOTS_ABSENT if role == ROLE_FARM else ROBOTS_DISALLOW_PRIVATE
+            hosts.append(HostSpec(i, name, ip_for_slot(ip_slot(i)), role, robots_spec(variant), pages, gzip=False))
         self.hosts: tuple[HostSpec, ...] = tuple(hosts)
         self.by_name: dict[str, HostSpec] = {h.name: h for h in hosts}
 
@@ -246,4 +252,5 @@ class Site:
             "robots_hold_s": ROBOTS_HOLD_S, "leaf_pages": LEAF_PAGES, "media_files": MEDIA_FILES,
             "variant_share": self.variant_share,
             "hosts": {h.name: h.describe() for h in self.hosts},
+            **({"shape": self.shape.describe()} if self.shape.active else {}),
         }
