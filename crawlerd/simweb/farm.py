@@ -129,4 +129,4 @@ class FarmLinks:
             links.append((f"http://{renderer.authority(o)}/f/{int(rng.random() * FARM_PAGES)}.html", "best", False))
         o = ordinary[int(rng.random() * len(ordinary))]
         links.append((f"http://{renderer.authority(o)}/", o.name, False))
-        return renderer.document(f"{domain} offers {k}", 1500, rng, links)
+        return renderer.text_page(f"{domain} offers {k}", 1500, rng, links)

@@ -189,7 +189,7 @@ class PageRenderer:
             parts.append(f'<p><img src="/img/{img}.png" alt="figure"></p>\n'.encode())
         return self._doc(title, parts, k in host.meta_nofollow)
 
-    def document(self, title: str, text_bytes: int, rng: random.Random, links: list[tuple[str, str, bool]]) -> bytes:
+    def text_page(self, title: str, text_bytes: int, rng: random.Random, links: list[tuple[str, str, bool]]) -> bytes:
         """A page of about ``text_bytes`` of text and one list of ``(href, anchor, nofollow)`` links."""
         return self._doc(title, self._paragraphs(rng, text_bytes) + [self._ul(links)])
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from crawlerd.simweb.variants import profile as variant_profile
 from crawlerd.simweb.farm import ROLE_FARM, FarmShape
+from crawlerd.simweb.variants import profile as variant_profile
 
 # --- robots.txt variants (RFC 9309 §2.3.1 outcomes) ---
 ROBOTS_ABSENT = "absent"                      # 404: allow all (§2.3.1.3)
