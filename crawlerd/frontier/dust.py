@@ -36,6 +36,7 @@ import numpy as np
 from xxhash import xxh3_64_intdigest as _fp
 
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, TRUSTED, Evidence, HostState
+from crawlerd.frontier.dust_priors import PriorTable
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
 from crawlerd.url import fingerprint
@@ -86,11 +87,17 @@ class Changes:
 
 
 class _HostInfo(NamedTuple):
-    """What admission needs of a host, kept in RAM for hosts with trusted rules or relevant names."""
+    """What admission needs of a host, kept in RAM for hosts with trusted rules, relevant names or
+    retired rules."""
     trusted: tuple[tuple[Rule, int], ...]
     epoch: int
     relevant: frozenset[str]
     names: dict[int, str]           # rule id -> text
+    priors: frozenset[int]          # ids of rules trusted as cross-host priors only
+    retired: frozenset[str]         # texts of rules retired here (never adopted again)
+
+
+_NO_RULES: tuple = ()
 
 
 class ClassTable:
@@ -138,9 +145,11 @@ class DustLearner:
     def __init__(self, path: str, *, confirmations: int = 3, sample_share: float = 0.02,
                  probe_share: float = 0.005, defer: bool = True, window: int = 24,
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
-                 cache_hosts: int = 2048, near_bits: int = 3, sync: bool = True, clock=time.time):
+                 cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
+                 prior_sample_share: float = 0.05, sync: bool = True, clock=time.time):
         self.k = confirmations
         self.sample_share = sample_share
+        self.prior_sample_share = prior_sample_share
         self.probe_share = probe_share
         self.defer = defer
         self.window = window
@@ -154,6 +163,8 @@ class DustLearner:
         self._dirty: set[str] = set()
         self._info: dict[str, _HostInfo] = {}
         self._skips_by_host: Counter[str] = Counter()
+        self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
+                                 max_counter_hosts=prior_counter_hosts)
         for host, rec in self.store.hosts():
             st = HostState(rec)
             self._refresh(host, st)
@@ -192,11 +203,42 @@ class DustLearner:
 
     def _refresh(self, host: str, st: HostState) -> None:
         trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))
-        if trusted or st.relevant:
+        if trusted or st.relevant or st.retired:
             self._info[host] = _HostInfo(trusted, st.epoch, frozenset(st.relevant),
-                                         {r.id: r.rule.text for r in st.rules})
+                                         {r.id: r.rule.text for r in st.rules},
+                                         frozenset(r.id for r in st.rules if r.prior),
+                                         frozenset(r.rule.text for r in st.retired))
         else:
             self._info.pop(host, None)
+
+    def _rules(self, info: _HostInfo | None) -> tuple[tuple[Rule, int], ...]:
+        """The rules admission applies on a host: its trusted ones (an adopted prior only while the
+        prior is active), then the active priors it has not adopted (id -1) whose name it does not
+        know to change content and that it never retired."""
+        active = self.priors.active
+        if info is None:
+            return tuple((r, -1) for r in active) if active else _NO_RULES
+        own = info.trusted
+        if info.priors:
+            own = tuple(x for x in own if x[1] not in info.priors or self.priors.is_active(info.names[x[1]]))
+        if not active:
+            return own
+        texts = info.names.values()
+        rel, ret = info.relevant, info.retired
+        extra = tuple((r, -1) for r in active if r.name not in rel and r.text not in ret and r.text not in texts)
+        return own + extra if extra else own
+
+    def _adopt(self, host: str, rule: Rule) -> _HostInfo | None:
+        """Trust an active prior on ``host`` (its first use there): the host's info after, or None."""
+        st = self._state(host)
+        rs = st.adopt(rule, self._clock())
+        if rs is None:
+            return None
+        self.counters["priors_adopted"] += 1
+        self.store.meta["adopted"] = self.store.meta.get("adopted", 0) + 1
+        self._refresh(host, st)
+        self._dirty.add(host)
+        return self._info.get(host)
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, url: str, fp: int, depth: int = 1, hops: int = 0) -> Decision:
@@ -212,6 +254,7 @@ class DustLearner:
         first directory, the table looked up once per batch."""
         out: list[Decision] = [_NORMAL] * len(urls)
         info = self._info
+        priors = bool(self.priors.active)
         defer = self.defer
         idx: list[int] = []
         keys0: list[int] = []
@@ -220,15 +263,17 @@ class DustLearner:
         for i, url in enumerate(urls):
             fp = fps[i]
             relevant = _NOTHING
-            if info:
-                hi = info.get(url[:url.find("/", 8)])        # the host key of a normalised URL
+            if info or priors:
+                host = url[:url.find("/", 8)]                # the host key of a normalised URL
+                hi = info.get(host)
                 if hi is not None:
-                    if hi.trusted:
-                        d = self._trusted(url, fp, url[:url.find("/", 8)], hi)
-                        if d is not None:
-                            out[i] = d
-                            continue
                     relevant = hi.relevant
+                if (hi is not None and hi.trusted) or (priors and ("?" in url or ";" in url or
+                                                                   _alt_path(url, relevant))):
+                    d = self._trusted(url, fp, host, hi)
+                    if d is not None:
+                        out[i] = d
+                        continue
             if not defer:
                 continue
             if "?" in url or ";" in url:
@@ -274,27 +319,47 @@ class DustLearner:
             return main, alt, dropped
         return url, _alt_path(url, relevant), ()
 
-    def _trusted(self, url: str, fp: int, host: str, info: _HostInfo, sample: bool = True) -> Decision | None:
-        """SKIP or SAMPLE when the host's trusted rules map ``url`` onto archived content."""
+    def _trusted(self, url: str, fp: int, host: str, info: _HostInfo | None, sample: bool = True,
+                 adopt: bool = True) -> Decision | None:
+        """SKIP or SAMPLE when the host's trusted rules (and the active priors, ``_rules``) map
+        ``url`` onto archived content. A prior that decides is adopted on the host (``adopt``)."""
+        rules = self._rules(info)
+        if not rules:
+            return None
         q = parse(url)
-        first = None
-        for rule, _rid in info.trusted:
+        used = []
+        for rule, rid in rules:
             n = rule.apply(q)
             if n is not None:
                 q = n
-                first = first or rule
-        if first is not None:
+                used.append((rule, rid))
+        epoch = info.epoch if info is not None else -1
+        if used:
             canonical = unparse(q)
             hit = self.store.archived(fingerprint(canonical))
-            if hit is None or not (hit[0] == URL or (hit[0] == CANON and hit[2] == info.epoch)):
+            if hit is None or not (hit[0] == URL or (hit[0] == CANON and hit[2] == epoch)):
                 return None
-            text = first.text
+            new = [rule for rule, rid in used if rid < 0]
+            if new and not adopt:
+                return _DEFER
+            for rule in new:
+                info = self._adopt(host, rule)
+                if info is None:
+                    return None
+            # the skip is logged under the weakest rule that made it: its retirement gives it back
+            weak = [rule for rule, rid in used if rid < 0 or rid in info.priors]
+            text = (weak or [used[0][0]])[0].text
+            by_prior = bool(weak)
         else:
+            if info is None:
+                return None
             hit = self.store.archived(fp)
             if hit is None or hit[0] != CANON or hit[2] != info.epoch or hit[1] not in info.names:
                 return None
             canonical, text = url, info.names[hit[1]]
-        if sample and (fp >> 40) < self.sample_share * (1 << 24):
+            by_prior = hit[1] in info.priors
+        share = self.prior_sample_share if by_prior else self.sample_share
+        if sample and (fp >> 40) < share * (1 << 24):
             self._remember(fp, "sample", text, canonical, hit.digest, hit.simhash)
             self.counters["samples"] += 1
             return Decision(SAMPLE, text, canonical)
@@ -343,17 +408,14 @@ class DustLearner:
 
     def check_lease(self, url: str, fp: int, host: str) -> Decision | None:
         """At lease time (URLs queued before a rule was trusted): a SKIP decision, or None: fetch."""
-        info = self._info.get(host)
-        if info is None or not info.trusted:
-            return None
-        d = self._trusted(url, fp, host, info)
+        d = self._trusted(url, fp, host, self._info.get(host))
         return d if d is not None and d.action == SKIP else None
 
     def still_suspect(self, url: str, host: str) -> bool:
         """For a deferred URL after its host learned something: stay deferred? (A URL it lets go
         becomes the first of its skeleton, so its own variants stay suspects.)"""
         info = self._info.get(host)
-        if info is not None and info.trusted and self._trusted(url, fingerprint(url), host, info) is not None:
+        if self._trusted(url, fingerprint(url), host, info, sample=False, adopt=False) is not None:
             return True
         main, alt, _ = self._skeleton(url, info.relevant if info else frozenset())
         a, b = fingerprint(main), fingerprint(alt) if alt else 0
@@ -406,8 +468,12 @@ class DustLearner:
         for rs in learned.trusted:
             ch.trusted.append(rs.rule.text)
             meta["learned"] = meta.get("learned", 0) + 1
+            if self.priors.supported(rs.rule.text):
+                self.counters["priors_made"] += 1
         for rs in learned.retired:
             ch.retired.append(rs.rule.text)
+            if self.priors.contradicted(rs.rule.text):
+                self.counters["priors_dropped"] += 1
             meta["retired"] = meta.get("retired", 0) + 1
             meta["mismatches"] = meta.get("mismatches", 0) + (1 if rs.mismatches else 0)
             ch.requeue += self.store.pop_skips(host, rs.rule.text)
@@ -424,6 +490,8 @@ class DustLearner:
         d32 = int.from_bytes(digest[:4], "big")
         self.store.add_archived(fp, URL, digest=d32, simhash=simhash)
         info = self._info.get(host)
+        if self.priors.active:
+            info = self._adopt_seen(url, host, info, same_host) or info
         main = self._skeleton(url, info.relevant if info else frozenset())[0]
         if main != url:
             self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
@@ -432,6 +500,30 @@ class DustLearner:
                 self._record_rewrite(e, info)
         self._dirty.add(host)
         return ch
+
+    def _adopt_seen(self, url: str, host: str, info: _HostInfo | None, canonical: str) -> _HostInfo | None:
+        """An archived URL that an active prior rewrites: adopt the prior on its host, so that the
+        rewrite's image counts as archived (``_record_rewrite``). Not when the page declares a
+        canonical other than that image (the site says the parameter matters)."""
+        q = parse(url)
+        out = None
+        for rule, rid in self._rules(info):
+            if rid >= 0:
+                continue
+            n = rule.apply(q)
+            if n is None:
+                continue
+            if canonical and canonical != unparse(n):
+                # several priors may apply: the page's canonical must be the image of them all
+                full = n
+                for other, orid in self._rules(info):
+                    if orid < 0 and other is not rule:
+                        full = other.apply(full) or full
+                if canonical != unparse(full):
+                    continue
+            out = self._adopt(host, rule) or out
+            info = out or info
+        return out
 
     def _versus(self, ev: Evidence, digest: bytes, pend: tuple) -> int:
         """A sample's answer against the archived page its rule maps it onto (as kept in the
@@ -456,6 +548,7 @@ class DustLearner:
 
     # -- durability and reporting -------------------------------------------------------------
     def commit(self) -> None:
+        self.store.meta["priors"] = self.priors.to_record()
         for host in list(self._dirty):
             st = self._cache.get(host)
             if st is not None:
@@ -481,5 +574,7 @@ class DustLearner:
         return {"rules_trusted": trusted, "hosts_with_rules": sum(1 for i in self._info.values() if i.trusted),
                 "rules_learned_total": meta.get("learned", 0), "rules_retired_total": meta.get("retired", 0),
                 "sample_mismatches_total": meta.get("mismatches", 0), "skipped_total": meta.get("skipped", 0),
-                "probe_tokens": round(self.tokens, 2), **{k: v for k, v in self.counters.items()},
+                "probe_tokens": round(self.tokens, 2), "priors_active": len(self.priors.active),
+                "priors_adopted_total": meta.get("adopted", 0),
+                "priors": self.priors.view()[:top_hosts], **{k: v for k, v in self.counters.items()},
                 "top": [{"host": h, "rules": self.rules_of(h)[:top_rules]} for h in hosts]}

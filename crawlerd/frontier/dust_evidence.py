@@ -90,14 +90,18 @@ class RuleStat:
     mismatches: int = 0
     logged: int = 0                          # skips in the store's skip log
     since: float = 0.0                       # wall time of the last state change
+    prior: bool = False                      # trusted as a cross-host prior (``dust_priors``), not
+                                             # yet on this host's own k confirmations
 
     def to_list(self) -> list:
         return [self.rule.text, self.id, self.state, self.targets, int(self.target_seen), self.values,
-                self.confirmations, self.skips, self.samples, self.mismatches, self.logged, round(self.since, 1)]
+                self.confirmations, self.skips, self.samples, self.mismatches, self.logged, round(self.since, 1),
+                int(self.prior)]
 
     @classmethod
     def from_list(cls, x: list) -> RuleStat:
-        return cls(parse_rule(x[0]), x[1], x[2], list(x[3]), bool(x[4]), list(x[5]), *x[6:12])
+        return cls(parse_rule(x[0]), x[1], x[2], list(x[3]), bool(x[4]), list(x[5]), *x[6:12],
+                   bool(x[12]) if len(x) > 12 else False)
 
     def confirm(self, image: str, target: bool, values: tuple[str, ...], k: int) -> bool:
         """Count one agreeing pair; True when this makes the rule trusted."""
@@ -110,15 +114,15 @@ class RuleStat:
             hv = xxh32_intdigest(v.encode("utf-8", "surrogatepass"))
             if hv not in self.values and len(self.values) < 2:
                 self.values.append(hv)
-        if self.state == CANDIDATE and len(self.targets) >= k and self.target_seen and \
-                (not self.rule.general or len(self.values) >= 2):
-            self.state = TRUSTED
+        if self.state != RETIRED and (self.state == CANDIDATE or self.prior) and len(self.targets) >= k and \
+                self.target_seen and (not self.rule.general or len(self.values) >= 2):
+            self.state, self.prior = TRUSTED, False     # a prior's adoption now stands on its own
             return True
         return False
 
     def view(self) -> dict:
         return {"rule": self.rule.text, "state": self.state, "confirmations": self.confirmations,
-                "independent": len(self.targets), "skips": self.skips, "samples": self.samples,
+                "independent": len(self.targets), "prior": self.prior, "skips": self.skips, "samples": self.samples,
                 "sample_mismatches": self.mismatches}
 
 
@@ -187,6 +191,21 @@ class HostState:
                 return r
         return None
 
+    def adopt(self, rule: Rule, now: float) -> RuleStat | None:
+        """Trust ``rule`` here as a cross-host prior (``dust_priors``): a candidate of it is raised,
+        a new one made; None when the host retired it or has no room."""
+        rs = self.find(rule.text)
+        if rs is not None:
+            if rs.state != CANDIDATE:
+                return None
+        else:
+            if len(self.rules) >= MAX_RULES and not self._make_room():
+                return None
+            rs = RuleStat(rule, self._new_id(), since=now)
+            self.rules.append(rs)
+        rs.state, rs.prior, rs.since = TRUSTED, True, now
+        return rs
+
     def _new_id(self) -> int:
         used = {r.id for r in self.rules}
         while True:
@@ -232,10 +251,20 @@ class HostState:
                 pairs = [(ev, e) for e in old]
             else:
                 pairs = [(ev, e) for e in old if name in e.url]
+            # other rules of its kind, for pairs that differ in several parameters at once
+            # (``?utm_source=..&utm_medium=..``): such a pair only confirms, never retires
+            also = tuple(r.rule for r in self.rules if r is not rs and r.rule.kind == rs.rule.kind and
+                         r.rule.name != name)
             for a, b in pairs:
                 rel = relation(rs.rule, a.parts, b.parts)
+                joint = False
                 if rel is None:
-                    continue
+                    if not also:
+                        continue
+                    rel = relation(rs.rule, a.parts, b.parts, also)
+                    if rel is None:
+                        continue
+                    joint = True
                 v = compare(a, b, near_bits)
                 if v == AGREE:
                     if rs not in out.related:
@@ -247,7 +276,7 @@ class HostState:
                         # trusted one that skipped URLs stays, so its retirement can give them back
                         self.rules = [r for r in self.rules if not rs.rule.covers(r.rule) or
                                       (r.state == TRUSTED and r.logged)]
-                elif v == DISAGREE:
+                elif v == DISAGREE and not joint:
                     if rs not in out.related:
                         out.related.append(rs)
                     self.retire(rs, now)

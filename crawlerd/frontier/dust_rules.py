@@ -281,17 +281,27 @@ class Relation(NamedTuple):
     image: str              # the URL both map onto
 
 
-def relation(rule: Rule, a: Parts, b: Parts) -> Relation | None:
-    """How ``rule`` relates two different URLs: None unless it maps them onto one URL."""
+def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = ()) -> Relation | None:
+    """How ``rule`` relates two different URLs: None unless it maps them onto one URL (after
+    the rules ``also``, applied next, when given; ``rule`` must change one of them itself)."""
     ra, rb = rule.apply(a), rule.apply(b)
     if ra is None and rb is None:
         return None
-    ua = unparse(ra) if ra is not None else unparse(a)
-    ub = unparse(rb) if rb is not None else unparse(b)
+    va, vb = rule.values(a) if ra is not None else [], rule.values(b) if rb is not None else []
+    if also and sorted(va) == sorted(vb):
+        return None         # ``rule`` removed the same from both: the pair says nothing of it
+    vals = va + vb
+    target = ra is None or rb is None
+    xa, xb = ra if ra is not None else a, rb if rb is not None else b
+    for r in also:
+        na, nb = r.apply(xa), r.apply(xb)
+        xa, xb = na if na is not None else xa, nb if nb is not None else xb
+    ua, ub = unparse(xa), unparse(xb)
     if ua != ub:
         return None
-    vals = (rule.values(a) if ra is not None else []) + (rule.values(b) if rb is not None else [])
-    return Relation(ra is None or rb is None, tuple(vals), ua)
+    if also:            # one side is the image itself
+        target = ua in (unparse(a), unparse(b))
+    return Relation(target, tuple(vals), ua)
 
 
 def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], str]:

@@ -42,7 +42,9 @@ def open_learner(cfg: Config) -> DustLearner | None:
     return DustLearner(cfg.path("dust"), confirmations=d.confirmations, sample_share=d.sample_share,
                        probe_share=d.probe_share, defer=d.defer_suspects, window=d.evidence_per_host,
                        max_bytes=d.max_bytes, max_host_bytes=d.max_host_bytes, class_entries=d.class_entries,
-                       cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance)
+                       cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
+                       prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
+                       prior_sample_share=d.prior_sample_share)
 
 
 class DustGate:
