@@ -50,6 +50,7 @@ _INITIAL_TOKENS = 8.0
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
+RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
 
 
 def _alt_path(url: str, relevant: frozenset[str]) -> str:
@@ -346,10 +347,9 @@ class DustLearner:
                 info = self._adopt(host, rule)
                 if info is None:
                     return None
-            # the skip is logged under the weakest rule that made it: its retirement gives it back
-            weak = [rule for rule, rid in used if rid < 0 or rid in info.priors]
-            text = (weak or [used[0][0]])[0].text
-            by_prior = bool(weak)
+            # the skip is logged under every rule that made it: any one's retirement gives it back
+            text = RULE_JOIN.join(rule.text for rule, _rid in used)
+            by_prior = any(rid < 0 or rid in info.priors for _rule, rid in used)
         else:
             if info is None:
                 return None
@@ -429,15 +429,16 @@ class DustLearner:
         """The shard skipped a URL on ``decision``: count it under its rule and log ``record``
         (its seen-set record) so a retirement of the rule queues it again."""
         st = self._state(host)
-        rs = st.find(decision.rule)
         self.counters["skipped"] += 1
         self.store.meta["skipped"] = self.store.meta.get("skipped", 0) + 1
-        if rs is None:
-            return
-        rs.skips += 1
-        rs.logged = self.store.log_skip(host, rs.rule.text, record, rs.logged)
+        for text in decision.rule.split(RULE_JOIN):
+            rs = st.find(text)
+            if rs is None:
+                continue
+            rs.skips += 1
+            rs.logged = self.store.log_skip(host, rs.rule.text, record, rs.logged)
+            self._dirty.add(host)
         self._skips_by_host[host] += 1
-        self._dirty.add(host)
 
     # -- evidence -----------------------------------------------------------------------------
     def observe(self, url: str, fp: int, host: str, digest: bytes, simhash: int, canonical: str = "") -> Changes:
@@ -453,17 +454,18 @@ class DustLearner:
             self.tokens += 1.0            # the probe found new content: it cost nothing
             self._host_probes[host] -= 1
         elif pend is not None and pend[0] == "sample":
-            rs = st.find(pend[1])
-            if rs is not None and rs.state == TRUSTED and rs not in learned.related:
-                # its stand-in may have left the window: compare with what the archived set kept
-                v = self._versus(ev, digest, pend)
-                if v == DISAGREE:
-                    st.retire(rs, self._clock())
-                    learned.retired.append(rs)
-                if v != NEUTRAL:
-                    learned.related.append(rs)
-            if rs is not None and rs in learned.related:
-                rs.samples += 1
+            v = self._versus(ev, digest, pend)
+            for text in pend[1].split(RULE_JOIN):
+                rs = st.find(text)
+                if rs is not None and rs.state == TRUSTED and rs not in learned.related:
+                    # its stand-in may have left the window: compare with what the archived set kept
+                    if v == DISAGREE:
+                        st.retire(rs, self._clock())
+                        learned.retired.append(rs)
+                    if v != NEUTRAL:
+                        learned.related.append(rs)
+                if rs is not None and rs in learned.related:
+                    rs.samples += 1
         meta = self.store.meta
         for rs in learned.trusted:
             ch.trusted.append(rs.rule.text)
@@ -537,14 +539,17 @@ class DustLearner:
 
     def _record_rewrite(self, e: Evidence, info: _HostInfo) -> None:
         q = parse(e.url)
-        first = None
+        used = []
         for rule, rid in info.trusted:
             n = rule.apply(q)
             if n is not None:
                 q = n
-                first = first if first is not None else rid
-        if first is not None:
-            self.store.add_archived(fingerprint(unparse(q)), CANON, first, info.epoch, e.digest >> 32, e.simhash)
+                used.append(rid)
+        # one rule id is kept with the rewrite: that of a prior when one took part (the weakest)
+        weak = [rid for rid in used if rid in info.priors]
+        if used and len(weak) <= 1:
+            self.store.add_archived(fingerprint(unparse(q)), CANON, (weak or used)[0], info.epoch,
+                                    e.digest >> 32, e.simhash)
 
     # -- durability and reporting -------------------------------------------------------------
     def commit(self) -> None:
