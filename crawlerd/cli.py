@@ -142,10 +142,15 @@ def _print_dust(du: dict) -> None:
           f"sample mismatches {du.get('sample_mismatches_total', 0)}, skipped {du.get('skipped_total', 0)} "
           f"(this run: deferred {du.get('deferred', 0)}, probes {du.get('probes', 0)}, "
           f"samples {du.get('samples', 0)})")
+    pri = [p for p in du.get("priors", []) if p["active"]]
+    if du.get("priors_active"):
+        print(f"dust priors:    {du['priors_active']} active, adopted {du.get('priors_adopted_total', 0)} times: "
+              + ", ".join(f"{p['rule']} ({p['hosts']} hosts, {p['counter_hosts']} against)" for p in pri[:6]))
     for h in du.get("top", []):
         print(f"  {h['host']}")
         for r in h["rules"]:
-            print(f"    {r['rule']:<32} {r['state']:<9} confirmations {r['confirmations']:<4} "
+            state = r["state"] + ("*" if r.get("prior") else "")     # * trusted as a cross-host prior
+            print(f"    {r['rule']:<32} {state:<9} confirmations {r['confirmations']:<4} "
                   f"skips {r['skips']:<6} samples {r['samples']:<4} sample mismatches {r['sample_mismatches']}")
 def _print_budgets(bu: dict) -> None:
     """The STAR/BEAST lines of ``crawlerd stats``: the reader, the graph, the top domains."""
