@@ -93,6 +93,9 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
     first: dict[tuple[str, str], str] = {}
     groups: dict[tuple[str, str], set[str]] = defaultdict(set)
     dup_kinds: Counter[str] = Counter()
+    dup_first: Counter[str] = Counter()         # the kind of the URL the page was first fetched under
+    dup_tenth: Counter[int] = Counter()         # when, in tenths of the crawl's 200 answers
+    seq0, seq1 = (pages[0].seq, pages[-1].seq) if pages else (0, 1)
     dups = 0
     for e in pages:
         h = hosts.get(e.host)
@@ -105,6 +108,8 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
         if g in first and e.target not in groups[g]:
             dups += 1
             dup_kinds[variant_kind(e.target)] += 1
+            dup_first[variant_kind(first[g])] += 1
+            dup_tenth[min(9, 10 * (e.seq - seq0) // max(1, seq1 - seq0))] += 1
         first.setdefault(g, e.target)
         groups[g].add(e.target)
     fetched = {(e.host, page_key(hosts, e.host, e.target)) for e in pages}
@@ -118,7 +123,8 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
             false_skips.append(url)
     n = len(pages)
     return {"pages_200": n, "variant_dups": dups, "dup_share": dups / n if n else 0.0,
-            "dup_by_kind": dict(dup_kinds), "distinct_pages": len(fetched),
+            "dup_by_kind": dict(dup_kinds), "dup_by_first_kind": dict(dup_first),
+            "dup_by_tenth": [dup_tenth[i] for i in range(10)], "distinct_pages": len(fetched),
             "variant_hosts_fetched": len({h for h, _ in groups}), "skipped_events": len(skipped),
             "false_skips": len(false_skips), "false_skip_examples": false_skips[:5]}
 
@@ -173,7 +179,9 @@ def print_report(res: list[dict], args) -> None:
               f"{d.get('sample_mismatches_total', 0):8d} {sum(r['politeness'].values()):11d} "
               f"{r['crawl_cpu_ms_per_request'] or 0:12.2f}")
     for r in res:
-        print(f"{r['label']}: duplicates by kind {r['judged']['dup_by_kind']}; learner {r['dust']}")
+        print(f"{r['label']}: duplicates by kind {r['judged']['dup_by_kind']}, by the kind first fetched "
+              f"{r['judged']['dup_by_first_kind']}, by tenth of the crawl {r['judged']['dup_by_tenth']}; "
+              f"learner {r['dust']}")
         if r["judged"]["false_skip_examples"]:
             print(f"  false skips, e.g. {r['judged']['false_skip_examples']}")
     on = [r for r in res if r["label"] == "on"]

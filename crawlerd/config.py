@@ -282,13 +282,14 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Share of the URLs a trusted rule would skip that are fetched anyway to re-validate it; "
            "one contradiction retires the rule and re-queues its logged skips.", min=0.0, max=1.0),
         _k("prior_hosts", int, 3,
-           "A rule (e.g. ?utm_source, ;jsessionid) trusted on this many hosts on their own evidence "
+           "A rule (e.g. ?utm_source, ;jsessionid) confirmed on this many hosts on their own evidence "
+           "(each: a pair with its rewrite target; two distinct values for a rule over many values) "
            "becomes a cross-host prior: applied on other hosts without their own confirmations, "
            "re-validated there by prior_sample_share; 0 turns priors off.", min=0, max=1 << 20),
         _k("prior_counter_hosts", int, 2,
            "A prior is dropped once this many hosts have contradicted its rule (it is retired on "
            "each such host, which gets its skipped URLs back).", min=1, max=1 << 20),
-        _k("prior_sample_share", float, 0.05,
+        _k("prior_sample_share", float, 0.03,
            "Share of the URLs a rule trusted as a prior only would skip that are fetched anyway "
            "to re-validate it on that host.", min=0.0, max=1.0),
         _k("defer_suspects", bool, True,

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from xxhash import xxh3_64_intdigest as _fp
 
-from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, TRUSTED, Evidence, HostState
+from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence, HostState
 from crawlerd.frontier.dust_priors import PriorTable
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
@@ -147,7 +147,7 @@ class DustLearner:
                  probe_share: float = 0.005, defer: bool = True, window: int = 24,
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
-                 prior_sample_share: float = 0.05, sync: bool = True, clock=time.time):
+                 prior_sample_share: float = 0.03, sync: bool = True, clock=time.time):
         self.k = confirmations
         self.sample_share = sample_share
         self.prior_sample_share = prior_sample_share
@@ -470,7 +470,8 @@ class DustLearner:
         for rs in learned.trusted:
             ch.trusted.append(rs.rule.text)
             meta["learned"] = meta.get("learned", 0) + 1
-            if self.priors.supported(rs.rule.text):
+        for rs in learned.vouched:
+            if rs.state != RETIRED and self.priors.supported(rs.rule.text):
                 self.counters["priors_made"] += 1
         for rs in learned.retired:
             ch.retired.append(rs.rule.text)

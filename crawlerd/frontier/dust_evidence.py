@@ -92,16 +92,28 @@ class RuleStat:
     since: float = 0.0                       # wall time of the last state change
     prior: bool = False                      # trusted as a cross-host prior (``dust_priors``), not
                                              # yet on this host's own k confirmations
+    vouched: bool = False                    # met the trust conditions with k = 1 here (counted once
+                                             # per host towards a cross-host prior)
 
     def to_list(self) -> list:
         return [self.rule.text, self.id, self.state, self.targets, int(self.target_seen), self.values,
                 self.confirmations, self.skips, self.samples, self.mismatches, self.logged, round(self.since, 1),
-                int(self.prior)]
+                int(self.prior) | int(self.vouched) << 1]
 
     @classmethod
     def from_list(cls, x: list) -> RuleStat:
+        flags = x[12] if len(x) > 12 else 0
         return cls(parse_rule(x[0]), x[1], x[2], list(x[3]), bool(x[4]), list(x[5]), *x[6:12],
-                   bool(x[12]) if len(x) > 12 else False)
+                   bool(flags & 1), bool(flags & 2))
+
+    def vouch(self) -> bool:
+        """True once, when this host's evidence first meets the trust conditions with k = 1 (a pair
+        with its image; two distinct values for a rule over many values)."""
+        if self.vouched or self.state == RETIRED or not self.target_seen or \
+                (self.rule.general and len(self.values) < 2):
+            return False
+        self.vouched = True
+        return True
 
     def confirm(self, image: str, target: bool, values: tuple[str, ...], k: int) -> bool:
         """Count one agreeing pair; True when this makes the rule trusted."""
@@ -133,6 +145,7 @@ class Learned:
     trusted: list[RuleStat] = field(default_factory=list)
     retired: list[RuleStat] = field(default_factory=list)
     related: list[RuleStat] = field(default_factory=list)   # rules this page was a test of
+    vouched: list[RuleStat] = field(default_factory=list)   # rules this host now vouches for
     relevant: list[str] = field(default_factory=list)        # names newly known to change content
 
 
@@ -269,7 +282,10 @@ class HostState:
                 if v == AGREE:
                     if rs not in out.related:
                         out.related.append(rs)
-                    if rs.confirm(rel.image, rel.target, rel.values, k):
+                    trusted_now = rs.confirm(rel.image, rel.target, rel.values, k)
+                    if rs.vouch():
+                        out.vouched.append(rs)
+                    if trusted_now:
                         rs.since = now
                         out.trusted.append(rs)
                         # rules it covers add nothing now (a literal under a trusted "any value"); a

@@ -6,8 +6,10 @@ most of the duplicates. Yet the rewrites repeat across the web: ``?utm_source``,
 ``;jsessionid``, ``?view=print``, ``/m/ -> /`` mean the same thing on most sites that use them
 (Bar-Yossef et al., WWW 2007 §6: a few rule types cover most DUST; Dasgupta et al., KDD 2008
 §6: rules generalise across sites of one kind). A rule text trusted on its own evidence by at
-least ``min_hosts`` hosts, and contradicted on fewer than ``max_counter_hosts`` hosts, is an
-active **prior**. The learner applies active priors to hosts that did not learn the rule
+least ``min_hosts`` hosts — each host's evidence meeting the trust conditions with k = 1: a pair
+with the rule's image, two distinct values for a rule over many values; the confirmations are
+pooled across hosts instead of asked of each — and contradicted on fewer than
+``max_counter_hosts`` hosts, is an active **prior**. The learner applies active priors to hosts that did not learn the rule
 (unless the host knows the rule's name changes content or retired the rule), adopting it on
 the host at its first use; adopted rules are re-validated by heavier sampling and by every
 window pair, and one contradiction retires the rule on that host and counts against the prior.
@@ -25,7 +27,7 @@ MAX_PRIORS = 1024           # rule texts tracked; the least supported go first
 
 
 class PriorTable:
-    """Key: rule text (host-independent, ``Rule.text``). Value: [hosts that trusted it on their
+    """Key: rule text (host-independent, ``Rule.text``). Value: [hosts that vouched for it on their
     own evidence, hosts that contradicted it]. Invariant: at most MAX_PRIORS entries; ``active``
     holds exactly the rules with support >= min_hosts and counter-hosts < max_counter_hosts."""
 
@@ -63,7 +65,7 @@ class PriorTable:
         return v
 
     def supported(self, text: str) -> bool:
-        """A host trusted ``text`` on its own evidence. True when that made it an active prior."""
+        """A host vouched for ``text`` on its own evidence. True when that made it an active prior."""
         v = self._entry(text)
         was = self._is_active(v)
         v[0] += 1
