@@ -166,6 +166,7 @@ class DustLearner:
         self._skips_by_host: Counter[str] = Counter()
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
+        self._marks: tuple[int, tuple[str, ...]] = (-1, ())
         for host, rec in self.store.hosts():
             st = HostState(rec)
             self._refresh(host, st)
@@ -229,6 +230,20 @@ class DustLearner:
         extra = tuple((r, -1) for r in active if r.name not in rel and r.text not in ret and r.text not in texts)
         return own + extra if extra else own
 
+    def _prior_marks(self) -> tuple[str, ...]:
+        """Substrings one of which a URL must contain for an active prior to rewrite it."""
+        if self._marks[0] != self.priors.version:
+            marks = set()
+            for r in self.priors.active:
+                if r.kind == "/":
+                    marks.add(f"/{r.name}/")
+                elif r.kind == "?":
+                    marks.update((f"?{r.name}", f"&{r.name}"))
+                else:
+                    marks.add(f";{r.name}")
+            self._marks = (self.priors.version, tuple(sorted(marks)))
+        return self._marks[1]
+
     def _adopt(self, host: str, rule: Rule) -> _HostInfo | None:
         """Trust an active prior on ``host`` (its first use there): the host's info after, or None."""
         st = self._state(host)
@@ -269,8 +284,7 @@ class DustLearner:
                 hi = info.get(host)
                 if hi is not None:
                     relevant = hi.relevant
-                if (hi is not None and hi.trusted) or (priors and ("?" in url or ";" in url or
-                                                                   _alt_path(url, relevant))):
+                if priors or (hi is not None and hi.trusted):
                     d = self._trusted(url, fp, host, hi)
                     if d is not None:
                         out[i] = d
@@ -324,6 +338,8 @@ class DustLearner:
                  adopt: bool = True) -> Decision | None:
         """SKIP or SAMPLE when the host's trusted rules (and the active priors, ``_rules``) map
         ``url`` onto archived content. A prior that decides is adopted on the host (``adopt``)."""
+        if (info is None or not info.trusted) and not any(m in url for m in self._prior_marks()):
+            return None                 # the hot path: no prior can touch this URL
         rules = self._rules(info)
         if not rules:
             return None
