@@ -482,6 +482,14 @@ class DustLearner:
                         learned.related.append(rs)
                 if rs is not None and rs in learned.related:
                     rs.samples += 1
+        # a name this host now shows to change content: rules adopted from priors about it go
+        # (their skips come back); not counted against the prior, which no pair contradicted
+        names = set(learned.relevant) | {rs.rule.name for rs in learned.retired}
+        direct = list(learned.retired)
+        if names:
+            for rs in [r for r in st.rules if r.prior and r.rule.name in names]:
+                st.retire(rs, self._clock())
+                learned.retired.append(rs)
         meta = self.store.meta
         for rs in learned.trusted:
             ch.trusted.append(rs.rule.text)
@@ -491,7 +499,7 @@ class DustLearner:
                 self.counters["priors_made"] += 1
         for rs in learned.retired:
             ch.retired.append(rs.rule.text)
-            if self.priors.contradicted(rs.rule.text):
+            if rs in direct and self.priors.contradicted(rs.rule.text):
                 self.counters["priors_dropped"] += 1
             meta["retired"] = meta.get("retired", 0) + 1
             meta["mismatches"] = meta.get("mismatches", 0) + (1 if rs.mismatches else 0)
