@@ -67,6 +67,20 @@ def _alt_path(url: str, relevant: frozenset[str]) -> str:
     return url[:s] + url[e:]
 
 
+_MARKS: dict[Rule, str] = {}
+
+
+def _mark(rule: Rule) -> str:
+    """A substring every URL the rule rewrites contains (``name=`` or a bare ``name`` of a
+    query parameter, ``;name``, ``/token/``)."""
+    m = _MARKS.get(rule)
+    if m is None:
+        m = f"/{rule.name}/" if rule.kind == "/" else (rule.name if rule.kind == "?" else f";{rule.name}")
+        if len(_MARKS) < 4096:
+            _MARKS[rule] = m
+    return m
+
+
 class Decision(NamedTuple):
     action: str
     rule: str = ""          # the rule that skipped or sampled it
@@ -167,6 +181,9 @@ class DustLearner:
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
         self._marks: tuple[int, tuple[str, ...]] = (-1, ())
+        self._bare: tuple[int, tuple] = (-1, ())
+        # id(host info) -> (that info, priors version, its rules): infos are replaced, never changed
+        self._rules_cache: OrderedDict[int, tuple] = OrderedDict()
         for host, rec in self.store.hosts():
             st = HostState(rec)
             self._refresh(host, st)
@@ -219,7 +236,19 @@ class DustLearner:
         know to change content and that it never retired."""
         active = self.priors.active
         if info is None:
-            return tuple((r, -1) for r in active) if active else _NO_RULES
+            if self._bare[0] != self.priors.version:
+                self._bare = (self.priors.version, tuple((r, -1) for r in active))
+            return self._bare[1]
+        hit = self._rules_cache.get(id(info))
+        if hit is not None and hit[0] is info and hit[1] == self.priors.version:
+            return hit[2]
+        out = self._host_rules(info, active)
+        self._rules_cache[id(info)] = (info, self.priors.version, out)
+        while len(self._rules_cache) > self.cache_hosts:
+            self._rules_cache.popitem(last=False)
+        return out
+
+    def _host_rules(self, info: _HostInfo, active: tuple[Rule, ...]) -> tuple[tuple[Rule, int], ...]:
         own = info.trusted
         if info.priors:
             own = tuple(x for x in own if x[1] not in info.priors or self.priors.is_active(info.names[x[1]]))
@@ -233,15 +262,7 @@ class DustLearner:
     def _prior_marks(self) -> tuple[str, ...]:
         """Substrings one of which a URL must contain for an active prior to rewrite it."""
         if self._marks[0] != self.priors.version:
-            marks = set()
-            for r in self.priors.active:
-                if r.kind == "/":
-                    marks.add(f"/{r.name}/")
-                elif r.kind == "?":
-                    marks.update((f"?{r.name}", f"&{r.name}"))
-                else:
-                    marks.add(f";{r.name}")
-            self._marks = (self.priors.version, tuple(sorted(marks)))
+            self._marks = (self.priors.version, tuple(sorted({_mark(r) for r in self.priors.active})))
         return self._marks[1]
 
     def _adopt(self, host: str, rule: Rule) -> _HostInfo | None:
@@ -343,15 +364,19 @@ class DustLearner:
         rules = self._rules(info)
         if not rules:
             return None
-        q = parse(url)
+        q = None
         used = []
         for rule, rid in rules:
+            if _mark(rule) not in url:  # a substring test before the parse and the rewrite
+                continue
+            if q is None:
+                q = parse(url)
             n = rule.apply(q)
             if n is not None:
                 q = n
                 used.append((rule, rid))
         epoch = info.epoch if info is not None else -1
-        if used:
+        if used and q is not None:
             canonical = unparse(q)
             hit = self.store.archived(fingerprint(canonical))
             if hit is None or not (hit[0] == URL or (hit[0] == CANON and hit[2] == epoch)):
@@ -532,11 +557,13 @@ class DustLearner:
         """An archived URL that an active prior rewrites: adopt the prior on its host, so that the
         rewrite's image counts as archived (``_record_rewrite``). Not when the page declares a
         canonical other than that image (the site says the parameter matters)."""
-        q = parse(url)
+        q = None
         out = None
         for rule, rid in self._rules(info):
-            if rid >= 0:
+            if rid >= 0 or _mark(rule) not in url:
                 continue
+            if q is None:
+                q = parse(url)
             n = rule.apply(q)
             if n is None:
                 continue
