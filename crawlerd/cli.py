@@ -77,6 +77,9 @@ def cmd_status(args) -> int:
     print(f"queued    {s['queued']} URLs  {s['hosts_active']} hosts active  {s['in_flight']} in flight")
     print(f"outcomes  {_fmt_counts(s['outcomes'])}")
     print(f"statuses  {_fmt_counts(s['statuses'])}")
+    ls = s.get("loop_stall") or {}
+    if ls.get("samples"):
+        print(f"loop      stall p99 {ls['p99_ms']} ms  p99.9 {ls['p999_ms']} ms  max {ls['max_ms']} ms")
     return EXIT_OK
 
 

@@ -31,6 +31,7 @@ from crawlerd import config as configmod
 from crawlerd import control
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
+from crawlerd.loopstall import LoopStallMonitor
 from crawlerd.metrics import Metrics, prometheus
 from crawlerd.outcome import Outcome
 from crawlerd.sdnotify import Notifier
@@ -100,6 +101,7 @@ class Supervisor:
         self.config_path = config_path
         self.overrides = list(overrides)
         self.metrics = Metrics()
+        self.stalls = LoopStallMonitor()       # lateness of a 10 ms callback: the loop's worst blocking
         self.state = "starting"
         self.shard: Shard | None = None
         self.stop_event: asyncio.Event | None = None
@@ -158,6 +160,7 @@ class Supervisor:
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
         loop.add_signal_handler(signal.SIGQUIT, faulthandler.dump_traceback)
+        self.stalls.start(loop)
         self.state = "running"
         self.notifier.ready(f"crawling; {len(seeds)} seeds")
         log.info("started pid=%d data_dir=%s seeds=%d", os.getpid(), self.cfg.crawl.data_dir, len(seeds))
@@ -168,6 +171,7 @@ class Supervisor:
         finally:
             self.state = "stopping"
             self.notifier.stopping("draining")
+            self.stalls.stop()
             if timer:
                 timer.cancel()
             ticker.cancel()
@@ -228,6 +232,7 @@ class Supervisor:
             "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
             "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
+            "loop_stall": self.stalls.snapshot(),
         }
 
     def stats(self) -> dict:

@@ -222,6 +222,8 @@ class _Transfer:
         c.setopt(pycurl.TCP_NODELAY, 1)
         c.setopt(pycurl.SSL_VERIFYPEER, 1 if f.verify_tls else 0)
         c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
+        if f.ca_file:
+            c.setopt(pycurl.CAINFO, f.ca_file)            # a private CA instead of the system store
         c.setopt(pycurl.WRITEFUNCTION, self.body.append)
         c.setopt(pycurl.HEADERFUNCTION, self.head.append)
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
@@ -326,7 +328,7 @@ class Fetcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
-                 accept_encoding: str = "gzip, deflate, br"):
+                 accept_encoding: str = "gzip, deflate, br", ca_file: str = ""):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
@@ -341,6 +343,7 @@ class Fetcher:
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.verify_tls = verify_tls
+        self.ca_file = ca_file
         self._accept = [f"Accept-Encoding: {accept_encoding}".encode("latin-1")] if accept_encoding else []
         # The User-Agent line curl writes; an empty agent is left to curl's debug stream.
         self._ua_line = f"User-Agent: {user_agent}\r\n".encode() if user_agent and user_agent.isascii() else b""

@@ -38,7 +38,8 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
     fetcher = Fetcher(loop, user_agent=cfg.crawl.user_agent, guard=guard, connect_timeout_s=f.connect_timeout_s,
                       timeout_s=f.timeout_s, low_speed_bytes_per_s=f.low_speed_bytes_per_s,
                       low_speed_time_s=f.low_speed_time_s, max_body_bytes=f.max_body_bytes,
-                      max_header_bytes=f.max_header_bytes, max_connections=8, verify_tls=f.verify_tls)
+                      max_header_bytes=f.max_header_bytes, max_connections=8, verify_tls=f.verify_tls,
+                      ca_file=f.ca_file)
     notes: list[str] = []
     url = robots_url
     try:

@@ -236,7 +236,7 @@ class Shard(HostFiles):
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
-                               max_connections=f.max_connections, verify_tls=f.verify_tls)
+                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file)
         await self.pool.start()
         self.seen.start(loop, self._on_seen_results)
         try:
