@@ -379,17 +379,21 @@ class PySpy:
         self.procs.clear()
 
 
-def _crawlerd_sets(data_dir: str, sim: SimWebProcess) -> list[str]:
-    table = ", ".join(f"{json.dumps(h)} = {json.dumps(ip)}" for h, ip in sim.static_hosts.items())
+def _crawlerd_config(data_dir: str, sim: SimWebProcess, work: str) -> tuple[str, list[str]]:
+    """(config file, -s overrides) for one crawl: the name table goes in the file (20,000 names do
+    not fit on a command line), the rest as overrides."""
     sets = [f"crawl.data_dir={json.dumps(data_dir)}", f"crawl.user_agent={json.dumps(CRAWLERD_UA)}",
             'network.allow=["127.0.0.0/8"]', 'log.level="warning"',
             f"robots.agent_token={json.dumps(ROBOTS_AGENT)}",
             f"politeness.min_delay_s={MIN_GAP_S}", f"politeness.per_ip_concurrency={PER_IP_CONCURRENCY}"]
-    if sim.dns_port:
-        sets.append(f'dns.nameservers=["127.0.0.1:{sim.dns_port}"]')
-    else:
-        sets.append(f"dns.static_hosts={{{table}}}")
-    return sets
+    path = os.path.join(work, "crawlerd.toml")
+    with open(path, "w") as f:
+        if sim.dns_port:
+            sets.append(f'dns.nameservers=["127.0.0.1:{sim.dns_port}"]')
+        else:
+            f.write("[dns.static_hosts]\n")
+            f.writelines(f"{json.dumps(h)} = {json.dumps(ip)}\n" for h, ip in sim.static_hosts.items())
+    return path, sets
 
 
 def warc_verify(warc_dir: str) -> dict:
@@ -413,8 +417,10 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
                  extra_sets: list[str], tag: str) -> CrawlResult:
     seconds, warmup = args.seconds, args.warmup
     data_dir = os.path.join(work, "crawlerd-data")
-    cmd = [sys.executable, "-m", "crawlerd", "run", "--seeds", seeds_path, "--duration", str(seconds)]
-    sets = _crawlerd_sets(data_dir, sim) + extra_sets
+    config, sets = _crawlerd_config(data_dir, sim, work)
+    cmd = [sys.executable, "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
+           "--duration", str(seconds)]
+    sets += extra_sets
     if sim.ca_file:
         sets.append(f"fetch.ca_file={json.dumps(sim.ca_file)}")
     for s in sets:
