@@ -350,7 +350,8 @@ def steady_figures(sampler: FamilySampler, root: int, sim_pid: int | None, judge
 
 
 class PySpy:
-    """py-spy records of pids for ``seconds`` (started after warm-up); no-op when py-spy is missing."""
+    """py-spy records (native frames, 25 Hz; each sample briefly stops the process) of pids for ``seconds``
+    (started after warm-up); no-op when py-spy is missing."""
 
     def __init__(self, out_dir: str | None) -> None:
         self.out_dir = out_dir
@@ -362,12 +363,11 @@ class PySpy:
             return
         os.makedirs(self.out_dir, exist_ok=True)
         for label, pid in pids.items():
-            for fmt, ext in (("speedscope", "json"), ("raw", "txt")):
-                out = os.path.join(self.out_dir, f"{tag}-{label}.{fmt}.{ext}")
-                self.procs.append(subprocess.Popen(
-                    [self.exe, "record", "--native", "--nonblocking", "--rate", "50", "--format", fmt,
-                     "--duration", str(int(seconds)), "--pid", str(pid), "--output", out],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            out = os.path.join(self.out_dir, f"{tag}-{label}.txt")     # collapsed stacks (bench/pyspy_top.py)
+            self.procs.append(subprocess.Popen(
+                [self.exe, "record", "--native", "--rate", "25", "--format", "raw",
+                 "--duration", str(int(seconds)), "--pid", str(pid), "--output", out],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def wait(self) -> None:
         for p in self.procs:

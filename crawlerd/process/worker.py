@@ -27,7 +27,7 @@ DigestSeen = Callable[[str, str, float], "tuple[str, float] | None"]
 NearDuplicate = Callable[[int, str], str]
 
 
-_ASK = object()
+ASK = object()      # process(prior=ASK): ask the digest_seen callback for the duplicate owner
 
 # glibc malloc tuning (mallopt parameters from <malloc.h>), see tune_allocator().
 _M_TRIM_THRESHOLD = -1
@@ -87,7 +87,7 @@ class PageProcessor:
         self.near_duplicate = near_duplicate
         tune_allocator()
 
-    def process(self, res: FetchResult, prior=_ASK, digest: str = "") -> ProcessResult:
+    def process(self, res: FetchResult, prior=ASK, digest: str = "") -> ProcessResult:
         """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
         ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked.
         ``digest``: the payload digest if the caller computed it (``entity_digest``), else computed here."""
@@ -127,7 +127,7 @@ class PageProcessor:
             metadata["robots"] = ", ".join(filter(None, [metadata.get("robots"), "nofollow"]))
         if pr.near_duplicate_of:
             metadata["near-duplicate-of"] = pr.near_duplicate_of
-        if prior is _ASK:
+        if prior is ASK:
             prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
         prev = prior
         if prev is not None and res.status == 200:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -34,9 +33,7 @@ from collections import deque
 
 from crawlerd import url as urlmod
 from crawlerd.config import Config
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
-from crawlerd.fetch.codec import DecodeError, dechunk
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
@@ -52,24 +49,14 @@ from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
+from crawlerd.store.digest_set import DigestSet, digest_key
 from crawlerd.store.events import EventLog
-from crawlerd.store.warc import recover_segment, sha1_base32
+from crawlerd.store.warc import recover_segment
 
 log = logging.getLogger("crawlerd.shard")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 EVENT_SCHEMA = 1
-
-
-def _payload_sha1(res: FetchResult) -> bytes:
-    """Raw SHA-1 of the entity with transfer coding removed: the exact-duplicate key (WARC payload digest)."""
-    body = res.body
-    if res.chunked:
-        try:
-            body = dechunk(body, len(body) + 1)
-        except DecodeError:
-            pass
-    return hashlib.sha1(body).digest()
 
 
 def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
@@ -139,7 +126,6 @@ class Shard(HostFiles):
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock)
         self.digests = DigestSet(cfg.path("dedup", "digests"))
-        self._pending_digests: dict[bytes, tuple[str, float]] = {}     # first captures being archived
         self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
@@ -151,6 +137,7 @@ class Shard(HostFiles):
         self.events = EventLog(cfg.path("events")) if cfg.log.events else None
         self.pool = WorkerPool(default_workers(cfg.process.workers), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
+            "digest_dir": cfg.path("dedup", "digests"),
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page}, on_worker_death=self._worker_died)
@@ -451,23 +438,13 @@ class Shard(HostFiles):
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
-        sha1 = _payload_sha1(res) if res.status == 200 else None
-        prior, first = None, False
-        if sha1 is not None:
-            prior = self._digest_prior(sha1)
-            if prior is None:               # this capture will be the first: others wait on it
-                first = True
-                self._pending_digests[sha1] = (url, res.started_at)
-        digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
-        try:
-            pr = await self.pool.process(res, prior, digest=digest)
-        finally:
-            if first:
-                self._pending_digests.pop(sha1, None)
+        # the worker takes the payload digest and finds the duplicate owner itself (pool module doc)
+        pr = await self.pool.process(res, lookup=res.status == 200)
+        sha1 = digest_key(pr.digest) if res.status == 200 and pr.digest else None
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
-            if first:
+            if sha1 is not None and not pr.duplicate_of:
                 self.digests.add(sha1, url, repr(res.started_at))
             self._record_visit(url, fp, host_key, res, sha1, depth)
         if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
@@ -518,13 +495,6 @@ class Shard(HostFiles):
 
     def _count_unfetched(self, host_key: str, outcome: Outcome) -> None:
         self.metrics.outcomes[outcome.value] += 1
-
-    def _digest_prior(self, digest: bytes) -> tuple[str, float] | None:
-        """Exact-duplicate owner: (first url, first date) of an archived or in-progress capture."""
-        prev = self.digests.get(digest)
-        if prev is not None:
-            return prev[0], float(prev[1])
-        return self._pending_digests.get(digest)
 
     def _log_event(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         if self.events is None:

@@ -10,6 +10,8 @@ It lives in an LMDB environment in its own directory, owned by one process
 Each ``add`` is its own committed transaction, so ``kill -9`` loses nothing
 that ``add`` returned for; ``durable=False`` (the default) skips the fsync per
 commit, and ``flush()`` at checkpoints makes everything survive a power loss.
+Other processes (the processing workers) read it through :class:`DigestView`:
+LMDB serves any number of read-only openers beside its one writer.
 """
 
 from __future__ import annotations
@@ -133,3 +135,28 @@ class DigestSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DigestView:
+    """A read-only view of a :class:`DigestSet` from another process (opened on first use, so the
+    owner may create the set after the view is made). Sees every entry the owner committed."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self._dir = Path(directory)
+        self._env: lmdb.Environment | None = None
+
+    def get(self, digest: bytes | str) -> tuple[str, str] | None:
+        """(first URL, first date) for a committed digest, else None (also while the set does not exist)."""
+        if self._env is None:
+            if not (self._dir / "data.mdb").exists():
+                return None
+            self._env = lmdb.open(str(self._dir), readonly=True, subdir=True, max_dbs=0, lock=True,
+                                  readahead=False)
+        with self._env.begin() as txn:
+            value = txn.get(digest_key(digest))
+        return None if value is None else _decode(value)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
