@@ -46,8 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--only", metavar="FRAME", help="keep stacks with a frame containing this text "
+                    "(e.g. Supervisor.run: the event-loop thread)")
+    ap.add_argument("--python", action="store_true", help="innermost Python frame instead of innermost frame")
     args = ap.parse_args(argv)
-    total, own, on = top(load(args.profile), args.top)
+    stacks = load(args.profile)
+    if args.only:
+        stacks = [(f, c) for f, c in stacks if any(args.only in fr for fr in f)]
+    if args.python:
+        stacks = [([fr for fr in f if ".py:" in fr] or f, c) for f, c in stacks]
+    total, own, on = top(stacks, args.top)
     if not total:
         print("no samples", file=sys.stderr)
         return 1

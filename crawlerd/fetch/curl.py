@@ -179,7 +179,7 @@ class _Transfer:
 
     __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "head", "debug",
                  "req_head", "verbose", "abort", "detail", "max_body", "opt_connect_to", "opt_headers",
-                 "opt_max_body")
+                 "opt_max_body", "opt_forbid_reuse")
 
     def __init__(self, fetcher: Fetcher, share: pycurl.CurlShare):
         self.fetcher = fetcher
@@ -199,6 +199,7 @@ class _Transfer:
         self.opt_connect_to = ""
         self.opt_headers: list[bytes] | None = None
         self.opt_max_body = -1
+        self.opt_forbid_reuse = False
         c = self.curl = pycurl.Curl()
         f = fetcher
         c.setopt(pycurl.SHARE, share)
@@ -351,8 +352,11 @@ class Fetcher:
         self.heads_built = 0                                # request heads we wrote, confirmed by size
         self.heads_debug = 0                                # request heads taken from curl's debug stream
         self.heads_unconfirmed = 0                          # built heads whose size curl did not confirm
+        self.connections_new = 0                            # transfers that opened a connection
+        self.connections_reused = 0                         # transfers on a kept-alive connection
         self._share = pycurl.CurlShare()
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)  # TLS resumption across handles
+        self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)          # one address cache (CONNECT_TO)
         m = self._multi = pycurl.CurlMulti()
         m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         m.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
@@ -426,6 +430,10 @@ class Fetcher:
             c.setopt(pycurl.VERBOSE, 0)
             t.verbose = False
         t.req_head = head or b""
+        forbid = not req.keep_alive
+        if forbid != t.opt_forbid_reuse:
+            c.setopt(pycurl.FORBID_REUSE, 1 if forbid else 0)   # closed when done: not left idle in the cache
+            t.opt_forbid_reuse = forbid
         max_body = t.max_body = req.max_body_bytes or self.max_body_bytes
         if max_body != t.opt_max_body:
             c.setopt(pycurl.MAXFILESIZE_LARGE, max_body)  # refused early on Content-Length, else cut at the cap
@@ -465,6 +473,7 @@ class Fetcher:
     def stats(self) -> dict:
         return {"in_flight": len(self._active), "handles": len(self._active) + len(self._idle),
                 "sockets_opened": self.sockets_opened, "watched_fds": len(self._watched),
+                "connections": {"new": self.connections_new, "reused": self.connections_reused},
                 "request_heads": {"built": self.heads_built, "debug_stream": self.heads_debug,
                                   "unconfirmed": self.heads_unconfirmed},
                 "outcomes": self.counts}
@@ -665,6 +674,11 @@ class Fetcher:
             headers = []
         if outcome is Outcome.OK and status == 304:
             outcome = Outcome.NOT_MODIFIED
+        if status:
+            if c.getinfo(pycurl.NUM_CONNECTS):
+                self.connections_new += 1
+            else:
+                self.connections_reused += 1
         body = b"".join(body_parts) if body_parts else b""
         body_parts.clear()
         res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
