@@ -15,7 +15,7 @@ Stores, each run in its own subprocess (peak RSS is its own):
 
 * ``budgets``  DomainGraph + Budgets (DRUM edges, LMDB state, LRUs of 65,536 domains), sync=False.
 * ``dict``     the same rules on Python dicts/sets/deques: every edge, domain and deferred record in RAM
-  (what bounded memory, DESIGN §1.4, gives up).
+  (what bounded memory, ARCHITECTURE.md invariant 4; gives up).
 
 Reported: operations/s per phase (wall and CPU), peak RSS (it includes the LMDB file pages the kernel
 maps in, which are page cache, not heap) and anonymous RSS at the end; medians of ``--runs`` runs and the

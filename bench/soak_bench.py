@@ -1,4 +1,4 @@
-"""Soak: does RAM stay flat while the URLs seen and queued pile up on disk? (DESIGN §1.4)
+"""Soak: does RAM stay flat while the URLs seen and queued pile up on disk? (ARCHITECTURE.md invariant 4)
 
 A large simweb (every host a seed, so all hosts are active from the first seconds) is crawled by
 `crawlerd run` for a fixed time inside a private network namespace (only `lo`). Every

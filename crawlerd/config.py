@@ -87,7 +87,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("recent_s", float, 30 * 86400.0,
            "A sitemap URL whose lastmod is this recent gets the top priority, seconds.", min=0.0),
     ]),
-    "politeness": ("Per-host and per-IP politeness (DESIGN §1.1).", [
+    "politeness": ("Per-host and per-IP politeness (ARCHITECTURE.md invariant 1).", [
         _k("delay_factor", float, 10.0,
            "Gap after a request = clamp(delay_factor x its response time, min_delay_s, max_delay_s).", min=0.0),
         _k("min_delay_s", float, 1.0, "Smallest gap between the end of one request to a host and the next, seconds.",
@@ -188,7 +188,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("static_hosts", dict, {},
            "Names answered locally without DNS, like /etc/hosts: { \"name\" = \"IP\" }.", item_type=str),
     ]),
-    "network": ("Where the fetcher may connect (DESIGN §1.5).", [
+    "network": ("Where the fetcher may connect (ARCHITECTURE.md invariant 5).", [
         _k("allow", list, [],
            "Networks (CIDR) allowed even though private/loopback/link-local/reserved. "
            "Empty: only public addresses.", item_type=str, runtime=True),

@@ -1,4 +1,4 @@
-"""Plain records the stages exchange (DESIGN §3: stages never import each other).
+"""Plain records the stages exchange (ARCHITECTURE.md "Module map": stages never import each other).
 
 The fetcher returns a :class:`FetchResult`; the shard hands it to processing,
 which returns a :class:`ProcessResult`. Both are plain data so they can cross

@@ -8,7 +8,7 @@ RobotsTxtMiddleware (Protego), and stops after ``--seconds`` (CLOSESPIDER_TIMEOU
 set as close to crawlerd's defaults as Scrapy's knobs allow: one request in flight per host and
 a fixed 1 s DOWNLOAD_DELAY. Scrapy measures that delay from the *start* of one request to the
 start of the next (``Downloader._process_queue``), not from the end of the last answer as
-crawlerd does (DESIGN §1.1); the server ledger judges both crawlers by the same rule.
+crawlerd does (ARCHITECTURE.md invariant 1); the server ledger judges both crawlers by the same rule.
 
 Scrapy resolves names with the system resolver (getaddrinfo in a thread pool), so the benchmark
 runs this script in its own mount namespace with a temporary /etc/hosts bind-mounted over the

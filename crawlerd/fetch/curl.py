@@ -40,7 +40,7 @@ own 300 KB header limit bounds what arrives before that). Every transfer
 ends in exactly one :class:`Outcome`; network trouble never raises.
 
 Sockets. curl opens them through ``_on_open_socket`` (the address guard
-checks the connected address again, DESIGN §1.5) and closes them itself.
+checks the connected address again, ARCHITECTURE.md invariant 5) and closes them itself.
 No close-socket callback: pycurl can only run it while the easy handle that
 opened the connection is in the multi handle, and curl closes idle pooled
 connections (dead, too old, over ``MAXCONNECTS``) long after that handle
@@ -52,7 +52,7 @@ That also lets an idle keep-alive socket stay registered ("parked")
 between requests at no risk, so reusing a connection costs one
 ``epoll_ctl`` instead of the loop's add/remove churn (several syscalls).
 
-Safety (DESIGN §1.5). Only http and https, for the request and any
+Safety (ARCHITECTURE.md invariant 5). Only http and https, for the request and any
 redirect; the connected address is checked again by the address guard when
 curl opens the socket, and must be the pinned one.
 """
@@ -84,10 +84,10 @@ _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
 _EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 _EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
-_TIMER_SLACK_S = 0.001
+_TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
 # libcurl 8.4 is the first to cut a body off at MAXFILESIZE while it streams (older ones only refuse a
 # declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
-_MIN_LIBCURL = 0x080400             # a loop timer that fires this close to curl's deadline counts as due
+_MIN_LIBCURL = 0x080400
 
 # An ordinary absolute URL whose request line and Host header curl sends exactly as written
 # (checked byte for byte against curl's debug stream in tests/fetch/test_curl_head.py): lowercase

@@ -1,4 +1,4 @@
-"""Address guard: which IP addresses the fetcher may connect to (DESIGN §1.5).
+"""Address guard: which IP addresses the fetcher may connect to (ARCHITECTURE.md invariant 5).
 
 Only public unicast addresses are allowed by default. Loopback, private,
 link-local, CGNAT, multicast, documentation, reserved and cloud-metadata

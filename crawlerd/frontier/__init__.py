@@ -4,7 +4,7 @@ Born and queued
     A URL reaches ``Frontier.add`` only after the DRUM seen-set found it new
     (and budgets let it through). It is written to LMDB at once, in the back
     queue of its host (key ``host id | level | seq``): one FIFO per host and
-    priority level, so RAM never holds queued URLs (DESIGN §1.4). A host with
+    priority level, so RAM never holds queued URLs (ARCHITECTURE.md invariant 4). A host with
     work gets an *active* slot (a few dozen bytes of politeness state in
     ``hosts.HostTable``) while there is room under ``max_active_hosts``;
     otherwise it waits in a front queue of its best priority level, and hosts
@@ -17,7 +17,7 @@ Scheduled
     shard resolves it and answers ``set_host_ip``. Only then does the host
     enter the due-time heap (``crawlerd._native.heap``), keyed by the earliest
     start politeness allows. The heap holds exactly the hosts that have work,
-    no lease beyond their limit (one, DESIGN §1.1) and a known address — one
+    no lease beyond their limit (one, ARCHITECTURE.md invariant 1) and a known address — one
     entry per host however long its queue, so a host with a million URLs
     never holds up the others.
 

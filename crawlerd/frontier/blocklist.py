@@ -1,4 +1,4 @@
-"""Operator blocklist: hosts and domains never fetched (DESIGN §1.2: it wins over everything)."""
+"""Operator blocklist: hosts and domains never fetched (ARCHITECTURE.md invariant 2: it wins over everything)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ A host is *active* while it has queued URLs or leases out, up to
 index). When it runs
 dry it is written back as a :class:`HostRecord` under its host key in the LMDB
 ``hosts`` table and its slot is reused, so RAM follows active hosts only
-(DESIGN §1.4).
+(ARCHITECTURE.md invariant 4).
 """
 
 from __future__ import annotations

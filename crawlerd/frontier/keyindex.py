@@ -2,7 +2,7 @@
 
 A dict mapping host key to slot holds an entry (24 B), index space and a boxed
 int (28 B) per host; at hundreds of thousands of active hosts that alone breaks
-the RAM budget per host (DESIGN §1.4). This index stores only ``slot + 1`` in
+the RAM budget per host (ARCHITECTURE.md invariant 4). This index stores only ``slot + 1`` in
 an int32 open-addressing table and compares against the caller's own list of
 keys, which it already keeps for the reverse mapping.
 """

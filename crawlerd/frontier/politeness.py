@@ -1,4 +1,4 @@
-"""How long a host waits after a request: the gap rule of DESIGN §1.1, backoff and parking."""
+"""How long a host waits after a request: the gap rule of ARCHITECTURE.md invariant 1, backoff and parking."""
 
 from __future__ import annotations
 

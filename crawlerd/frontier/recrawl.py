@@ -2,7 +2,7 @@
 
 The DRUM seen-set lets a URL into the frontier once. A URL that was fetched is
 remembered here instead, in an LMDB environment of its own (RAM does not grow
-with the number of URLs, DESIGN §1.4), and comes back through :meth:`Recrawl.due`
+with the number of URLs, ARCHITECTURE.md invariant 4), and comes back through :meth:`Recrawl.due`
 when its next visit is due; the shard adds it to the frontier directly (it was
 seen already) and sends ``If-None-Match`` / ``If-Modified-Since`` from
 :meth:`Recrawl.validators` (RFC 9110 §13.1.2, §13.1.3).

@@ -74,7 +74,7 @@ class Frontier(FrontierOps):
                  commit_interval_s: float = 1.0):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
-        The politeness parameters are those of DESIGN §1.1 (see ``Politeness``).
+        The politeness parameters are those of ARCHITECTURE.md invariant 1 (see ``Politeness``).
         ``sync``: fsync every commit (else only commit()/close(); see queues.py).
         ``group_ops``/``commit_interval_s``: how much lease/complete work a crash
         may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
@@ -110,7 +110,7 @@ class Frontier(FrontierOps):
         self._blocked_slots: set[int] = set()
         self._ops = 0
         self._wpicks = 0
-        self.commits = 0                 # write transactions committed (tests use it to know what is durable)
+        self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._blocklist = Blocklist(patterns)
         for p in blocklist:
@@ -488,7 +488,7 @@ class Frontier(FrontierOps):
                  retry_after_s: float | None = None, requeue: bool = False) -> bool:
         """Release a lease. False if the id is unknown, expired or already completed.
 
-        The host's next start is at least now + the gap rule (DESIGN §1.1);
+        The host's next start is at least now + the gap rule (ARCHITECTURE.md invariant 1);
         failures back off (429/503 honour Retry-After); a retryable failure
         returns the URL to the front of its queue, or dead-letters it after
         ``max_attempts``. ``requeue`` returns it without counting an attempt.

@@ -1,4 +1,4 @@
-"""A deliberately hostile HTTP server on loopback, for fetcher tests (DESIGN §1.6).
+"""A deliberately hostile HTTP server on loopback, for fetcher tests (ARCHITECTURE.md invariant 6).
 
 It speaks HTTP/1.1 over raw asyncio streams so it can break every rule. The
 behaviour is chosen by the request path (the Host header is recorded, not

@@ -1,6 +1,6 @@
 """The server-side ledger of every request simweb answered, and pure checks over it.
 
-The ledger is the referee for politeness (DESIGN §1.1) and robots (§1.2): it is written by the
+The ledger is the referee for politeness (ARCHITECTURE.md invariant 1) and robots (invariant 2): it is written by the
 server, never by the crawler, so a crawler cannot mark its own homework. Times are measured on
 the server: ``t_start`` when the request's first bytes were read, ``t_end`` just before the
 answer was handed whole to the kernel (or, for an answer too big for the socket buffer, when the
@@ -244,7 +244,7 @@ def robots_violations(entries: Iterable[LedgerEntry], site: Mapping,
                       agent: str = "crawlerd") -> list[Violation]:
     """Pages fetched that robots.txt forbids for ``agent``, pages from hosts whose robots.txt is
     5xx/unreachable (§2.3.1.4: disallow all), and pages fetched before the host's robots.txt was
-    answered (DESIGN §1.2). Requests to unknown hosts are ignored."""
+    answered (ARCHITECTURE.md invariant 2). Requests to unknown hosts are ignored."""
     out: list[Violation] = []
     for host, lst in _by_host(entries).items():
         spec = site["hosts"].get(host)

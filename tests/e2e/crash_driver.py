@@ -1,7 +1,7 @@
 """Crash-and-restart crawl driver, run inside a private network namespace by tests/e2e/test_crash_crawl.py.
 
 Starts simweb bound to 0.0.0.0 (one 127.x.y.z per host), then runs `crawlerd run` on one data
-dir several times, each run ended a different way (DESIGN §1.3: `kill -9` at any moment loses at
+dir several times, each run ended a different way (ARCHITECTURE.md invariant 3: `kill -9` at any moment loses at
 most the work in flight; restart resumes):
 
 1. ``orphans``: SIGKILL to the crawl process only, ``KILL_1_S`` after it answered `status`; its

@@ -1,6 +1,6 @@
 """`kill -9` at several moments, restart on the same data dir: judged from the server's ledger and the files.
 
-DESIGN §1.3: every URL that passed the seen-set is fetched, queued, deferred or dropped with a
+ARCHITECTURE.md invariant 3: every URL that passed the seen-set is fetched, queued, deferred or dropped with a
 reason; `kill -9` at any moment loses at most the work in flight; restart resumes; WARC segments
 are valid after any crash. The driver (tests/e2e/crash_driver.py) ends four runs by SIGKILL at
 different moments (see its docstring) and a fifth cleanly.

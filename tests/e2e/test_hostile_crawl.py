@@ -1,4 +1,4 @@
-"""The whole daemon against a hostile web (DESIGN §1.5, §1.6), in a private network namespace.
+"""The whole daemon against a hostile web (ARCHITECTURE.md invariants 5 and 6), in a private network namespace.
 
 tests/e2e/hostile_driver.py serves hostile hosts, a misbehaving DNS server and a sentinel on a
 forbidden loopback address, runs ``crawlerd run --duration`` twice, and reports the daemon's
@@ -107,7 +107,7 @@ def test_drip_was_open_when_the_duration_ran_out(report):
 
 
 def test_drip_abandoned_at_shutdown_stays_queued(report):
-    # Outcome.ABORTED: "abandoned at shutdown (URL stays queued)"; DESIGN §1.3 nothing lost.
+    # Outcome.ABORTED: "abandoned at shutdown (URL stays queued)"; ARCHITECTURE.md invariant 3 nothing lost.
     # Queued after the stop: the drip URL and the garbled-DNS URL (waiting out its DNS backoff).
     st = report["drip_stop"]["frontier"]["stats"]
     assert st["queued"] == 2, st
@@ -215,7 +215,7 @@ def test_dropped_urls_reach_the_events_log(report):
 
 
 def test_every_failed_page_event_names_its_reason(report):
-    # DESIGN §1.6: each hostile input ends in a recorded outcome *with a reason*
+    # ARCHITECTURE.md invariant 6: each hostile input ends in a recorded outcome *with a reason*
     silent = [(e["url"], e["outcome"]) for e in report["hostile"]["events"]
               if e["kind"] == "page" and e["outcome"] != "ok" and not e.get("error")]
     assert silent == []

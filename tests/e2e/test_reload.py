@@ -1,6 +1,6 @@
 """SIGHUP reloads the runtime keys of the config file while the daemon crawls simweb.
 
-DESIGN §1.2: the operator blocklist wins over everything and takes effect at once; §2: SIGHUP
+ARCHITECTURE.md invariant 2: the operator blocklist wins over everything and takes effect at once; "Process family": SIGHUP
 re-reads runtime config; a bad file keeps the old values. The module is also the driver: run as a
 script (inside `unshare -n`, by the fixture) it starts simweb and `crawlerd run --config FILE`,
 rewrites FILE and sends SIGHUP at chosen moments, and writes what happened as JSON:
@@ -250,7 +250,7 @@ def test_block_list_takes_names_as_an_operator_writes_them(reload_run):
 
 
 def test_reload_blocks_host_in_its_sitemap_phase(reload_run):
-    # the blocklist wins over everything (DESIGN §1.2): sitemaps read within a robots lease too
+    # the blocklist wins over everything (ARCHITECTURE.md invariant 2): sitemaps read within a robots lease too
     host = reload_run["sitemap_host"]
     rec = reload_run["by_name"]["sitemap"]
     assert host in rec["blocked"], rec

@@ -1,4 +1,4 @@
-"""Soak: RAM stays flat while a long crawl piles URLs up on disk (DESIGN §1.4), politely, with a valid WARC.
+"""Soak: RAM stays flat while a long crawl piles URLs up on disk (ARCHITECTURE.md invariant 4), politely, with a valid WARC.
 
 `bench/soak_bench.py` runs simweb and `crawlerd run` in a private network namespace and samples
 /proc/<pid>/status of the crawl process and every worker, and the daemon's stats, every few
@@ -80,7 +80,7 @@ def test_private_memory_slope_per_url_is_small(soak, proc):
                    "dedup/simhash_index.py), plus brk-heap growth that is not live Python objects "
                    "(tracemalloc's total stays flat)")
 def test_private_memory_slope_per_page_is_small(soak):
-    # DESIGN §1.4: RAM grows with active hosts only; pages fetched are URLs too
+    # ARCHITECTURE.md invariant 4: RAM grows with active hosts only; pages fetched are URLs too
     p = soak["analysis"]["procs"]["crawl"]
     assert p["anon_slope_b_per_page"] < MAX_SLOPE_B_PER_PAGE, p
 

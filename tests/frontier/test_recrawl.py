@@ -332,7 +332,7 @@ def _rss_anon() -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_ram_does_not_grow_with_urls(tmp_path):
-    """10^5 URLs recorded, all handed out and re-recorded: anonymous RSS stays flat (DESIGN §1.4).
+    """10^5 URLs recorded, all handed out and re-recorded: anonymous RSS stays flat (ARCHITECTURE.md invariant 4).
 
     The map is file-backed (page cache, not the process's own memory); state kept in Python per URL
     (>= 100 bytes each) would add 10 MB or more here.
