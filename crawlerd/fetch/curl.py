@@ -254,7 +254,7 @@ class _Transfer:
             self.abort = Outcome.NETWORK_ERROR
             self.detail = f"cannot open a socket: {e}"
             return pycurl.SOCKET_BAD
-        f._forget(fd)                                    # records left by a socket curl closed on its own
+        f.forget_fd(fd)                                  # records left by a socket curl closed on its own
         f.sockets_opened += 1
         return fd                                        # pycurl hands an int to curl as is; curl closes it
 
@@ -538,7 +538,7 @@ class Fetcher:
             ep.modify(fd, ev)
         watched[fd] = what
 
-    def _forget(self, fd: int) -> None:
+    def forget_fd(self, fd: int) -> None:
         """Drop every record of ``fd``: its number now names a new socket (the old file is closed,
         so the kernel already took it out of the epoll set)."""
         self._watched.pop(fd, None)

@@ -1,11 +1,17 @@
 """The operator's side of the Frontier: dropping, blocklist, demotion, drains, stats, invariant checks.
 
-A base class of :class:`crawlerd.frontier.scheduler.Frontier`, split out to keep
-the scheduling core readable; it works on the same state and has no life of
-its own.
+A component of :class:`crawlerd.frontier.scheduler.Frontier`, split out to keep the
+scheduling core readable. The Frontier makes one at start and hands it the parts of its
+state it works on (the LMDB store, counters, host/IP tables, due heap, leases, blocklist).
+It holds no reference back to the Frontier (so dropping a Frontier releases its LMDB
+environment at once): the Frontier's own operator methods (``block``, ``stats``, ...)
+delegate here and commit afterwards, and the scheduler drops URLs through
+``drop_items``/``drop_raw``/``drop_host_queue``/``drop_record_queue``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier.blocklist import Blocklist
@@ -27,7 +33,27 @@ DROP_CHUNK = 10000
 
 
 class FrontierOps:
-    """Operator and bookkeeping methods of the Frontier (state lives in the subclass)."""
+    """Operator and bookkeeping methods over the Frontier's state (shared by reference, never copied).
+
+    ``recovered`` is set by the Frontier once its start-up recovery has run (leases restored)."""
+
+    def __init__(self, *, store, counts: dict, dropped: dict, hosts, ips, heap, leases: dict,
+                 blocklist: Blocklist, blocked_slots: set[int], dirty: set[int], levels: int, pol,
+                 clock: Callable[[], float]):
+        self._store = store
+        self._c = counts
+        self._dropped = dropped
+        self._hosts = hosts
+        self._ips = ips
+        self._heap = heap
+        self._leases = leases
+        self._blocklist = blocklist
+        self._blocked_slots = blocked_slots
+        self._dirty = dirty
+        self._levels = levels
+        self._pol = pol
+        self._clock = clock
+        self.recovered = 0
 
     # == dropping ===================================================================
     def _event(self, reason: str, hk: str, key: bytes, urec: bytes) -> None:
@@ -38,13 +64,13 @@ class FrontierOps:
         if n:
             self._dropped[reason] = self._dropped.get(reason, 0) + n
 
-    def _drop_items(self, hk: str, items: list[QueuedURL], reason: str) -> None:
+    def drop_items(self, hk: str, items: list[QueuedURL], reason: str) -> None:
         for it in items:
             self._event(reason, hk, qkey(0, min(max(it.priority, 0), self._levels - 1), 0), encode_url(it))
         self._c["added"] += len(items)
         self._count_drop(reason, len(items))
 
-    def _drop_raw(self, hk: str, key: bytes, urec: bytes, reason: str) -> None:
+    def drop_raw(self, hk: str, key: bytes, urec: bytes, reason: str) -> None:
         self._event(reason, hk, key, urec)
         self._count_drop(reason, 1)
 
@@ -61,17 +87,17 @@ class FrontierOps:
         self._count_drop(reason, n)
         return n
 
-    def _drop_host_queue(self, s: int, reason: str) -> None:
+    def drop_host_queue(self, s: int, reason: str) -> None:
         H = self._hosts
         self._drain_queue(H.hid[s], H.keys[s], reason)
         H.mask[s] = 0
 
-    def _drop_record_queue(self, hk: str, rec: HostRecord, reason: str) -> None:
+    def drop_record_queue(self, hk: str, rec: HostRecord, reason: str) -> None:
         self._drain_queue(rec.hid, hk, reason)
         rec.mask = 0
 
     def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
-        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
+        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason (caller commits)."""
         st = self._store
         txn = st.txn()
         out = []
@@ -85,7 +111,6 @@ class FrontierOps:
                 out.append((decode_url(urec, hk, qkey_level(key)), reason))
                 if not cur.delete():
                     break
-        self._commit()
         return out
 
     def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
@@ -99,8 +124,10 @@ class FrontierOps:
         return out
 
     # == blocklist ====================================================================
-    def block(self, pattern: str) -> int:
-        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
+    def block(self, pattern: str, settle: Callable[[int, float], None]) -> int:
+        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped.
+
+        ``settle(slot, now)`` reschedules an active host (the Frontier's); the caller commits."""
         p = self._blocklist.add(pattern)
         self._store.put_block(p, True)
         now = self._clock()
@@ -110,8 +137,8 @@ class FrontierOps:
             if Blocklist.covers(p, hk) and H.keys[s] == hk:
                 self._blocked_slots.add(s)
                 self._dirty.add(s)
-                self._drop_host_queue(s, "blocked")
-                self._settle(s, now)
+                self.drop_host_queue(s, "blocked")
+                settle(s, now)
         hit = []
         for kb, raw in self._store.scan(self._store.hosts):
             hk = kb.decode("utf-8", "surrogateescape")
@@ -120,17 +147,17 @@ class FrontierOps:
                 if rec.mask:
                     hit.append((hk, rec))
         for hk, rec in hit:
-            self._drop_record_queue(hk, rec, "blocked")
-            self._put_record(hk, rec)
-        self._commit()
+            self.drop_record_queue(hk, rec, "blocked")
+            self.put_record(hk, rec)
         return self._dropped.get("blocked", 0) - before
 
     def unblock(self, pattern: str) -> None:
+        """Unblock a pattern (caller commits)."""
         p = self._blocklist.discard(pattern)
         self._store.put_block(p, False)
         H = self._hosts
-        self._blocked_slots = {s for s in self._blocked_slots if self._blocklist.matches(H.keys[s])}
-        self._commit()
+        # in place: the Frontier holds the same set
+        self._blocked_slots.intersection_update({s for s in self._blocked_slots if self._blocklist.matches(H.keys[s])})
 
     def blocked(self) -> list[str]:
         return list(self._blocklist)
@@ -148,19 +175,19 @@ class FrontierOps:
             self._hosts.demote[s] = max(0, min(last, self._hosts.demote[s] + levels))
             self._dirty.add(s)
             return
-        rec = self._record(host_key)
+        rec = self.record(host_key)
         if rec is None:
             rec = HostRecord(self._c["hid_next"])
             self._c["hid_next"] += 1
         rec.demote = max(0, min(last, rec.demote + levels))
-        self._put_record(host_key, rec)
+        self.put_record(host_key, rec)
 
     # == records ==========================================================================
-    def _record(self, host_key: str) -> HostRecord | None:
+    def record(self, host_key: str) -> HostRecord | None:
         raw = self._store.txn().get(host_key.encode("utf-8", "surrogateescape"), db=self._store.hosts)
         return None if raw is None else HostRecord.decode(raw)
 
-    def _put_record(self, host_key: str, rec: HostRecord) -> None:
+    def put_record(self, host_key: str, rec: HostRecord) -> None:
         self._store.txn().put(host_key.encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
 
     # == introspection =======================================================================
@@ -248,7 +275,7 @@ class FrontierOps:
             "retried": self._c["retried"],
             "requeued": self._c["requeued"],
             "expired": self._c["expired"],
-            "recovered_leases": self._recovered,
+            "recovered_leases": self.recovered,
             "hosts_active": len(H),
             "hosts_total": self._store.count(self._store.hosts),
             "hosts_waiting": self._c["waiting"],

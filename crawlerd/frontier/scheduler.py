@@ -50,7 +50,7 @@ class _Out:
 CRASH_MARGIN_S = 3.0
 
 
-class Frontier(FrontierOps):
+class Frontier:
     """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
 
     Heap invariant: a host is in the due heap iff it is active, in state READY
@@ -113,6 +113,10 @@ class Frontier(FrontierOps):
         self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._blocklist = Blocklist(patterns)
+        self._book = FrontierOps(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
+                                 ips=self._ips, heap=self._heap, leases=self._leases, blocklist=self._blocklist,
+                                 blocked_slots=self._blocked_slots, dirty=self._dirty, levels=self._levels,
+                                 pol=self._pol, clock=self._clock)
         for p in blocklist:
             if self._blocklist.normalise(p) not in self._blocklist.patterns:
                 self._store.put_block(self._blocklist.add(p), True)
@@ -127,7 +131,7 @@ class Frontier(FrontierOps):
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
-        self._recovered = self._recover(self._clock(), crashed)
+        self._book.recovered = self._recover(self._clock(), crashed)
         self._commit()
 
     # == recovery ===========================================================
@@ -157,7 +161,7 @@ class Frontier(FrontierOps):
                 continue
             hk = kb.decode("utf-8", "surrogateescape")
             if self._blocklist.matches(hk):
-                self._drop_record_queue(hk, rec, "blocked")
+                self._book.drop_record_queue(hk, rec, "blocked")
                 txn.put(kb, rec.encode(), db=st.hosts)
                 continue
             if crashed or hk in touched:
@@ -281,7 +285,7 @@ class Frontier(FrontierOps):
                 txn.put(hkb, rec.encode(), db=st.hosts)
                 continue
             if self._blocklist.matches(hk):
-                self._drop_record_queue(hk, rec, "blocked")
+                self._book.drop_record_queue(hk, rec, "blocked")
                 txn.put(hkb, rec.encode(), db=st.hosts)
                 continue
             self._activate(hk, rec, now)
@@ -330,7 +334,7 @@ class Frontier(FrontierOps):
         for hk, lst in groups.items():
             if blocklist and blocklist.matches(hk):
                 self._c["seq"] = seq
-                self._drop_items(hk, lst, "blocked")
+                self._book.drop_items(hk, lst, "blocked")
                 seq = self._c["seq"]
                 continue
             s = H.slot_of.get(hk)
@@ -550,7 +554,7 @@ class Frontier(FrontierOps):
         if not requeue and not is_retryable(outcome, status):
             self._c["completed"] += 1
         elif s in self._blocked_slots:
-            self._drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
+            self._book.drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
         elif requeue:
             self._c["requeued"] += 1
             self._put_back(s, o.key, o.urec)
@@ -652,7 +656,7 @@ class Frontier(FrontierOps):
                     self._commit()
             else:
                 self._dirty.add(s)
-                self._drop_host_queue(s, outcome.value)
+                self._book.drop_host_queue(s, outcome.value)
                 self._settle(s, now)
             return
         new = ips.attach(ip)
@@ -676,7 +680,7 @@ class Frontier(FrontierOps):
         s = self._hosts.slot_of.get(host_key)
         if s is not None:
             return self._hosts.robots_exp[s] <= now
-        rec = self._record(host_key)
+        rec = self._book.record(host_key)
         return rec is None or rec.session != self._session or rec.robots_exp <= now
 
     def set_robots(self, host_key: str, *, expires_at: float, crawl_delay_s: float | None) -> None:
@@ -688,10 +692,54 @@ class Frontier(FrontierOps):
             self._hosts.crawl_delay[s] = delay
             self._dirty.add(s)
             return
-        rec = self._record(host_key)
+        rec = self._book.record(host_key)
         if rec is not None:
             rec.robots_exp, rec.crawl_delay = expires_at, delay
-            self._put_record(host_key, rec)
+            self._book.put_record(host_key, rec)
+
+    # == the operator's side (crawlerd.frontier.operations) ===================================
+    def block(self, pattern: str) -> int:
+        """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
+        n = self._book.block(pattern, self._settle)
+        self._commit()
+        return n
+
+    def unblock(self, pattern: str) -> None:
+        self._book.unblock(pattern)
+        self._commit()
+
+    def blocked(self) -> list[str]:
+        return self._book.blocked()
+
+    def is_blocked(self, host: str) -> bool:
+        return self._blocklist.matches(host)
+
+    def demote_host(self, host_key: str, levels: int = 1) -> None:
+        """Near-duplicate trap feedback: see ``FrontierOps.demote_host``."""
+        self._book.demote_host(host_key, levels)
+
+    def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
+        """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
+        out = self._book.drain_dropped(limit)
+        self._commit()
+        return out
+
+    def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
+        return self._book.dead_letters(limit)
+
+    def check_invariants(self, deep: bool = False) -> None:
+        """Raise AssertionError naming the first broken invariant. ``deep`` also recounts LMDB."""
+        self._book.check_invariants(deep)
+
+    def queued(self) -> int:
+        return self._c["queued"]
+
+    def storage(self) -> dict[str, int]:
+        """LMDB bytes and entries per table (for stats and the bench)."""
+        return self._book.storage()
+
+    def stats(self) -> dict:
+        return self._book.stats()
 
     # == durability ========================================================================
     def _commit(self) -> None:

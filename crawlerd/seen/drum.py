@@ -160,10 +160,14 @@ class _Ready:
         self.block: _Block | None = None
         self._f = None
 
-    def fileno(self) -> int:
+    def journal_file(self):
+        """The journal, opened on first use (buffered, read sequentially)."""
         if self._f is None:
             self._f = open(self.journal, "rb", buffering=1 << 20)
-        return self._f.fileno()
+        return self._f
+
+    def fileno(self) -> int:
+        return self.journal_file().fileno()
 
     def close(self) -> None:
         if self._f is not None:
@@ -610,9 +614,9 @@ class Drum:
         return None
 
     def _read_block(self, r: _Ready) -> _Block:
-        r.fileno()
-        r._f.seek(r.pos)
-        blk = self._parse_block(r._f, r.pos, os.fstat(r._f.fileno()).st_size)
+        f = r.journal_file()
+        f.seek(r.pos)
+        blk = self._parse_block(f, r.pos, os.fstat(f.fileno()).st_size)
         if blk is None:
             raise DrumCorrupt(f"{r.journal}: journal ends before result {r.seq}")
         return blk

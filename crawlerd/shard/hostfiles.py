@@ -1,4 +1,4 @@
-"""The robots.txt and sitemap leases of a host: part of the crawl shard.
+"""The robots.txt and sitemap leases of a host: a component of the crawl shard.
 
 A host's first lease (and one after each robots.txt expiry) is for its robots.txt
 (RFC 9309 §2.3.1): 2xx parse, 3xx follow up to ``fetch.max_redirects`` hops,
@@ -6,21 +6,31 @@ each hop waiting the politeness gap, 4xx allow all, 5xx or failure disallow all
 for now. The sitemaps robots.txt announces are read within the same lease, so
 the host stays busy and every request still waits its gap.
 
-:class:`HostFiles` is a mixin of :class:`crawlerd.shard.Shard`: it uses the
-shard's fetcher, resolver, guard, robots cache, frontier, pool and metrics.
+:class:`HostFiles` receives what it uses explicitly: the frontier (to record the
+robots state and complete the lease), the robots cache, the politeness rule, an
+:class:`~crawlerd.shard.outbound.Outbound` for guard-checked requests, the fetch
+coroutine, an ``archive`` callable (robots.txt and sitemap answers are archived like
+pages), the event writer and the intake's ``submit_urls`` for sitemap URLs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+from collections.abc import Awaitable, Callable
 
 from crawlerd import url as urlmod
+from crawlerd.config import Config
 from crawlerd.fetch.codec import DecodeError, decode_body
-from crawlerd.fetch.robots import RobotsFollow, robots_decision
+from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
+from crawlerd.frontier import Frontier, Lease
+from crawlerd.frontier.politeness import Politeness
+from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.sitemaps import parse_sitemap
 from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.outbound import Outbound
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
@@ -40,9 +50,29 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
 
 
 class HostFiles:
-    """robots.txt and sitemap fetching for one lease (mixed into the shard)."""
+    """robots.txt and sitemap fetching for one robots lease; ``fetch_robots`` completes the lease."""
 
-    async def _fetch_robots(self, lease) -> None:
+    def __init__(self, cfg: Config, *, frontier: Frontier, robots: RobotsCache, politeness: Politeness,
+                 outbound: Outbound, fetch: Callable[[FetchRequest], Awaitable[FetchResult]],
+                 archive: Callable[[FetchResult], None], events: FetchEvents,
+                 submit_urls: Callable[..., int], metrics: Metrics, clock: Callable[[], float],
+                 wall: Callable[[], float], stopping: Callable[[], bool]):
+        self.cfg = cfg
+        self.frontier = frontier
+        self.robots = robots
+        self.politeness = politeness
+        self.outbound = outbound
+        self.fetch = fetch
+        self.archive = archive
+        self.events = events
+        self.submit_urls = submit_urls
+        self.metrics = metrics
+        self.clock = clock
+        self.wall = wall
+        self.stopping = stopping
+
+    async def fetch_robots(self, lease: Lease) -> None:
+        """Fetch (following redirects) and cache the host's robots.txt, read its sitemaps, complete the lease."""
         host_key = lease.host_key
         url = lease.url
         previous = self.robots.stale(host_key)
@@ -50,11 +80,11 @@ class HostFiles:
         total_s = 0.0
         for hops in range(self.cfg.fetch.max_redirects + 2):
             same_host = urlmod.host_key(url) == host_key
-            req = self._request(url, lease.ip) if same_host else await self._request_for(url)
+            req = self.outbound.request(url, lease.ip) if same_host else await self.outbound.request_elsewhere(url)
             if req is None:
                 res = FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
             else:
-                res = await self.fetcher.fetch(req)
+                res = await self.fetch(req)
             total_s += res.elapsed_s
             if res.outcome is Outcome.ABORTED:
                 self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
@@ -62,7 +92,7 @@ class HostFiles:
             self.metrics.counters["robots_fetches"] += 1
             body = b""
             if res.outcome is Outcome.OK:
-                self._spawn(self.pool.process(res, None))     # archive robots.txt answers too
+                self.archive(res)     # archive robots.txt answers too
                 if 200 <= res.status < 300:
                     try:
                         # decoded up to the page cap; the parser reads the first robots.max_bytes
@@ -91,9 +121,9 @@ class HostFiles:
             self.robots.put(host_key, decision)
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
                                      crawl_delay_s=decision.rules.crawl_delay)
-            self._log_event(lease.url, res, kind="robots")
+            self.events.fetched(lease.url, res, kind="robots")
             last = res
-            if decision.ok and self.cfg.sitemaps.enabled and same_host and not self._stopping:
+            if decision.ok and self.cfg.sitemaps.enabled and same_host and not self.stopping():
                 last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res, lease.deadline)
             retry_after = None
             if last.status in (429, 503):
@@ -133,21 +163,21 @@ class HostFiles:
             if deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
                 break                     # never outlive the lease: the rest waits for the next reading
             await asyncio.sleep(gap)
-            if self._stopping or self.frontier.is_blocked(urlmod.host_of(host_key)):
+            if self.stopping() or self.frontier.is_blocked(urlmod.host_of(host_key)):
                 break                     # the operator blocklist wins at once
-            req = self._request(url, ip)
+            req = self.outbound.request(url, ip)
             if req is None:
                 break
-            res = await self.fetcher.fetch(req)
+            res = await self.fetch(req)
             fetches += 1
             self.metrics.counters["sitemap_fetches"] += 1
             if res.outcome is Outcome.ABORTED:
                 break                     # shutdown: the robots answer still completes the lease
             last = res
-            self._log_event(url, res, kind="sitemap")
+            self.events.fetched(url, res, kind="sitemap")
             if res.outcome is not Outcome.OK:
                 break                     # host trouble: back off through the lease completion
-            self._spawn(self.pool.process(res, None))       # archived like any answer
+            self.archive(res)       # archived like any answer
             if res.status in (429, 503):
                 break
             if res.status != 200:
@@ -168,21 +198,3 @@ class HostFiles:
             self.metrics.counters["sitemap_urls"] += len(parsed.urls)
             self.metrics.dropped["sitemap_foreign_url"] += parsed.rejected
         return last
-
-    async def _request_for(self, url: str) -> FetchRequest | None:
-        """A request to a host that is not this lease's (robots redirect): blocklist, politeness, guard.
-
-        The target host may have leases of its own: wait (bounded) until it has none, so two
-        requests never overlap. (Its gap after its own last request is not known here.)"""
-        hk = urlmod.host_key(url)
-        if self.frontier.is_blocked(urlmod.host_of(url)):
-            return None
-        for _ in range(100):
-            if not any(le.host_key == hk for le in self._leases.values()):
-                break
-            await asyncio.sleep(0.2)
-        else:
-            return None
-        res = await self.resolver.resolve(urlmod.host_of(url))
-        ip = next((a for a in res.ips if self.guard.allowed(a)), None)
-        return None if ip is None else self._request(url, ip)

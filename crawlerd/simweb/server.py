@@ -211,7 +211,7 @@ class SimHttpProtocol(asyncio.Protocol):
         entry.note = "bad_request"
         self._send(entry, Reply(status, f"{status} {REASONS.get(status, '')}\n".encode(), "text/plain"),
                    head_only=False, keep_alive=False)
-        self._close()
+        self.close()
 
     def _answer(self, req: _Request, entry: LedgerEntry) -> None:
         h = req.headers
@@ -237,7 +237,7 @@ class SimHttpProtocol(asyncio.Protocol):
             return
         self._send(entry, reply, head_only, keep_alive)
         if not keep_alive:
-            self._close()
+            self.close()
 
     async def _deferred(self, entry: LedgerEntry, reply: Reply, head_only: bool, keep_alive: bool) -> None:
         try:
@@ -252,12 +252,12 @@ class SimHttpProtocol(asyncio.Protocol):
             return
         if reply.action == ACTION_HOLD:
             entry.t_end, entry.t_end_wall, entry.note = time.monotonic(), time.time(), "held"
-            self._close()
+            self.close()
             return
         self.busy = False
         self._send(entry, reply, head_only, keep_alive)
         if not keep_alive:
-            self._close()
+            self.close()
         elif self.buf:
             self._process()
 
@@ -302,7 +302,8 @@ class SimHttpProtocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Close the connection once written data is flushed (abort: at once)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -410,7 +411,7 @@ class SimServer:
             await asyncio.sleep(_SWEEP_EVERY_S)
             limit = time.monotonic() - IDLE_TIMEOUT_S
             for conn in [c for c in self.conns if not c.busy and c.last_active < limit]:
-                conn._close()
+                conn.close()
 
     def static_hosts(self) -> dict[str, str]:
         """Name -> address to connect to: the designed 127.x.y.z when bound to every address (private

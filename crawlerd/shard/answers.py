@@ -1,0 +1,132 @@
+"""What the shard does with an answer: archive it, decide duplicates, keep recrawl state, follow links.
+
+An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC record, CDXJ line,
+text, links, simhash). The worker also takes its payload digest (SHA-1 of the entity without
+transfer coding, in the same pass) and looks it up among archived captures (a read-only view
+of ``digests``) and its own recent ones: a match makes it write a revisit record naming the
+first capture (exact duplicate; see ``crawlerd/process/pool.py``). After it:
+
+- only an archived answer may own a digest or carry validators for a conditional re-fetch
+  (recrawl bookkeeping), since a revisit of, or a 304 against, a record that does not exist
+  would be unreadable;
+- a page whose simhash is within ``dedup.simhash_distance`` bits of an earlier page is a near
+  duplicate; a host whose pages are mostly near duplicates is demoted one level (a trap);
+- a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
+  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets.
+
+``on_worker_death`` closes a dead worker's open WARC segment (torn tail cut) so no file stays
+``.open``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.dedup.near import NearDuplicates
+from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.budgets import DomainGraph
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.process.pool import WorkerPool
+from crawlerd.records import FetchResult
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.intake import Intake
+from crawlerd.store.digest_set import DigestSet, digest_key
+from crawlerd.store.warc import recover_segment
+
+log = logging.getLogger("crawlerd.shard")
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+class Answers:
+    """Archive, dedup and follow one answer at a time (many concurrently, on the loop).
+
+    Invariant: an entry of ``digests`` names an archived first capture (added after its
+    worker answered with a WARC location, never overwritten)."""
+
+    def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
+                 recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
+                 metrics: Metrics, graph: DomainGraph | None = None):
+        self.cfg = cfg
+        self.pool = pool
+        self.digests = digests
+        self.near = near
+        self.recrawl = recrawl
+        self.frontier = frontier
+        self.intake = intake
+        self.events = events
+        self.metrics = metrics
+        self.graph = graph
+
+    async def process(self, url: str, fp: int, host_key: str, item: QueuedURL | None, res: FetchResult) -> None:
+        """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
+        depth = item.depth if item is not None else 0
+        hops = item.hops if item is not None else 0
+        pr = await self.pool.process(res, lookup=res.status == 200)     # digest + owner in the worker
+        sha1 = digest_key(pr.digest) if res.status == 200 and pr.digest else None
+        # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
+        # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
+        if pr.warc_file:
+            if sha1 is not None and not pr.duplicate_of:
+                self.digests.add(sha1, url, repr(res.started_at))
+            self.record_visit(url, fp, host_key, res, sha1, depth)
+        if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
+            near = self.near.check_and_add(pr.simhash, url, host_key)
+            if near and not pr.duplicate_of:
+                pr.near_duplicate_of = near
+                self.metrics.counters["duplicate_near"] += 1
+            if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+                self.frontier.demote_host(host_key)
+                self.metrics.counters["near_dup_demotions"] += 1
+        if pr.outcome is not Outcome.OK:
+            self.metrics.counters[f"process_{pr.outcome.value}"] += 1
+        if pr.duplicate_of:
+            self.metrics.counters["duplicate_exact"] += 1
+        if res.status in REDIRECT_STATUSES:
+            loc = res.header("location")
+            if loc:
+                if hops + 1 > self.cfg.fetch.max_redirects:
+                    self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
+                    self.events.dropped(urlmod.normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
+                else:
+                    self.intake.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
+                                            priority=item.priority if item else None)
+        elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
+            follow = [ln for ln in pr.links if not ln.nofollow]
+            self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
+            self.intake.submit_links(follow, depth=depth + 1)
+            if self.graph is not None and follow:
+                # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
+                hosts = {ln.host_key for ln in follow}
+                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
+                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+        self.events.fetched(url, res, pr=pr)
+
+    def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
+                     depth: int) -> None:
+        """Recrawl bookkeeping for an answer the frontier will not retry (not 429/503)."""
+        if res.status in (429, 503):
+            return
+        if res.status in (301, 308):
+            self.recrawl.forget(fp)         # moved permanently: the target is crawled in its own right
+            return
+        self.recrawl.record(url, fp, host_key, fetched_at=res.started_at, status=res.status,
+                            etag=res.header("etag"), last_modified=res.header("last-modified"),
+                            digest=sha1.hex() if sha1 is not None else None, changed=None, depth=depth)
+        if res.status == 304:
+            self.metrics.counters["not_modified"] += 1
+
+
+def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:
+    """The pool's callback: a dead worker's open segment is closed at once (torn tail cut)."""
+    def died(index: int, segment: str) -> None:
+        metrics.counters["worker_restarts"] += 1
+        if segment:
+            for line in recover_segment(segment, index_dir=index_dir):
+                log.warning("worker %d segment recovery: %s", index, line)
+    return died

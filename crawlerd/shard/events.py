@@ -1,0 +1,57 @@
+"""The shard's fetch-event writer: one JSON line per answer, robots/sitemap fetch or drop.
+
+Every URL that passed the seen-set and will never be fetched gets a ``dropped`` event, and
+every fetch a ``page``/``robots``/``sitemap`` event, so nothing vanishes unrecorded. The
+lines go to :class:`crawlerd.store.events.EventLog` (``<data_dir>/events``); with
+``log.events`` off this writer takes the same calls and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from crawlerd.records import FetchResult
+from crawlerd.store.events import EventLog
+
+EVENT_SCHEMA = 1
+
+
+class FetchEvents:
+    """Builds fetch events and appends them to an event log (or nowhere if ``path`` is None)."""
+
+    def __init__(self, path: str | None, *, wall: Callable[[], float]):
+        self.wall = wall
+        self.log = EventLog(path) if path is not None else None
+
+    def fetched(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
+        """A fetch of ``url`` (``res``), with its processing result ``pr`` for an archived answer."""
+        if self.log is None:
+            return
+        ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "final_url": res.url,
+              "fetched_at": res.started_at, "status": res.status,
+              "outcome": (pr.outcome if pr is not None else res.outcome).value,
+              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 1)}
+        if pr is not None:
+            ev.update(content_type=pr.content_type, digest=pr.digest, simhash=f"{pr.simhash:016x}",
+                      warc={"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
+                      duplicate_of=pr.duplicate_of, near_duplicate_of=pr.near_duplicate_of,
+                      robots_meta={"noindex": pr.noindex, "nofollow": pr.nofollow},
+                      links_out=len(pr.links))
+        error = (pr.error if pr is not None and pr.error else "") or res.error
+        if error:
+            ev["error"] = error
+        self.log.write(ev)
+
+    def dropped(self, url: str, reason: str) -> None:
+        """A URL that passed the seen-set but will never be fetched: one event, so nothing vanishes."""
+        if self.log is not None:
+            self.log.write({"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
+                            "fetched_at": self.wall(), "status": 0})
+
+    def flush(self) -> None:
+        if self.log is not None:
+            self.log.flush()
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,179 @@
+"""The shard's intake: the only way a URL enters the frontier.
+
+Seeds, redirect targets, outlinks and sitemap URLs are normalised and filtered
+(``url.UrlFilter``; every drop is counted under its reason in ``metrics.dropped``), then
+submitted to the DRUM seen-set with their record (depth, hops, priority, URL) as aux data.
+DRUM's answers come back on the loop: duplicates end there; unique URLs pass the BEAST domain
+budget (over budget: deferred on disk, not dropped) and are added to the frontier, and only
+then are the answers acknowledged. Two other doors lead past the seen-set: deferred URLs
+readmitted when their domain's budget grows, and recrawl revisits that are due.
+
+Order of durability everywhere: the frontier commits before the source of a URL (DRUM's
+acknowledgement, the budget deferral table, the recrawl schedule) forgets it, so a crash
+repeats a URL and never loses one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.frontier import Frontier, QueuedURL
+from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.records import Link
+from crawlerd.seen import AsyncSeenSet
+
+
+def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
+    """A URL's record as it travels through DRUM and the budget deferral table."""
+    return f"{depth} {hops} {priority} {url}".encode()
+
+
+def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
+    depth, hops, priority, url = aux.decode().split(" ", 3)
+    return int(depth), int(hops), int(priority), url
+
+
+class Intake:
+    """URLs in: filter → seen-set → (budgets) → frontier; revisits and readmissions → frontier."""
+
+    def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
+                 recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
+                 budgets: Budgets | None = None, graph: DomainGraph | None = None,
+                 wall: Callable[[], float]):
+        self.cfg = cfg
+        self.frontier = frontier
+        self.seen = seen
+        self.url_filter = url_filter
+        self.recrawl = recrawl
+        self.metrics = metrics
+        self.wake = wake
+        self.budgets = budgets
+        self.graph = graph
+        self.wall = wall
+        self._last_flush = 0.0
+        self._last_readmit = 0.0
+        self._last_recrawl = 0.0
+        self._cycle_anchor = wall()
+
+    # -- into the seen-set ----------------------------------------------------------
+    def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
+                    base: str | None = None) -> int:
+        """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
+        links = []
+        for raw in urls:
+            norm = urlmod.normalize(raw, base)
+            if norm is None:
+                self.metrics.dropped["bad_url"] += 1
+            else:
+                links.append(Link(norm, urlmod.fingerprint(norm), ""))
+        return self.submit_links(links, depth=depth, hops=hops, priority=priority)
+
+    def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None) -> int:
+        """Filter already normalised, fingerprinted links (from a worker) and send them to the seen-set."""
+        keys, aux = [], []
+        if priority is None:
+            priority = self.priority_for_depth(depth)
+        check, dropped = self.url_filter.check, self.metrics.dropped
+        for ln in links:
+            reason = check(ln.url)
+            if reason:
+                dropped[reason] += 1
+                continue
+            keys.append(ln.fp)
+            aux.append(encode_aux(depth, hops, priority, ln.url))
+        if keys:
+            self.seen.submit(keys, aux)
+        return len(keys)
+
+    def priority_for_depth(self, depth: int) -> int:
+        """Seeds at level 0; then one level lower every three link hops, down to the last level."""
+        levels = self.cfg.frontier.priority_levels
+        return 0 if depth == 0 else min(levels - 1, 1 + (depth - 1) // 3)
+
+    def pace_seen_flush(self, now: float) -> None:
+        """DRUM flush trigger 3: new URLs wait in DRUM's buckets until a merge.
+
+        A politeness-bound crawl starves hosts whose next URLs are still there, so merge early,
+        but keep merging under ~10% of the time (a merge rewrites the whole key file: seconds
+        at 10^9 keys)."""
+        seen = self.seen
+        if seen.pending and not seen.flushing:
+            dry = self.frontier.queued() < 2 * self.cfg.fetch.max_in_flight
+            interval = max(0.5 if dry else 2.0, 10 * seen.last_flush_s)
+            if now - self._last_flush >= interval:
+                seen.request_flush()       # merged on the DRUM thread; answers arrive via on_seen_results
+                self._last_flush = now
+
+    # -- out of the seen-set ----------------------------------------------------------
+    def on_seen_results(self, results: list) -> None:
+        """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
+
+        DRUM delivers at least once: answers not yet acknowledged come back after a crash.
+        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two.
+        """
+        added = []
+        dup = 0
+        for r in results:
+            if not r.unique:
+                dup += 1
+                continue
+            depth, hops, priority, url = decode_aux(r.aux)
+            if self.budgets is not None and depth > 0:
+                pld = urlmod.registered_domain(urlmod.host_of(url))
+                if not self.budgets.admit(pld):
+                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
+                    self.metrics.counters["budget_deferred"] += 1
+                    continue
+            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+                                   depth=depth, hops=hops, fp=r.key))
+        self.metrics.counters["seen_duplicate"] += dup
+        if self.budgets is not None:
+            self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
+        if added:
+            self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
+            self.wake()
+        self.seen.ack()
+
+    # -- past the seen-set ----------------------------------------------------------------
+    def step_budgets(self, now: float) -> None:
+        """Apply new domain in-links (STAR) and readmit deferred URLs whose domain budget grew (BEAST)."""
+        if self.graph is None or self.budgets is None:
+            return
+        bu = self.cfg.budgets
+        self.graph.poll(now)
+        if bu.cycle_s and self.wall() - (self.budgets.cycle_started_at or self._cycle_anchor) >= bu.cycle_s:
+            self.budgets.new_cycle(at=self.wall())
+        if now - self._last_readmit < 1.0:
+            return
+        self._last_readmit = now
+        recs = self.budgets.readmit(bu.readmit_batch)
+        if recs:
+            items = []
+            for rec in recs:
+                depth, hops, priority, url = decode_aux(rec)
+                items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
+                                       hops=hops, fp=urlmod.fingerprint(url)))
+            self.frontier.add(items)
+            self.budgets.commit()     # after the frontier: a crash in between readmits twice, never loses
+            self.metrics.counters["budget_readmitted"] += len(items)
+
+    def feed_recrawl(self, now: float) -> None:
+        """Due revisits go straight to the frontier (they passed the seen-set long ago); once a second."""
+        if now - self._last_recrawl < 1.0:
+            return
+        self._last_recrawl = now
+        rc = self.cfg.recrawl
+        room = rc.max_queued - self.frontier.queued()
+        if room <= 0:
+            return
+        items = self.recrawl.due(self.wall(), min(room, rc.batch))
+        if items:
+            # frontier first (it commits), then recrawl: a crash repeats a fetch, never loses one
+            self.frontier.add([QueuedURL(url=i.url, host_key=i.host_key, priority=rc.priority, depth=i.depth,
+                                         fp=i.fp) for i in items])
+            self.recrawl.commit()
+            self.metrics.counters["recrawl_queued"] += len(items)

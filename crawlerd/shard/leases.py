@@ -1,0 +1,207 @@
+"""The lease runner: from a due host to a completed lease.
+
+Before a host can be leased it needs an address: ``resolve_hosts`` starts one lookup per host
+the frontier asks about (``hosts_needing_dns``) and answers ``set_host_ip`` with the first
+address the guard allows, or with the DNS outcome (the host's URLs then end with a reason).
+``start`` takes up to the free in-flight slots of due leases and runs each as a task:
+
+- a robots lease goes to :class:`~crawlerd.shard.hostfiles.HostFiles`;
+- a URL lease is checked against the operator blocklist and the host's robots rules (unknown:
+  the URL waits for a fresh robots.txt; unreachable: it waits for the retry; disallowed: it
+  ends as ``robots_denied``), fetched with the recrawl validators as a conditional GET, and a
+  usable answer is handed to :class:`~crawlerd.shard.answers.Answers`.
+
+The lease is completed only after its answer is processed (archived, links in the seen-set
+journal), so a crash fetches the URL again instead of losing it, and the host's politeness gap
+starts at the end of processing: never shorter than the gap after the transfer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+
+from crawlerd import url as urlmod
+from crawlerd.fetch.robots import RobotsCache
+from crawlerd.frontier import Frontier, Lease
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.shard.answers import Answers
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
+from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.tasks import Tasks
+
+log = logging.getLogger("crawlerd.shard")
+
+BLOCKED_ADDRESS_WARNINGS = 10       # say why hosts are refused a few times, not once per host
+
+
+class LeaseTable:
+    """The leases this shard is working on. Key: lease id. Invariant: a lease is here from
+    ``LeaseRunner.start`` until its task ends (or shutdown abandons it)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Lease] = {}
+
+    def add(self, lease: Lease) -> None:
+        self._by_id[lease.lease_id] = lease
+
+    def discard(self, lease_id: int) -> None:
+        self._by_id.pop(lease_id, None)
+
+    def host_busy(self, host_key: str) -> bool:
+        """Whether any lease of ``host_key`` is running (a linear scan: only robots redirects ask)."""
+        return any(le.host_key == host_key for le in self._by_id.values())
+
+    def ids(self) -> Iterator[int]:
+        return iter(list(self._by_id))
+
+    def clear(self) -> None:
+        self._by_id.clear()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+class LeaseRunner:
+    """DNS for hosts that need it; one task per lease: check, fetch, hand over, complete."""
+
+    def __init__(self, *, frontier: Frontier, table: LeaseTable, tasks: Tasks, outbound: Outbound,
+                 fetch: Callable[[FetchRequest], Awaitable[FetchResult]], robots: RobotsCache,
+                 recrawl: Recrawl, host_files: HostFiles, answers: Answers, events: FetchEvents,
+                 metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float]):
+        self.frontier = frontier
+        self.table = table
+        self.tasks = tasks
+        self.outbound = outbound
+        self.fetch = fetch
+        self.robots = robots
+        self.recrawl = recrawl
+        self.host_files = host_files
+        self.answers = answers
+        self.events = events
+        self.metrics = metrics
+        self.clock = clock
+        self.wall = wall
+        self._dns_pending: set[str] = set()
+
+    # -- DNS ------------------------------------------------------------------------
+    def resolve_hosts(self) -> None:
+        """Start a lookup for every host the frontier needs an address for (one at a time per host)."""
+        for host in self.frontier.hosts_needing_dns():
+            if host not in self._dns_pending:
+                self._dns_pending.add(host)
+                self.tasks.spawn(self._resolve_host(host))
+
+    async def _resolve_host(self, host_key: str) -> None:
+        try:
+            res, ip = await self.outbound.lookup(urlmod.host_of(host_key))
+            if res.outcome is not Outcome.OK:
+                self.metrics.counters[res.outcome.value] += 1
+                self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
+            elif ip is None:
+                self.metrics.counters["dns_blocked_address"] += 1
+                if self.metrics.counters["dns_blocked_address"] <= BLOCKED_ADDRESS_WARNINGS:
+                    log.warning("host refused by the address guard host=%s ips=%s outcome=blocked_address "
+                                "hint=add the network to network.allow to crawl private/loopback addresses",
+                                host_key, ",".join(res.ips[:4]))
+                self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
+            else:
+                self.frontier.set_host_ip(host_key, ip, expires_at=self.clock() + max(res.ttl_s, 1.0))
+        finally:
+            self._dns_pending.discard(host_key)
+
+    # -- leases -----------------------------------------------------------------------
+    def start(self, now: float, free: int) -> None:
+        """Lease up to ``free`` due URLs/robots files and run each in its own task."""
+        for lease in self.frontier.lease(now, free):
+            self.table.add(lease)
+            self.tasks.spawn(self._run(lease))
+
+    def abandon_all(self) -> None:
+        """Shutdown: every lease still open goes back to the front of its queue (nothing lost)."""
+        for lease_id in self.table.ids():
+            self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
+        self.table.clear()
+
+    async def _run(self, lease: Lease) -> None:
+        try:
+            if lease.kind == "robots":
+                await self.host_files.fetch_robots(lease)
+            else:
+                await self.fetch_url(lease)
+        finally:
+            self.table.discard(lease.lease_id)
+
+    async def fetch_url(self, lease: Lease) -> None:
+        """One URL lease: check blocklist and robots, fetch (conditionally), process, complete."""
+        host_key, url, item = lease.host_key, lease.url, lease.item
+        fp = (item.fp if item is not None else 0) or urlmod.fingerprint(url)
+        now = self.clock()
+        if self.frontier.is_blocked(urlmod.host_of(host_key)):
+            self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
+            self.metrics.outcomes[Outcome.BLOCKED.value] += 1
+            self.events.dropped(url, Outcome.BLOCKED.value)
+            self.recrawl.forget(fp)
+            return
+        entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
+        if entry is None:
+            # evicted from the robots cache (or never known here): fetch robots.txt again first
+            self.frontier.set_robots(host_key, expires_at=now, crawl_delay_s=None)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_UNAVAILABLE, requeue=True)
+            self.metrics.counters["robots_refetch"] += 1
+            return
+        if not entry.ok:
+            # robots.txt unavailable (5xx / network): disallow all until its retry, keep the URL
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_UNAVAILABLE, requeue=True,
+                                   retry_after_s=max(1.0, entry.expires_at - now))
+            self.metrics.counters["robots_deferred"] += 1
+            return
+        if not entry.rules.allowed(url):
+            self.recrawl.forget(fp)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED)
+            self.metrics.outcomes[Outcome.ROBOTS_DENIED.value] += 1
+            self.events.fetched(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
+            return
+        etag, last_modified = self.recrawl.validators(fp)
+        conditional = [("If-None-Match", etag)] if etag else []
+        if last_modified:
+            conditional.append(("If-Modified-Since", last_modified))
+        req = self.outbound.request(url, lease.ip, conditional)
+        if req is None:     # network.allow narrowed since DNS: the whole host goes, with a reason
+            self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
+            self.metrics.outcomes[Outcome.BLOCKED_ADDRESS.value] += 1
+            self.events.dropped(url, Outcome.BLOCKED_ADDRESS.value)
+            self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
+            return
+        res = await self.fetch(req)
+        if res.outcome is Outcome.ABORTED:
+            # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+            self.metrics.outcomes[Outcome.ABORTED.value] += 1
+            self.events.fetched(url, res)
+            return
+        retry_after = None
+        if res.status in (429, 503):
+            retry_after = parse_retry_after(res.header("retry-after"), self.wall())
+        self.metrics.fetched(host_key, res.outcome.value, res.status, len(res.body))
+        if res.outcome is not Outcome.OK and res.outcome is not Outcome.NOT_MODIFIED:
+            self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                                   response_time_s=res.elapsed_s, retry_after_s=retry_after)
+            self.tasks.note_error(f"{url} {res.outcome.value} {res.error}")
+            self.events.fetched(url, res)
+            return
+        try:
+            await self.answers.process(url, fp, host_key, item, res)
+        except asyncio.CancelledError:      # shutdown gave up on it: back to its queue
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
+            raise
+        # Completed only once the answer is archived and its links are in the seen-set journal: a
+        # crash (or a bug raising above: the lease then expires) fetches the URL again instead of
+        # losing it. The host's gap starts now, after processing: never shorter.
+        self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
+                               response_time_s=res.elapsed_s, retry_after_s=retry_after)

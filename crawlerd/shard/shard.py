@@ -1,0 +1,259 @@
+"""The Shard: wires the components of one crawl shard, runs its loop, shuts it down in order.
+
+Nothing here decides about a URL; each decision lives in one component (see the package
+docstring for the map). This module creates the stores, hands each component exactly the
+parts it uses, steps the loop, and closes everything in an order that loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.dedup.near import NearDuplicates
+from crawlerd.fetch.curl import Fetcher
+from crawlerd.fetch.dns import Resolver
+from crawlerd.fetch.guard import AddressGuard
+from crawlerd.fetch.robots import RobotsCache
+from crawlerd.frontier import Frontier
+from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.politeness import Politeness
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.process.pool import WorkerPool, default_workers
+from crawlerd.records import FetchResult
+from crawlerd.seen import AsyncSeenSet
+from crawlerd.shard.answers import Answers, on_worker_death
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.hostfiles import HostFiles
+from crawlerd.shard.intake import Intake
+from crawlerd.shard.leases import LeaseRunner, LeaseTable
+from crawlerd.shard.operations import Operations
+from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.tasks import Tasks
+from crawlerd.store.digest_set import DigestSet
+
+log = logging.getLogger("crawlerd.shard")
+
+COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
+IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
+
+
+class Shard:
+    """One host partition: DRUM, frontier, robots, DNS, fetcher, processing and storage, wired.
+
+    Public face (used by the supervisor): ``submit_urls``, ``run``, ``status``, ``reload``,
+    ``checkpoint``, ``paused``, and the stores ``frontier``, ``seen``, ``pool``."""
+
+    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.clock = clock
+        self.wall = wall
+        self.paused = False
+        self.stopping = False
+        self._wake = asyncio.Event()
+        self._last_commit = 0.0
+        p = cfg.politeness
+        fr = cfg.frontier
+        self.frontier = Frontier(
+            cfg.path("frontier"), clock=clock, priority_levels=fr.priority_levels,
+            delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
+            per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
+            backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
+            retry_after_cap_s=p.retry_after_cap_s, park_after_failures=p.park_after_failures,
+            park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
+            crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
+            map_size_bytes=fr.map_size_bytes, blocklist=[],
+            host_concurrency=dict(p.host_concurrency))
+        rc = cfg.recrawl
+        self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
+                               min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
+                               reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
+                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
+        bu = cfg.budgets
+        self.graph: DomainGraph | None = None
+        self.budgets: Budgets | None = None
+        if bu.enabled:
+            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
+                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
+                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
+                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
+            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+        d = cfg.drum
+        # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
+        self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
+                                 merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
+                                 max_pending_keys=d.max_pending_keys, clock=clock)
+        self.digests = DigestSet(cfg.path("dedup", "digests"))
+        self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
+                                   demote_ratio=cfg.dedup.near_dup_demote_ratio)
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
+        uf = cfg.url_filter
+        url_filter = urlmod.UrlFilter(
+            max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
+            max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
+            max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
+        self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall)
+        self.pool = WorkerPool(default_workers(cfg.process.workers), {
+            "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
+            "digest_dir": cfg.path("dedup", "digests"),
+            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
+            "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
+            "max_links": cfg.process.max_links_per_page}, on_worker_death=on_worker_death(metrics, cfg.path("index")))
+        self.guard = AddressGuard(list(cfg.network.allow))
+        self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
+                                     max_delay_s=p.max_delay_s)
+        self.tasks = Tasks(self._wake.set)
+        self.leases = LeaseTable()
+        self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
+                             recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
+                             graph=self.graph, wall=wall)
+        self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
+                               frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
+                               graph=self.graph)
+        self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
+                              digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
+                              table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
+                              budgets=self.budgets, graph=self.graph)
+        self.ops.apply_config_blocklist(cfg.blocklist.hosts)
+        # need the running loop: made by run()
+        self.resolver: Resolver | None = None
+        self.fetcher: Fetcher | None = None
+        self.runner: LeaseRunner | None = None
+
+    # -- the supervisor's calls -------------------------------------------------------
+    def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
+                    base: str | None = None) -> int:
+        """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
+        return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
+
+    def status(self) -> dict:
+        return self.ops.status(paused=self.paused)
+
+    def reload(self, cfg: Config) -> None:
+        """SIGHUP: runtime settings (blocklist, network.allow)."""
+        self.ops.reload(cfg)
+
+    def checkpoint(self) -> None:
+        self.ops.checkpoint()
+
+    # -- the loop ---------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        f, dn = self.cfg.fetch, self.cfg.dns
+        self.resolver = Resolver(loop, nameservers=list(dn.nameservers), timeout_s=dn.timeout_s, tries=dn.tries,
+                                 min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
+                                 max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
+                                 ipv6=self.cfg.network.ipv6)
+        self.fetcher = Fetcher(loop, user_agent=self.cfg.crawl.user_agent, guard=self.guard,
+                               connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
+                               low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
+                               max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
+                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file)
+        outbound = Outbound(guard=self.guard, frontier=self.frontier, resolve=self.resolver.resolve,
+                            host_busy=self.leases.host_busy)
+        host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,
+                               outbound=outbound, fetch=self.fetcher.fetch, archive=self._archive,
+                               events=self.events, submit_urls=self.intake.submit_urls, metrics=self.metrics,
+                               clock=self.clock, wall=self.wall, stopping=lambda: self.stopping)
+        self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
+                                  fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
+                                  host_files=host_files, answers=self.answers, events=self.events,
+                                  metrics=self.metrics, clock=self.clock, wall=self.wall)
+        await self.pool.start()
+        self.seen.start(loop, self.intake.on_seen_results)
+        try:
+            while not stop.is_set():
+                if max_pages and self.metrics.pages >= max_pages:
+                    log.info("max_pages reached: %d", self.metrics.pages)
+                    break
+                self._step(self.runner)
+                await self._sleep_until_next()
+        finally:
+            await self._shutdown()
+
+    def _archive(self, res: FetchResult) -> None:
+        """A robots.txt or sitemap answer: archived by a worker in the background (no dedup, no links)."""
+        self.tasks.spawn(self.pool.process(res, None))
+
+    def _step(self, runner: LeaseRunner) -> None:
+        now = self.clock()
+        self.seen.raise_if_failed()
+        runner.resolve_hosts()
+        free = self.cfg.fetch.max_in_flight - len(self.leases)
+        if free > 0 and not self.paused and not self.seen.backpressure:
+            runner.start(now, free)
+        self.intake.pace_seen_flush(now)
+        self.intake.step_budgets(now)
+        if not self.paused:
+            self.intake.feed_recrawl(now)
+        if now - self._last_commit > COMMIT_INTERVAL_S:
+            self._last_commit = now
+            self.ops.drain_frontier_drops()
+            self.recrawl.commit()
+            self.frontier.expire_leases(now)
+            self.frontier.commit()
+            self.events.flush()
+            self.metrics.trim_hosts()
+        self.metrics.tick()
+
+    async def _sleep_until_next(self) -> None:
+        nd = self.frontier.next_due()
+        now = self.clock()
+        if self.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
+            nd = None                 # nothing can be leased now: wait for a finished task or a tick
+        timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
+
+    # -- ordered shutdown ------------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        """Stop leasing; finish or abandon fetches within the grace; persist everything."""
+        self.stopping = True
+        grace = self.cfg.fetch.shutdown_grace_s
+        if self.fetcher is not None:
+            await self.fetcher.close(grace)
+        await self.tasks.finish(grace + 10.0)
+        await self.pool.close()
+        self.near.close()
+        if self.runner is not None:
+            self.runner.abandon_all()
+        self.ops.drain_frontier_drops()
+        try:
+            await self.seen.flush()
+        except Exception:      # unacknowledged DRUM answers are delivered again at the next start
+            log.exception("final seen-set drain failed; its answers are redelivered on restart")
+        await self.seen.close()     # before the frontier closes: no delivery after this
+        if self.graph is not None and self.budgets is not None:
+            self.ops.keep_final_stats("budgets")
+            self.budgets.close()
+            self.graph.close()
+        self.frontier.commit()
+        self.ops.keep_final_stats("frontier")
+        self.frontier.close()
+        self.recrawl.commit()
+        self.ops.keep_final_stats("recrawl")
+        self.recrawl.close()
+        self.digests.close()
+        self.events.close()
+        if self.resolver is not None:
+            await self.resolver.close()
+
+
+def data_dir_problem(path: str) -> str | None:
+    """Why the data dir cannot be used, or None."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"cannot create data dir {path}: {e.strerror}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"data dir {path} is not writable"
+    return None

@@ -1,0 +1,68 @@
+"""Answers with a real worker pool: exact duplicates, links back to the intake, redirect limits, recrawl."""
+
+import asyncio
+
+from crawlerd.frontier import QueuedURL
+from crawlerd.outcome import Outcome
+from crawlerd.process.pool import WorkerPool
+from crawlerd.shard.answers import Answers, on_worker_death
+from tests.shard.parts import Parts, answer, run
+
+PAGE = (b"<!DOCTYPE html><html><head><title>t</title></head><body><p>" + b"crawler frontier robots " * 60
+        + b'</p><a href="/next">n</a><a href="http://c.test/far" rel="nofollow">f</a></body></html>')
+
+
+def make(p: Parts) -> Answers:
+    cfg = p.cfg
+    pool = WorkerPool(1, {
+        "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": "t",
+        "segment_max_bytes": 1 << 30, "shard": "0", "user_agent": "crawlerd-test/0.1",
+        "agent_token": "crawlerd", "max_decoded_bytes": 1 << 20, "max_links": 100,
+        "digest_dir": cfg.path("dedup", "digests")},
+        on_worker_death=on_worker_death(p.metrics, cfg.path("index")))
+    return Answers(cfg, pool=pool, digests=p.digests, near=p.near, recrawl=p.recrawl, frontier=p.frontier,
+                   intake=p.intake, events=p.events, metrics=p.metrics)
+
+
+def item(url: str, hops: int = 0) -> QueuedURL:
+    return QueuedURL(url=url, host_key=url.split("/", 3)[0] + "//" + url.split("/")[2], depth=0, hops=hops)
+
+
+def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen_set(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path), "fetch.max_redirects=2")
+        ans = make(p)
+        await ans.pool.start()
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            # two copies at once: the worker archives the first, the other becomes its revisit
+            await asyncio.gather(ans.process("http://a.test/one", 1, "http://a.test", item("http://a.test/one"),
+                                             answer("http://a.test/one", PAGE)),
+                                 ans.process("http://b.test/two", 2, "http://b.test", item("http://b.test/two"),
+                                             answer("http://b.test/two", PAGE)))
+            # and one later, once the first is archived (found in the digest set's committed view)
+            await ans.process("http://a.test/three", 3, "http://a.test", item("http://a.test/three"),
+                              answer("http://a.test/three", PAGE))
+            # a redirect one hop over the limit ends with a reason, not in the seen-set
+            await ans.process("http://a.test/r", 4, "http://a.test", item("http://a.test/r", hops=2),
+                              answer("http://a.test/r", b"", status=302, headers=[("Location", "/s")]))
+            await p.seen.flush()
+            queued = p.frontier.queued()
+            assert len(p.digests) == 1                  # the first capture owns the digest
+            return p.event_lines(), dict(p.metrics.counters), dict(p.metrics.dropped), queued, p
+        finally:
+            await ans.pool.close()
+            await p.close()
+
+    events, counters, dropped, queued, p = run(go())
+    pages = {e["url"]: e for e in events if e["kind"] == "page"}
+    firsts = [u for u in ("http://a.test/one", "http://b.test/two") if not pages[u]["duplicate_of"]]
+    assert len(firsts) == 1
+    dups = {u: pages[u]["duplicate_of"] for u in pages if pages[u]["duplicate_of"]}
+    assert set(dups) == {"http://a.test/one", "http://b.test/two", "http://a.test/three"} - set(firsts)
+    assert all(firsts[0] in str(v) for v in dups.values()), dups
+    assert counters["duplicate_exact"] == 2
+    assert dropped[Outcome.TOO_MANY_REDIRECTS.value] == 1
+    assert any(e["kind"] == "dropped" and e["url"] == "http://a.test/s" for e in events)
+    assert dropped["nofollow"] == 3                 # one per page, never followed
+    assert queued == 2                              # a.test/next and b.test/next, once each

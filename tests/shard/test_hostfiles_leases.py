@@ -1,0 +1,128 @@
+"""HostFiles and the lease runner on a real frontier, with a fetch coroutine standing in for the network."""
+
+import time
+
+from crawlerd import url as urlmod
+from crawlerd.fetch.guard import AddressGuard
+from crawlerd.fetch.robots import RobotsCache
+from crawlerd.frontier import KIND_ROBOTS, KIND_URL, QueuedURL
+from crawlerd.frontier.politeness import Politeness
+from crawlerd.process.pool import WorkerPool
+from crawlerd.shard.answers import Answers
+from crawlerd.shard.hostfiles import HostFiles
+from crawlerd.shard.leases import LeaseRunner, LeaseTable
+from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.tasks import Tasks
+from tests.frontier.sim import FakeClock
+from tests.shard.parts import Parts, answer, run
+
+HOST = "http://a.test"
+
+
+class Server:
+    """Answers by URL; records every request it was asked for."""
+
+    def __init__(self, answers: dict):
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def fetch(self, req):
+        self.asked.append(req.url)
+        status, body, headers = self.answers[req.url]
+        return answer(req.url, body, status=status, headers=headers, ctype="text/plain")
+
+
+def wire(p: Parts, server: Server):
+    robots = RobotsCache()
+    table = LeaseTable()
+    tasks = Tasks(lambda: None)
+    archived = []
+    submitted = []
+    outbound = Outbound(guard=AddressGuard(["127.0.0.0/8"]), frontier=p.frontier, resolve=None,
+                        host_busy=table.host_busy)
+
+    def submit_urls(urls, **kw):
+        submitted.append((list(urls), kw))
+        return len(urls)
+
+    hf = HostFiles(p.cfg, frontier=p.frontier, robots=robots, politeness=Politeness(min_delay_s=0.0),
+                   outbound=outbound, fetch=server.fetch, archive=archived.append, events=p.events,
+                   submit_urls=submit_urls, metrics=p.metrics, clock=p.clock, wall=time.time,
+                   stopping=lambda: False)
+    answers = Answers(p.cfg, pool=WorkerPool(1, {}), digests=p.digests, near=p.near, recrawl=p.recrawl,
+                      frontier=p.frontier, intake=p.intake, events=p.events, metrics=p.metrics)
+    runner = LeaseRunner(frontier=p.frontier, table=table, tasks=tasks, outbound=outbound, fetch=server.fetch,
+                         robots=robots, recrawl=p.recrawl, host_files=hf, answers=answers, events=p.events,
+                         metrics=p.metrics, clock=p.clock, wall=time.time)
+    return hf, runner, robots, archived, submitted
+
+
+def lease_one(p: Parts, kind: str):
+    leases = p.frontier.lease(p.clock(), 1)
+    assert [le.kind for le in leases] == [kind], leases
+    return leases[0]
+
+
+def queue_host(p: Parts, *paths: str) -> None:
+    p.frontier.add([QueuedURL(url=HOST + path, host_key=HOST, fp=urlmod.fingerprint(HOST + path))
+                    for path in paths])
+    assert p.frontier.hosts_needing_dns() == [HOST]
+    p.frontier.set_host_ip(HOST, "127.0.0.1")
+
+
+def test_robots_5xx_disallows_all_and_the_url_waits_unfetched(tmp_path):
+    clock = FakeClock(1000.0)
+    server = Server({HOST + "/robots.txt": (503, b"busy", [])})
+
+    async def go():
+        p = Parts(str(tmp_path), clock=clock)
+        try:
+            hf, runner, robots, archived, _ = wire(p, server)
+            queue_host(p, "/page")
+            await hf.fetch_robots(lease_one(p, KIND_ROBOTS))
+            entry = robots.stale(HOST)
+            assert entry is not None and not entry.ok
+            assert not entry.rules.allowed(HOST + "/page")
+            assert [r.status for r in archived] == [503]          # the answer is archived too
+            clock.t += 120.0            # past the host's backoff, before robots.txt is retried
+            await runner.fetch_url(lease_one(p, KIND_URL))
+            assert server.asked == [HOST + "/robots.txt"]          # the page was not fetched
+            assert p.metrics.counters["robots_deferred"] == 1
+            assert p.frontier.queued() == 1                        # kept, not dropped
+            return p.event_lines()
+        finally:
+            await p.close()
+
+    events = run(go())
+    assert [(e["kind"], e["status"]) for e in events] == [("robots", 503)]
+
+
+def test_robots_rules_then_sitemap_urls_go_to_the_intake_and_disallowed_urls_end_denied(tmp_path):
+    clock = FakeClock(1000.0)
+    sitemap = (b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+               b"<url><loc>http://a.test/s1</loc></url><url><loc>http://other.test/x</loc></url></urlset>")
+    server = Server({HOST + "/robots.txt": (200, b"User-agent: *\nDisallow: /private\n"
+                                                 b"Sitemap: http://a.test/sm.xml\n", []),
+                     HOST + "/sm.xml": (200, sitemap, [])})
+
+    async def go():
+        p = Parts(str(tmp_path), "politeness.min_delay_s=0.0", clock=clock)
+        try:
+            hf, runner, robots, archived, submitted = wire(p, server)
+            queue_host(p, "/private/p")
+            await hf.fetch_robots(lease_one(p, KIND_ROBOTS))
+            assert robots.stale(HOST).ok
+            assert server.asked == [HOST + "/robots.txt", HOST + "/sm.xml"]
+            assert [u for urls, _ in submitted for u in urls] == [HOST + "/s1"]
+            assert p.metrics.dropped["sitemap_foreign_url"] == 1
+            clock.t += 60.0
+            await runner.fetch_url(lease_one(p, KIND_URL))
+            assert p.metrics.outcomes["robots_denied"] == 1
+            assert p.frontier.queued() == 0
+            return p.event_lines()
+        finally:
+            await p.close()
+
+    events = run(go())
+    assert [(e["kind"], e["outcome"]) for e in events] == [("robots", "ok"), ("sitemap", "ok"),
+                                                           ("page", "robots_denied")]

@@ -1,0 +1,41 @@
+"""Intake: filter with counted reasons, seen-set, frontier; acknowledged only after the frontier commit."""
+
+import asyncio
+
+from crawlerd.url import PATH_TOO_DEEP
+from tests.shard.parts import Parts, run
+
+
+def test_filtered_and_bad_urls_are_counted_the_rest_reach_the_frontier_once(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path))
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = p.intake.submit_urls(["http://a.test/", "http://a.test/x", "http://a.test/1/2/3/4/5/6",
+                                      "http://[bad", "http://b.test/y"], depth=0)
+            assert n == 3
+            await p.seen.flush()
+            assert p.frontier.queued() == 3
+            assert p.woken >= 1
+            # the same URLs again (one as a relative link): duplicates, counted, not queued twice
+            assert p.intake.submit_urls(["/x", "http://b.test/y"], depth=1, base="http://a.test/") == 2
+            await p.seen.flush()
+            assert p.frontier.queued() == 3
+            return dict(p.metrics.dropped), dict(p.metrics.counters)
+        finally:
+            await p.close()
+
+    dropped, counters = run(go())
+    assert dropped == {"bad_url": 1, PATH_TOO_DEEP: 1}
+    assert counters["seen_duplicate"] == 2
+
+
+def test_priority_falls_one_level_every_three_hops(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path), "frontier.priority_levels=3")
+        try:
+            return [p.intake.priority_for_depth(d) for d in range(9)]
+        finally:
+            await p.close()
+
+    assert run(go()) == [0, 1, 1, 1, 2, 2, 2, 2, 2]
