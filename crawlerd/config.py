@@ -154,7 +154,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("edge_cache_entries", int, 1 << 20, "Domain-edge DRUM: recently seen edges kept in RAM.", min=0),
     ]),
     "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
-        _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
+        _k("max_in_flight", int, 1000,
+           "Transfers on the wire at once across all hosts (processing an answer does not hold one: see "
+           "process.max_queued).", min=1, max=100000),
         _k("connect_timeout_s", float, 10.0, "TCP+TLS connect timeout, seconds.", min=0.1),
         _k("timeout_s", float, 60.0, "Whole-transfer timeout, seconds.", min=0.1),
         _k("low_speed_bytes_per_s", int, 256, "A transfer slower than this for low_speed_time_s is dropped (too_slow).",
@@ -236,6 +238,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
     "process": ("Processing of fetched pages.", [
         _k("workers", int, 0, "Processing worker processes (0: cores - 1, at least 1).", min=0, max=256),
         _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0),
+        _k("max_queued", int, 1000,
+           "Fetched answers waiting for or in a worker at most; at this many, leasing pauses (backpressure: "
+           "fetching slows, nothing is dropped).", min=1),
     ]),
     "control": ("Control socket and status.", [
         _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),

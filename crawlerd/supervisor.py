@@ -230,7 +230,8 @@ class Supervisor:
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
             "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
-            "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "in_flight": sh.get("in_flight", 0), "leases": sh.get("leases", 0), "processing": sh.get("processing", 0),
+            "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
             "loop_stall": self.stalls.snapshot(),
         }
@@ -248,7 +249,8 @@ class Supervisor:
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
                 "worker_restarts": sh.get("worker_restarts", 0),
-                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {})}
+                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
+                "fetcher": sh.get("fetcher", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):

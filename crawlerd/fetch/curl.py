@@ -66,6 +66,7 @@ import re
 import select
 import socket
 import time
+from collections import deque
 
 import pycurl
 
@@ -329,7 +330,8 @@ class Fetcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
-                 accept_encoding: str = "gzip, deflate, br", ca_file: str = ""):
+                 accept_encoding: str = "gzip, deflate, br", ca_file: str = "", max_transfers: int = 0,
+                 on_done=None):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
@@ -345,6 +347,11 @@ class Fetcher:
         self.max_header_bytes = max_header_bytes
         self.verify_tls = verify_tls
         self.ca_file = ca_file
+        # max_transfers: transfers on the wire at once (0: no bound); a fetch over it waits its turn
+        self.max_transfers = max_transfers
+        self._queue: deque[asyncio.Future] = deque()        # fetches waiting for a transfer slot, FIFO
+        self._handed = 0                                    # slots handed to waiters not yet running
+        self._on_done = on_done                             # called after each transfer ends (wake the loop)
         self._accept = [f"Accept-Encoding: {accept_encoding}".encode("latin-1")] if accept_encoding else []
         # The User-Agent line curl writes; an empty agent is left to curl's debug stream.
         self._ua_line = f"User-Agent: {user_agent}\r\n".encode() if user_agent and user_agent.isascii() else b""
@@ -380,6 +387,11 @@ class Fetcher:
         return len(self._active)
 
     @property
+    def waiting(self) -> int:
+        """Fetches waiting for a transfer slot (``max_transfers``)."""
+        return len(self._queue)
+
+    @property
     def counts(self) -> dict[str, int]:
         """Transfers ended, by outcome name."""
         return {o.value: n for o, n in self._counts.items()}
@@ -391,6 +403,22 @@ class Fetcher:
         if early is not None:
             self._count(early.outcome)
             return early
+        if self.max_transfers and (len(self._active) + self._handed >= self.max_transfers or self._queue):
+            turn = self._loop.create_future()
+            self._queue.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn in self._queue:
+                    self._queue.remove(turn)
+                elif turn.done() and not turn.cancelled():
+                    self._handed -= 1
+                    self._next_turn()                     # pass the slot it was handed on
+                raise
+            self._handed -= 1
+            if self._closed:
+                self._count(Outcome.ABORTED)
+                return self._early(req, Outcome.ABORTED, "fetcher closed")
         t = self._idle.pop() if self._idle else _Transfer(self, self._share)
         c = t.curl
         url = req.url
@@ -484,6 +512,11 @@ class Fetcher:
         if self._closed:
             return
         self._closed = True
+        while self._queue:                                # waiting fetches end as aborted
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._handed += 1
+                turn.set_result(None)
         pending = [t.fut for t in self._active.values() if t.fut is not None]
         if pending and grace_s > 0:
             await asyncio.wait(pending, timeout=grace_s)
@@ -694,3 +727,16 @@ class Fetcher:
         self._idle.append(t)                              # closed in close(), after the multi handle
         if fut is not None and not fut.done():
             fut.set_result(res)
+        if self._queue:
+            self._next_turn()
+        if self._on_done is not None:
+            self._on_done()
+
+    def _next_turn(self) -> None:
+        """A transfer slot is free: the oldest waiting fetch takes it."""
+        while self._queue:
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._handed += 1
+                turn.set_result(None)
+                return

@@ -41,8 +41,9 @@ after answering, so an answered record never sits in a segment that was closed
 before the answer.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); the shard keeps the lease slot of a response until it is processed, so
-a slow pool stops new fetches instead of growing a queue.
+worker); ``calls`` counts the calls waiting or in a worker, and the shard stops
+leasing while it is at ``process.max_queued`` (a slow pool slows fetching; no
+answer is dropped).
 
 Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
 set (tests only), a worker exits (``os._exit``) on any job whose URL matches
@@ -182,6 +183,7 @@ class WorkerPool:
         self.on_worker_death = on_worker_death
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
+        self._calls = 0
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
         self._backlog: deque[_Job] = deque()
@@ -262,6 +264,18 @@ class WorkerPool:
         ``lookup``: ignore ``prior``; the worker looks the digest up (``init["digest_dir"]`` and its
         own captures) and the result's ``duplicate_of`` tells what it found.
         """
+        self._calls += 1
+        try:
+            return await self._process(result, prior, digest, lookup)
+        finally:
+            self._calls -= 1
+
+    @property
+    def calls(self) -> int:
+        """``process()`` calls not returned yet: waiting for a slot or in a worker (the processing queue)."""
+        return self._calls
+
+    async def _process(self, result: FetchResult, prior, digest: str, lookup: bool) -> ProcessResult:
         async with self._slots:
             loop = asyncio.get_running_loop()
             self._next_id += 1

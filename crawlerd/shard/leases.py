@@ -13,7 +13,10 @@ address the guard allows, or with the DNS outcome (the host's URLs then end with
 
 The lease is completed only after its answer is processed (archived, links in the seen-set
 journal), so a crash fetches the URL again instead of losing it, and the host's politeness gap
-starts at the end of processing: never shorter than the gap after the transfer.
+starts at the end of processing: never shorter than the gap after the transfer. The lease does
+not hold a transfer slot while it waits for processing: ``fetch.max_in_flight`` bounds
+transfers on the wire (the fetcher's count plus leases not started yet), and the processing
+queue has its own bound (``process.max_queued``, the shard's backpressure).
 """
 
 from __future__ import annotations
@@ -42,16 +45,28 @@ BLOCKED_ADDRESS_WARNINGS = 10       # say why hosts are refused a few times, not
 
 class LeaseTable:
     """The leases this shard is working on. Key: lease id. Invariant: a lease is here from
-    ``LeaseRunner.start`` until its task ends (or shutdown abandons it)."""
+    ``LeaseRunner.start`` until its task ends (or shutdown abandons it); it is in ``unstarted``
+    from then until its task first runs (it has not reached the fetcher yet, so the fetcher's
+    count of transfers does not include it)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, Lease] = {}
+        self._unstarted: set[int] = set()
 
     def add(self, lease: Lease) -> None:
         self._by_id[lease.lease_id] = lease
+        self._unstarted.add(lease.lease_id)
+
+    def started(self, lease_id: int) -> None:
+        self._unstarted.discard(lease_id)
+
+    @property
+    def unstarted(self) -> int:
+        return len(self._unstarted)
 
     def discard(self, lease_id: int) -> None:
         self._by_id.pop(lease_id, None)
+        self._unstarted.discard(lease_id)
 
     def host_busy(self, host_key: str) -> bool:
         """Whether any lease of ``host_key`` is running (a linear scan: only robots redirects ask)."""
@@ -62,6 +77,7 @@ class LeaseTable:
 
     def clear(self) -> None:
         self._by_id.clear()
+        self._unstarted.clear()
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -129,6 +145,7 @@ class LeaseRunner:
         self.table.clear()
 
     async def _run(self, lease: Lease) -> None:
+        self.table.started(lease.lease_id)      # from here its transfer is the fetcher's to count
         try:
             if lease.kind == "robots":
                 await self.host_files.fetch_robots(lease)

@@ -135,7 +135,14 @@ class Shard:
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
     def status(self) -> dict:
-        return self.ops.status(paused=self.paused)
+        st = self.ops.status(paused=self.paused)
+        # in_flight: transfers on the wire; leases also counts those being processed or between fetches
+        st["leases"] = st["in_flight"]
+        st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
+        st["processing"] = self.pool.calls
+        if self.fetcher is not None:
+            st["fetcher"] = self.fetcher.stats()
+        return st
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -156,7 +163,8 @@ class Shard:
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
-                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file)
+                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file,
+                               max_transfers=f.max_in_flight, on_done=self._wake.set)
         outbound = Outbound(guard=self.guard, frontier=self.frontier, resolve=self.resolver.resolve,
                             host_busy=self.leases.host_busy)
         host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,
@@ -187,8 +195,9 @@ class Shard:
         now = self.clock()
         self.seen.raise_if_failed()
         runner.resolve_hosts()
-        free = self.cfg.fetch.max_in_flight - len(self.leases)
-        if free > 0 and not self.paused and not self.seen.backpressure:
+        free = self._free_transfers()
+        if free > 0 and not self.paused and not self.seen.backpressure \
+                and self.pool.calls < self.cfg.process.max_queued:
             runner.start(now, free)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
@@ -204,11 +213,18 @@ class Shard:
             self.metrics.trim_hosts()
         self.metrics.tick()
 
+    def _free_transfers(self) -> int:
+        """Transfer slots free: ``fetch.max_in_flight`` less transfers on the wire or waiting for one,
+        less leases whose task has not reached the fetcher yet."""
+        f = self.fetcher
+        busy = f.in_flight + f.waiting if f is not None else 0
+        return self.cfg.fetch.max_in_flight - busy - self.leases.unstarted
+
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
-            nd = None                 # nothing can be leased now: wait for a finished task or a tick
+        if self.paused or self._free_transfers() <= 0 or self.pool.calls >= self.cfg.process.max_queued:
+            nd = None                 # nothing can be leased now: wait for a transfer or task to end, or a tick
         timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
