@@ -5,7 +5,9 @@ Seeds, redirect targets, outlinks and sitemap URLs are normalised and filtered
 submitted to the DRUM seen-set with their record (depth, hops, priority, URL) as aux data.
 DRUM's answers come back on the loop: duplicates end there; unique URLs pass the BEAST domain
 budget (over budget: deferred on disk, not dropped) and are added to the frontier, and only
-then are the answers acknowledged. Two other doors lead past the seen-set: deferred URLs
+then are the answers acknowledged. robots.txt decides at admission: a unique URL its host's
+current rules (RFC 9309) disallow is dropped here (counted as ``robots_denied``, one event),
+not queued to cost its host a lease and a politeness gap later. Two other doors lead past the seen-set: deferred URLs
 readmitted when their domain's budget grows, and recrawl revisits that are due.
 
 Order of durability everywhere: the frontier commits before the source of a URL (DRUM's
@@ -19,10 +21,12 @@ from collections.abc import Callable
 
 from crawlerd import url as urlmod
 from crawlerd.config import Config
+from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
 
@@ -43,7 +47,9 @@ class Intake:
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
                  budgets: Budgets | None = None, graph: DomainGraph | None = None,
-                 wall: Callable[[], float]):
+                 wall: Callable[[], float], robots: RobotsCache | None = None,
+                 clock: Callable[[], float] | None = None,
+                 on_dropped: Callable[[str, str], None] | None = None):
         self.cfg = cfg
         self.frontier = frontier
         self.seen = seen
@@ -54,6 +60,9 @@ class Intake:
         self.budgets = budgets
         self.graph = graph
         self.wall = wall
+        self.robots = robots
+        self.clock = clock
+        self.on_dropped = on_dropped
         self._last_flush = 0.0
         self._last_readmit = 0.0
         self._last_recrawl = 0.0
@@ -117,18 +126,25 @@ class Intake:
         """
         added = []
         dup = 0
+        robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
         for r in results:
             if not r.unique:
                 dup += 1
                 continue
             depth, hops, priority, url = decode_aux(r.aux)
+            host_key = urlmod.host_key(url)
+            if robots is not None:
+                entry = robots.get(host_key, now)
+                if entry is not None and entry.ok and not entry.rules.allowed(url):
+                    self.denied(url)
+                    continue
             if self.budgets is not None and depth > 0:
                 pld = urlmod.registered_domain(urlmod.host_of(url))
                 if not self.budgets.admit(pld):
                     self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
                     self.metrics.counters["budget_deferred"] += 1
                     continue
-            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+            added.append(QueuedURL(url=url, host_key=host_key, priority=priority,
                                    depth=depth, hops=hops, fp=r.key))
         self.metrics.counters["seen_duplicate"] += dup
         if self.budgets is not None:
@@ -137,6 +153,12 @@ class Intake:
             self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
             self.wake()
         self.seen.ack()
+
+    def denied(self, url: str) -> None:
+        """A unique URL its host's robots.txt disallows: dropped at admission, counted, one event."""
+        self.metrics.dropped[Outcome.ROBOTS_DENIED.value] += 1
+        if self.on_dropped is not None:
+            self.on_dropped(url, Outcome.ROBOTS_DENIED.value)
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:

@@ -179,8 +179,10 @@ class LeaseRunner:
             self.metrics.counters["robots_deferred"] += 1
             return
         if not entry.rules.allowed(url):
+            # queued before the rules said so (or they changed): no request was made, so the
+            # host is not charged a politeness gap for it
             self.recrawl.forget(fp)
-            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED, unfetched=True)
             self.metrics.outcomes[Outcome.ROBOTS_DENIED.value] += 1
             self.events.fetched(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
             return
@@ -188,7 +190,7 @@ class LeaseRunner:
         conditional = [("If-None-Match", etag)] if etag else []
         if last_modified:
             conditional.append(("If-Modified-Since", last_modified))
-        req = self.outbound.request(url, lease.ip, conditional)
+        req = self.outbound.request(url, lease.ip, conditional, keep_alive=self.frontier.has_queued(host_key))
         if req is None:     # network.allow narrowed since DNS: the whole host goes, with a reason
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self.metrics.outcomes[Outcome.BLOCKED_ADDRESS.value] += 1

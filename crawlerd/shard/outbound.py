@@ -34,11 +34,14 @@ class Outbound:
         self.resolve = resolve
         self.host_busy = host_busy
 
-    def request(self, url: str, ip: str, headers=None) -> FetchRequest | None:
-        """A request for ``url`` to ``ip``, or None if the guard no longer allows the address."""
+    def request(self, url: str, ip: str, headers=None, *, keep_alive: bool = True) -> FetchRequest | None:
+        """A request for ``url`` to ``ip``, or None if the guard no longer allows the address.
+        ``keep_alive``: keep the connection for the host's next request (it has more queued);
+        otherwise it is closed after the answer rather than left idle in curl's cache."""
         if not ip or not self.guard.allowed(ip):     # network.allow may have narrowed since DNS (SIGHUP)
             return None
-        return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url), headers=list(headers or ()))
+        return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url), headers=list(headers or ()),
+                            keep_alive=keep_alive)
 
     async def lookup(self, host: str) -> tuple[Resolution, str | None]:
         """The resolution of ``host`` and its first address the guard allows (None: none is)."""

@@ -114,7 +114,8 @@ class Shard:
         self.leases = LeaseTable()
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             graph=self.graph, wall=wall)
+                             graph=self.graph, wall=wall, robots=self.robots, clock=clock,
+                             on_dropped=self.events.dropped)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
                                graph=self.graph)
@@ -195,9 +196,9 @@ class Shard:
         now = self.clock()
         self.seen.raise_if_failed()
         runner.resolve_hosts()
-        free = self._free_transfers()
-        if free > 0 and not self.paused and not self.seen.backpressure \
-                and self.pool.calls < self.cfg.process.max_queued:
+        # leases are bounded by free transfer slots and by the room in the processing queue
+        free = min(self._free_transfers(), self.cfg.process.max_queued - self.pool.calls)
+        if free > 0 and not self.paused and not self.seen.backpressure:
             runner.start(now, free)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
