@@ -228,6 +228,10 @@ class DomainGraph:
         self._drum.poll(now)
         return self._apply() if self._drum.ready else 0
 
+    def sync(self) -> None:
+        """fdatasync the committed budget state (thread-safe beside the loop's transactions)."""
+        self.store.env.sync(True)
+
     def flush(self) -> int:
         """Merge every pending edge now and apply the answers; returns unique edges applied."""
         self._drum.flush()

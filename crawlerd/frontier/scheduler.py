@@ -774,13 +774,18 @@ class Frontier:
         self._ops = 0
         self._last_commit = self._clock()
 
-    def commit(self) -> None:
-        """Make everything so far durable (fsync even when sync=False)."""
+    def commit(self, *, flush: bool = True) -> None:
+        """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
+        only (``kill -9``-safe); ``flush()`` then makes it power-safe, from any thread."""
         self._store.txn()
         self._commit()
         st = self._store
-        if not st.sync:
+        if flush and not st.sync:
             st.flush()
+
+    def flush(self) -> None:
+        """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
+        self._store.flush()
 
     def close(self) -> None:
         """Commit and close. Leases still out go back to their queues on the next open."""

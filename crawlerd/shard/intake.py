@@ -63,6 +63,8 @@ class Intake:
         self.robots = robots
         self.clock = clock
         self.on_dropped = on_dropped
+        # durable(then): run ``then`` once the frontier's commits are on disk (None: they already are)
+        self.durable: Callable[[Callable[[], None]], None] | None = None
         self._last_flush = 0.0
         self._last_readmit = 0.0
         self._last_recrawl = 0.0
@@ -122,7 +124,8 @@ class Intake:
         """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
-        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two.
+        ``frontier.add`` commits before ``ack`` (and with ``durable`` set, the commit is synced
+        to disk on the sync thread first), so a unique URL is never lost between the two.
         """
         added = []
         dup = 0
@@ -152,6 +155,9 @@ class Intake:
         if added:
             self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
             self.wake()
+        if self.durable is not None:
+            self.durable(self.seen.ack)         # acknowledged once the commits are on disk
+            return
         self.seen.ack()
 
     def denied(self, url: str) -> None:

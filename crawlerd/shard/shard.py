@@ -37,6 +37,7 @@ from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.tasks import Tasks
 from crawlerd.store.digest_set import DigestSet
+from crawlerd.store.syncer import SyncThread
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -70,17 +71,17 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency))
+            host_concurrency=dict(p.host_concurrency), sync=False)      # fdatasync on the sync thread
         rc = cfg.recrawl
         self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
-                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
+                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False)
         bu = cfg.budgets
         self.graph: DomainGraph | None = None
         self.budgets: Budgets | None = None
         if bu.enabled:
-            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
+            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries, sync=False,
                                      map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
                                      drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
                                      drum_cache_entries=bu.edge_cache_entries, clock=clock)
@@ -128,6 +129,7 @@ class Shard:
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
+        self.syncer: SyncThread | None = None
 
     # -- the supervisor's calls -------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -176,6 +178,10 @@ class Shard:
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
                                   metrics=self.metrics, clock=self.clock, wall=self.wall)
+        # group commit: the loop commits without fdatasync; this thread syncs, and DRUM's answers are
+        # acknowledged only once the frontier holding them is on disk
+        self.syncer = SyncThread(loop)
+        self.intake.durable = self._when_durable
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         try:
@@ -187,6 +193,12 @@ class Shard:
                 await self._sleep_until_next()
         finally:
             await self._shutdown()
+
+    def _when_durable(self, then) -> None:
+        """Run ``then`` on the loop once the frontier and budget state committed so far are on disk."""
+        if self.graph is not None:
+            self.syncer.request(self.graph.sync)
+        self.syncer.request(self.frontier.flush, then)
 
     def _archive(self, res: FetchResult) -> None:
         """A robots.txt or sitemap answer: archived by a worker in the background (no dedup, no links)."""
@@ -207,9 +219,12 @@ class Shard:
         if now - self._last_commit > COMMIT_INTERVAL_S:
             self._last_commit = now
             self.ops.drain_frontier_drops()
-            self.recrawl.commit()
+            self.recrawl.commit(flush=False)
             self.frontier.expire_leases(now)
-            self.frontier.commit()
+            self.frontier.commit(flush=False)
+            if self.syncer is not None:
+                self.syncer.request(self.recrawl.flush)
+                self.syncer.request(self.frontier.flush)
             self.events.flush()
             self.metrics.trim_hosts()
         self.metrics.tick()
@@ -249,6 +264,9 @@ class Shard:
         except Exception:      # unacknowledged DRUM answers are delivered again at the next start
             log.exception("final seen-set drain failed; its answers are redelivered on restart")
         await self.seen.close()     # before the frontier closes: no delivery after this
+        if self.syncer is not None:
+            self.syncer.close()     # after the seen-set: its last acks wait for a sync
+            await asyncio.sleep(0)  # run the acks it queued on the loop
         if self.graph is not None and self.budgets is not None:
             self.ops.keep_final_stats("budgets")
             self.budgets.close()
