@@ -36,7 +36,7 @@ from crawlerd.metrics import Metrics, prometheus
 from crawlerd.outcome import Outcome
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import Shard, data_dir_problem
-from crawlerd.store.warc import recover as recover_warc
+from crawlerd.store.recover import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
 

@@ -13,14 +13,18 @@ records are flushed once and their answers sent in one frame (fewer syscalls
 and wake-ups under load); the crawl process reads answers in a protocol
 callback, every complete frame of a read at once.
 
-Exact duplicates. The worker takes the payload digest (one pass over the
-entity) and looks it up itself, in a read-only view of the digest set
-(``init["digest_dir"]``, LMDB: many readers, the crawl process the one
-writer) and in the captures it archived itself since start; the crawl process
-records a first capture there once its answer is back. A capture archived by
-another worker in the last moments can be missed: the page is then archived
-in full instead of as a revisit (never a revisit of a record that does not
-exist).
+Exact duplicates. For a 200 (``lookup``) the worker takes the payload digest
+(one pass over the entity) and, just before writing the job's records, looks
+it up itself: in a read-only view of the digest set (``init["digest_dir"]``,
+LMDB: many readers, the crawl process the one writer) and in the captures it
+archived itself since start (so a copy later in the same batch is a revisit of
+an earlier one). A match is written as an identical-payload-digest revisit
+naming the first capture's URL, date and record id; the crawl process records
+a first capture (with its record id) in the digest set once its answer is
+back. A capture archived by another worker in the last moments can be missed:
+the page is then archived in full instead of as a revisit (never a revisit of
+a record that does not exist). For a 304 the crawl process, which holds the
+recrawl state, passes ``prior``: the capture it confirms.
 
 Key: job id -> job. Invariant: a submitted job is in exactly one worker's
 ``outstanding`` map (a live worker's, or a dead one's until its death is
@@ -39,6 +43,12 @@ size are cut (those jobs run again elsewhere); a segment it opened without
 answering for anything in it is removed. A worker rotates its segment only
 after answering, so an answered record never sits in a segment that was closed
 before the answer.
+
+Near duplicates. A worker first parses every job of a batch, then (if the pool
+has a ``near_duplicate`` callback) sends one ``("near", [(job id, simhash, url)])``
+frame and waits for the crawl process's answers before it writes any record, so
+a capture's metadata record can name the stored page it nearly duplicates. One
+round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
 worker); ``calls`` counts the calls waiting or in a worker, and the shard stops
@@ -73,9 +83,10 @@ from dataclasses import dataclass, field
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
 from crawlerd.process.ring import BodyRing
-from crawlerd.records import FetchResult, Link, ProcessResult
+from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
-from crawlerd.store.warc import OPEN_SUFFIX, recover_segment
+from crawlerd.store.recover import recover_segment
+from crawlerd.store.segment import OPEN_SUFFIX
 
 log = logging.getLogger("crawlerd.pool")
 
@@ -101,7 +112,7 @@ def default_workers(configured: int) -> int:
 class _Job:
     job_id: int
     result: FetchResult
-    prior: tuple[str, float] | None
+    prior: PriorCapture | None
     future: asyncio.Future
     digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
     lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
@@ -173,7 +184,7 @@ class WorkerPool:
     """``workers`` processing processes; ``init`` configures each (see ``worker_main``)."""
 
     def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 8, max_job_attempts: int = 2,
-                 on_worker_death=None, ring_bytes: int = RING_BYTES):
+                 on_worker_death=None, near_duplicate=None, ring_bytes: int = RING_BYTES):
         if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
             raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
         self.n = workers
@@ -181,6 +192,7 @@ class WorkerPool:
         self.jobs_per_worker = jobs_per_worker
         self.max_job_attempts = max_job_attempts
         self.on_worker_death = on_worker_death
+        self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
         self._calls = 0
@@ -209,7 +221,8 @@ class WorkerPool:
 
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        init = dict(self.init, worker_tag=self.tag(index), ring_bytes=self.ring_bytes)
+        init = dict(self.init, worker_tag=self.tag(index), ring_bytes=self.ring_bytes,
+                    near_duplicates=self.near_duplicate is not None)
         page_fd = os.memfd_create(f"crawlerd-{self.tag(index)}-progress")
         ring = BodyRing(self.ring_bytes, f"crawlerd-{self.tag(index)}-ring")
         try:
@@ -255,11 +268,11 @@ class WorkerPool:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
-    async def process(self, result: FetchResult, prior: tuple[str, float] | None = None, *,
+    async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
                       digest: str = "", lookup: bool = False) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
-        ``prior``: the exact-duplicate owner's answer, (first URL, first date) or None.
+        ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         ``lookup``: ignore ``prior``; the worker looks the digest up (``init["digest_dir"]`` and its
         own captures) and the result's ``duplicate_of`` tells what it found.
@@ -315,7 +328,11 @@ class WorkerPool:
                     w.transport.write(data)
 
     def _on_answer(self, w: _Worker, msg) -> None:
-        """One answer frame: a batch of (job id, packed result) after the records were flushed."""
+        """One frame from a worker: a near-duplicate question, or a batch of (job id, packed result)
+        answered after its records were flushed."""
+        if msg[0] == "near":
+            self._answer_near(w, msg[1])
+            return
         _kind, answers, segment, size = msg
         w.segment, w.acked_bytes = segment, size
         self._quick_deaths = 0
@@ -333,6 +350,20 @@ class WorkerPool:
             log.warning("worker %d connection lost: %r", w.index, exc)
         if w.alive:
             await self._restart(w)
+
+    def _answer_near(self, w: _Worker, queries: list) -> None:
+        """A worker asks, before archiving a batch, which stored pages its pages nearly duplicate."""
+        answers = {}
+        for job_id, simhash, url in queries:
+            near = ""
+            if self.near_duplicate is not None:
+                try:
+                    near = self.near_duplicate(simhash, url) or ""
+                except Exception:       # the worker waits for an answer: give one, say why
+                    log.exception("near-duplicate check failed for %s", url)
+            answers[job_id] = near
+        if w.alive and not w.transport.is_closing():
+            w.transport.write(_frame(("near", answers)))     # now: the worker waits for it
 
     async def _restart(self, dead: _Worker) -> None:
         dead.alive = False
@@ -547,27 +578,30 @@ class _FrameReader:
 class _Captures:
     """The duplicate owner as a worker sees it: the digest set (committed by the crawl process)
     and, in front of it, the first captures this worker archived itself (not committed yet).
-    Key: payload digest string; value: (first URL, first date). Bounded: oldest forgotten first."""
+    Key: payload digest string; value: the first capture, with its record id. Invariant: an
+    entry names a record already written (an own entry is added after ``archive``; it dies
+    with the process, as do the records a crash cuts). Bounded: oldest own entry forgotten first."""
 
     def __init__(self, digest_dir: str, max_entries: int = 1 << 16) -> None:
         from crawlerd.store.digest_set import DigestView
         self.view = DigestView(digest_dir) if digest_dir else None
-        self.own: dict[str, tuple[str, float]] = {}
+        self.own: dict[str, PriorCapture] = {}
         self.max_entries = max_entries
 
-    def seen(self, digest: str, url: str, when: float) -> tuple[str, float] | None:
-        """The prior capture of ``digest``, or None; then this capture becomes the first."""
+    def owner(self, digest: str) -> PriorCapture | None:
+        """The first archived capture of ``digest`` known here, or None."""
         hit = self.own.get(digest)
-        if hit is not None:
-            return hit
-        if self.view is not None:
-            prev = self.view.get(digest)
+        if hit is None and self.view is not None:
+            prev = self.view.owner(digest)
             if prev is not None:
-                return prev[0], float(prev[1])
+                hit = PriorCapture(prev[0], float(prev[1]), prev[2])
+        return hit
+
+    def archived(self, digest: str, pr: ProcessResult, fetched_at: float) -> None:
+        """``pr`` was archived as a response (the first capture of ``digest`` as far as we know)."""
         if len(self.own) >= self.max_entries:
             del self.own[next(iter(self.own))]
-        self.own[digest] = (url, when)
-        return None
+        self.own[digest] = PriorCapture(pr.url, fetched_at, pr.warc_record_id, digest)
 
 
 def _fetch_result(meta: tuple, body: bytes) -> FetchResult:
@@ -582,7 +616,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     import signal
 
     from crawlerd.process.ring import RingReader
-    from crawlerd.process.worker import ASK, PageProcessor
+    from crawlerd.process.worker import PageProcessor
+    from crawlerd.store import linesort
     from crawlerd.store.warc import WarcWriter
     # the crawl process runs the ordered shutdown; a worker ends when its socket closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -596,43 +631,98 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
-    try:
+    ask_near = False
+    held: deque = deque()       # frames that came while waiting for a near-duplicate answer
+
+    def next_frame():
+        return held.popleft() if held else frames.next()
+
+    def ready() -> bool:
+        return bool(held) or frames.ready()
+
+    def near_answers(queries: list) -> dict | None:
+        """Ask the crawl process about the batch's pages; None when it is gone."""
+        data = pickle.dumps(("near", queries), protocol=pickle.HIGHEST_PROTOCOL)
+        sock.sendall(_LEN.pack(len(data)) + data)
         while True:
             msg = frames.next()
             if msg is None:
+                return None
+            if msg[0] == "near":
+                return msg[1]
+            held.append(msg)
+
+    try:
+        while True:
+            msg = next_frame()
+            if msg is None:
                 break
             batch = [msg]
-            while len(batch) < _MAX_BATCH and msg[0] == "job" and frames.ready():
-                msg = frames.next()
+            while len(batch) < _MAX_BATCH and msg[0] == "job" and ready():
+                msg = next_frame()
                 batch.append(msg)
-            answers = []
+            done = []           # (job_id, result, Analysis or the error it raised)
             for msg in batch:
                 if msg[0] == "init":
                     init = msg[1]
                     segment_max_bytes = init["segment_max_bytes"]
+                    ask_near = bool(init.get("near_duplicates"))
                     if ring_fd >= 0:
                         ring = RingReader(ring_fd, init["ring_bytes"])
                     # the writer never rotates by itself: this loop rotates after answering (module doc)
                     warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=1 << 62,
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
-                                      index_dir=init.get("index_dir") or None)
+                                      index_dir=init.get("index_dir") or None,
+                                      index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
+                                      or linesort.DEFAULT_BUFFER_BYTES)
                     captures = _Captures(init.get("digest_dir") or "")
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
                                               max_decoded_bytes=init["max_decoded_bytes"],
-                                              max_links=init["max_links"], digest_seen=captures.seen)
+                                              max_links=init["max_links"])
                 elif msg[0] == "job":
                     _, job_id, meta, offset, length, prior, digest, lookup = msg
                     result = _fetch_result(meta, ring.get(offset, length) if offset >= 0 else meta[-1])
                     if progress is not None:
                         _STARTED.pack_into(progress, 0, job_id)
                     try:
-                        pr = processor.process(result, prior=ASK if lookup else prior, digest=digest)
+                        a = processor.analyse(result, prior=None if lookup else prior, digest=digest)
+                        done.append((job_id, result, a, lookup))
                     except Exception as e:  # a bug must not take the page with it: record it by name
+                        done.append((job_id, result, e, False))
+            # near duplicates are decided by the crawl process before the records are written,
+            # so each capture's metadata record can name the page it nearly duplicates
+            queries = [(job_id, a.pr.simhash, result.url) for job_id, result, a, _ in done
+                       if not isinstance(a, Exception) and a.asks_near] if ask_near else []
+            near: dict = {}
+            if queries:
+                if progress is not None:
+                    _STARTED.pack_into(progress, 0, 0)      # waiting: no job is to blame
+                try:
+                    got = near_answers(queries)
+                except (ConnectionResetError, BrokenPipeError):
+                    got = None
+                if got is None:
+                    break             # the crawl process is gone: close the segment and exit quietly
+                near = got
+            answers = []
+            for job_id, result, a, lookup in done:
+                if progress is not None:
+                    _STARTED.pack_into(progress, 0, job_id)
+                if isinstance(a, Exception):
+                    pr = processor.archive_failed(result, f"{type(a).__name__}: {a}")
+                else:
+                    try:
+                        if lookup:      # decided here, in order: an earlier job of the batch may own it
+                            processor.revisit_of(a, captures.owner(a.pr.digest))
+                        pr = processor.archive(a, near.get(job_id, ""))
+                        if lookup and not pr.duplicate_of and pr.warc_file:
+                            captures.archived(pr.digest, pr, result.started_at)
+                    except Exception as e:
                         pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
-                    if crash_re is not None and crash_re.search(result.url):
-                        warc.flush()
-                        os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
-                    answers.append((job_id, pack_result(pr)))
+                if crash_re is not None and crash_re.search(result.url):
+                    warc.flush()
+                    os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
+                answers.append((job_id, pack_result(pr)))
             if answers:
                 warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 segment = warc.current_path or ""

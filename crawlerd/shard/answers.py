@@ -1,16 +1,21 @@
 """What the shard does with an answer: archive it, decide duplicates, keep recrawl state, follow links.
 
-An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC record, CDXJ line,
+An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC records, CDXJ line,
 text, links, simhash). The worker also takes its payload digest (SHA-1 of the entity without
 transfer coding, in the same pass) and looks it up among archived captures (a read-only view
-of ``digests``) and its own recent ones: a match makes it write a revisit record naming the
-first capture (exact duplicate; see ``crawlerd/process/pool.py``). After it:
+of ``digests``) and its own recent ones: a match makes it write an identical-payload-digest
+revisit naming the first capture (its URL, date and record id; see
+``crawlerd/process/pool.py``). A 304 is written as a server-not-modified revisit naming the
+capture it confirms (:meth:`Answers.confirmed_capture`, asked here: the recrawl state lives in
+this process). While archiving, the worker asks :meth:`Answers.near_duplicate` about a page
+with text, so the capture's metadata record can name the page it nearly duplicates. After it:
 
 - only an archived answer may own a digest or carry validators for a conditional re-fetch
   (recrawl bookkeeping), since a revisit of, or a 304 against, a record that does not exist
   would be unreadable;
 - a page whose simhash is within ``dedup.simhash_distance`` bits of an earlier page is a near
-  duplicate; a host whose pages are mostly near duplicates is demoted one level (a trap);
+  duplicate (decided during archiving, above); a host whose pages are mostly near duplicates is
+  demoted one level (a trap);
 - a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
   are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets.
 
@@ -32,11 +37,11 @@ from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
-from crawlerd.records import FetchResult
+from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
+from crawlerd.store import recover_segment, sha1_base32
 from crawlerd.store.digest_set import DigestSet, digest_key
-from crawlerd.store.warc import recover_segment
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -46,8 +51,8 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 class Answers:
     """Archive, dedup and follow one answer at a time (many concurrently, on the loop).
 
-    Invariant: an entry of ``digests`` names an archived first capture (added after its
-    worker answered with a WARC location, never overwritten)."""
+    Invariant: an entry of ``digests`` names an archived first capture (added with its record
+    id after its worker answered with a WARC location, never overwritten)."""
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
@@ -67,22 +72,18 @@ class Answers:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
-        pr = await self.pool.process(res, lookup=res.status == 200)     # digest + owner in the worker
+        prior = self.confirmed_capture(fp) if res.status == 304 else None
+        # a 200's digest and duplicate owner are found in the worker (no pass over the body here)
+        pr = await self.pool.process(res, prior, lookup=res.status == 200)
         sha1 = digest_key(pr.digest) if res.status == 200 and pr.digest else None
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
             if sha1 is not None and not pr.duplicate_of:
-                self.digests.add(sha1, url, repr(res.started_at))
+                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
-        if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
-            near = self.near.check_and_add(pr.simhash, url, host_key)
-            if near and not pr.duplicate_of:
-                pr.near_duplicate_of = near
-                self.metrics.counters["duplicate_near"] += 1
-            if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
-                self.frontier.demote_host(host_key)
-                self.metrics.counters["near_dup_demotions"] += 1
+        if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
+            self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
@@ -120,6 +121,32 @@ class Answers:
                             digest=sha1.hex() if sha1 is not None else None, changed=None, depth=depth)
         if res.status == 304:
             self.metrics.counters["not_modified"] += 1
+
+    def confirmed_capture(self, fp: int) -> PriorCapture | None:
+        """The archived capture a 304 confirms: the record holding the payload whose validators
+        were sent (its digest owner, so a replay engine finds the payload even when the URL's
+        last capture was itself a revisit of another URL), else the URL's last capture as recrawl
+        knows it. None when recrawl knows nothing (an unconditional request answered 304: that
+        answer is archived as a plain response)."""
+        st = self.recrawl.state(fp)
+        if st is None:
+            return None
+        digest = "sha1:" + sha1_base32(bytes.fromhex(st.digest)) if st.digest else ""
+        owner = self.digests.owner(st.digest) if st.digest else None
+        if owner is not None:
+            return PriorCapture(owner[0], float(owner[1]), owner[2], digest)
+        return PriorCapture(st.url, st.captured_at or st.fetched_at, "", digest)
+
+    def near_duplicate(self, simhash: int, url: str) -> str:
+        """The pool's question before a worker archives a page with text: the stored page within
+        the simhash distance, or "". Feeds the host's trap window (demoted when mostly near
+        duplicates)."""
+        host_key = urlmod.host_key(url)
+        near = self.near.check_and_add(simhash, url, host_key)
+        if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+            self.frontier.demote_host(host_key)
+            self.metrics.counters["near_dup_demotions"] += 1
+        return near
 
 
 def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:

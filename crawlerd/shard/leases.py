@@ -221,6 +221,6 @@ class LeaseRunner:
             raise
         # Completed only once the answer is archived and its links are in the seen-set journal: a
         # crash (or a bug raising above: the lease then expires) fetches the URL again instead of
-        # losing it. The host's gap starts now, after processing: never shorter.
+        # losing it (ARCHITECTURE.md invariant 3). The host's gap starts now, after processing.
         self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
                                response_time_s=res.elapsed_s, retry_after_s=retry_after)

@@ -1,6 +1,9 @@
 """Answers with a real worker pool: exact duplicates, links back to the intake, redirect limits, recrawl."""
 
 import asyncio
+from pathlib import Path
+
+from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.frontier import QueuedURL
 from crawlerd.outcome import Outcome
@@ -66,3 +69,15 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
     assert any(e["kind"] == "dropped" and e["url"] == "http://a.test/s" for e in events)
     assert dropped["nofollow"] == 3                 # one per page, never followed
     assert queued == 2                              # a.test/next and b.test/next, once each
+    # both revisits name the first capture's record (WARC-Refers-To), found in the worker
+    ids, refers = {}, {}
+    warc_dir = Path(p.cfg.path("warc"))
+    for seg in sorted(warc_dir.glob("*.warc.gz")):
+        with open(seg, "rb") as f:
+            for rec in ArchiveIterator(f):
+                uri = rec.rec_headers.get_header("WARC-Target-URI")
+                if rec.rec_type == "response":
+                    ids[uri] = rec.rec_headers.get_header("WARC-Record-ID")
+                elif rec.rec_type == "revisit":
+                    refers[uri] = rec.rec_headers.get_header("WARC-Refers-To")
+    assert set(refers) == set(dups) and set(refers.values()) == {ids[firsts[0]]}
