@@ -418,7 +418,7 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
     seconds, warmup = args.seconds, args.warmup
     data_dir = os.path.join(work, "crawlerd-data")
     config, sets = _crawlerd_config(data_dir, sim, work)
-    cmd = [sys.executable, "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
+    cmd = [args.crawlerd_python, "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
            "--duration", str(seconds)]
     sets += extra_sets
     if sim.ca_file:
@@ -669,11 +669,13 @@ def print_steady(summary: dict[str, dict]) -> None:
         print(f"crawlerd https / http CPU per page x{t['steady']['all_us_per_page'] / h['steady']['all_us_per_page']:.2f}")
 
 
-def code_version() -> str:
-    """The commit benchmarked, and whether crawlerd/ differed from it (numbers are only
-    comparable between runs of the same code)."""
-    root = os.path.dirname(HERE)
+def code_version(python: str = sys.executable) -> str:
+    """The commit benchmarked (the tree ``python`` imports crawlerd from), and whether crawlerd/
+    differed from it (numbers are only comparable between runs of the same code)."""
     try:
+        root = subprocess.run([python, "-c", "import crawlerd, os; print(os.path.dirname(os.path.dirname("
+                               "os.path.abspath(crawlerd.__file__))))"], capture_output=True, text=True,
+                              timeout=30).stdout.strip() or os.path.dirname(HERE)
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=30).stdout.strip()
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "crawlerd"],
@@ -716,7 +718,7 @@ def bench(args: argparse.Namespace) -> dict:
         else:
             shutil.rmtree(root, ignore_errors=True)
     summary = {k: summarize(v) for k, v in results.items() if v}
-    version = code_version()
+    version = code_version(args.crawlerd_python)
     print_table(summary, args.runs, args.hosts, args.seconds)
     print(f"code: {version}")
     out = {"hosts": args.hosts, "seeds": args.seeds, "profile": args.profile, "warmup_s": args.warmup,
@@ -762,6 +764,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra crawlerd config override (repeatable)")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the temp work dir (data dirs, logs)")
+    p.add_argument("--crawlerd-python", default=sys.executable, metavar="PYTHON",
+                   help="interpreter whose crawlerd is crawled with (another tree's .venv/bin/python, for "
+                        "an A/B against the same simweb and bench)")
     p.add_argument("--inside-netns", action="store_true", help=argparse.SUPPRESS)
     return p
 
