@@ -418,7 +418,8 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
     seconds, warmup = args.seconds, args.warmup
     data_dir = os.path.join(work, "crawlerd-data")
     config, sets = _crawlerd_config(data_dir, sim, work)
-    cmd = [args.crawlerd_python, "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
+    # -P: crawlerd from that interpreter's install, not from the current directory's tree
+    cmd = [args.crawlerd_python, "-P", "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
            "--duration", str(seconds)]
     sets += extra_sets
     if sim.ca_file:
@@ -673,7 +674,7 @@ def code_version(python: str = sys.executable) -> str:
     """The commit benchmarked (the tree ``python`` imports crawlerd from), and whether crawlerd/
     differed from it (numbers are only comparable between runs of the same code)."""
     try:
-        root = subprocess.run([python, "-c", "import crawlerd, os; print(os.path.dirname(os.path.dirname("
+        root = subprocess.run([python, "-P", "-c", "import crawlerd, os; print(os.path.dirname(os.path.dirname("
                                "os.path.abspath(crawlerd.__file__))))"], capture_output=True, text=True,
                               timeout=30).stdout.strip() or os.path.dirname(HERE)
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
