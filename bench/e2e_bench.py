@@ -430,7 +430,8 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
     sim_cpu0 = proc_cpu_s(sim.pid)
     t_launch = time.monotonic()
     with open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        # cwd: the work dir, so neither crawlerd nor the workers it starts import this tree by accident
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=work)
     sampler = FamilySampler(proc.pid)
     sampler.extra_pids = [sim.pid]
     sampler.start()
