@@ -183,7 +183,7 @@ class _Worker:
 class WorkerPool:
     """``workers`` processing processes; ``init`` configures each (see ``worker_main``)."""
 
-    def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 8, max_job_attempts: int = 2,
+    def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 32, max_job_attempts: int = 2,
                  on_worker_death=None, near_duplicate=None, ring_bytes: int = RING_BYTES):
         if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
             raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
