@@ -28,7 +28,7 @@ Steady state: the same figures over the part of the crawl window after ``--warmu
 third of D): pages/s, CPU µs per page and per request of each process (crawl process, workers,
 simweb; from /proc samples at the window's ends), refetches (a non-robots URL asked for again).
 For crawlerd the bench also polls ``status`` on its control socket every second: in-flight
-transfers over time and the loop stall histogram (``loop_stall``), whose p99.9 over the steady
+transfers over time and the crawl loop's lag histogram (``shards[0].loop_lag``), whose p99.9 over the steady
 window is reported. ``--schemes http,https`` crawls the same web over each scheme (simweb
 ``--tls``: a throwaway CA that crawlerd trusts through ``fetch.ca_file``). ``--py-spy DIR`` records
 a py-spy profile of crawlerd's crawl process and first worker over the steady window.
@@ -206,10 +206,12 @@ class StatusPoller(threading.Thread):
             except (control.ControlError, OSError):
                 continue
             if st.get("ok"):
-                ls = st.get("loop_stall") or {}
+                shards = st.get("shards") or [{}]
+                ll = shards[0].get("loop_lag") or {}      # the crawl loop's lag histogram (LoopLag)
                 self.series.append({"t": time.monotonic(), "in_flight": st.get("in_flight", 0),
                                     "pages": st.get("pages", 0), "queued": st.get("queued", 0),
-                                    "stall_hist": ls.get("hist"), "stall_max_ms": ls.get("max_ms")})
+                                    "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
+                                    "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None})
 
     def stop(self) -> None:
         self._stop_evt.set()
@@ -217,7 +219,7 @@ class StatusPoller(threading.Thread):
 
     def steady(self, t0: float, t1: float) -> dict:
         """In-flight transfers (min/median/max) and the loop stall p99/p99.9 between t0 and t1."""
-        from crawlerd.loopstall import window_percentile
+        from crawlerd.metrics import lag_quantile_s
         inside = [s for s in self.series if t0 <= s["t"] <= t1]
         out: dict = {"status_samples": len(inside)}
         if inside:
@@ -226,10 +228,13 @@ class StatusPoller(threading.Thread):
             out["in_flight_series"] = [(round(s["t"] - inside[0]["t"], 1), s["in_flight"]) for s in inside]
         hists = [s for s in inside if s["stall_hist"]]
         if len(hists) >= 2:
-            a, b = hists[0]["stall_hist"], hists[-1]["stall_hist"]
-            out["stall_p99_ms"] = window_percentile(a, b, 0.99)
-            out["stall_p999_ms"] = window_percentile(a, b, 0.999)
-            out["stall_samples"] = sum(b) - sum(a)
+            a, b = hists[0], hists[-1]
+            cum = [y - x for x, y in zip(a["stall_hist"], b["stall_hist"], strict=True)]
+            n = b["stall_count"] - a["stall_count"]
+            for q, key in ((0.99, "stall_p99_ms"), (0.999, "stall_p999_ms")):
+                v = lag_quantile_s(cum, n, q)
+                out[key] = None if v is None else v * 1000
+            out["stall_samples"] = n
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
         return out

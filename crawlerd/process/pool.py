@@ -51,9 +51,12 @@ a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); ``calls`` counts the calls waiting or in a worker, and the shard stops
-leasing while it is at ``process.max_queued`` (a slow pool slows fetching; no
-answer is dropped).
+worker); ``calls`` counts the calls waiting or in a worker. The shard keeps the
+lease of a response until it is processed (its transfer slot is free once the
+transfer ends) and stops leasing while ``waiting`` reaches ``capacity``
+(``behind``), so a slow pool stops new fetches instead of growing a queue of
+fetched, unarchived responses (RAM, and the work a kill -9 makes the crawl redo);
+no answer is dropped.
 
 Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
 set (tests only), a worker exits (``os._exit``) on any job whose URL matches
@@ -81,7 +84,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from crawlerd.metrics import proc_cpu_s
-from crawlerd.outcome import Outcome
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.ring import BodyRing
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
@@ -195,9 +198,12 @@ class WorkerPool:
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
-        self._calls = 0
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
+        self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
+        self.waiting = 0                              # process() calls waiting for one of those slots
+        self.held = 0                                 # process() calls holding one (in a worker or its backlog)
+        self.answered = 0                             # process() calls answered so far
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -264,6 +270,16 @@ class WorkerPool:
                 out[w.proc.pid] = cpu
         return out
 
+    @property
+    def calls(self) -> int:
+        """``process()`` calls not returned yet: waiting for a slot or in a worker (the processing queue)."""
+        return self.waiting + self.held
+
+    @property
+    def behind(self) -> bool:
+        """More fetched responses wait for a worker than the workers hold: fetch no more for now."""
+        return self.waiting >= self.capacity
+
     def outstanding(self) -> int:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
@@ -277,19 +293,13 @@ class WorkerPool:
         ``lookup``: ignore ``prior``; the worker looks the digest up (``init["digest_dir"]`` and its
         own captures) and the result's ``duplicate_of`` tells what it found.
         """
-        self._calls += 1
+        self.waiting += 1
         try:
-            return await self._process(result, prior, digest, lookup)
+            await self._slots.acquire()
         finally:
-            self._calls -= 1
-
-    @property
-    def calls(self) -> int:
-        """``process()`` calls not returned yet: waiting for a slot or in a worker (the processing queue)."""
-        return self._calls
-
-    async def _process(self, result: FetchResult, prior, digest: str, lookup: bool) -> ProcessResult:
-        async with self._slots:
+            self.waiting -= 1
+        self.held += 1
+        try:
             loop = asyncio.get_running_loop()
             self._next_id += 1
             job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup)
@@ -299,6 +309,10 @@ class WorkerPool:
                 return await job.future
             finally:
                 del self._jobs[job.job_id]
+                self.answered += 1
+        finally:
+            self.held -= 1
+            self._slots.release()
 
     def _dispatch(self, job: _Job) -> None:
         live = [w for w in self._workers if w is not None and w.alive]
@@ -493,6 +507,16 @@ _LINKS_AT = _PR_FIELDS.index("links")
 _OUTCOME_AT = _PR_FIELDS.index("outcome")
 
 
+def not_archived(pr: ProcessResult, err: OSError, warc_dir: str) -> ProcessResult:
+    """``pr`` marked as not archived because the WARC could not be written (the shard keeps the URL)."""
+    pr.outcome = Outcome.PROCESS_ERROR
+    pr.storage_error = storage_error(err, warc_dir)
+    pr.error = f"not archived: {err.strerror or err}"
+    pr.warc_file, pr.warc_offset, pr.warc_length = "", -1, 0
+    pr.links = []
+    return pr
+
+
 def pack_result(pr: ProcessResult) -> tuple:
     """``pr`` as plain tuples for the wire (inverse: ``unpack_result``)."""
     values = [getattr(pr, name) for name in _PR_FIELDS]
@@ -602,6 +626,12 @@ class _Captures:
         if len(self.own) >= self.max_entries:
             del self.own[next(iter(self.own))]
         self.own[digest] = PriorCapture(pr.url, fetched_at, pr.warc_record_id, digest)
+
+    def forget(self, digest: str, url: str) -> None:
+        """The capture of ``url`` with ``digest`` was not archived after all (its flush failed)."""
+        hit = self.own.get(digest)
+        if hit is not None and hit.url == url:
+            del self.own[digest]
 
 
 def _fetch_result(meta: tuple, body: bytes) -> FetchResult:
@@ -717,17 +747,28 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                         pr = processor.archive(a, near.get(job_id, ""))
                         if lookup and not pr.duplicate_of and pr.warc_file:
                             captures.archived(pr.digest, pr, result.started_at)
+                    except OSError as e:    # the WARC could not be written (disk full, read-only, EIO)
+                        pr = not_archived(ProcessResult(url=result.url, outcome=Outcome.PROCESS_ERROR,
+                                                        status=result.status), e, init["warc_dir"])
                     except Exception as e:
                         pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
                 if crash_re is not None and crash_re.search(result.url):
                     warc.flush()
                     os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
-                answers.append((job_id, pack_result(pr)))
+                answers.append((job_id, pr))
             if answers:
-                warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                try:
+                    warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                except OSError as e:
+                    # the writer cut its segment back and closed it: none of this batch is known archived
+                    for _job_id, pr in answers:
+                        if captures is not None and pr.digest:
+                            captures.forget(pr.digest, pr.url)      # its record was cut back
+                    answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = os.path.getsize(segment) if segment else 0
-                data = pickle.dumps(("results", answers, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps(("results", [(job_id, pack_result(pr)) for job_id, pr in answers], segment, size),
+                                    protocol=pickle.HIGHEST_PROTOCOL)
                 try:
                     sock.sendall(_LEN.pack(len(data)) + data)
                 except (ConnectionResetError, BrokenPipeError):

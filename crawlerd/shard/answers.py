@@ -40,6 +40,7 @@ from crawlerd.process.pool import WorkerPool
 from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
+from crawlerd.shard.storage import StorageFailure
 from crawlerd.store import recover_segment, sha1_base32
 from crawlerd.store.digest_set import DigestSet, digest_key
 
@@ -75,6 +76,10 @@ class Answers:
         prior = self.confirmed_capture(fp) if res.status == 304 else None
         # a 200's digest and duplicate owner are found in the worker (no pass over the body here)
         pr = await self.pool.process(res, prior, lookup=res.status == 200)
+        if pr.storage_error:
+            # not archived (disk full, read-only, I/O error): nothing of it is kept, the caller
+            # returns the URL to its queue and the crawl pauses until the storage is usable again
+            raise StorageFailure(pr.storage_error, self.cfg.path("warc"))
         sha1 = digest_key(pr.digest) if res.status == 200 and pr.digest else None
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist

@@ -128,10 +128,13 @@ class Intake:
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
         ``frontier.add`` commits before ``ack`` (and with ``durable`` set, the commit is synced
-        to disk on the sync thread first), so a unique URL is never lost between the two.
+        to disk on the sync thread first), so a unique URL is never lost between the two, and
+        it commits the position after the answers (``seen_mark``) with them, so an answer
+        delivered again is not added (and fetched) a second time.
         A delivery (up to a DRUM call of 8,192 answers) is admitted ``SEEN_SLICE`` answers per
-        loop iteration, each slice committed, and acknowledged after the last: no iteration holds
-        the loop for all of it (at most one delivery is outstanding, so slices never interleave).
+        loop iteration, each slice committed with its mark, and acknowledged after the last: no
+        iteration holds the loop for all of it (at most one delivery is outstanding, so slices
+        never interleave).
         """
         self._admit_slice(results, 0)
 
@@ -149,9 +152,13 @@ class Intake:
     def _admit(self, results: list) -> None:
         """Admit unique answers to the frontier (robots, budgets) and commit; no ack."""
         added = []
-        dup = 0
+        dup = again = 0
+        mark = self.frontier.seen_mark
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
         for r in results:
+            if r.seq < mark:
+                again += 1          # delivered again after a crash, but already added and committed
+                continue
             if not r.unique:
                 dup += 1
                 continue
@@ -171,10 +178,14 @@ class Intake:
             added.append(QueuedURL(url=url, host_key=host_key, priority=priority,
                                    depth=depth, hops=hops, fp=r.key))
         self.metrics.counters["seen_duplicate"] += dup
+        if again:
+            self.metrics.counters["seen_redelivered"] += again
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
+        if results:
+            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            self.frontier.add(added, seen_mark=results[-1].seq + 1)
         if added:
-            self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
             self.wake()
 
     def denied(self, url: str) -> None:

@@ -15,8 +15,9 @@ The lease is completed only after its answer is processed (archived, links in th
 journal), so a crash fetches the URL again instead of losing it, and the host's politeness gap
 starts at the end of processing: never shorter than the gap after the transfer. The lease does
 not hold a transfer slot while it waits for processing: ``fetch.max_in_flight`` bounds
-transfers on the wire (the fetcher's count plus leases not started yet), and the processing
-queue has its own bound (``process.max_queued``, the shard's backpressure).
+transfers on the wire (the fetcher's count plus leases not started yet; ``LeaseWindow`` keeps
+fewer while the workers' answer rate needs fewer), and the processing queue has its own bound
+(``WorkerPool.behind``, the shard's backpressure).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from crawlerd.shard.answers import Answers
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.storage import StorageFailure
 from crawlerd.shard.tasks import Tasks
 
 log = logging.getLogger("crawlerd.shard")
@@ -83,13 +85,55 @@ class LeaseTable:
         return len(self._by_id)
 
 
+class LeaseWindow:
+    """How many transfers may be going at once (on the wire, queued in the fetcher, or leased and
+    not started): enough to keep the processing workers busy, no more. A lease whose answer waits
+    for a worker is not counted (``WorkerPool.behind`` bounds those).
+
+    Little's law: feeding the pool at its rate ``R`` (answers per second, the best second of
+    about the last minute) when a fetch takes ``L`` seconds (moving average) needs ``R x L``
+    fetches in flight. Beyond that, fetched responses only queue unarchived: RAM, and work a
+    kill -9 makes the crawl redo (a run starting with thousands of hosts due at once would
+    lease ``fetch.max_in_flight`` in one step). Size: ``2 x R x L`` plus ``floor`` (twice the
+    workers' slots), at most ``ceiling`` (``fetch.max_in_flight``).
+    """
+
+    def __init__(self, floor: int, ceiling: int):
+        self.floor = floor
+        self.ceiling = ceiling
+        self.fetch_s = 0.0              # moving average of transfer times, seconds
+        self.rate = 0.0                 # best answers-per-second lately
+        self._last_t: float | None = None
+        self._last_answered = 0
+
+    def fetched(self, elapsed_s: float) -> None:
+        self.fetch_s += 0.05 * (max(elapsed_s, 0.0) - self.fetch_s)
+
+    def tick(self, now: float, answered: int) -> None:
+        """Once a second or so: the pool's answers so far."""
+        if self._last_t is None:
+            self._last_t, self._last_answered = now, answered
+            return
+        dt = now - self._last_t
+        if dt < 1.0:
+            return
+        rate = (answered - self._last_answered) / dt
+        self._last_t, self._last_answered = now, answered
+        self.rate = rate if rate > self.rate else self.rate * 0.98 ** dt
+
+    @property
+    def size(self) -> int:
+        return min(self.ceiling, self.floor + int(2.0 * self.rate * self.fetch_s))
+
+
 class LeaseRunner:
     """DNS for hosts that need it; one task per lease: check, fetch, hand over, complete."""
 
     def __init__(self, *, frontier: Frontier, table: LeaseTable, tasks: Tasks, outbound: Outbound,
                  fetch: Callable[[FetchRequest], Awaitable[FetchResult]], robots: RobotsCache,
                  recrawl: Recrawl, host_files: HostFiles, answers: Answers, events: FetchEvents,
-                 metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float]):
+                 metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float],
+                 storage_failed: Callable[[str, str], None], window: LeaseWindow | None = None):
         self.frontier = frontier
         self.table = table
         self.tasks = tasks
@@ -103,6 +147,8 @@ class LeaseRunner:
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
+        self.storage_failed = storage_failed
+        self.window = window
         self._dns_pending: set[str] = set()
 
     # -- DNS ------------------------------------------------------------------------
@@ -198,6 +244,8 @@ class LeaseRunner:
             self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             return
         res = await self.fetch(req)
+        if self.window is not None:
+            self.window.fetched(res.elapsed_s)
         if res.outcome is Outcome.ABORTED:
             # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
@@ -219,6 +267,12 @@ class LeaseRunner:
         except asyncio.CancelledError:      # shutdown gave up on it: back to its queue
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
             raise
+        except StorageFailure as e:         # not archived: back to the front of its queue, crawl paused
+            self.storage_failed(e.reason, e.path)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True,
+                                   response_time_s=res.elapsed_s)
+            self.metrics.counters["not_archived_requeued"] += 1
+            return
         # Completed only once the answer is archived and its links are in the seen-set journal: a
         # crash (or a bug raising above: the lease then expires) fetches the URL again instead of
         # losing it (ARCHITECTURE.md invariant 3). The host's gap starts now, after processing.

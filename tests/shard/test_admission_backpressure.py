@@ -109,12 +109,12 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
 
     async def go():
         from crawlerd import config
-        cfg = config.load(None, [f"crawl.data_dir={str(tmp_path)!r}", "process.workers=1", "process.max_queued=3",
+        cfg = config.load(None, [f"crawl.data_dir={str(tmp_path)!r}", "process.workers=1",
                                  "politeness.min_delay_s=0.0", "politeness.delay_factor=0.0", "budgets.enabled=false",
                                  'network.allow=["127.0.0.0/8"]'])
         shard = Shard(cfg, Metrics(), clock=clock)
         server = Server({})
-        hosts = [f"http://h{i}.test" for i in range(8)]
+        hosts = [f"http://h{i}.test" for i in range(100)]
         for h in hosts:
             server.answers[h + "/p"] = (200, PAGE, [])
         shard.frontier.add([QueuedURL(url=h + "/p", host_key=h, fp=urlmod.fingerprint(h + "/p")) for h in hosts])
@@ -138,7 +138,8 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
             for _ in range(40):
                 shard._step(runner)
                 await asyncio.sleep(0.01)
-            stalled = (len(server.asked), shard.pool.calls, shard.frontier.queued())
+            stalled = (len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.pool.behind,
+                       shard.pool.capacity)
         finally:
             os.kill(worker, signal.SIGCONT)
         for _ in range(500):
@@ -151,6 +152,7 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
         return stalled, done
 
     stalled, done = run(go())
-    asked, calls, queued = stalled
-    assert calls == 3 and asked == 3 and queued == 5      # leasing stopped at the processing bound
-    assert done == (8, 0, 0, 8)                           # then everything was fetched and processed
+    asked, calls, queued, behind, capacity = stalled
+    # leasing stopped once as many answers waited for the worker as it holds
+    assert behind and calls == asked == 2 * capacity and queued == 100 - asked
+    assert done == (100, 0, 0, 100)                       # then everything was fetched and processed
