@@ -129,7 +129,7 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
         runner = LeaseRunner(frontier=shard.frontier, table=shard.leases, tasks=shard.tasks, outbound=outbound,
                              fetch=server.fetch, robots=shard.robots, recrawl=shard.recrawl, host_files=None,
                              answers=shard.answers, events=shard.events, metrics=shard.metrics, clock=clock,
-                             wall=time.time)
+                             wall=time.time, storage_failed=shard.storage.failed, window=shard.window)
         await shard.pool.start()
         shard.seen.start(asyncio.get_running_loop(), shard.intake.on_seen_results)
         worker = shard.pool.pids()[0]
