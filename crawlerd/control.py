@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import json
 import logging
 import os
@@ -63,7 +64,7 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), timeout=10)
-            reply = self.dispatch(line)
+            reply = await self.dispatch_async(line)
             writer.write(json.dumps(reply, default=str).encode() + b"\n")
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
@@ -72,24 +73,61 @@ class ControlServer:
             writer.close()
 
     def dispatch(self, line: bytes) -> dict:
+        """Answer one request whose handler is synchronous (an asynchronous one is refused here)."""
+        req, reply = self._parse(line)
+        if reply is None:
+            reply = self._call(req, lambda: self.handlers[req["cmd"]](req))
+            if inspect.isawaitable(reply):
+                reply.close()
+                return {"ok": False, "error": f"{req['cmd']} needs the event loop"}
+        return reply
+
+    async def dispatch_async(self, line: bytes) -> dict:
+        """Answer one request; a handler may return an awaitable (it runs on the loop, e.g. asks a thread)."""
+        req, reply = self._parse(line)
+        if reply is not None:
+            return reply
+        reply = self._call(req, lambda: self.handlers[req["cmd"]](req))
+        if inspect.isawaitable(reply):
+            coro = reply
+            reply = await self._acall(req, coro)
+        return reply
+
+    def _parse(self, line: bytes) -> tuple[dict, dict | None]:
         try:
             req = json.loads(line)
             if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
                 raise ValueError("expected a JSON object with a string 'cmd'")
         except ValueError as e:
-            return {"ok": False, "error": f"bad request: {e}"}
-        handler = self.handlers.get(req["cmd"])
-        if handler is None:
-            return {"ok": False, "error": f"unknown command {req['cmd']!r}; known: {', '.join(sorted(self.handlers))}"}
+            return {}, {"ok": False, "error": f"bad request: {e}"}
+        if req["cmd"] not in self.handlers:
+            return req, {"ok": False,
+                         "error": f"unknown command {req['cmd']!r}; known: {', '.join(sorted(self.handlers))}"}
+        return req, None
+
+    @staticmethod
+    def _done(reply: dict) -> dict:
+        reply.setdefault("ok", True)
+        return reply
+
+    def _call(self, req: dict, fn):
         try:
-            reply = handler(req)
+            reply = fn()
         except (ValueError, KeyError) as e:
             return {"ok": False, "error": str(e)}
         except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
             log.error("control command failed cmd=%s error=%r", req["cmd"], e)
             return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
-        reply.setdefault("ok", True)
-        return reply
+        return reply if inspect.isawaitable(reply) else self._done(reply)
+
+    async def _acall(self, req: dict, coro) -> dict:
+        try:
+            return self._done(await coro)
+        except (ValueError, KeyError) as e:
+            return {"ok": False, "error": str(e)}
+        except Exception as e:
+            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
+            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
 
 
 def _claim_socket_path(path: str) -> None:

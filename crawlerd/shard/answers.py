@@ -32,7 +32,7 @@ from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
@@ -57,7 +57,7 @@ class Answers:
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
-                 metrics: Metrics, graph: DomainGraph | None = None):
+                 metrics: Metrics, budgets: Budgets | None = None):
         self.cfg = cfg
         self.pool = pool
         self.digests = digests
@@ -67,7 +67,9 @@ class Answers:
         self.intake = intake
         self.events = events
         self.metrics = metrics
-        self.graph = graph
+        self.budgets = budgets
+        # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
+        self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
 
     async def process(self, url: str, fp: int, host_key: str, item: QueuedURL | None, res: FetchResult) -> None:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
@@ -87,6 +89,8 @@ class Answers:
             if sha1 is not None and not pr.duplicate_of:
                 self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
+        if self.evidence is not None and pr.warc_file and sha1 is not None:
+            self.evidence(url, fp, host_key, sha1, pr, depth)      # DUST: evidence, rel=canonical
         if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
             self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:
@@ -106,11 +110,9 @@ class Answers:
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.intake.submit_links(follow, depth=depth + 1)
-            if self.graph is not None and follow:
+            if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                hosts = {ln.host_key for ln in follow}
-                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
-                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+                self.budgets.record_links(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,

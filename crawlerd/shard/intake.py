@@ -24,7 +24,7 @@ from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
@@ -49,9 +49,9 @@ class Intake:
 
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
-                 budgets: Budgets | None = None, graph: DomainGraph | None = None,
-                 wall: Callable[[], float], robots: RobotsCache | None = None,
-                 clock: Callable[[], float] | None = None,
+                 budgets: Budgets | None = None, wall: Callable[[], float],
+                 free_slots: Callable[[], int] = lambda: 0, paused: Callable[[], bool] = lambda: False,
+                 robots: RobotsCache | None = None, clock: Callable[[], float] | None = None,
                  on_dropped: Callable[[str, str], None] | None = None):
         self.cfg = cfg
         self.frontier = frontier
@@ -61,8 +61,11 @@ class Intake:
         self.metrics = metrics
         self.wake = wake
         self.budgets = budgets
-        self.graph = graph
         self.wall = wall
+        self.free_slots = free_slots        # transfers the lease window has room for now, for BEAST's reader
+        self.paused = paused
+        # the DUST gate's intake hook (crawlerd.shard.dust), set by the shard: new URLs -> those to queue
+        self.admission: Callable[[list[tuple]], list[tuple]] | None = None
         self.robots = robots
         self.clock = clock
         self.on_dropped = on_dropped
@@ -71,7 +74,6 @@ class Intake:
         self._last_flush = 0.0
         self._last_readmit = 0.0
         self._last_recrawl = 0.0
-        self._cycle_anchor = wall()
 
     # -- into the seen-set ----------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -154,6 +156,7 @@ class Intake:
         added = []
         dup = again = 0
         mark = self.frontier.seen_mark
+        fresh = []
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
         for r in results:
             if r.seq < mark:
@@ -162,21 +165,25 @@ class Intake:
             if not r.unique:
                 dup += 1
                 continue
-            depth, hops, priority, url = decode_aux(r.aux)
-            host_key = urlmod.host_key(url)
+            decoded = decode_aux(r.aux)         # (depth, hops, priority, url)
+            url = decoded[3]
             if robots is not None:
-                entry = robots.get(host_key, now)
+                entry = robots.get(urlmod.host_key(url), now)
                 if entry is not None and entry.ok and not entry.rules.allowed(url):
-                    self.denied(url)
+                    self.denied(url)            # robots.txt decides at admission
                     continue
-            if self.budgets is not None and depth > 0:
-                pld = urlmod.registered_domain(urlmod.host_of(url))
-                if not self.budgets.admit(pld):
-                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
-                    self.metrics.counters["budget_deferred"] += 1
+            fresh.append((r.key, r.aux, *decoded))
+        if self.admission is not None and fresh:
+            fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
+        for key, aux, depth, hops, priority, url in fresh:
+            if self.budgets is not None:
+                if depth == 0:
+                    self.budgets.add_root(url)          # seeds: trust roots of STAR, never charged
+                elif not self.budgets.offer(url, aux, key):
+                    self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
                     continue
-            added.append(QueuedURL(url=url, host_key=host_key, priority=priority,
-                                   depth=depth, hops=hops, fp=r.key))
+            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+                                   depth=depth, hops=hops, fp=key))
         self.metrics.counters["seen_duplicate"] += dup
         if again:
             self.metrics.counters["seen_redelivered"] += again
@@ -196,17 +203,19 @@ class Intake:
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:
-        """Apply new domain in-links (STAR) and readmit deferred URLs whose domain budget grew (BEAST)."""
-        if self.graph is None or self.budgets is None:
+        """Edge merges on their schedule (STAR); BEAST readmission, the reader moving on at once when
+        the frontier runs short of ready hosts (work-conserving)."""
+        b = self.budgets
+        if b is None:
             return
-        bu = self.cfg.budgets
-        self.graph.poll(now)
-        if bu.cycle_s and self.wall() - (self.budgets.cycle_started_at or self._cycle_anchor) >= bu.cycle_s:
-            self.budgets.new_cycle(at=self.wall())
-        if now - self._last_readmit < 1.0:
+        b.step(now)
+        if now - self._last_readmit < 0.1:
+            return
+        short = self.frontier_short(now)
+        if not short and now - self._last_readmit < 1.0:
             return
         self._last_readmit = now
-        recs = self.budgets.readmit(bu.readmit_batch)
+        recs = b.readmit(self.cfg.budgets.readmit_batch, advance=short)
         if recs:
             items = []
             for rec in recs:
@@ -214,8 +223,22 @@ class Intake:
                 items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
                                        hops=hops, fp=urlmod.fingerprint(url)))
             self.frontier.add(items)
-            self.budgets.commit()     # after the frontier: a crash in between readmits twice, never loses
+            b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)
+            self.wake()
+
+    def frontier_short(self, now: float) -> bool:
+        """Fewer ready hosts than free fetch slots (or than budgets.min_ready_hosts), or free slots and
+        no host due soon: the fetcher would idle, so BEAST's reader moves on (work-conserving)."""
+        if self.paused() or self.seen.backpressure:
+            return False
+        free = self.free_slots()
+        if free <= 0:
+            return False
+        if self.frontier.hosts_ready() < (self.cfg.budgets.min_ready_hosts or free):
+            return True
+        nd = self.frontier.next_due()
+        return nd is None or nd > now + 0.5
 
     def feed_recrawl(self, now: float) -> None:
         """Due revisits go straight to the frontier (they passed the seen-set long ago); once a second."""

@@ -23,7 +23,7 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import LoopLag, Metrics
@@ -31,6 +31,7 @@ from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet, DrumError
 from crawlerd.shard.answers import Answers, on_worker_death
+from crawlerd.shard.dust import DustGate, open_learner
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles
 from crawlerd.shard.intake import Intake
@@ -83,22 +84,23 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency), sync=False)      # fdatasync on the sync thread
+            host_concurrency=dict(p.host_concurrency), deferred_level=True,
+            sync=False)      # fdatasync on the sync thread
         rc = cfg.recrawl
         self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False)
         bu = cfg.budgets
-        self.graph: DomainGraph | None = None
-        self.budgets: Budgets | None = None
+        self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
-            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries, sync=False,
-                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
-                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
-                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
-            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
-                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+            self.budgets = Budgets(cfg.path("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio,
+                                   queues=bu.queues, max_spread=bu.max_spread, cache_entries=bu.cache_entries,
+                                   map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
+                                   edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
+                                   edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
+                                   clock=clock, sync=False)     # fdatasync on the sync thread
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -134,16 +136,23 @@ class Shard:
         self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             graph=self.graph, wall=wall, robots=self.robots, clock=clock,
-                             on_dropped=self.events.dropped)
+                             wall=wall, free_slots=self._free_transfers,
+                             paused=lambda: self.paused or self.storage.paused,
+                             robots=self.robots, clock=clock, on_dropped=self.events.dropped)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
-                               graph=self.graph)
+                               budgets=self.budgets)
         self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
+        learner = open_learner(cfg)                                 # DUST rules (None: dust.enabled false)
+        self.dust = DustGate(cfg, learner, frontier=self.frontier, intake=self.intake, events=self.events,
+                             metrics=metrics) if learner is not None else None
+        if self.dust is not None:
+            self.intake.admission = self.dust.admit
+            self.answers.evidence = self.dust.observe
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
-                              budgets=self.budgets, graph=self.graph)
+                              budgets=self.budgets)
         self.ops.apply_config_blocklist(cfg.blocklist.hosts)
         # need the running loop: made by run()
         self.resolver: Resolver | None = None
@@ -166,7 +175,8 @@ class Shard:
         st["leases"] = st["in_flight"]
         st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
         st["processing"] = self.pool.calls
-        return {**st, **operator_view(self, closed="frontier" in self.ops.final, detail=detail)}
+        return {**st, **operator_view(self, closed="frontier" in self.ops.final, detail=detail),
+                **({"dust": self.dust_stats()} if detail else {})}
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -174,6 +184,12 @@ class Shard:
 
     def checkpoint(self) -> None:
         self.ops.checkpoint()
+        if self.dust is not None:
+            self.dust.commit()
+
+    def dust_stats(self) -> dict:
+        """The DUST rules part of ``crawlerd stats``."""
+        return self.dust.stats() if self.dust is not None else {"enabled": False}
 
     # -- the loop ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
@@ -204,12 +220,16 @@ class Shard:
                                   host_files=host_files, answers=self.answers, events=self.events,
                                   metrics=self.metrics, clock=self.clock, wall=self.wall,
                                   storage_failed=self.storage.failed, window=self.window)
+        if self.dust is not None:
+            self.runner.lease_gate = self.dust.lease_skip
         # group commit: the loop commits without fdatasync; this thread syncs, and DRUM's answers are
         # acknowledged only once the frontier holding them is on disk
         self.syncer = SyncThread(loop)
         self.intake.durable = self._when_durable
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        if self.budgets is not None:
+            self.budgets.start(loop)
         self.loop_lag.start(loop)
         try:
             while not stop.is_set() and self.storage.fatal_reason is None:
@@ -229,8 +249,8 @@ class Shard:
 
     def _when_durable(self, then) -> None:
         """Run ``then`` on the loop once the frontier and budget state committed so far are on disk."""
-        if self.graph is not None:
-            self.syncer.request(self.graph.sync)
+        if self.budgets is not None:
+            self.syncer.request(self.budgets.sync)
         self.syncer.request(self.frontier.flush, then)
 
     def _archive(self, res: FetchResult) -> None:
@@ -266,6 +286,8 @@ class Shard:
             if self.syncer is not None:
                 self.syncer.request(self.recrawl.flush)
                 self.syncer.request(self.frontier.flush)
+            if self.dust is not None:
+                self.dust.commit()
             self.events.flush()
             self.metrics.trim_hosts()
             if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
@@ -325,16 +347,20 @@ class Shard:
         if self.syncer is not None:
             self.syncer.close()     # after the seen-set: its last acks wait for a sync
             await asyncio.sleep(0)  # run the acks it queued on the loop
-        if self.graph is not None and self.budgets is not None:
+        if self.budgets is not None:
             self.ops.keep_final_stats("budgets")
-            self._safely("budgets", self.budgets.close)
-            self._safely("budgets", self.graph.close)
+            try:
+                await self.budgets.close()
+            except STORE_ERRORS as e:
+                self.storage.fatal(e, "budgets")
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)
         self._safely("recrawl", self.recrawl.commit)
         self.ops.keep_final_stats("recrawl")
         self._safely("recrawl", self.recrawl.close)
+        if self.dust is not None:
+            self._safely("dust", self.dust.close)
         self._safely("digests", self.digests.close)
         self._safely("events", self.events.close)
         self._safely("robots cache", self.robots.close)

@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from crawlerd.simweb.farm import ROLE_FARM
 from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler, Reply, host_name
 from crawlerd.simweb.ledger import Ledger, LedgerEntry
 from crawlerd.simweb.site import Site
@@ -432,7 +433,7 @@ class SimServer:
         authority = "" if self.port == default else f":{self.port}"
         out = {"port": self.port, "bind": self.bind, "control_port": self.control_port, "scheme": self.scheme,
                "hosts": {h.name: h.ip for h in self.site.hosts},
-               "seeds": [f"{self.scheme}://{h.name}{authority}/" for h in self.site.hosts],
+               "seeds": [f"{self.scheme}://{h.name}{authority}/" for h in self.site.hosts if h.role != ROLE_FARM],
                "static_hosts": self.static_hosts(), "pid": os.getpid()}
         if self.tls is not None:
             out["ca_file"] = self.tls.ca_file
