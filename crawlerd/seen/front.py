@@ -50,7 +50,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crawlerd.seen.drum import Drum, DrumCorrupt, DrumError, DrumResult
+from crawlerd.seen.drum import Drum
+from crawlerd.seen.drum_answers import DrumResult
+from crawlerd.seen.drum_files import DrumCorrupt, DrumError
 
 log = logging.getLogger("crawlerd.seen")
 

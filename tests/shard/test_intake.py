@@ -44,7 +44,7 @@ def test_priority_falls_one_level_every_three_hops(tmp_path):
 def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     """DRUM delivers at least once; the frontier commits the position after each delivery with its adds."""
     from crawlerd.frontier import Frontier
-    from crawlerd.seen.drum import DrumResult, Op
+    from crawlerd.seen.drum_answers import DrumResult, Op
     from crawlerd.shard.intake import encode_aux
 
     def answers(first):
