@@ -4,9 +4,10 @@
 batched into buckets, merged against a sorted key file in one sequential pass)
 and its crash recovery; ``drum_files`` its on-disk formats (key file, journal
 blocks, results, cursor, manifest, torn tails); ``drum_answers`` the hand-out
-and acknowledgement of merged answers in submission order; ``front`` is the asynchronous front the
-shard talks to (every DRUM call on one thread, answers delivered on the loop,
-acknowledged after the frontier committed them).
+and acknowledgement of merged answers in submission order. ``front`` is the
+asynchronous front the shard talks to (every DRUM call on one thread, answers
+delivered on the loop, acknowledged after the frontier committed them), with
+``intake_log`` keeping keys submitted but not yet in DRUM's journal.
 """
 
 from crawlerd.seen.drum import Drum
