@@ -2,7 +2,7 @@
 
 import asyncio
 
-from crawlerd.url import PATH_TOO_DEEP
+from crawlerd.url.filter import PATH_TOO_DEEP
 from tests.shard.parts import Parts, run
 
 
