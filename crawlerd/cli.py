@@ -257,7 +257,7 @@ def cmd_robots_check(args) -> int:
 
 
 def cmd_url_normalize(args) -> int:
-    from crawlerd.url import normalize
+    from crawlerd.url.canonical import normalize
     rc = EXIT_OK
     for u in args.urls:
         n = normalize(u)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.frontier import Frontier, QueuedURL
@@ -43,6 +42,8 @@ from crawlerd.shard.intake import Intake
 from crawlerd.shard.storage import StorageFailure
 from crawlerd.store import recover_segment, sha1_base32
 from crawlerd.store.digest_set import DigestSet, digest_key
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_key as host_key_of
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -102,7 +103,7 @@ class Answers:
             if loc:
                 if hops + 1 > self.cfg.fetch.max_redirects:
                     self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
-                    self.events.dropped(urlmod.normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
+                    self.events.dropped(normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
                 else:
                     self.intake.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
                                             priority=item.priority if item else None)
@@ -148,7 +149,7 @@ class Answers:
         """The pool's question before a worker archives a page with text: the stored page within
         the simhash distance, or "". Feeds the host's trap window (demoted when mostly near
         duplicates)."""
-        host_key = urlmod.host_key(url)
+        host_key = host_key_of(url)
         near = self.near.check_and_add(simhash, url, host_key)
         if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
             self.frontier.demote_host(host_key)

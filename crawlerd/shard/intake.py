@@ -1,7 +1,7 @@
 """The shard's intake: the only way a URL enters the frontier.
 
 Seeds, redirect targets, outlinks and sitemap URLs are normalised and filtered
-(``url.UrlFilter``; every drop is counted under its reason in ``metrics.dropped``), then
+(``url.filter.UrlFilter``; every drop is counted under its reason in ``metrics.dropped``), then
 submitted to the DRUM seen-set with their record (depth, hops, priority, URL) as aux data.
 DRUM's answers come back on the loop: duplicates end there; unique URLs pass the BEAST domain
 budget (over budget: deferred on disk, not dropped) and are added to the frontier, and only
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
@@ -30,6 +29,9 @@ from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.filter import UrlFilter
+from crawlerd.url.hosts import host_key
 
 SEEN_SLICE = 1024       # DRUM answers admitted per loop iteration (LMDB puts: ~1-3 ms a slice)
 
@@ -47,7 +49,7 @@ def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
 class Intake:
     """URLs in: filter → seen-set → (budgets) → frontier; revisits and readmissions → frontier."""
 
-    def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
+    def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
                  budgets: Budgets | None = None, wall: Callable[[], float],
                  free_slots: Callable[[], int] = lambda: 0, paused: Callable[[], bool] = lambda: False,
@@ -81,11 +83,11 @@ class Intake:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         links = []
         for raw in urls:
-            norm = urlmod.normalize(raw, base)
+            norm = normalize(raw, base)
             if norm is None:
                 self.metrics.dropped["bad_url"] += 1
             else:
-                links.append(Link(norm, urlmod.fingerprint(norm), ""))
+                links.append(Link(norm, fingerprint(norm), ""))
         return self.submit_links(links, depth=depth, hops=hops, priority=priority)
 
     def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None) -> int:
@@ -168,7 +170,7 @@ class Intake:
             decoded = decode_aux(r.aux)         # (depth, hops, priority, url)
             url = decoded[3]
             if robots is not None:
-                entry = robots.get(urlmod.host_key(url), now)
+                entry = robots.get(host_key(url), now)
                 if entry is not None and entry.ok and not entry.rules.allowed(url):
                     self.denied(url)            # robots.txt decides at admission
                     continue
@@ -182,7 +184,7 @@ class Intake:
                 elif not self.budgets.offer(url, aux, key):
                     self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
                     continue
-            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+            added.append(QueuedURL(url=url, host_key=host_key(url), priority=priority,
                                    depth=depth, hops=hops, fp=key))
         self.metrics.counters["seen_duplicate"] += dup
         if again:
@@ -220,8 +222,8 @@ class Intake:
             items = []
             for rec in recs:
                 depth, hops, priority, url = decode_aux(rec)
-                items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
-                                       hops=hops, fp=urlmod.fingerprint(url)))
+                items.append(QueuedURL(url=url, host_key=host_key(url), priority=priority, depth=depth,
+                                       hops=hops, fp=fingerprint(url)))
             self.frontier.add(items)
             b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)

@@ -26,7 +26,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 
-from crawlerd import url as urlmod
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, Lease
 from crawlerd.frontier.recrawl import Recrawl
@@ -39,6 +38,8 @@ from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageFailure
 from crawlerd.shard.tasks import Tasks
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_of
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -163,7 +164,7 @@ class LeaseRunner:
 
     async def _resolve_host(self, host_key: str) -> None:
         try:
-            res, ip = await self.outbound.lookup(urlmod.host_of(host_key))
+            res, ip = await self.outbound.lookup(host_of(host_key))
             if res.outcome is not Outcome.OK:
                 self.metrics.counters[res.outcome.value] += 1
                 self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
@@ -205,9 +206,9 @@ class LeaseRunner:
     async def fetch_url(self, lease: Lease) -> None:
         """One URL lease: check blocklist and robots, fetch (conditionally), process, complete."""
         host_key, url, item = lease.host_key, lease.url, lease.item
-        fp = (item.fp if item is not None else 0) or urlmod.fingerprint(url)
+        fp = (item.fp if item is not None else 0) or fingerprint(url)
         now = self.clock()
-        if self.frontier.is_blocked(urlmod.host_of(host_key)):
+        if self.frontier.is_blocked(host_of(host_key)):
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
             self.metrics.outcomes[Outcome.BLOCKED.value] += 1
             self.events.dropped(url, Outcome.BLOCKED.value)

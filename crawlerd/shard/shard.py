@@ -15,7 +15,6 @@ import time
 
 import lmdb
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.fetch.curl import Fetcher
@@ -43,6 +42,7 @@ from crawlerd.shard.tasks import Tasks
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
+from crawlerd.url.filter import UrlFilter
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -114,7 +114,7 @@ class Shard:
                                   agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
                                   clock=clock, wall=wall)
         uf = cfg.url_filter
-        url_filter = urlmod.UrlFilter(
+        url_filter = UrlFilter(
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)

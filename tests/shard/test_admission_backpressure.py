@@ -5,13 +5,13 @@ import os
 import signal
 import time
 
-from crawlerd import url as urlmod
 from crawlerd.frontier import KIND_ROBOTS, QueuedURL
 from crawlerd.metrics import Metrics
 from crawlerd.shard import Shard
 from crawlerd.shard.intake import Intake
 from crawlerd.shard.leases import LeaseRunner
 from crawlerd.shard.outbound import Outbound
+from crawlerd.url.canonical import fingerprint
 from tests.frontier.sim import FakeClock
 from tests.shard.parts import Parts, run
 from tests.shard.test_answers import make as make_answers
@@ -117,7 +117,7 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
         hosts = [f"http://h{i}.test" for i in range(100)]
         for h in hosts:
             server.answers[h + "/p"] = (200, PAGE, [])
-        shard.frontier.add([QueuedURL(url=h + "/p", host_key=h, fp=urlmod.fingerprint(h + "/p")) for h in hosts])
+        shard.frontier.add([QueuedURL(url=h + "/p", host_key=h, fp=fingerprint(h + "/p")) for h in hosts])
         for h in hosts:
             shard.frontier.set_host_ip(h, f"127.0.0.{hosts.index(h) + 1}")   # one IP each: per-IP limits aside
             shard.frontier.set_robots(h, expires_at=clock() + 3600, crawl_delay_s=None)

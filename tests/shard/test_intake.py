@@ -3,7 +3,7 @@
 import asyncio
 
 from crawlerd.shard.intake import SEEN_SLICE
-from crawlerd.url import PATH_TOO_DEEP
+from crawlerd.url.filter import PATH_TOO_DEEP
 from tests.shard.parts import Parts, run
 
 
@@ -76,7 +76,7 @@ def test_a_large_delivery_is_admitted_in_slices_and_acknowledged_after_the_last(
 def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     """DRUM delivers at least once; the frontier commits the position after each delivery with its adds."""
     from crawlerd.frontier import Frontier
-    from crawlerd.seen.drum import DrumResult, Op
+    from crawlerd.seen.drum_answers import DrumResult, Op
     from crawlerd.shard.intake import encode_aux
 
     def answers(first):
