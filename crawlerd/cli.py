@@ -97,6 +97,13 @@ def cmd_status(args) -> int:
     print(f"queued    {s['queued']} URLs  {s['hosts_active']} hosts active  {s['in_flight']} in flight")
     print(f"outcomes  {_fmt_counts(s['outcomes'])}")
     print(f"statuses  {_fmt_counts(s['statuses'])}")
+    from crawlerd.metrics import lag_quantile_s
+    for sh in s.get("shards", []):
+        ll = sh.get("loop_lag") or {}
+        if ll.get("count"):
+            p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q) for q in (0.99, 0.999))
+            print(f"loop      shard {sh.get('shard')} lag p99 <= {p99 * 1000:g} ms  p99.9 <= {p999 * 1000:g} ms  "
+                  f"max {ll['max_s'] * 1000:.1f} ms")
     return EXIT_OK
 
 
@@ -255,7 +262,7 @@ def cmd_robots_check(args) -> int:
 
 
 def cmd_url_normalize(args) -> int:
-    from crawlerd.url import normalize
+    from crawlerd.url.canonical import normalize
     rc = EXIT_OK
     for u in args.urls:
         n = normalize(u)

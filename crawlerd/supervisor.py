@@ -32,7 +32,6 @@ import lmdb
 
 from crawlerd import config as configmod
 from crawlerd import control
-from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.metrics import Metrics, process_usage
@@ -42,6 +41,8 @@ from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
 from crawlerd.store.recover import recover as recover_warc
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_key
 
 log = logging.getLogger("crawlerd")
 
@@ -94,7 +95,7 @@ def read_seeds(path: str) -> tuple[list[str], int]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if urlmod.normalize(line) is None:
+        if normalize(line) is None:
             bad += 1
             log.warning("seed skipped: not an http(s) URL url=%r", line[:200])
         else:
@@ -167,7 +168,7 @@ class Supervisor:
                                f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
-        roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]
         if seeds or roots:
             self.shard.submit_urls(seeds + roots, depth=0, priority=0)
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
@@ -284,9 +285,11 @@ class Supervisor:
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
             "queued": total("queued"), "hosts_active": total("hosts_active"),
-            "in_flight": total("in_flight"), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "in_flight": total("in_flight"), "leases": total("leases"), "processing": total("processing"),
+            "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
-            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
+            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag": v["loop_lag"],
+                                                               "loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
                        for v in views],
         }
 
@@ -320,7 +323,7 @@ class Supervisor:
                 "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
-                "dust": sh.get("dust", {})}
+                "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):

@@ -4,16 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlerd.url import (
-    MAX_INPUT_CHARS,
-    fingerprint,
-    host_key,
-    host_of,
-    normalize,
-    normalize_authority,
-    port_of,
-    registered_domain,
-)
+from crawlerd.url.canonical import MAX_INPUT_CHARS, fingerprint, normalize, normalize_authority
+from crawlerd.url.hosts import host_key, host_of, port_of, registered_domain
 
 RFC_BASE = "http://a/b/c/d;p?q"
 

@@ -39,8 +39,8 @@ from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, T
 from crawlerd.frontier.dust_priors import PriorTable
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
-from crawlerd.url import fingerprint
-from crawlerd.url import host_key as host_key_of
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_key as host_key_of
 
 __all__ = ["DustLearner", "ClassTable", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
 
