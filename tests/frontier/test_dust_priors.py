@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from crawlerd.frontier import dust_rules as R
 from crawlerd.frontier.dust import SAMPLE, SKIP, DustLearner
 from crawlerd.frontier.dust_priors import PriorTable
-from crawlerd.url import fingerprint
+from crawlerd.url.canonical import fingerprint
 
 
 def digest(content: str) -> bytes:
