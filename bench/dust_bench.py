@@ -141,7 +141,9 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds[:args.seeds] if args.seeds else sim.seeds) + "\n")
         E.STOP_GRACE_S = STOP_GRACE_S
-        r = E.run_crawlerd(sim, seeds, args.seconds, work, sets + list(args.set or []))
+        run = argparse.Namespace(seconds=args.seconds, warmup=min(30.0, args.seconds / 4),
+                                 crawlerd_python=sys.executable, py_spy=None)
+        r = E.run_crawlerd(sim, seeds, run, work, sets + list(args.set or []), label)
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")
     j = judge(entries, site, read_events(data_dir, "dust_skipped"))
