@@ -421,6 +421,28 @@ def registered_domain(host: str) -> str:
     return _PSL.privatesuffix(host.lower()) or host.lower()
 
 
+
+def shard_of(host: str, shards: int) -> int:
+    """The crawl shard that owns ``host``: xxh3_64 of its registered domain, mod ``shards``.
+
+    The one partition function of the crawl (seeds, sitemap entries, redirects, outlinks,
+    ``seed add``, the hand-off): a registered domain's hosts, their politeness, robots and
+    budget all live in one shard. ``shards`` is fixed for the life of a crawl (``crawl.json``).
+    """
+    if shards == 1:
+        return 0
+    return _domain_hash(host) % shards
+
+
+@lru_cache(maxsize=1 << 16)
+def _domain_hash(host: str) -> int:
+    return xxhash.xxh3_64_intdigest(registered_domain(host).encode("utf-8", "surrogateescape"))
+
+
+def shard_of_url(url: str, shards: int) -> int:
+    """``shard_of`` the host of a normalised URL."""
+    return 0 if shards == 1 else shard_of(host_of(url), shards)
+
 # Drop reasons of UrlFilter.check, counted in UrlFilter.drops.
 URL_TOO_LONG = "url_too_long"
 PATH_TOO_DEEP = "path_too_deep"
