@@ -28,7 +28,7 @@ import sys
 import time
 
 from crawlerd import config as configmod
-from crawlerd import control
+from crawlerd import control, layout
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.metrics import Metrics, prometheus
@@ -116,6 +116,11 @@ class Supervisor:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StartupError(f"data dir {self.cfg.crawl.data_dir} is in use by another crawlerd") from None
+        try:
+            for line in layout.prepare(self.cfg.crawl.data_dir, self.cfg.crawl.shards):
+                log.info("data dir: %s", line)
+        except (layout.LayoutError, OSError) as e:
+            raise StartupError(str(e)) from None
         seeds: list[str] = []
         files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
         for path in files:

@@ -7,6 +7,8 @@ import random
 import time
 from collections.abc import Iterable
 
+import xxhash
+
 from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier.blocklist import Blocklist
@@ -45,6 +47,15 @@ class _Out:
         self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
 
 
+# A lease put off because another shard holds its IP looks again this much later, seconds.
+SHARED_IP_RETRY_S = 0.02
+
+
+def ip_key(ip: str) -> int:
+    """The shared IP slot table's key of an address (xxh3_64 of its text)."""
+    return xxhash.xxh3_64_intdigest(ip.encode())
+
+
 # Upper bound on the time between the frontier's last commit and a crash: the shard commits at
 # least every 2 s, and group commits add at most commit_interval_s (1 s by default).
 CRASH_MARGIN_S = 3.0
@@ -71,7 +82,7 @@ class Frontier:
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
-                 commit_interval_s: float = 1.0):
+                 commit_interval_s: float = 1.0, shared_ips=None):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         The politeness parameters are those of ARCHITECTURE.md invariant 1 (see ``Politeness``).
@@ -80,6 +91,9 @@ class Frontier:
         may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
         more than one lease at a time (still under per_ip_concurrency).
         ``blocklist``: patterns added to the persisted blocklist.
+        ``shared_ips``: the per-IP slot table shared with the other shards of this machine
+        (``crawlerd._native.ipslots.IPSlots``, attached): a lease also takes a cell of its IP
+        there, so per-IP limits hold across shards (ARCHITECTURE.md invariant 1).
         """
         if not 1 <= priority_levels <= 16:
             raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
@@ -102,6 +116,9 @@ class Frontier:
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync)
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
+        self._shared = shared_ips
+        self._ip_delay_s = ip_delay_s
+        self.shared_ip_waits = 0         # leases put off because another shard held the IP
         self._heap = DueHeap(1024)
         self._leases: dict[int, _Out] = {}
         self._min_deadline = math.inf
@@ -424,6 +441,16 @@ class Frontier:
         if ips.due[ip] > now:
             self._heap.push(s, ips.due[ip])
             return None
+        if self._shared is not None:
+            if H.robots_exp[s] <= now and H.out[s]:
+                H.state[s] = hs.BUSY     # robots expired while URL leases are out: wait for them
+                return None
+            wait = self._shared.try_acquire(ip_key(ips.names[ip]), now, self._ip_delay_s)
+            if wait:
+                # another shard's request to this IP (or its gap): look again then, or soon
+                self.shared_ip_waits += 1
+                self._heap.push(s, wait if wait > now else now + SHARED_IP_RETRY_S)
+                return None
         hk = H.keys[s]
         self._c["lease_seq"] += 1
         lid = self._c["lease_seq"]
@@ -510,6 +537,8 @@ class Frontier:
                  retry_after_s: float | None, requeue: bool) -> None:
         H, ips, pol = self._hosts, self._ips, self._pol
         s, lease = o.slot, o.lease
+        if self._shared is not None:
+            self._shared.release(ip_key(ips.names[o.ip]), now, self._ip_delay_s)
         ips.finish(o.ip, now)
         ips.detach(o.ip)
         self._wake_ip(o.ip)

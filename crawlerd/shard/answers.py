@@ -11,7 +11,8 @@ makes the worker write a revisit record naming the first capture (exact duplicat
 - a page whose simhash is within ``dedup.simhash_distance`` bits of an earlier page is a near
   duplicate; a host whose pages are mostly near duplicates is demoted one level (a trap);
 - a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
-  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets.
+  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets;
+  ``process`` returns only once the links handed to other shards are durable in the outbox.
 
 ``on_worker_death`` closes a dead worker's open WARC segment (torn tail cut) so no file stays
 ``.open``.
@@ -131,6 +132,9 @@ class Answers:
                 self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
                                      {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
         self.events.fetched(url, res, pr=pr)
+        durable = self.intake.handoff_barrier()
+        if durable is not None:
+            await durable       # links for other shards are in the outbox before the lease completes
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
                      depth: int) -> None:

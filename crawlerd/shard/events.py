@@ -19,9 +19,10 @@ EVENT_SCHEMA = 1
 class FetchEvents:
     """Builds fetch events and appends them to an event log (or nowhere if ``path`` is None)."""
 
-    def __init__(self, path: str | None, *, wall: Callable[[], float]):
+    def __init__(self, path: str | None, *, wall: Callable[[], float], name: str = "events"):
+        """``name``: the log's file name prefix (one per shard: two logs never share a file)."""
         self.wall = wall
-        self.log = EventLog(path) if path is not None else None
+        self.log = EventLog(path, name=name) if path is not None else None
 
     def fetched(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         """A fetch of ``url`` (``res``), with its processing result ``pr`` for an archived answer."""

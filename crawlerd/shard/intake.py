@@ -11,6 +11,12 @@ readmitted when their domain's budget grows, and recrawl revisits that are due.
 Order of durability everywhere: the frontier commits before the source of a URL (DRUM's
 acknowledgement, the budget deferral table, the recrawl schedule) forgets it, so a crash
 repeats a URL and never loses one.
+
+With several shards (``crawl.shards``), a URL whose host another shard owns (``url.shard_of``)
+is not filtered here but staged in the hand-off outbox for its owner, which filters it and
+submits it to its own DRUM (``take_handoff``); a lease completes only once the outbox holds
+its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
+log holds its records.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from crawlerd.config import Config
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
@@ -43,8 +50,14 @@ class Intake:
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
                  budgets: Budgets | None = None, graph: DomainGraph | None = None,
-                 wall: Callable[[], float]):
+                 wall: Callable[[], float], shard: int = 0, shards: int = 1, outbox=None):
+        """``outbox``: the hand-off outbox (``crawlerd.handoff``) when ``shards`` > 1."""
+        if shards > 1 and outbox is None:
+            raise ValueError("a shard of several needs a hand-off outbox")
         self.cfg = cfg
+        self.shard = shard
+        self.shards = shards
+        self.outbox = outbox
         self.frontier = frontier
         self.seen = seen
         self.url_filter = url_filter
@@ -77,6 +90,8 @@ class Intake:
         keys, aux = [], []
         if priority is None:
             priority = self.priority_for_depth(depth)
+        if self.shards > 1:
+            links = self._route(links, depth, hops, priority)
         check, dropped = self.url_filter.check, self.metrics.dropped
         for ln in links:
             reason = check(ln.url)
@@ -88,6 +103,41 @@ class Intake:
         if keys:
             self.seen.submit(keys, aux)
         return len(keys)
+
+    def _route(self, links: list[Link], depth: int, hops: int, priority: int) -> list[Link]:
+        """Stage the links other shards own in the outbox; return this shard's own."""
+        mine, away = [], {}
+        me, n, shard_of, host_of = self.shard, self.shards, urlmod.shard_of, urlmod.host_of
+        for ln in links:
+            owner = shard_of(host_of(ln.url), n)
+            if owner == me:
+                mine.append(ln)
+            else:
+                away.setdefault(owner, []).append((ln.fp, encode_aux(depth, hops, priority, ln.url)))
+        for dest, records in away.items():
+            self.outbox.stage(dest, records)
+            self.metrics.counters["handoff_staged"] += len(records)
+        return mine
+
+    def handoff_barrier(self):
+        """None when every link handed to other shards is durable in the outbox, else an awaitable."""
+        return self.outbox.barrier() if self.outbox is not None else None
+
+    def take_handoff(self, batches: list[Batch], ack: Callable[[Batch], None]) -> int:
+        """Batches other shards handed to this one: filtered and sent to the seen-set like any
+        link; each is acknowledged once DRUM's intake log holds it. Returns records taken."""
+        n = 0
+        for batch in batches:
+            groups: dict[tuple[int, int, int], list[Link]] = {}
+            for fp, aux in batch.records:
+                depth, hops, priority, url = decode_aux(aux)
+                groups.setdefault((depth, hops, priority), []).append(Link(url, fp, ""))
+            for (depth, hops, priority), links in groups.items():
+                self.submit_links(links, depth=depth, hops=hops, priority=priority)
+            ack(batch)          # after submit: the seen-set's intake log holds the records
+            n += len(batch.records)
+        self.metrics.counters["handoff_received"] += n
+        return n
 
     def priority_for_depth(self, depth: int) -> int:
         """Seeds at level 0; then one level lower every three link hops, down to the last level."""

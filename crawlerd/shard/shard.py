@@ -13,6 +13,7 @@ import logging
 import os
 import time
 
+from crawlerd import layout
 from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
@@ -42,16 +43,29 @@ log = logging.getLogger("crawlerd.shard")
 
 COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
+INBOX_POLL_S = 0.05             # batches other shards handed to this one are looked for this often
 
 
 class Shard:
     """One host partition: DRUM, frontier, robots, DNS, fetcher, processing and storage, wired.
 
-    Public face (used by the supervisor): ``submit_urls``, ``run``, ``status``, ``reload``,
-    ``checkpoint``, ``paused``, and the stores ``frontier``, ``seen``, ``pool``."""
+    Public face (used by the supervisor or the shard process): ``submit_urls``, ``run``,
+    ``status``, ``reload``, ``checkpoint``, ``paused``, and the stores ``frontier``, ``seen``,
+    ``pool``. Shard ``index`` of ``shards`` keeps its state under ``data_dir/shards/<index>/``;
+    with ``shards`` > 1 it needs the hand-off ``outbox`` and ``inbox``, the shared per-IP slot
+    table ``ip_slots`` (attached) and its ``ownership`` lease (``crawlerd.handoff``)."""
 
-    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time):
+    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time,
+                 index: int = 0, shards: int = 1, outbox=None, inbox=None, ip_slots=None, ownership=None):
         self.cfg = cfg
+        self.index = index
+        self.shards = shards
+        self.outbox = outbox
+        self.inbox = inbox
+        self.ownership = ownership
+        self.state_dir = layout.shard_dir(cfg.crawl.data_dir, index)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self._last_inbox = 0.0
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
@@ -62,7 +76,7 @@ class Shard:
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
-            cfg.path("frontier"), clock=clock, priority_levels=fr.priority_levels,
+            self._state("frontier"), clock=clock, priority_levels=fr.priority_levels,
             delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
             per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
             backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
@@ -70,9 +84,9 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency))
+            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots)
         rc = cfg.recrawl
-        self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
+        self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
@@ -80,7 +94,7 @@ class Shard:
         self.graph: DomainGraph | None = None
         self.budgets: Budgets | None = None
         if bu.enabled:
-            self.graph = DomainGraph(cfg.path("budgets"), lru_entries=bu.cache_entries,
+            self.graph = DomainGraph(self._state("budgets"), lru_entries=bu.cache_entries,
                                      map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
                                      drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
                                      drum_cache_entries=bu.edge_cache_entries, clock=clock)
@@ -88,11 +102,11 @@ class Shard:
                                    max_budget=bu.max_budget, cache_entries=bu.cache_entries)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
-        self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
+        self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock)
-        self.digests = DigestSet(cfg.path("dedup", "digests"))
-        self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
+        self.digests = DigestSet(self._state("dedup", "digests"))
+        self.near = NearDuplicates(self._state("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
         self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
         uf = cfg.url_filter
@@ -100,10 +114,11 @@ class Shard:
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
-        self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall)
+        self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
+                                  name=layout.events_name(index))
         self.pool = WorkerPool(default_workers(cfg.process.workers), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
-            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
+            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page}, on_worker_death=on_worker_death(metrics, cfg.path("index")))
         self.guard = AddressGuard(list(cfg.network.allow))
@@ -113,19 +128,22 @@ class Shard:
         self.leases = LeaseTable()
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             graph=self.graph, wall=wall)
+                             graph=self.graph, wall=wall, shard=index, shards=shards, outbox=outbox)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
                                graph=self.graph)
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
-                              budgets=self.budgets, graph=self.graph)
+                              budgets=self.budgets, graph=self.graph, state_dir=self.state_dir)
         self.ops.apply_config_blocklist(cfg.blocklist.hosts)
         # need the running loop: made by run()
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
+
+    def _state(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
 
     # -- the supervisor's calls -------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -168,6 +186,8 @@ class Shard:
                                   metrics=self.metrics, clock=self.clock, wall=self.wall)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        if self.outbox is not None:
+            self.outbox.start()
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -187,8 +207,15 @@ class Shard:
         self.seen.raise_if_failed()
         runner.resolve_hosts()
         free = self.cfg.fetch.max_in_flight - len(self.leases)
-        if free > 0 and not self.paused and not self.seen.backpressure:
+        # fencing: no request starts unless this process still owns the shard
+        owned = self.ownership is None or self.ownership.held(now)
+        if free > 0 and not self.paused and not self.seen.backpressure and owned:
             runner.start(now, free)
+        if self.inbox is not None and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
+            self._last_inbox = now
+            batches = self.inbox.receive(self.cfg.drum.max_pending_keys // 4)
+            if batches:
+                self.intake.take_handoff(batches, self.inbox.ack)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
         if not self.paused:
@@ -208,7 +235,8 @@ class Shard:
         now = self.clock()
         if self.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
             nd = None                 # nothing can be leased now: wait for a finished task or a tick
-        timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
+        tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
+        timeout = tick if nd is None else min(tick, max(0.0, nd - now))
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
@@ -225,6 +253,8 @@ class Shard:
         self.near.close()
         if self.runner is not None:
             self.runner.abandon_all()
+        if self.outbox is not None:
+            await self.outbox.close()       # what is staged: written (its leases completed)
         self.ops.drain_frontier_drops()
         try:
             await self.seen.flush()

@@ -103,11 +103,11 @@ def test_native_and_reference_agree_on_random_sequences(tmp_path):
     rng = random.Random(5)
     for round_ in range(3):
         paths = []
-        for impl, name in zip(IMPLS, IDS):
+        for impl, name in zip(IMPLS, IDS, strict=True):
             p = str(tmp_path / f"{name}{round_}")
             impl[1](p, 3, 2, 16)
             paths.append(p)
-        sides = [[cls(p) for _ in range(3)] for (cls, _), p in zip(IMPLS, paths)]
+        sides = [[cls(p) for _ in range(3)] for (cls, _), p in zip(IMPLS, paths, strict=True)]
         for side in sides:
             for i, s in enumerate(side):
                 s.attach(i)
@@ -168,11 +168,11 @@ def test_processes_never_overlap_on_one_ip(tmp_path, name):
         assert p.returncode == 0
         lines = out.split()
         assert len(lines) == 3 * 400
-        for k, t0, t1 in zip(lines[::3], lines[1::3], lines[2::3]):
+        for k, t0, t1 in zip(lines[::3], lines[1::3], lines[2::3], strict=True):
             spans.setdefault(int(k), []).append((int(t0), int(t1)))
     for k, lst in spans.items():
         lst.sort()
-        for (a0, a1), (b0, b1) in zip(lst, lst[1:]):
+        for (_a0, a1), (b0, _b1) in zip(lst, lst[1:], strict=False):
             assert a1 < b0, f"key {k}: two holders at once"
 
 
