@@ -116,7 +116,7 @@ class Shard:
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
                                   name=layout.events_name(index))
-        self.pool = WorkerPool(default_workers(cfg.process.workers), {
+        self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
@@ -205,6 +205,7 @@ class Shard:
     def _step(self, runner: LeaseRunner) -> None:
         now = self.clock()
         self.seen.raise_if_failed()
+        self.pool.raise_if_failed()
         runner.resolve_hosts()
         free = self.cfg.fetch.max_in_flight - len(self.leases)
         # fencing: no request starts unless this process still owns the shard
