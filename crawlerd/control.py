@@ -3,8 +3,9 @@
 The daemon listens on ``control.socket`` (mode 0600, so only its user can
 drive it). A request is ``{"cmd": NAME, ...args}``; the reply is
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Commands are
-registered by the shard/supervisor as plain callables, so this module knows
-nothing about crawling.
+registered by the shard/supervisor as plain callables (a handler may return an awaitable:
+a family supervisor asks its shards before it answers), so this module knows nothing about
+crawling. ``ask`` is the client for a process that runs a loop itself.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import json
 import logging
 import os
@@ -64,6 +66,8 @@ class ControlServer:
         try:
             line = await asyncio.wait_for(reader.readline(), timeout=10)
             reply = self.dispatch(line)
+            if isinstance(reply, Pending):
+                reply = await reply.result()
             writer.write(json.dumps(reply, default=str).encode() + b"\n")
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
@@ -88,8 +92,50 @@ class ControlServer:
         except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
             log.error("control command failed cmd=%s error=%r", req["cmd"], e)
             return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+        if inspect.isawaitable(reply):
+            return Pending(req["cmd"], reply)
         reply.setdefault("ok", True)
         return reply
+
+
+class Pending:
+    """The reply of a handler that must wait (it asks other processes): awaited by the server."""
+
+    def __init__(self, cmd: str, awaitable):
+        self.cmd = cmd
+        self.awaitable = awaitable
+
+    async def result(self) -> dict:
+        try:
+            reply = await self.awaitable
+        except (ValueError, KeyError) as e:
+            return {"ok": False, "error": str(e)}
+        except Exception as e:
+            log.error("control command failed cmd=%s error=%r", self.cmd, e)
+            return {"ok": False, "error": f"{self.cmd} failed: {type(e).__name__}: {e}"}
+        reply.setdefault("ok", True)
+        return reply
+
+
+async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
+    """``request`` from a running loop: one command to another crawlerd process's socket."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=64 << 20), timeout_s)
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise NoDaemon(f"nothing answers on {path}") from None
+    except (OSError, TimeoutError) as e:
+        raise ControlError(f"cannot connect to {path}: {e}") from None
+    try:
+        writer.write(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        line = await asyncio.wait_for(reader.readline(), timeout_s)
+    except (OSError, TimeoutError, asyncio.LimitOverrunError, ValueError) as e:
+        raise ControlError(f"no answer on {path}: {e!r}") from None
+    finally:
+        writer.close()
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise ControlError(f"garbled reply from {path}") from None
 
 
 def _claim_socket_path(path: str) -> None:

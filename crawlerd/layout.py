@@ -70,6 +70,25 @@ def stored_shards(data_dir: str) -> int | None:
     return n
 
 
+def auto_shards(cores: int | None = None) -> int:
+    """``crawl.shards = 0``: one shard per 8 cores (a shard's loop keeps about 7 cores of
+    processing workers busy: bench/shards_bench.py), at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // 8)
+
+
+def resolve_shards(data_dir: str, configured: int) -> int:
+    """The shard count of this run: the configured one, else the crawl's recorded one, else a
+    flat (pre-shards) crawl's 1, else ``auto_shards()``."""
+    if configured > 0:
+        return configured
+    stored = stored_shards(data_dir)
+    if stored is not None:
+        return stored
+    if any(os.path.exists(os.path.join(data_dir, p)) for p in SHARD_PARTS):
+        return 1
+    return auto_shards()
+
+
 def prepare(data_dir: str, shards: int) -> list[str]:
     """Check or record the shard count, migrate a flat one-shard dir, create the shard dirs.
 

@@ -12,6 +12,13 @@ segments closed → control socket removed → exit 0.
 
 SIGHUP re-reads the config file's runtime keys (blocklist, network.allow).
 SIGQUIT dumps every thread's stack to stderr.
+
+With ``crawl.shards`` = 1 the one shard runs in this process. With more, ``family.Family``
+supervises one process per shard, and each of them is this class in *member* mode
+(``crawlerd run --member i``): it takes its shard's ownership lease instead of the data dir's
+lock, opens its hand-off channels and the shared per-IP slot table (``shard.member``), serves
+its own control socket under ``shards/<i>/`` and writes its ``last-run.json`` there; it reads
+no seeds (the family hands them over) and ends when the family does.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from crawlerd.metrics import Metrics, prometheus
 from crawlerd.outcome import Outcome
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import Shard, data_dir_problem
+from crawlerd.shard.member import MemberError, MemberParts, open_member
 from crawlerd.store.warc import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
@@ -49,21 +57,26 @@ class StartupError(Exception):
 
 
 class KeyValueFormatter(logging.Formatter):
-    """One event per line: ``ts level logger msg key=value...``."""
+    """One event per line: ``ts level logger msg key=value...`` (``tag``: after the logger name)."""
+
+    def __init__(self, tag: str = ""):
+        super().__init__()
+        self.tag = f" {tag}" if tag else ""
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = f"{ts}.{int(record.msecs):03d}Z {record.levelname.lower()} {record.name} {record.getMessage()}"
+        line = (f"{ts}.{int(record.msecs):03d}Z {record.levelname.lower()} {record.name}{self.tag} "
+                f"{record.getMessage()}")
         if record.exc_info:
             line += " exc=" + repr(record.exc_info[1])
         return line
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, tag: str = "") -> None:
     root = logging.getLogger()
     if not any(isinstance(h.formatter, KeyValueFormatter) for h in root.handlers):
         h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(KeyValueFormatter())
+        h.setFormatter(KeyValueFormatter(tag))
         root.addHandler(h)
     root.setLevel(level.upper())
 
@@ -91,8 +104,11 @@ def read_seeds(path: str) -> tuple[list[str], int]:
 class Supervisor:
     def __init__(self, cfg: Config, *, seeds_files: list[str] = (), duration_s: float | None = None,
                  notifier: Notifier | None = None, on_tick=None, config_path: str | None = None,
-                 overrides: list[str] = ()):
+                 overrides: list[str] = (), member: int | None = None):
+        """``member``: this process runs shard ``member`` of a family (``crawl.shards`` > 1)."""
         self.cfg = cfg
+        self.member = member
+        self.parts: MemberParts | None = None
         self.seeds_files = list(seeds_files)
         self.duration_s = duration_s
         self.notifier = notifier or Notifier()
@@ -111,6 +127,12 @@ class Supervisor:
         problem = data_dir_problem(self.cfg.crawl.data_dir)
         if problem:
             raise StartupError(problem)
+        if self.member is not None:
+            try:
+                self.parts = open_member(self.cfg, self.member)
+            except MemberError as e:
+                raise StartupError(str(e)) from None
+            return []
         self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -141,24 +163,31 @@ class Supervisor:
     async def _main(self, seeds: list[str]) -> int:
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
-        self.shard = Shard(self.cfg, self.metrics)
+        if self.parts is not None:
+            _die_with_parent()
+            self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
+                               **self.parts.kwargs())
+        else:
+            self.shard = Shard(self.cfg, self.metrics)
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        if self.member is not None:
+            roots = []                  # the family hands seeds and sitemap hosts to their owners
         if seeds or roots:
             self.shard.submit_urls(seeds + roots, depth=0, priority=0)
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
-        server = control.ControlServer(self.cfg.control_socket, self._handlers())
+        server = control.ControlServer(self.control_path, self._handlers())
         try:
             await server.start()
         except (control.ControlError, OSError) as e:
             self.shard.frontier.close()
             await self.shard.seen.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
-                               f"cannot listen on control socket {self.cfg.control_socket}: {e.strerror}") from None
+                               f"cannot listen on control socket {self.control_path}: {e.strerror}") from None
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -169,7 +198,8 @@ class Supervisor:
         ticker = asyncio.ensure_future(self._ticker())
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
         try:
-            await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages)
+            # a family counts crawl.max_pages over all its shards
+            await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages if self.member is None else 0)
         finally:
             self.state = "stopping"
             self.notifier.stopping("draining")
@@ -183,6 +213,11 @@ class Supervisor:
             self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
         return 0
+
+    @property
+    def control_path(self) -> str:
+        return self.cfg.control_socket if self.member is None else layout.shard_socket(self.cfg.crawl.data_dir,
+                                                                                      self.member)
 
     async def _ticker(self) -> None:
         wd = self.notifier.watchdog_interval_s
@@ -233,7 +268,17 @@ class Supervisor:
             "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
             "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
+            "shard": self.member or 0, "shards": [self._summary(snap, sh)],
         }
+
+    def _summary(self, snap: dict, sh: dict) -> dict:
+        """This process's line in the ``shards`` list of ``status`` (a family lists one per shard)."""
+        state = "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state
+        return {"shard": self.member or 0, "pid": os.getpid(), "state": state, "restarts": 0,
+                "pages": snap["pages"], "pages_per_s_10s": snap["pages_per_s_10s"],
+                "pages_per_s_60s": snap["pages_per_s_60s"], "in_flight": sh.get("in_flight", 0),
+                "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
+                "handoff": sh.get("handoff", {})}
 
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
@@ -301,7 +346,8 @@ class Supervisor:
     def _write_last_run(self) -> None:
         """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename)."""
         import json
-        path = self.cfg.path("last-run.json")
+        path = (self.cfg.path("last-run.json") if self.member is None else
+                os.path.join(layout.shard_dir(self.cfg.crawl.data_dir, self.member), "last-run.json"))
         tmp = path + ".tmp"
         try:
             with open(tmp, "w") as f:
@@ -313,8 +359,21 @@ class Supervisor:
             log.error("cannot write %s: %s", path, e.strerror)
 
     def close(self) -> None:
+        if self.parts is not None:
+            self.parts.close()
+            self.parts = None
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             self._lock_fd = None
         self.notifier.close()
+
+
+def _die_with_parent() -> None:
+    """A member shard gets SIGTERM (an ordered drain) when its family supervisor dies (Linux)."""
+    import ctypes
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)       # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os.kill(os.getpid(), signal.SIGTERM)      # the parent died before prctl

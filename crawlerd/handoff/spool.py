@@ -123,7 +123,9 @@ class SpoolOutbox:
             await fut
 
     def backlog(self) -> dict[int, dict[str, int]]:
-        """Per destination: batch files not yet consumed, records staged in RAM."""
+        """Per destination: batch files not yet consumed (counted now), records staged in RAM."""
+        for d in self.dests:
+            self._pending[d] = self._count(d)
         return {d: {"batches": self._pending[d], "staged": len(self.staged[d])} for d in self.dests}
 
     def pending_records(self) -> int:

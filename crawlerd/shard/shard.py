@@ -152,7 +152,16 @@ class Shard:
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
     def status(self) -> dict:
-        return self.ops.status(paused=self.paused)
+        st = self.ops.status(paused=self.paused)
+        st["shard"] = self.index
+        st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        if self.outbox is not None and self.inbox is not None:
+            ob, ib = self.outbox, self.inbox
+            st["handoff"] = {"out": {str(d): v for d, v in ob.backlog().items()}, "in_batches": ib.backlog(),
+                             "batches_sent": ob.batches_sent, "records_sent": ob.records_sent,
+                             "bytes_sent": ob.bytes_sent, "batches_received": ib.batches_received,
+                             "records_received": ib.records_received, "blocked": sorted(ob.blocked)}
+        return st
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
