@@ -231,8 +231,8 @@ class Family:
             m.last = None
         lived = time.monotonic() - m.started_at
         log.error("shard %d died: exit status %s after %.1f s; restarting it alone", m.index, rc, lived)
-        if self._slots is not None:
-            self._slots.reclaim(m.index)
+        if self._slots is not None:     # its cut-off requests end now: their IPs' gaps start now
+            self._slots.reclaim(m.index, time.monotonic(), self.cfg.politeness.ip_delay_s)
         if lived < CRASH_LOOP_WINDOW_S:
             m.quick_deaths.append(lived)
         else:

@@ -156,34 +156,44 @@ cdef class IPSlots:
             raise ValueError("IP slot table is closed")
         return 0
 
-    def attach(self, int shard):
+    def attach(self, int shard, double now=0.0, double delay_s=0.0):
         """Start a new generation of ``shard`` in this process; frees the cells of its earlier ones.
 
-        Call only once the shard's previous process is gone. Returns the new generation."""
+        Call only once the shard's previous process is gone. A freed cell was a request cut off
+        by that death: its entry's due time is pushed to ``now + delay_s``, as if it ended now.
+        Returns the new generation."""
         self._open_check()
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} outside 0..{self.shards - 1}")
         gen = ips_add(&self.gens[shard], 1) & GEN_MASK
         self.shard, self.generation = shard, gen
         self.tag = (gen << 16) | <uint64_t>(shard + 1)
-        self._free_cells(shard, gen, True)
+        self._free_cells(shard, gen, True, now + delay_s if delay_s > 0 else 0.0)
         return gen
 
-    def reclaim(self, int shard):
-        """Free every cell ``shard`` holds, whatever its generation (the supervisor, after its death)."""
+    def reclaim(self, int shard, double now=0.0, double delay_s=0.0):
+        """Free every cell ``shard`` holds, whatever its generation (the supervisor, after its
+        death); each freed entry's due time is pushed to ``now + delay_s``. Returns cells freed."""
         self._open_check()
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} outside 0..{self.shards - 1}")
-        return self._free_cells(shard, 0, False)
+        return self._free_cells(shard, 0, False, now + delay_s if delay_s > 0 else 0.0)
 
-    cdef uint64_t _free_cells(self, int shard, uint64_t keep_gen, bint keep) noexcept:
-        cdef uint64_t i, v, n = 0, total = self.entries * self.stride
+    cdef uint64_t _free_cells(self, int shard, uint64_t keep_gen, bint keep, double due_at) noexcept:
+        cdef uint64_t i, v, old, n = 0, total = self.entries * self.stride
         cdef uint64_t who = <uint64_t>(shard + 1)
+        cdef uint64_t *e
         for i in range(total):
             if i % self.stride == 0:
                 continue                # the entry's due word
             v = ips_load(&self.entries_at[i])
             if v != 0 and (v & 0xFFFF) == who and not (keep and (v >> 16) == keep_gen):
+                e = self.entries_at + (i - i % self.stride)
+                if due_at > 0:          # before the cell is free: nobody starts inside the gap
+                    while True:
+                        old = ips_load(&e[0])
+                        if ips_d(old) >= due_at or ips_cas(&e[0], old, ips_u(due_at)):
+                            break
                 if ips_cas(&self.entries_at[i], v, 0):
                     n += 1
         return n

@@ -109,7 +109,7 @@ class RefIPSlots:
             os.close(self._fd)
             self._m = None
 
-    def attach(self, shard: int) -> int:
+    def attach(self, shard: int, now: float = 0.0, delay_s: float = 0.0) -> int:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} outside 0..{self.shards - 1}")
         with self._locked():
@@ -119,22 +119,24 @@ class RefIPSlots:
             gen &= GEN_MASK
             self.shard, self.generation = shard, gen
             self._tag = (gen << 16) | (shard + 1)
-            self._free_cells(shard, gen)
+            self._free_cells(shard, gen, now + delay_s if delay_s > 0 else 0.0)
         return gen
 
-    def reclaim(self, shard: int) -> int:
+    def reclaim(self, shard: int, now: float = 0.0, delay_s: float = 0.0) -> int:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} outside 0..{self.shards - 1}")
         with self._locked():
-            return self._free_cells(shard, None)
+            return self._free_cells(shard, None, now + delay_s if delay_s > 0 else 0.0)
 
-    def _free_cells(self, shard: int, keep_gen: int | None) -> int:
+    def _free_cells(self, shard: int, keep_gen: int | None, due_at: float) -> int:
         n = 0
         for e in range(self.entries):
             base = self._entries + e * self._stride * 8
             for c in range(1, self._stride):
                 v = self._get(base + 8 * c)
                 if v and (v & 0xFFFF) == shard + 1 and (keep_gen is None or v >> 16 != keep_gen):
+                    if due_at > 0 and _float(self._get(base)) < due_at:
+                        self._put(base, _bits(due_at))
                     self._put(base + 8 * c, 0)
                     n += 1
         return n

@@ -10,6 +10,7 @@ which frees the cells an earlier, dead process of this shard still held.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from crawlerd import layout
@@ -57,7 +58,7 @@ def open_member(cfg: Config, index: int) -> MemberParts:
     except (OSError, ValueError) as e:
         lease.release()
         raise MemberError(f"cannot open the per-IP slot table: {e}") from None
-    slots.attach(index)
+    slots.attach(index, time.monotonic(), cfg.politeness.ip_delay_s)
     outbox = outbox_for(cfg, index, [j for j in range(n) if j != index])
     inbox = SpoolInbox(layout.handoff_dir(d), index)
     return MemberParts(lease, outbox, inbox, slots)

@@ -79,6 +79,18 @@ class TestIPSlots:
         assert new.try_acquire(3, 11.0, 0.0) == 0.0
         assert other.reclaim(2) == 1 and other.held() == 1  # the supervisor frees a dead shard's cells
 
+    def test_a_freed_cell_ends_its_request_at_the_reclaim(self, tmp_path, impl):
+        path, cls = table(tmp_path, impl)
+        dead, other = cls(path), cls(path)
+        dead.attach(1)
+        other.attach(0)
+        assert dead.try_acquire(3, 10.0, 1.0) == 0.0        # due 11.0
+        assert other.reclaim(1, 20.0, 1.0) == 1             # its process died; noticed at 20.0
+        assert other.try_acquire(3, 20.5, 1.0) == 21.0      # the gap runs from the cut-off request's end
+        assert other.try_acquire(3, 21.0, 1.0) == 0.0
+        again = cls(path)
+        assert again.attach(0, 30.0, 1.0) and other.held() == 0 and again.due(3) == 31.0
+
     def test_errors(self, tmp_path, impl):
         path, cls = table(tmp_path, impl)
         s = cls(path)
@@ -122,9 +134,9 @@ def test_native_and_reference_agree_on_random_sequences(tmp_path):
             elif op < 0.95:
                 res = [side[shard].release(key, now, delay) for side in sides]
             elif op < 0.98:
-                res = [side[shard].attach(shard) for side in sides]
+                res = [side[shard].attach(shard, now, delay) for side in sides]
             else:
-                res = [side[0].reclaim(shard) for side in sides]
+                res = [side[0].reclaim(shard, now, delay) for side in sides]
             assert res[0] == res[1], (op, shard, key, res)
         for side in sides:
             for s in side:
