@@ -6,8 +6,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx 2>/dev/null | cksum | cut -d' ' -f1)
 SECONDS_RUN ?= 60
+# pywb (replay tests) lives in a venv of its own: it pins werkzeug/redis, installs a top-level
+# `tests` package and brotlipy, whose `brotli` module replaces the one crawlerd decodes with.
+PYWB_VENV := .venv-pywb
+PYWB_STAMP := $(PYWB_VENV)/.installed-pywb-2
 
-.PHONY: run test test-long bench lint install clean config-check
+.PHONY: run test test-long bench lint install clean config-check pywb
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +24,22 @@ $(STAMP): $(VENV)/bin/python
 
 install: $(STAMP)
 
+$(PYWB_STAMP):
+	rm -rf $(PYWB_VENV)
+	$(PYTHON) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PYWB_VENV)/bin/python -m pip install -q 'pywb>=2.9,<3'
+	touch $@
+
+pywb: $(PYWB_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/crawlerd demo --seconds $(SECONDS_RUN)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 
-test: $(STAMP)
+test: $(STAMP) $(PYWB_STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 	$(VENV)/bin/pytest -q tests
 
@@ -38,4 +51,4 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf build $(VENV) *.egg-info crawlerd/_native/*.so crawlerd/_native/*.c
+	rm -rf build $(VENV) $(PYWB_VENV) *.egg-info crawlerd/_native/*.so crawlerd/_native/*.c

@@ -54,7 +54,8 @@ from crawlerd.process.links import links_from_page
 from crawlerd.process.pool import WorkerPool
 from crawlerd.process.worker import PageProcessor
 from crawlerd.records import FetchResult
-from crawlerd.store.warc import WarcWriter, payload_digest
+from crawlerd.store.encoding import payload_digest
+from crawlerd.store.warc import WarcWriter
 
 PAGE_BYTES = 20_000
 LINKS = 50

@@ -20,7 +20,8 @@ import time
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawlerd.store.warc import WarcWriter, available_compressors
+from crawlerd.store.encoding import available_compressors
+from crawlerd.store.warc import WarcWriter
 
 REQUEST_HEAD = (b"GET /page HTTP/1.1\r\nHost: example.org\r\nUser-Agent: crawlerd/0.1 (+https://example.org)\r\n"
                 b"Accept: */*\r\nAccept-Encoding: gzip, br\r\n\r\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -212,22 +213,58 @@ def cmd_url_normalize(args) -> int:
 
 
 def cmd_warc_verify(args) -> int:
+    from crawlerd.store.cdxj import cdxj_path
     from crawlerd.store.verify import verify
     rc = EXIT_OK
     for path in args.files:
-        rep = verify(path)
-        print(rep.summary())
+        index = cdxj_path(path, args.index_dir) if args.index_dir else None
+        rep = verify(path, index_path=index, check_index=not args.no_index)
+        for line in rep.lines():
+            print(line)
         if not rep.ok:
             rc = EXIT_FAIL
     return rc
 
 
 def cmd_warc_index(args) -> int:
-    from crawlerd.store.verify import index
+    from crawlerd.store.cdxj import cdxj_path, iter_lines, write_index
+    from crawlerd.store.verify import find_index
+    rc = EXIT_OK
     for path in args.files:
-        for line in index(path):
-            print(line)
-    return EXIT_OK
+        problem = _segment_problem(path)
+        if problem:
+            print(f"crawlerd: error: {path}: {problem}", file=sys.stderr)
+            rc = EXIT_FAIL
+            continue
+        try:
+            if args.stdout:
+                for line in sorted(set(iter_lines(path)), key=str.encode):
+                    print(line)
+                continue
+            target = cdxj_path(path, args.index_dir) if args.index_dir else (find_index(path) or cdxj_path(path))
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            n = write_index(path, target)
+        except OSError as e:
+            print(f"crawlerd: error: {path}: {e.strerror or e}", file=sys.stderr)
+            rc = EXIT_FAIL
+            continue
+        print(f"{target}: {n} lines")
+    return rc
+
+
+def _segment_problem(path: str) -> str | None:
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a directory, not a WARC segment"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if os.path.getsize(path) == 0:
+        return "empty file (0 bytes): no records"
+    return None
 
 
 def cmd_config_dump(args) -> int:
@@ -324,12 +361,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("warc", help="WARC tools", formatter_class=fmt)
     w_sub = w.add_subparsers(dest="warc_verb", metavar="ACTION", required=True)
-    wv = w_sub.add_parser("verify", help="validate segments: every record parses, digests match",
-                          parents=[common], formatter_class=fmt)
+    wv = w_sub.add_parser("verify", help="validate segments: records whole, digests, record order, the CDXJ; "
+                          "exit 1 on any failure", parents=[common], formatter_class=fmt)
     wv.add_argument("files", nargs="+", metavar="FILE")
+    wv.add_argument("--index-dir", metavar="DIR",
+                    help="where the CDXJ files are (default: ../index/ beside the segment's directory, else beside it)")
+    wv.add_argument("--no-index", action="store_true", help="do not compare the CDXJ")
     wv.set_defaults(func=cmd_warc_verify)
-    wi = w_sub.add_parser("index", help="print CDXJ lines for segments", parents=[common], formatter_class=fmt)
+    wi = w_sub.add_parser("index", help="rebuild the CDXJ of segments (sorted, written atomically)",
+                          parents=[common], formatter_class=fmt)
     wi.add_argument("files", nargs="+", metavar="FILE")
+    wi.add_argument("--index-dir", metavar="DIR",
+                    help="write <DIR>/<segment>.cdxj (default: where verify looks for it, else beside the segment)")
+    wi.add_argument("--stdout", action="store_true", help="print the sorted lines instead of writing a file")
     wi.set_defaults(func=cmd_warc_index)
 
     c = sub.add_parser("config", help="configuration tools", formatter_class=fmt)

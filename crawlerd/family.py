@@ -48,7 +48,7 @@ from crawlerd.metrics import prometheus
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
-from crawlerd.store.warc import recover as recover_warc
+from crawlerd.store.recover import recover as recover_warc
 from crawlerd.supervisor import StartupError, read_seeds
 
 log = logging.getLogger("crawlerd.family")
@@ -112,17 +112,17 @@ class Family:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StartupError(f"data dir {d} is in use by another crawlerd") from None
-        try:
-            for line in layout.prepare(d, self.n):
-                log.info("data dir: %s", line)
-        except (layout.LayoutError, OSError) as e:
-            raise StartupError(str(e)) from None
         seeds: list[str] = []
         files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
         for path in files:
             good, bad = read_seeds(path)
             seeds += good
             self.seeds_invalid += bad
+        try:
+            for line in layout.prepare(d, self.n):
+                log.info("data dir: %s", line)
+        except (layout.LayoutError, OSError) as e:
+            raise StartupError(str(e)) from None
         for i in range(self.n):     # a shard's final stats of this run, not of an earlier one
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(layout.shard_dir(d, i), "last-run.json"))

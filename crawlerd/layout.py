@@ -60,8 +60,8 @@ def stored_shards(data_dir: str) -> int | None:
     try:
         with open(path) as f:
             doc = json.load(f)
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None         # no crawl yet (a data dir that cannot exist is the supervisor's to name)
     except (OSError, ValueError) as e:
         raise LayoutError(f"{path}: unreadable ({e}); it records the crawl's shard count") from None
     n = doc.get("shards") if isinstance(doc, dict) else None
@@ -92,7 +92,7 @@ def resolve_shards(data_dir: str, configured: int) -> int:
 def prepare(data_dir: str, shards: int) -> list[str]:
     """Check or record the shard count, migrate a flat one-shard dir, create the shard dirs.
 
-    Returns one line per thing done (for the log). Raises LayoutError naming both counts on a
+    Returns one line per part migrated (for the log). Raises LayoutError naming both counts on a
     mismatch, and the command that migrates a flat dir when ``shards`` > 1.
     """
     done: list[str] = []
@@ -127,7 +127,6 @@ def prepare(data_dir: str, shards: int) -> list[str]:
         os.makedirs(shard_dir(data_dir, i), exist_ok=True)
     if stored is None:
         _write_json(os.path.join(data_dir, CRAWL_FILE), {"shards": shards, "layout": LAYOUT_VERSION})
-        done.append(f"recorded crawl.shards = {shards} in {CRAWL_FILE}")
     return done
 
 

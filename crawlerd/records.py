@@ -59,6 +59,17 @@ class Link:
 
 
 @dataclass(slots=True)
+class PriorCapture:
+    """An archived capture a new one is a revisit of (WARC/1.1 §6.7): the first capture of the
+    same payload (identical payload digest), or the capture a 304 confirms (server not modified)."""
+
+    url: str                    # its WARC-Target-URI
+    fetched_at: float           # its WARC-Date, wall-clock seconds
+    record_id: str = ""         # its WARC-Record-ID (urn:uuid:...), "" when not known
+    digest: str = ""            # its payload digest "sha1:BASE32", "" when not known
+
+
+@dataclass(slots=True)
 class ProcessResult:
     url: str
     outcome: Outcome
@@ -72,6 +83,7 @@ class ProcessResult:
     warc_file: str = ""
     warc_offset: int = -1
     warc_length: int = 0
+    warc_record_id: str = ""             # WARC-Record-ID of the response or revisit record
     duplicate_of: str = ""               # exact duplicate: URL that first had this payload digest
     near_duplicate_of: str = ""          # simhash within distance: a URL that had a near-identical text
     error: str = ""

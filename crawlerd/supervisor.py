@@ -43,7 +43,7 @@ from crawlerd.outcome import Outcome
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import Shard, data_dir_problem
 from crawlerd.shard.member import MemberError, MemberParts, open_member
-from crawlerd.store.warc import recover as recover_warc
+from crawlerd.store.recover import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
 
@@ -138,17 +138,17 @@ class Supervisor:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StartupError(f"data dir {self.cfg.crawl.data_dir} is in use by another crawlerd") from None
-        try:
-            for line in layout.prepare(self.cfg.crawl.data_dir, self.cfg.crawl.shards):
-                log.info("data dir: %s", line)
-        except (layout.LayoutError, OSError) as e:
-            raise StartupError(str(e)) from None
         seeds: list[str] = []
         files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
         for path in files:
             good, bad = read_seeds(path)
             seeds += good
             self.seeds_invalid += bad
+        try:
+            for line in layout.prepare(self.cfg.crawl.data_dir, self.cfg.crawl.shards):
+                log.info("data dir: %s", line)
+        except (layout.LayoutError, OSError) as e:
+            raise StartupError(str(e)) from None
         os.makedirs(self.cfg.path("warc"), exist_ok=True)
         for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
             log.info("warc recovery: %s", line)

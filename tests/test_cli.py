@@ -135,7 +135,7 @@ def test_warc_verify_and_index(tmp_path):
     assert len(seg) == 1
     r = cli("warc", "verify", seg[0])
     assert r.returncode == 0, r.stdout + r.stderr
-    r = cli("warc", "index", seg[0])
+    r = cli("warc", "index", "--stdout", seg[0])
     line = r.stdout.strip().splitlines()[0]
     key, ts, js = line.split(" ", 2)
     assert json.loads(js)["url"] == "http://a.example/"

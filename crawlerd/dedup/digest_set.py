@@ -23,7 +23,8 @@ from pathlib import Path
 import lmdb
 
 _SHA1_BYTES = 20
-_MAX_DATE_BYTES = 255
+_MAX_DATE_BYTES = 254
+_V2 = 0xFF              # first value byte of an entry with a record id (a date length is <= 254)
 
 
 def digest_key(digest: bytes | bytearray | memoryview | str) -> bytes:
@@ -50,23 +51,34 @@ def digest_key(digest: bytes | bytearray | memoryview | str) -> bytes:
     return raw
 
 
-def _encode(url: str, date: str) -> bytes:
+def _encode(url: str, date: str, record_id: str = "") -> bytes:
     d = date.encode("utf-8")
-    if len(d) > _MAX_DATE_BYTES:
-        raise ValueError(f"date longer than {_MAX_DATE_BYTES} bytes: {date!r}")
-    return bytes([len(d)]) + d + url.encode("utf-8")
+    r = record_id.encode("utf-8")
+    if len(d) > _MAX_DATE_BYTES or len(r) > 255:
+        raise ValueError(f"date longer than {_MAX_DATE_BYTES} or record id longer than 255 bytes: "
+                         f"{date!r}, {record_id!r}")
+    if not r:
+        return bytes([len(d)]) + d + url.encode("utf-8")
+    return bytes([_V2, len(d)]) + d + bytes([len(r)]) + r + url.encode("utf-8")
 
 
-def _decode(value: bytes) -> tuple[str, str]:
-    n = value[0]
-    return value[1 + n :].decode("utf-8"), value[1 : 1 + n].decode("utf-8")
+def _decode(value: bytes) -> tuple[str, str, str]:
+    if value[0] != _V2:
+        n = value[0]
+        return value[1 + n :].decode("utf-8"), value[1 : 1 + n].decode("utf-8"), ""
+    n = value[1]
+    m = value[2 + n]
+    return (value[3 + n + m :].decode("utf-8"), value[2 : 2 + n].decode("utf-8"),
+            value[3 + n : 3 + n + m].decode("utf-8"))
 
 
 class DigestSet:
-    """Map payload digest -> (first URL, first fetch date), insert-only.
+    """Map payload digest -> (first URL, first fetch date, its WARC-Record-ID), insert-only.
 
     Key: the 20-byte SHA-1 payload digest (``digest_key``). Value: one byte of
-    date length, the date (WARC-Date string), the URL, UTF-8.
+    date length, the date, the URL (UTF-8); with a record id: 0xFF, date length,
+    date, record id length, record id, URL (entries written before record ids
+    were kept decode with an empty id).
     Invariant: an entry is never overwritten, so it always names the first
     capture of that payload.
     """
@@ -92,14 +104,19 @@ class DigestSet:
 
     def get(self, digest: bytes | str) -> tuple[str, str] | None:
         """(first URL, first date) for a digest seen before, else None."""
+        got = self.owner(digest)
+        return None if got is None else got[:2]
+
+    def owner(self, digest: bytes | str) -> tuple[str, str, str] | None:
+        """(first URL, first date, its WARC-Record-ID or "") for a digest seen before, else None."""
         key = digest_key(digest)
         with self._env.begin() as txn:
             value = txn.get(key)
         return None if value is None else _decode(value)
 
-    def add(self, digest: bytes | str, url: str, date: str) -> bool:
+    def add(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> bool:
         """Record the first capture of a payload; False (and no change) if the digest is present."""
-        key, value = digest_key(digest), _encode(url, date)
+        key, value = digest_key(digest), _encode(url, date, record_id)
         with self._env.begin(write=True) as txn:
             return txn.put(key, value, overwrite=False)
 

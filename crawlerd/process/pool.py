@@ -31,6 +31,12 @@ A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row i
 again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
 reason instead of restarting workers in a loop while it reports "running".
 
+Near duplicates. A worker first parses every job of a batch, then (if the pool
+has a ``near_duplicate`` callback) sends one ``("near", [(job id, simhash, url)])``
+frame and waits for the crawl process's answers before it writes any record, so
+a capture's metadata record can name the stored page it nearly duplicates. One
+round trip per batch; frames that arrive meanwhile are held and handled next.
+
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
 worker); the shard keeps the lease slot of a response until it is processed, so
 a slow pool stops new fetches instead of growing a queue.
@@ -62,9 +68,10 @@ from dataclasses import dataclass, field
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
-from crawlerd.records import FetchResult, Link, ProcessResult
+from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
-from crawlerd.store.warc import OPEN_SUFFIX, recover_segment
+from crawlerd.store.recover import recover_segment
+from crawlerd.store.segment import OPEN_SUFFIX
 
 log = logging.getLogger("crawlerd.pool")
 
@@ -94,7 +101,7 @@ def default_workers(configured: int, shards: int = 1) -> int:
 class _Job:
     job_id: int
     result: FetchResult
-    prior: tuple[str, float] | None
+    prior: PriorCapture | None
     future: asyncio.Future
     digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
     crashes: int = 0            # workers that died while working on this job
@@ -120,7 +127,7 @@ class WorkerPool:
     """``workers`` processing processes; ``init`` configures each (see ``worker_main``)."""
 
     def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 8, max_job_attempts: int = 2,
-                 on_worker_death=None):
+                 on_worker_death=None, near_duplicate=None):
         if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
             raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
         self.n = workers
@@ -128,6 +135,7 @@ class WorkerPool:
         self.jobs_per_worker = jobs_per_worker
         self.max_job_attempts = max_job_attempts
         self.on_worker_death = on_worker_death
+        self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
         self._backlog: deque[_Job] = deque()
@@ -155,7 +163,7 @@ class WorkerPool:
 
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        init = dict(self.init, worker_tag=self.tag(index))
+        init = dict(self.init, worker_tag=self.tag(index), near_duplicates=self.near_duplicate is not None)
         page_fd = os.memfd_create(f"crawlerd-{self.tag(index)}-progress")
         try:
             os.ftruncate(page_fd, _STARTED.size)
@@ -199,11 +207,11 @@ class WorkerPool:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
-    async def process(self, result: FetchResult, prior: tuple[str, float] | None = None, *,
+    async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
                       digest: str = "") -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
-        ``prior``: the exact-duplicate owner's answer, (first URL, first date) or None.
+        ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         """
         async with self._slots:
@@ -232,6 +240,9 @@ class WorkerPool:
                 msg = await _recv(w.reader)
                 if msg is None:
                     break
+                if msg[0] == "near":
+                    self._answer_near(w, msg[1])
+                    continue
                 _kind, job_id, packed, segment, size = msg
                 pr = unpack_result(packed)
                 w.segment, w.acked_bytes = segment, size
@@ -245,6 +256,19 @@ class WorkerPool:
             log.warning("worker %d connection lost: %r", w.index, e)
         if w.alive:
             await self._restart(w)
+
+    def _answer_near(self, w: _Worker, queries: list) -> None:
+        """A worker asks, before archiving a batch, which stored pages its pages nearly duplicate."""
+        answers = {}
+        for job_id, simhash, url in queries:
+            near = ""
+            if self.near_duplicate is not None:
+                try:
+                    near = self.near_duplicate(simhash, url) or ""
+                except Exception:       # the worker waits for an answer: give one, say why
+                    log.exception("near-duplicate check failed for %s", url)
+            answers[job_id] = near
+        _send(w.writer, ("near", answers))
 
     async def _restart(self, dead: _Worker) -> None:
         dead.alive = False
@@ -478,6 +502,7 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
     import signal
 
     from crawlerd.process.worker import PageProcessor
+    from crawlerd.store import linesort
     from crawlerd.store.warc import WarcWriter
     # the crawl process runs the ordered shutdown; a worker ends when its socket closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -490,24 +515,48 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
-    try:
+    ask_near = False
+    held: deque = deque()       # frames that came while waiting for a near-duplicate answer
+
+    def next_frame():
+        return held.popleft() if held else frames.next()
+
+    def ready() -> bool:
+        return bool(held) or frames.ready()
+
+    def near_answers(queries: list) -> dict | None:
+        """Ask the crawl process about the batch's pages; None when it is gone."""
+        data = pickle.dumps(("near", queries), protocol=pickle.HIGHEST_PROTOCOL)
+        sock.sendall(_LEN.pack(len(data)) + data)
         while True:
             msg = frames.next()
             if msg is None:
+                return None
+            if msg[0] == "near":
+                return msg[1]
+            held.append(msg)
+
+    try:
+        while True:
+            msg = next_frame()
+            if msg is None:
                 break
             batch = [msg]
-            while len(batch) < _MAX_BATCH and msg[0] == "job" and frames.ready():
-                msg = frames.next()
+            while len(batch) < _MAX_BATCH and msg[0] == "job" and ready():
+                msg = next_frame()
                 batch.append(msg)
-            answers = []
+            done = []           # (job_id, result, Analysis or the error it raised)
             for msg in batch:
                 if msg[0] == "init":
                     init = msg[1]
                     segment_max_bytes = init["segment_max_bytes"]
+                    ask_near = bool(init.get("near_duplicates"))
                     # the writer never rotates by itself: this loop rotates after answering (module doc)
                     warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=1 << 62,
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
-                                      index_dir=init.get("index_dir") or None)
+                                      index_dir=init.get("index_dir") or None,
+                                      index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
+                                      or linesort.DEFAULT_BUFFER_BYTES)
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
                                               max_decoded_bytes=init["max_decoded_bytes"],
                                               max_links=init["max_links"])
@@ -516,13 +565,39 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                     if progress is not None:
                         _STARTED.pack_into(progress, 0, job_id)
                     try:
-                        pr = processor.process(result, prior=prior, digest=digest)
+                        done.append((job_id, result, processor.analyse(result, prior=prior, digest=digest)))
                     except Exception as e:  # a bug must not take the page with it: record it by name
+                        done.append((job_id, result, e))
+            # near duplicates are decided by the crawl process before the records are written,
+            # so each capture's metadata record can name the page it nearly duplicates
+            queries = [(job_id, a.pr.simhash, result.url) for job_id, result, a in done
+                       if not isinstance(a, Exception) and a.asks_near] if ask_near else []
+            near: dict = {}
+            if queries:
+                if progress is not None:
+                    _STARTED.pack_into(progress, 0, 0)      # waiting: no job is to blame
+                try:
+                    got = near_answers(queries)
+                except (ConnectionResetError, BrokenPipeError):
+                    got = None
+                if got is None:
+                    break             # the crawl process is gone: close the segment and exit quietly
+                near = got
+            answers = []
+            for job_id, result, a in done:
+                if progress is not None:
+                    _STARTED.pack_into(progress, 0, job_id)
+                if isinstance(a, Exception):
+                    pr = processor.archive_failed(result, f"{type(a).__name__}: {a}")
+                else:
+                    try:
+                        pr = processor.archive(a, near.get(job_id, ""))
+                    except Exception as e:
                         pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
-                    if crash_re is not None and crash_re.search(result.url):
-                        warc.flush()
-                        os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
-                    answers.append((job_id, pack_result(pr)))
+                if crash_re is not None and crash_re.search(result.url):
+                    warc.flush()
+                    os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
+                answers.append((job_id, pack_result(pr)))
             if answers:
                 warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 segment = warc.current_path or ""

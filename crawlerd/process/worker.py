@@ -12,18 +12,20 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from crawlerd._native.simhash import simhash as simhash64
 from crawlerd.fetch.codec import DecodeError, dechunk, decode_body
 from crawlerd.outcome import Outcome
 from crawlerd.process.html import extract, parse_x_robots_tag
 from crawlerd.process.links import links_from_page
-from crawlerd.records import FetchResult, ProcessResult
-from crawlerd.store.warc import WarcWriter, payload_digest
+from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
+from crawlerd.store.encoding import payload_digest
+from crawlerd.store.warc import IDENTICAL_PAYLOAD_PROFILE, NOT_MODIFIED_PROFILE, WarcWriter
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
-DigestSeen = Callable[[str, str, float], "tuple[str, float] | None"]
+DigestSeen = Callable[[str, str, float], "PriorCapture | tuple[str, float] | None"]
 NearDuplicate = Callable[[int, str], str]
 
 
@@ -73,9 +75,27 @@ def entity_digest(res: FetchResult) -> str:
         return payload_digest(res.body)
 
 
+@dataclass(slots=True)
+class Analysis:
+    """One response parsed, nothing written yet: what :meth:`PageProcessor.archive` needs.
+    ``asks_near``: the page has text, so the near-duplicate owner is asked before archiving."""
+
+    res: FetchResult
+    pr: ProcessResult
+    prior: PriorCapture | None
+    outlinks: list[Link] = field(default_factory=list)    # every link found, nofollow marked (metadata)
+    robots_meta: tuple[bool, bool] = (False, False)         # (noindex, nofollow) from the page itself
+    asks_near: bool = False
+
+
 class PageProcessor:
     """Turns a FetchResult into a ProcessResult and its WARC records; constructing one tunes the
-    process's allocator for parsing (:func:`tune_allocator`)."""
+    process's allocator for parsing (:func:`tune_allocator`).
+
+    Two steps, so that the near-duplicate decision is made before anything is written and the
+    capture's metadata record can say it: :meth:`analyse` (parse, links, digest, simhash)
+    and :meth:`archive` (request, response or revisit, metadata). :meth:`process` does both,
+    asking the ``near_duplicate`` callback in between."""
 
     def __init__(self, warc: WarcWriter, *, agent_token: str, max_decoded_bytes: int, max_links: int,
                  digest_seen: DigestSeen | None = None, near_duplicate: NearDuplicate | None = None):
@@ -88,12 +108,22 @@ class PageProcessor:
         tune_allocator()
 
     def process(self, res: FetchResult, prior=_ASK, digest: str = "") -> ProcessResult:
-        """Process one response. ``prior`` is the exact-duplicate owner's answer for its digest
-        ((first url, first date) or None); when not given, the ``digest_seen`` callback is asked.
-        ``digest``: the payload digest if the caller computed it (``entity_digest``), else computed here."""
+        """Process one response. ``prior`` is the capture it revisits (:class:`PriorCapture`, or a
+        (url, date) pair): for a 200, the exact-duplicate owner of its digest; for a 304, the
+        capture it confirms; None when there is none. When not given, ``digest_seen`` is asked.
+        ``digest``: the payload digest if the caller computed it (``entity_digest``)."""
+        a = self.analyse(res, prior, digest)
+        near = ""
+        if a.asks_near and self.near_duplicate is not None:
+            near = self.near_duplicate(a.pr.simhash, res.url)
+        return self.archive(a, near)
+
+    def analyse(self, res: FetchResult, prior=_ASK, digest: str = "") -> Analysis:
+        """Parse one response (see :meth:`process`); writes nothing."""
         url = res.url
         ctype = (res.header("content-type") or "").split(";", 1)[0].strip().lower()
         pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
+        a = Analysis(res=res, pr=pr, prior=None)
         # the WARC payload is the entity with transfer coding removed (content coding kept)
         try:
             entity = dechunk(res.body, len(res.body) + 1) if res.chunked else res.body
@@ -101,7 +131,6 @@ class PageProcessor:
             entity = res.body
             pr.outcome, pr.error = e.outcome, str(e)
         pr.digest = digest or payload_digest(entity)
-        metadata: dict[str, str] = {}
         noindex, nofollow = parse_x_robots_tag(
             [v for k, v in res.headers if k.lower() == "x-robots-tag"], self.agent_token)
         if pr.outcome is Outcome.OK and res.status == 200 and ctype in HTML_TYPES:
@@ -113,35 +142,75 @@ class PageProcessor:
             else:
                 info = extract(body, url, agent_token=self.agent_token, max_links=self.max_links,
                                content_type=res.header("content-type"))
+                a.robots_meta = (info.noindex, info.nofollow)
                 noindex = noindex or info.noindex
                 nofollow = nofollow or info.nofollow
-                if not nofollow:
-                    pr.links = links_from_page(info.links, info.base_url)
+                a.outlinks = links_from_page(info.links, info.base_url)
+                if nofollow:        # page-level nofollow: none is followed, all are recorded as such
+                    a.outlinks = [Link(ln.url, ln.fp, ln.host_key, True) for ln in a.outlinks]
+                else:
+                    pr.links = a.outlinks
                 pr.simhash = simhash64(info.text)
-                if self.near_duplicate is not None and info.text:
-                    pr.near_duplicate_of = self.near_duplicate(pr.simhash, url)
+                a.asks_near = bool(info.text)
         pr.noindex, pr.nofollow = noindex, nofollow
-        if noindex:
-            metadata["robots"] = "noindex"
-        if nofollow:
-            metadata["robots"] = ", ".join(filter(None, [metadata.get("robots"), "nofollow"]))
-        if pr.near_duplicate_of:
-            metadata["near-duplicate-of"] = pr.near_duplicate_of
         if prior is _ASK:
             prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
-        prev = prior
-        if prev is not None and res.status == 200:
-            pr.duplicate_of = prev[0]
-            loc = self.warc.write_revisit(url=url, fetched_at=res.started_at, ip=res.ip,
+        if isinstance(prior, tuple):
+            prior = PriorCapture(prior[0], float(prior[1]))
+        if prior is not None and res.status == 200:
+            pr.duplicate_of = prior.url
+        a.prior = prior if res.status in (200, 304) else None
+        return a
+
+    def archive(self, a: Analysis, near_duplicate_of: str = "") -> ProcessResult:
+        """Write the capture's records (request, response or revisit, metadata); fill in where."""
+        res, pr, prior = a.res, a.pr, a.prior
+        if near_duplicate_of and not pr.duplicate_of:
+            pr.near_duplicate_of = near_duplicate_of
+        metadata = self._metadata(a)
+        if prior is not None and res.status == 200:
+            loc = self.warc.write_revisit(url=res.url, fetched_at=res.started_at, ip=res.ip,
                                           request_head=res.request_head, response_head=res.response_head,
-                                          payload_digest=pr.digest, refers_to_uri=prev[0],
-                                          refers_to_date=prev[1])
+                                          payload_digest=pr.digest, refers_to_uri=prior.url,
+                                          refers_to_date=prior.fetched_at, refers_to_id=prior.record_id or None,
+                                          profile=IDENTICAL_PAYLOAD_PROFILE, metadata=metadata)
+        elif prior is not None:     # 304 to a conditional GET: the archived capture still holds
+            loc = self.warc.write_revisit(url=res.url, fetched_at=res.started_at, ip=res.ip,
+                                          request_head=res.request_head, response_head=res.response_head,
+                                          payload_digest=prior.digest or None, refers_to_uri=prior.url,
+                                          refers_to_date=prior.fetched_at, refers_to_id=prior.record_id or None,
+                                          profile=NOT_MODIFIED_PROFILE, metadata=metadata)
+            pr.digest = prior.digest or pr.digest
         else:
-            loc = self.warc.write_fetch(url=url, fetched_at=res.started_at, ip=res.ip,
+            loc = self.warc.write_fetch(url=res.url, fetched_at=res.started_at, ip=res.ip,
                                         request_head=res.request_head, response_head=res.response_head,
-                                        body=res.body, payload_digest=pr.digest, metadata=metadata or None)
-        pr.warc_file, pr.warc_offset, pr.warc_length = loc.filename, loc.offset, loc.length
+                                        body=res.body, payload_digest=pr.digest, metadata=metadata)
+        pr.warc_file, pr.warc_offset, pr.warc_length, pr.warc_record_id = loc
         return pr
+
+    def _metadata(self, a: Analysis) -> list[tuple[str, str]]:
+        """The capture's metadata record (WARC/1.1 §6.6 fields where they exist: fetchTimeMs)."""
+        res, pr = a.res, a.pr
+        m = [("fetchTimeMs", str(round(res.elapsed_s * 1000)))]
+        if res.ip:
+            m.append(("ip-address", res.ip))
+        if res.status == 304:
+            m.append(("http-status", "304"))
+        if pr.simhash:
+            m.append(("simhash", f"{pr.simhash:016x}"))
+        if pr.near_duplicate_of:
+            m.append(("near-duplicate-of", pr.near_duplicate_of))
+        robots = ", ".join(d for d, on in (("noindex", pr.noindex), ("nofollow", pr.nofollow)) if on)
+        if robots:
+            m.append(("robots", robots))
+        meta = ", ".join(d for d, on in zip(("noindex", "nofollow"), a.robots_meta, strict=True) if on)
+        if meta:
+            m.append(("robots-meta", meta))
+        m += [("x-robots-tag", v) for k, v in res.headers if k.lower() == "x-robots-tag"]
+        if pr.outcome is not Outcome.OK and pr.error:
+            m.append(("processing-error", f"{pr.outcome.value}: {pr.error[:500]}"))
+        m += [("outlink", f"{ln.url} nofollow" if ln.nofollow else ln.url) for ln in a.outlinks]
+        return m
 
     def archive_failed(self, res: FetchResult, error: str) -> ProcessResult:
         """After ``process`` raised (a bug): keep the raw response in the WARC, outcome ``process_error``."""
@@ -151,9 +220,10 @@ class PageProcessor:
             loc = self.warc.write_fetch(url=res.url, fetched_at=res.started_at, ip=res.ip,
                                         request_head=res.request_head, response_head=res.response_head,
                                         body=res.body, payload_digest=pr.digest,
-                                        metadata={"processing-error": error[:500]})
+                                        metadata={"fetchTimeMs": str(round(res.elapsed_s * 1000)),
+                                                  "processing-error": error[:500]})
         except Exception as e:  # the archive itself failed (disk): the outcome still names the bug
             pr.error = f"{error}; not archived: {type(e).__name__}: {e}"
             return pr
-        pr.warc_file, pr.warc_offset, pr.warc_length = loc.filename, loc.offset, loc.length
+        pr.warc_file, pr.warc_offset, pr.warc_length, pr.warc_record_id = loc
         return pr

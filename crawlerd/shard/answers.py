@@ -1,15 +1,20 @@
 """What the shard does with an answer: archive it, decide duplicates, keep recrawl state, follow links.
 
-An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC record, CDXJ line,
+An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC records, CDXJ line,
 text, links, simhash). Before that, its payload digest (SHA-1 of the entity without transfer
 coding) is looked up among archived captures and captures being archived right now: a match
-makes the worker write a revisit record naming the first capture (exact duplicate). After it:
+makes the worker write an identical-payload-digest revisit naming the first capture (its URL,
+date and record id). A 304 is written as a server-not-modified revisit naming the capture it
+confirms (:meth:`Answers.confirmed_capture`). While archiving, the worker asks
+:meth:`Answers.near_duplicate` about a page with text, so the capture's metadata record can
+name the page it nearly duplicates. After it:
 
 - only an archived answer may own a digest or carry validators for a conditional re-fetch
   (recrawl bookkeeping), since a revisit of, or a 304 against, a record that does not exist
   would be unreadable;
 - a page whose simhash is within ``dedup.simhash_distance`` bits of an earlier page is a near
-  duplicate; a host whose pages are mostly near duplicates is demoted one level (a trap);
+  duplicate (decided during archiving, above); a host whose pages are mostly near duplicates is
+  demoted one level (a trap);
 - a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
   are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets;
   ``process`` returns only once the links handed to other shards are durable in the outbox.
@@ -35,10 +40,10 @@ from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
-from crawlerd.records import FetchResult
+from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
-from crawlerd.store.warc import recover_segment, sha1_base32
+from crawlerd.store import recover_segment, sha1_base32
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -59,9 +64,9 @@ def payload_sha1(res: FetchResult) -> bytes:
 class Answers:
     """Archive, dedup and follow one answer at a time (many concurrently, on the loop).
 
-    Key/invariant of ``pending``: payload SHA-1 → (url, date) of a first capture being archived
+    Key/invariant of ``pending``: payload SHA-1 → the first capture (url, date) being archived
     now; an entry lives exactly while that capture's worker call runs, so a concurrent copy is
-    a revisit of it, and once archived the owner is in ``digests``."""
+    a revisit of it, and once archived the owner (with its record id) is in ``digests``."""
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
@@ -76,7 +81,7 @@ class Answers:
         self.events = events
         self.metrics = metrics
         self.graph = graph
-        self.pending: dict[bytes, tuple[str, float]] = {}
+        self.pending: dict[bytes, PriorCapture] = {}
 
     async def process(self, url: str, fp: int, host_key: str, item: QueuedURL | None, res: FetchResult) -> None:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
@@ -88,7 +93,9 @@ class Answers:
             prior = self.digest_owner(sha1)
             if prior is None:               # this capture will be the first: others wait on it
                 first = True
-                self.pending[sha1] = (url, res.started_at)
+                self.pending[sha1] = PriorCapture(url, res.started_at)
+        elif res.status == 304:             # a server-not-modified revisit of the capture it confirms
+            prior = self.confirmed_capture(fp)
         digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
         try:
             pr = await self.pool.process(res, prior, digest=digest)
@@ -99,16 +106,10 @@ class Answers:
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
             if first:
-                self.digests.add(sha1, url, repr(res.started_at))
+                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
-        if pr.simhash and res.status == 200:       # simhash 0: no text (not HTML, or empty)
-            near = self.near.check_and_add(pr.simhash, url, host_key)
-            if near and not pr.duplicate_of:
-                pr.near_duplicate_of = near
-                self.metrics.counters["duplicate_near"] += 1
-            if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
-                self.frontier.demote_host(host_key)
-                self.metrics.counters["near_dup_demotions"] += 1
+        if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
+            self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
@@ -150,12 +151,38 @@ class Answers:
         if res.status == 304:
             self.metrics.counters["not_modified"] += 1
 
-    def digest_owner(self, digest: bytes) -> tuple[str, float] | None:
-        """Exact-duplicate owner: (first url, first date) of an archived or in-progress capture."""
-        prev = self.digests.get(digest)
+    def digest_owner(self, digest: bytes) -> PriorCapture | None:
+        """Exact-duplicate owner: the first capture of this payload, archived or in progress."""
+        prev = self.digests.owner(digest)
         if prev is not None:
-            return prev[0], float(prev[1])
+            return PriorCapture(prev[0], float(prev[1]), prev[2])
         return self.pending.get(digest)
+
+    def confirmed_capture(self, fp: int) -> PriorCapture | None:
+        """The archived capture a 304 confirms: the record holding the payload whose validators
+        were sent (its digest owner, so a replay engine finds the payload even when the URL's
+        last capture was itself a revisit of another URL), else the URL's last capture as recrawl
+        knows it. None when recrawl knows nothing (an unconditional request answered 304: that
+        answer is archived as a plain response)."""
+        st = self.recrawl.state(fp)
+        if st is None:
+            return None
+        digest = "sha1:" + sha1_base32(bytes.fromhex(st.digest)) if st.digest else ""
+        owner = self.digests.owner(st.digest) if st.digest else None
+        if owner is not None:
+            return PriorCapture(owner[0], float(owner[1]), owner[2], digest)
+        return PriorCapture(st.url, st.captured_at or st.fetched_at, "", digest)
+
+    def near_duplicate(self, simhash: int, url: str) -> str:
+        """The pool's question before a worker archives a page with text: the stored page within
+        the simhash distance, or "". Feeds the host's trap window (demoted when mostly near
+        duplicates)."""
+        host_key = urlmod.host_key(url)
+        near = self.near.check_and_add(simhash, url, host_key)
+        if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
+            self.frontier.demote_host(host_key)
+            self.metrics.counters["near_dup_demotions"] += 1
+        return near
 
 
 def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:

@@ -120,7 +120,8 @@ class Shard:
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
-            "max_links": cfg.process.max_links_per_page}, on_worker_death=on_worker_death(metrics, cfg.path("index")))
+            "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
+            on_worker_death=on_worker_death(metrics, cfg.path("index")))
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
@@ -132,6 +133,7 @@ class Shard:
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
                                graph=self.graph)
+        self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,

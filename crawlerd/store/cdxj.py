@@ -1,58 +1,49 @@
-"""CDXJ index lines: ``SURT TIMESTAMP14 {json}``, one per captured response.
+"""CDXJ index lines: ``SURT TIMESTAMP14 {json}``, one per captured response, revisit or resource.
 
-The format is the one pywb and OutbackCDX read: a SURT-form key, the 14-digit
-UTC capture time, then a JSON object with ``url, mime, status, digest,
-length, offset, filename``. ``digest`` is the bare base32 SHA-1 of the payload
-(no ``sha1:`` prefix, as pywb writes it); ``offset``/``length`` are the
-compressed bytes of the record's gzip member in ``filename``. A file of lines
-is sorted bytewise (``LC_ALL=C sort``) so that a binary search by key works.
+The lines are the ones cdxj-indexer (the indexer of pywb) writes for the same
+segment, key for key and field for field, so pywb, OutbackCDX and our own
+tools read either: the :func:`~crawlerd.store.surt.surt` key, the 14-digit UTC
+capture time, then JSON (``json.dumps`` spacing, ASCII) with, in this order,
+
+``url``       WARC-Target-URI
+``mime``      ``warc/revisit`` for a revisit; else the HTTP Content-Type up to its first
+              ``;`` or white space, case kept (absent when the response has none)
+``status``    the HTTP status of a response or revisit that has an HTTP head
+``digest``    WARC-Payload-Digest as written (``sha1:BASE32``)
+``length``, ``offset``   the compressed bytes of the record's gzip member
+``filename``  the segment's file name
+
+Indexed: ``response``, ``revisit``, ``resource`` and ``metadata`` records, except
+``resource``/``metadata`` whose Content-Type is ``application/warc-fields`` (our
+per-capture metadata). A file of lines is sorted bytewise with duplicates
+removed (``linesort``), so a binary search by key works.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_str  # a JSON string literal, ASCII-only
-from urllib.parse import urlsplit
 
+from crawlerd.store import linesort
 from crawlerd.store.segment import (
     BadRecord,
     check_member,
     http_header,
     http_split,
-    http_status,
     iter_members,
 )
+from crawlerd.store.surt import surt
 
-INDEXED_TYPES = frozenset({"response", "revisit", "resource"})
-_DEFAULT_PORTS = {"http": "80", "https": "443"}
+__all__ = ["Capture", "INDEXED_TYPES", "cdxj_path", "fsync_dir", "index", "iter_lines", "mime_of", "surt",
+           "timestamp14", "write_index"]
 
-
-def surt(url: str) -> str:
-    """Sort-friendly URI Reordering Transform: ``http://www.Ex.com/a?b=2&a=1`` -> ``com,ex)/a?a=1&b=2``.
-
-    Canonicalised as pywb does for lookup: lower case, no scheme, no ``www.``,
-    no default port, no fragment, query arguments sorted.
-    """
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        return url.lower()
-    host = (parts.hostname or "").strip(".")
-    if host.startswith("www.") or (host.startswith("www") and host[3:4].isdigit() and "." in host):
-        host = host.split(".", 1)[1]
-    if host.replace(".", "").isdigit() or ":" in host:
-        key = host                               # an IP address is not reversed
-    else:
-        key = ",".join(reversed(host.split(".")))
-    if port is not None and str(port) != _DEFAULT_PORTS.get(parts.scheme.lower()):
-        key += f":{port}"
-    path = parts.path or "/"
-    out = f"{key}){path}"
-    if parts.query:
-        out += "?" + "&".join(sorted(parts.query.split("&")))
-    return out.lower()
+INDEXED_TYPES = frozenset({"response", "revisit", "resource", "metadata"})
+_FIELDS_TYPE = "application/warc-fields"
+_MIME_END = re.compile(r"[;\s]")
+fsync_dir = linesort.fsync_dir
 
 
 def timestamp14(warc_date: str) -> str:
@@ -61,15 +52,26 @@ def timestamp14(warc_date: str) -> str:
     return digits.ljust(14, "0")[:14]
 
 
+def mime_of(content_type: bytes | str | None) -> str | None:
+    """The CDXJ ``mime`` of a Content-Type value: up to the first ``;`` or white space, case kept;
+    None when there is no header (the field is then left out)."""
+    if content_type is None:
+        return None
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("latin-1")
+    content_type = content_type.strip()
+    return _MIME_END.split(content_type, 1)[0].strip() if content_type else content_type
+
+
 @dataclass(slots=True)
 class Capture:
-    """What one CDXJ line says about one record."""
+    """What one CDXJ line says about one record; ``None`` fields are left out of the line."""
 
     url: str
     warc_date: str
-    mime: str
-    status: int
-    digest: str          # "sha1:BASE32" or bare; written bare
+    mime: str | None
+    status: str | None
+    digest: str | None
     length: int
     offset: int
     filename: str
@@ -78,74 +80,64 @@ class Capture:
         """``SURT TIMESTAMP14 {json}``; the JSON is byte for byte what ``json.dumps(fields)`` gives
         (a test holds it to that), assembled from escaped strings without building a dict."""
         q = _json_str
-        status = f', "status": {q(str(self.status))}' if self.status else ""
-        digest = f', "digest": {q(self.digest.split(":", 1)[-1])}' if self.digest else ""
-        return (f'{surt(self.url)} {timestamp14(self.warc_date)} {{"url": {q(self.url)}, '
-                f'"mime": {q(self.mime or "unk")}{status}{digest}, "length": {q(str(self.length))}, '
-                f'"offset": {q(str(self.offset))}, "filename": {q(self.filename)}}}')
+        mime = f', "mime": {q(self.mime)}' if self.mime is not None else ""
+        status = f', "status": {q(self.status)}' if self.status is not None else ""
+        digest = f', "digest": {q(self.digest)}' if self.digest is not None else ""
+        return (f'{surt(self.url)} {timestamp14(self.warc_date)} {{"url": {q(self.url)}{mime}{status}{digest}, '
+                f'"length": {q(str(self.length))}, "offset": {q(str(self.offset))}, '
+                f'"filename": {q(self.filename)}}}')
 
 
-def mime_of(content_type: bytes | str | None) -> str:
-    """Media type without parameters, lower case (``text/html; charset=x`` -> ``text/html``)."""
-    if not content_type:
-        return ""
-    if isinstance(content_type, bytes):
-        content_type = content_type.decode("latin-1")
-    return content_type.split(";", 1)[0].strip().lower()
+def status_of(http_head: bytes) -> str | None:
+    """The status code token of an HTTP status line (``HTTP/1.1 200 OK`` -> ``200``), None if no head."""
+    line = http_head.split(b"\n", 1)[0].strip()
+    if not line:
+        return None
+    parts = line.split(None, 2)
+    return parts[1].decode("latin-1") if len(parts) >= 2 else None
 
 
-def index(path: str) -> list[str]:
-    """CDXJ lines, sorted, for the indexed records of one segment (.warc.gz or .warc.gz.open).
-
-    Reads until the first member that is not a whole record (a torn tail).
-    """
+def iter_lines(path: str) -> Iterator[str]:
+    """CDXJ lines, in record order (unsorted), for the indexed records of one segment
+    (.warc.gz or .warc.gz.open). Reads until the first member that is not a whole record."""
     filename = os.path.basename(path).removesuffix(".open")
-    out = []
     with open(path, "rb") as f:
         for member in iter_members(f):
             try:
                 head = check_member(member)
             except (BadRecord, ValueError):
-                break
-            if head.type not in INDEXED_TYPES:
+                return
+            rtype = head.type
+            if rtype not in INDEXED_TYPES:
                 continue
-            block = member.head[head.block_offset:]
-            status, mime = 0, ""
-            if head.type == "revisit":
-                mime = "warc/revisit"
-                status = http_status(block)
-            elif (head.get("Content-Type") or "").startswith("application/http"):
-                http_head, _ = http_split(block)
-                status = http_status(http_head)
-                mime = mime_of(http_header(http_head, b"content-type"))
+            ctype = head.get("Content-Type")
+            if rtype in ("resource", "metadata") and ctype == _FIELDS_TYPE:
+                continue
+            block = member.head[head.block_offset:head.block_offset + head.content_length]
+            status = mime = None
+            if rtype in ("response", "revisit"):
+                http_head = http_split(block)[0] if block else b""
+                status = status_of(http_head) if http_head.startswith(b"HTTP/") else None
+                if rtype == "revisit":
+                    mime = "warc/revisit"
+                elif status is not None:
+                    mime = mime_of(http_header(http_head, b"content-type"))
             else:
-                mime = mime_of(head.get("Content-Type"))
-            out.append(Capture(
-                url=head.get("WARC-Target-URI", "") or "", warc_date=head.get("WARC-Date", "") or "",
-                mime=mime, status=status, digest=head.get("WARC-Payload-Digest", "") or "",
-                length=member.length, offset=member.offset, filename=filename).line())
-    out.sort(key=lambda s: s.encode("utf-8"))
-    return out
+                mime = mime_of(ctype)
+            yield Capture(url=head.get("WARC-Target-URI", "") or "", warc_date=head.get("WARC-Date", "") or "",
+                          mime=mime, status=status, digest=head.get("WARC-Payload-Digest"),
+                          length=member.length, offset=member.offset, filename=filename).line()
 
 
-def write_lines(lines: list[str], path: str) -> None:
-    """Write sorted CDXJ lines to ``path`` atomically (temp name, fsync, rename; DESIGN §4)."""
-    tmp = path + ".tmp"
-    data = "".join(line + "\n" for line in sorted(lines, key=lambda s: s.encode("utf-8")))
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+def index(path: str) -> list[str]:
+    """The sorted CDXJ lines of one segment, in a list (tests, small files; see :func:`write_index`)."""
+    return sorted(set(iter_lines(path)), key=lambda s: s.encode("utf-8"))
 
 
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def write_index(path: str, target: str, *, buffer_bytes: int = linesort.DEFAULT_BUFFER_BYTES) -> int:
+    """Index segment ``path`` into ``target`` (sorted, atomically, RAM bounded); return the line count."""
+    return linesort.sort_lines((line.encode("utf-8") for line in iter_lines(path)), target,
+                               buffer_bytes=buffer_bytes)
 
 
 def cdxj_path(segment_path: str, index_dir: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """Fetch-event log: one JSON object per line, in size-rotated files under ``events/``.
 
 Files are ``<name>-<UTC YYYYMMDDHHMMSSffffff>-<serial>.jsonl``, with ``.open`` while
-written. Every line carries ``schema_version`` (DESIGN §5 lists the fields).
+written. Every line carries ``schema_version`` (the fields: ``crawlerd/shard/events.py``).
 A crash can tear the last line of the ``.open`` file; the next EventLog with
 the same name cuts the torn line off and closes the file before writing.
 """

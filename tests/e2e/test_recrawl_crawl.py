@@ -52,3 +52,78 @@ def test_every_answer_archived_once_including_304(crawl):
                        for led in ("ledger1", "ledger2") for e in crawl[led] if e["status"])
     captures = Counter(uri for kind, uri in records if kind in ("response", "revisit"))
     assert captures == answered
+
+
+def _segments(data_dir):
+    warc_dir = os.path.join(data_dir, "warc")
+    return [os.path.join(warc_dir, n) for n in sorted(os.listdir(warc_dir)) if n.endswith(".warc.gz")]
+
+
+def test_304s_are_server_not_modified_revisits_of_an_archived_response(crawl):
+    from warcio.archiveiterator import ArchiveIterator
+
+    from crawlerd.store.warc import NOT_MODIFIED_PROFILE
+    records = {}
+    metadata_about = Counter()
+    not_modified = []
+    for seg in _segments(crawl["data_dir"]):
+        with open(seg, "rb") as f:
+            for rec in ArchiveIterator(f):
+                h = rec.rec_headers
+                records[h.get_header("WARC-Record-ID")] = (rec.rec_type, dict(h.headers))
+                if rec.rec_type == "metadata":
+                    metadata_about[h.get_header("WARC-Concurrent-To")] += 1
+                if rec.rec_type == "revisit" and h.get_header("WARC-Profile") == NOT_MODIFIED_PROFILE:
+                    not_modified.append(dict(h.headers))
+                rec.content_stream().read()
+    answered_304 = sum(1 for led in ("ledger1", "ledger2") for e in crawl[led] if e["status"] == 304)
+    assert answered_304 and len(not_modified) == answered_304
+    for h in not_modified:
+        kind, original = records[h["WARC-Refers-To"]]        # the record that holds the payload
+        assert kind == "response"
+        assert h["WARC-Refers-To-Target-URI"] == original["WARC-Target-URI"]
+        assert h["WARC-Refers-To-Date"] == original["WARC-Date"]
+        assert h["WARC-Payload-Digest"] == original["WARC-Payload-Digest"]
+    # one metadata record per capture, concurrent to it
+    captures = [rid for rid, (kind, _) in records.items() if kind in ("response", "revisit")]
+    assert all(metadata_about[rid] == 1 for rid in captures)
+
+
+def test_segments_verify_and_index_as_cdxj_indexer_does(crawl):
+    import subprocess
+    import sys
+
+    from crawlerd.store.cdxj import cdxj_path
+    from crawlerd.store.verify import verify
+    segments = _segments(crawl["data_dir"])
+    index_dir = os.path.join(crawl["data_dir"], "index")
+    for seg in segments:
+        report = verify(seg)
+        assert report.ok and report.index_path == cdxj_path(seg, index_dir), report.lines()
+    theirs = subprocess.run([sys.executable, "-m", "cdxj_indexer.main", "--sort", *segments], capture_output=True,
+                            text=True, check=True, timeout=300).stdout.splitlines()
+    ours = []
+    for seg in segments:
+        with open(cdxj_path(seg, index_dir)) as f:
+            ours += f.read().splitlines()
+    assert sorted(ours) == theirs
+
+
+def test_pywb_replays_the_304_captures(crawl, tmp_path):
+    from crawlerd.store.cdxj import cdxj_path
+    from tests.store.replay import collection, need_pywb, replay
+    need_pywb()
+    segments = _segments(crawl["data_dir"])
+    index_dir = os.path.join(crawl["data_dir"], "index")
+    root = collection(str(tmp_path / "pywb"), segments, [cdxj_path(s, index_dir) for s in segments])
+    lines = []
+    for seg in segments:
+        with open(cdxj_path(seg, index_dir)) as f:
+            lines += [ln.split(" ", 2) for ln in f.read().splitlines()]
+    import json
+    revisits = [(stamp, json.loads(js)) for _, stamp, js in lines if json.loads(js)["mime"] == "warc/revisit"]
+    assert revisits
+    sample = revisits[:20]
+    answers = replay(root, [(stamp, fields["url"]) for stamp, fields in sample])
+    for (_, fields), answer in zip(sample, answers, strict=True):
+        assert answer["error"] == "" and answer["status"] == 200 and answer["body"], (fields, answer)

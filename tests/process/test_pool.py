@@ -16,7 +16,10 @@ from crawlerd.outcome import Outcome
 from crawlerd.process.pool import CRASH_ENV, WorkerPool
 from crawlerd.process.worker import PageProcessor
 from crawlerd.records import FetchResult
-from crawlerd.store.warc import OPEN_SUFFIX, WarcWriter, payload_digest, recover_segment
+from crawlerd.store.encoding import payload_digest
+from crawlerd.store.recover import recover_segment
+from crawlerd.store.segment import OPEN_SUFFIX
+from crawlerd.store.warc import WarcWriter
 
 T0 = 1_700_000_000.0
 WORDS = ("crawler politeness frontier robots simhash digest segment archive bucket queue host page link "
@@ -167,7 +170,16 @@ def test_results_match_in_process_and_warc_reads_back(tmp_path):
             assert content == cases[url].body       # exactly as received
     assert responses_per_url(warc_dir) == Counter(results.keys())
     kinds = Counter(kind for kind, _, _ in warc_records(warc_dir))
-    assert kinds["metadata"] == 1           # the nofollow page's robots fact
+    assert kinds["metadata"] == len(results)     # one per capture
+    metas = {}
+    for name in sorted(os.listdir(warc_dir)):
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                if rec.rec_type == "metadata":
+                    metas[rec.rec_headers.get_header("WARC-Target-URI")] = rec.content_stream().read()
+    assert b"robots: nofollow" in metas["http://a.test/nofollow"]
+    assert b"x-robots-tag: nofollow" in metas["http://a.test/nofollow"]
+    assert b"outlink: http://other.test/" in metas["http://a.test/plain"]
 
 
 def run_pool(tmp_path, jobs, *, workers=2, jobs_per_worker=4, segment_max_bytes=1 << 30, during=None,
@@ -333,3 +345,44 @@ def test_sigkill_at_any_moment_keeps_every_page_exactly_once(tmp_path, kill_afte
     assert responses_per_url(warc_dir) == Counter(j.url for j in jobs)
     for name in os.listdir(warc_dir):       # every closed segment has its CDXJ
         assert os.path.exists(os.path.join(init["index_dir"], name.removesuffix(".warc.gz") + ".cdxj"))
+
+
+def test_near_duplicates_are_decided_before_the_records_are_written(tmp_path):
+    """The pool asks its near_duplicate owner (one round trip per batch) before a worker archives a
+    page with text; the answer is in the result and in the capture's metadata record."""
+    from crawlerd.dedup.near import NearDuplicates
+    init = init_for(tmp_path)
+    pages = [response(f"http://a.test/v{i}", page_html(99) + b"<p>variant %d</p>" % i) for i in range(6)]
+    pages.append(response("http://a.test/other", page_html(5)))
+    pages.append(response("http://a.test/img.png", b"\x89PNG....", ctype="image/png"))     # no text: not asked
+    asked = []
+
+    async def run():
+        with NearDuplicates(tmp_path / "dedup") as nd:
+            def near(simhash, url):
+                asked.append(url)
+                return nd.check_and_add(simhash, url, "http://a.test")
+            pool = WorkerPool(2, init, jobs_per_worker=4, near_duplicate=near)
+            await pool.start()
+            try:
+                first = await pool.process(pages[0])        # the original is stored before the others come
+                rest = await asyncio.gather(*(pool.process(r) for r in pages[1:]))
+            finally:
+                await pool.close()
+            return [first, *rest]
+
+    results = dict(zip([p.url for p in pages], asyncio.run(run()), strict=True))
+    assert sorted(asked) == sorted(p.url for p in pages if p.url != "http://a.test/img.png")
+    assert results["http://a.test/v0"].near_duplicate_of == ""
+    assert all(results[f"http://a.test/v{i}"].near_duplicate_of == "http://a.test/v0" for i in range(1, 6))
+    assert results["http://a.test/other"].near_duplicate_of == ""
+    metas = {}
+    warc_dir = init["warc_dir"]
+    for name in sorted(os.listdir(warc_dir)):
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                if rec.rec_type == "metadata":
+                    metas[rec.rec_headers.get_header("WARC-Target-URI")] = rec.content_stream().read()
+    assert b"near-duplicate-of: http://a.test/v0" in metas["http://a.test/v3"]
+    assert b"near-duplicate-of" not in metas["http://a.test/v0"]
+    assert b"simhash: " in metas["http://a.test/other"] and b"simhash" not in metas["http://a.test/img.png"]

@@ -17,16 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
+from crawlerd.store.encoding import available_compressors, gzip_member, payload_digest, warc_date
 from crawlerd.store.segment import dechunk, is_chunked, iter_members
 from crawlerd.store.verify import verify
-from crawlerd.store.warc import (
-    REVISIT_PROFILE,
-    WarcWriter,
-    available_compressors,
-    gzip_member,
-    payload_digest,
-    warc_date,
-)
+from crawlerd.store.warc import REVISIT_PROFILE, WarcWriter
 from tests.store.helpers import CHUNKED_HEAD, REQUEST_HEAD, RESPONSE_HEAD, T0, det_writer, html, write_page
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -451,7 +445,7 @@ def test_content_coded_bodies_stay_valid_and_digests_verify(tmp_path, compressor
 def test_random_record_ids_are_version_4_and_unique():
     import uuid
 
-    from crawlerd.store.warc import _UuidIds
+    from crawlerd.store.encoding import RecordIds as _UuidIds
     gen = _UuidIds()
     ids = [gen() for _ in range(600)]                    # crosses two refills of the byte pool
     assert len(set(ids)) == 600
@@ -464,7 +458,7 @@ def test_random_record_ids_are_version_4_and_unique():
 def test_sha1_base32_matches_base64(digest):
     import base64
 
-    from crawlerd.store.warc import sha1_base32
+    from crawlerd.store.encoding import sha1_base32
     assert sha1_base32(digest) == base64.b32encode(digest).decode()
 
 
@@ -472,3 +466,58 @@ def test_sha1_base32_matches_base64(digest):
 def test_warc_date_matches_strftime(ts):
     from datetime import UTC, datetime
     assert warc_date(ts) == datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- every record kind: readers, profiles, concurrency ---------------------------------
+
+def test_every_record_kind_validates_with_warcio_and_fastwarc(tmp_path):
+    from tests.store.helpers import all_kinds_segment
+    path, caps = all_kinds_segment(tmp_path)
+    with open(path, "rb") as f:
+        recs = [(r, r.content_stream().read(), list(r.digest_checker.problems))
+                for r in ArchiveIterator(f, check_digests=True)]
+    kinds = [r.rec_type for r, _, _ in recs]
+    assert set(kinds) == {"warcinfo", "request", "response", "metadata", "revisit"}
+    assert kinds.count("metadata") == len(caps)              # one per capture
+    for rec, _, problems in recs:
+        chunked = "chunked" in ((rec.http_headers and rec.http_headers.get_header("Transfer-Encoding")) or "")
+        assert problems == [] or (chunked and len(problems) == 1), (rec.rec_type, problems)
+    with open(path, "rb") as f:
+        fast = list(FastIterator(f, parse_http=False))
+    assert [str(r.record_type).split(".")[-1] for r in fast] == kinds
+    with open(path, "rb") as f:
+        assert all(r.verify_block_digest() for r in FastIterator(f, parse_http=False))
+    with open(path, "rb") as f:
+        for rec in FastIterator(f, record_types=WarcRecordType.response, parse_http=True):
+            if "chunked" not in (rec.http_headers.get("Transfer-Encoding") or ""):
+                assert rec.verify_payload_digest(), rec.headers["WARC-Target-URI"]
+    assert verify(path).ok, verify(path).errors
+
+
+def test_revisit_profiles_and_concurrency(tmp_path):
+    from tests.store.helpers import all_kinds_segment
+    path, caps = all_kinds_segment(tmp_path)
+    with open(path, "rb") as f:
+        recs = [(r.rec_type, dict(r.rec_headers.headers), r.raw_stream.read()) for r in ArchiveIterator(f)]
+    by_id = {h["WARC-Record-ID"]: (t, h) for t, h, _ in recs}
+    original_id = "<" + caps["page"][0].record_id + ">"
+    assert by_id[original_id][0] == "response"
+    revisits = {h["WARC-Profile"].rsplit("/", 1)[-1]: (h, block) for t, h, block in recs if t == "revisit"}
+    same, h304 = revisits["identical-payload-digest"], revisits["server-not-modified"]
+    for h, _ in (same, h304):
+        assert h["WARC-Refers-To"] == original_id
+        assert h["WARC-Refers-To-Target-URI"] == "http://www.Example.com/a?b=2&a=1"
+        assert h["WARC-Refers-To-Date"] == by_id[original_id][1]["WARC-Date"]
+        assert h["WARC-Payload-Digest"] == by_id[original_id][1]["WARC-Payload-Digest"]
+    assert same[0]["WARC-Truncated"] == "length" and same[1] == b""     # the head is all there is
+    assert h304[1] == b"" and h304[0]["Content-Length"] == "0" and "Content-Type" not in h304[0]
+    assert h304[0]["WARC-Protocol"] == "http/1.1"
+    # a capture is request, response|revisit, metadata: each names the one before or after it
+    for i, (t, h, _) in enumerate(recs):
+        if t == "request":
+            nxt_t, nxt_h, _ = recs[i + 1]
+            assert nxt_t in ("response", "revisit") and h["WARC-Concurrent-To"] == nxt_h["WARC-Record-ID"]
+            assert nxt_h["WARC-Concurrent-To"] == h["WARC-Record-ID"]
+            meta_t, meta_h, meta_block = recs[i + 2]
+            assert meta_t == "metadata" and meta_h["WARC-Concurrent-To"] == nxt_h["WARC-Record-ID"]
+            assert meta_h["Content-Type"] == "application/warc-fields" and b"fetchTimeMs: " in meta_block

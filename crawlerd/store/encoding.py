@@ -1,0 +1,142 @@
+"""The bytes of a WARC record: digests, dates, record ids, field values and gzip members.
+
+Shared by the writer (``warc.py``), recovery and verification. Every record is
+its own gzip member (WARC/1.1 annex D.2); a member's header has mtime 0 so the
+same records give the same bytes. A body that is already content-coded (gzip,
+br, ...) goes into stored deflate blocks (:func:`stored_body_member`): deflating
+it again cost most of a record's CPU and saved nothing (bench/process_bench.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from datetime import UTC, datetime
+
+try:  # ISA-L deflate: ~3x faster than zlib at a similar ratio (bench/warc_bench.py)
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # pragma: no cover - depends on the environment
+    _isal_zlib = None
+_crc32 = _isal_zlib.crc32 if _isal_zlib is not None else zlib.crc32
+
+WARC_VERSION = b"WARC/1.1\r\n"
+CRLF2 = b"\r\n\r\n"
+# gzip back ends: (module, highest level, default level), defaults from bench/warc_bench.py.
+# isal 2: ~5% larger than zlib 6 at a quarter of its time; zlib 1 is the fast fallback (~10% larger).
+COMPRESSORS = {"zlib": (zlib, 9, 1), "isal": (_isal_zlib, 3, 2)}
+# gzip member header (RFC 1952 §2.3): deflate, no flags, mtime 0 (reproducible bytes), OS unknown.
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_STORED_MAX = 65535                   # bytes per stored deflate block (RFC 1951 §3.2.4)
+_STORED_HEAD = struct.Struct("<BHH")  # BFINAL|BTYPE=00 (byte-aligned), LEN, NLEN
+_GZIP_TRAILER = struct.Struct("<II")  # CRC32, ISIZE
+
+
+def available_compressors() -> list[str]:
+    """gzip back ends usable here (``isal`` needs the isal package)."""
+    return [name for name, (module, _, _) in COMPRESSORS.items() if module is not None]
+
+
+def default_compressor() -> str:
+    """``isal`` when the isal package is installed, else ``zlib``."""
+    return "isal" if _isal_zlib is not None else "zlib"
+
+
+def gzip_member(data: bytes, compressor: str = "zlib", level: int = 6) -> bytes:
+    """``data`` as one gzip member (RFC 1952), header mtime 0 so the bytes are reproducible."""
+    return COMPRESSORS[compressor][0].compress(data, level, 31)
+
+
+def stored_body_member(compressobj, level: int, head: bytes, body: bytes) -> bytes:
+    """One gzip member of ``head + body + CRLF CRLF``: ``head`` deflated, ``body`` (already
+    compressed) in stored blocks (RFC 1951 §3.2.4). Any gzip reader inflates it as usual."""
+    c = compressobj(level, zlib.DEFLATED, -15)
+    # a sync flush ends the head's deflate blocks non-final and byte-aligned
+    parts = [_GZIP_HEADER, c.compress(head), c.flush(zlib.Z_SYNC_FLUSH)]
+    view = memoryview(body)
+    for i in range(0, len(body), _STORED_MAX):
+        piece = view[i:i + _STORED_MAX]
+        parts += (_STORED_HEAD.pack(0, len(piece), len(piece) ^ 0xFFFF), piece)
+    parts += (_STORED_HEAD.pack(1, len(CRLF2), len(CRLF2) ^ 0xFFFF), CRLF2,
+              _GZIP_TRAILER.pack(_crc32(CRLF2, _crc32(body, _crc32(head))),
+                                 (len(head) + len(body) + len(CRLF2)) & 0xFFFFFFFF))
+    return b"".join(parts)
+
+
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"           # RFC 4648 §6 alphabet
+_B32_PAIRS = [_B32[i >> 5] + _B32[i & 31] for i in range(1024)]     # 10 bits -> 2 characters
+
+
+def sha1_base32(digest: bytes) -> str:
+    """Base32 (RFC 4648 §6) of a 20-byte SHA-1 digest: 160 bits, 32 characters, no padding.
+
+    Written out because ``base64.b32encode`` is pure Python and took as long as hashing
+    a 2 KB block; an exact test holds it to ``base64.b32encode``.
+    """
+    n = int.from_bytes(digest, "big")
+    t = _B32_PAIRS
+    return (t[n >> 150] + t[(n >> 140) & 1023] + t[(n >> 130) & 1023] + t[(n >> 120) & 1023]
+            + t[(n >> 110) & 1023] + t[(n >> 100) & 1023] + t[(n >> 90) & 1023] + t[(n >> 80) & 1023]
+            + t[(n >> 70) & 1023] + t[(n >> 60) & 1023] + t[(n >> 50) & 1023] + t[(n >> 40) & 1023]
+            + t[(n >> 30) & 1023] + t[(n >> 20) & 1023] + t[(n >> 10) & 1023] + t[n & 1023])
+
+
+def payload_digest(body_dechunked: bytes) -> str:
+    """WARC-Payload-Digest of an entity body with transfer coding removed: ``sha1:`` + base32."""
+    return "sha1:" + sha1_base32(hashlib.sha1(body_dechunked).digest())
+
+
+def digest_of(*parts: bytes) -> str:
+    """``sha1:`` + base32 of the concatenation of ``parts`` (a WARC-Block-Digest)."""
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(p)
+    return "sha1:" + sha1_base32(h.digest())
+
+
+def warc_date(ts: float) -> str:
+    """WARC-Date with microseconds (WARC/1.1 §5.4 allows fractions of a second)."""
+    d = datetime.fromtimestamp(ts, UTC)     # rounds to the microsecond (half even), as strftime saw it
+    return (f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
+            f".{d.microsecond:06d}Z")
+
+
+class RecordIds:
+    """Random (version 4, RFC 9562 §5.4) record ids, ``urn:uuid:...``, from os.urandom read 4 KiB
+    at a time: one system call per 256 ids instead of one per id.
+
+    Invariant: ``_pool[_pos:]`` are random bytes no id has used, read by this process
+    (``_pid``): a forked child reads its own, so parent and child never share an id.
+    """
+
+    def __init__(self):
+        self._pool = b""
+        self._pos = 0
+        self._pid = 0
+
+    def __call__(self) -> str:
+        if self._pos >= len(self._pool) or self._pid != os.getpid():
+            self._pool, self._pos, self._pid = os.urandom(4096), 0, os.getpid()
+        h = self._pool[self._pos:self._pos + 16].hex()
+        self._pos += 16
+        # version nibble 4; variant bits 10 (RFC 9562 §4.1): the first hex digit of group 4 is 8..b
+        return f"urn:uuid:{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+def field_value(value: str) -> str:
+    """A WARC field value on one line (WARC/1.1 §4: no CR/LF), so the byte length stays honest."""
+    return value.replace("\r", "%0D").replace("\n", "%0A")
+
+
+def warc_uri(url: str) -> str:
+    """A URI for WARC-Target-URI and friends: no CR, LF or space."""
+    return url.replace("\r", "%0D").replace("\n", "%0A").replace(" ", "%20")
+
+
+def fields_block(fields) -> bytes:
+    """An ``application/warc-fields`` block from a dict or a list of (name, value) pairs
+    (names may repeat: one ``outlink`` per link)."""
+    items = fields.items() if isinstance(fields, dict) else fields
+    return "".join(f"{field_value(k).replace(':', '_')}: {field_value(v)}\r\n"
+                   for k, v in items).encode("utf-8")

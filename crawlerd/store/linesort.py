@@ -1,0 +1,139 @@
+"""External merge sort of text lines with a bounded buffer (Knuth, TAOCP vol. 3 §5.4.1).
+
+A CDXJ index is a file of lines sorted bytewise (``LC_ALL=C sort``) with
+duplicates removed, as cdxj-indexer writes it. A segment's lines arrive in
+write order; sorting them whole in RAM cost a spike of several times the
+sidecar's size at every segment close. :func:`sort_lines` holds at most
+``buffer_bytes`` of line text: each full buffer is sorted and written as a run
+next to the output, and the runs are merged ``fan_in`` at a time, reading each
+through a small buffer. Output goes to a temporary name, is fsynced and renamed
+into place, so a reader sees the old file or the whole new one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+
+DEFAULT_BUFFER_BYTES = 8 << 20
+DEFAULT_FAN_IN = 32
+_LINE_OVERHEAD = 64          # per-line object cost counted against the buffer (bytes object + list slot)
+
+
+def sort_lines(lines: Iterable[bytes], path: str, *, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+               fan_in: int = DEFAULT_FAN_IN, tmp_dir: str | None = None) -> int:
+    """Write the distinct ``lines`` (no trailing newline) to ``path``, sorted bytewise; return how many.
+
+    RAM: about ``buffer_bytes`` (line text plus a per-line overhead) whatever the input size.
+    Runs go to ``tmp_dir`` (default: the directory of ``path``) and are removed afterwards.
+    """
+    if buffer_bytes < 1 or fan_in < 2:
+        raise ValueError("buffer_bytes must be >= 1 and fan_in >= 2")
+    tmp_dir = tmp_dir or os.path.dirname(path) or "."
+    runs: list[str] = []
+    buf: list[bytes] = []
+    used = 0
+    try:
+        for line in lines:
+            buf.append(line)
+            used += len(line) + _LINE_OVERHEAD
+            if used >= buffer_bytes:
+                buf.sort()
+                runs.append(_write_run(buf, tmp_dir))
+                buf, used = [], 0
+        if not runs:                       # it all fit: no temporary files
+            buf.sort()
+            return _write_atomically(iter(buf), path)
+        if buf:
+            buf.sort()
+            runs.append(_write_run(buf, tmp_dir))
+            buf = []
+        read_bytes = max(16 << 10, buffer_bytes // (fan_in + 1))
+        while len(runs) > fan_in:          # multi-pass: never more than fan_in files open
+            group, runs = runs[:fan_in], runs[fan_in:]
+            merged = _merge_to_run(group, tmp_dir, read_bytes)
+            runs.append(merged)
+        files = [open(r, "rb", buffering=read_bytes) for r in runs]
+        try:
+            return _write_atomically(heapq.merge(*(_read_lines(f) for f in files)), path)
+        finally:
+            for f in files:
+                f.close()
+    finally:
+        for r in runs:
+            try:
+                os.remove(r)
+            except FileNotFoundError:
+                pass
+
+
+def sort_file(src: str, path: str, **kw) -> int:
+    """:func:`sort_lines` over the lines of the file ``src`` (read as a stream)."""
+    with open(src, "rb", buffering=1 << 20) as f:
+        return sort_lines(_read_lines(f), path, **kw)
+
+
+def _read_lines(f) -> Iterator[bytes]:
+    for line in f:
+        line = line.rstrip(b"\n")
+        if line:
+            yield line
+
+
+def _unique(lines: Iterable[bytes]) -> Iterator[bytes]:
+    last = None
+    for line in lines:
+        if line != last:
+            yield line
+            last = line
+
+
+def _write_run(buf: list[bytes], tmp_dir: str) -> str:
+    fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".run", dir=tmp_dir)
+    with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+        for line in _unique(buf):
+            f.write(line)
+            f.write(b"\n")
+    return name
+
+
+def _merge_to_run(runs: list[str], tmp_dir: str, read_bytes: int) -> str:
+    files = [open(r, "rb", buffering=read_bytes) for r in runs]
+    try:
+        fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".run", dir=tmp_dir)
+        with os.fdopen(fd, "wb", buffering=1 << 20) as out:
+            for line in _unique(heapq.merge(*(_read_lines(f) for f in files))):
+                out.write(line)
+                out.write(b"\n")
+    finally:
+        for f in files:
+            f.close()
+        for r in runs:
+            os.remove(r)
+    return name
+
+
+def _write_atomically(lines: Iterator[bytes], path: str) -> int:
+    tmp = path + ".tmp"
+    n = 0
+    with open(tmp, "wb", buffering=1 << 20) as f:
+        for line in _unique(lines):
+            f.write(line)
+            f.write(b"\n")
+            n += 1
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+    return n
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync a directory, so a rename in it survives a power loss."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
