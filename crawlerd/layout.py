@@ -4,7 +4,7 @@
 
     crawl.json          {"shards": N, "layout": 1}: N is fixed for the life of a crawl
     shards/<i>/         shard i's own state: frontier/ drum/ recrawl/ budgets/ dedup/
-                        blocklist-config.json, control.sock (a shard process's own socket)
+                        blocklist-config.json, control.sock and dedup.sock (a shard process's)
     handoff/<i>/        batches of URLs other shards (and ``seed add``) handed to shard i
     ipslots             the per-IP slot table the shard processes share (rebuilt at each start)
     warc/ index/        every shard's workers write their own segments (names carry the shard)
@@ -47,6 +47,11 @@ def ipslots_path(data_dir: str) -> str:
 
 def shard_socket(data_dir: str, index: int) -> str:
     return os.path.join(shard_dir(data_dir, index), "control.sock")
+
+
+def dedup_socket(data_dir: str, index: int) -> str:
+    """Where shard ``index`` answers claims for the payload digests it owns."""
+    return os.path.join(shard_dir(data_dir, index), "dedup.sock")
 
 
 def events_name(index: int) -> str:

@@ -70,8 +70,10 @@ class Answers:
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
-                 metrics: Metrics, graph: DomainGraph | None = None):
+                 metrics: Metrics, graph: DomainGraph | None = None, owners=None):
+        """``owners``: with several shards, the digests' owners (``dedup.owners.DigestOwners``)."""
         self.cfg = cfg
+        self.owners = owners
         self.pool = pool
         self.digests = digests
         self.near = near
@@ -89,7 +91,10 @@ class Answers:
         hops = item.hops if item is not None else 0
         sha1 = payload_sha1(res) if res.status == 200 else None
         prior, first = None, False
-        if sha1 is not None:
+        if sha1 is not None and self.owners is not None:
+            prior = await self.owners.claim(sha1, url, res.started_at)     # the digest's owner decides
+            first = prior is None
+        elif sha1 is not None:
             prior = self.digest_owner(sha1)
             if prior is None:               # this capture will be the first: others wait on it
                 first = True
@@ -99,15 +104,23 @@ class Answers:
         digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
         try:
             pr = await self.pool.process(res, prior, digest=digest)
+        except BaseException:
+            if first and self.owners is not None:
+                self.owners.release(sha1, url)
+            raise
         finally:
-            if first:
+            if first and self.owners is None:
                 self.pending.pop(sha1, None)
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
-            if first:
+            if first and self.owners is not None:
+                self.owners.confirm(sha1, url, res.started_at, pr.warc_record_id)
+            elif first:
                 self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
+        elif first and self.owners is not None:
+            self.owners.release(sha1, url)
         if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
             self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:

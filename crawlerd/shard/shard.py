@@ -18,6 +18,7 @@ from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
+from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
@@ -130,9 +131,15 @@ class Shard:
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
                              graph=self.graph, wall=wall, shard=index, shards=shards, outbox=outbox)
+        self.owners: DigestOwners | None = None
+        self.owner_server: DigestOwnerServer | None = None
+        if shards > 1:      # one owner per payload digest across the shards (dedup/owners.py)
+            owner = DigestOwner(self.digests)
+            self.owners = DigestOwners(index, shards, owner, lambda i: layout.dedup_socket(cfg.crawl.data_dir, i))
+            self.owner_server = DigestOwnerServer(layout.dedup_socket(cfg.crawl.data_dir, index), owner)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
-                               graph=self.graph)
+                               graph=self.graph, owners=self.owners)
         self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
@@ -157,6 +164,8 @@ class Shard:
         st = self.ops.status(paused=self.paused)
         st["shard"] = self.index
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        if self.owners is not None:
+            st["digest_owners"] = self.owners.stats()
         if self.outbox is not None and self.inbox is not None:
             ob, ib = self.outbox, self.inbox
             st["handoff"] = {"out": {str(d): v for d, v in ob.backlog().items()}, "in_batches": ib.backlog(),
@@ -199,6 +208,8 @@ class Shard:
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
             self.outbox.start()
+        if self.owner_server is not None:
+            await self.owner_server.start()
         try:
             while not stop.is_set():
                 if max_pages and self.metrics.pages >= max_pages:
@@ -267,6 +278,9 @@ class Shard:
             self.runner.abandon_all()
         if self.outbox is not None:
             await self.outbox.close()       # what is staged: written (its leases completed)
+        if self.owners is not None:
+            await self.owners.close()
+            await self.owner_server.close()
         self.ops.drain_frontier_drops()
         try:
             await self.seen.flush()
