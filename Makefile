@@ -6,12 +6,14 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx 2>/dev/null | cksum | cut -d' ' -f1)
 SECONDS_RUN ?= 60
+# headless browser for the crawl report test (Debian package; never a downloaded build)
+CHROMIUM := /usr/bin/chromium
 # pywb (replay tests) lives in a venv of its own: it pins werkzeug/redis, installs a top-level
 # `tests` package and brotlipy, whose `brotli` module replaces the one crawlerd decodes with.
 PYWB_VENV := .venv-pywb
 PYWB_STAMP := $(PYWB_VENV)/.installed-pywb-2
 
-.PHONY: run test test-long bench lint install clean config-check pywb
+.PHONY: run test test-long bench lint install clean config-check pywb chromium
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,12 @@ $(STAMP): $(VENV)/bin/python
 	touch $@
 
 install: $(STAMP)
+
+# idempotent: skipped when the binary is there
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
+chromium: $(CHROMIUM)
 
 $(PYWB_STAMP):
 	rm -rf $(PYWB_VENV)
@@ -39,12 +47,13 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 
-test: $(STAMP) $(PYWB_STAMP)
+test: $(STAMP) $(PYWB_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check crawlerd tests bench
 	$(VENV)/bin/pytest -q tests
 
 test-long: $(STAMP)
 	$(VENV)/bin/pytest -q -m long tests
+	CRAWLERD_FUZZ=long $(VENV)/bin/pytest -q tests/fuzz
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[test,bench]'

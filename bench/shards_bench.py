@@ -1,11 +1,14 @@
 """Shards benchmark: the same synthetic web crawled with 1 and 2 (or more) crawl shards, in one run.
 
-    nice -n 10 .venv/bin/python bench/shards_bench.py [--hosts 20000] [--seconds 60] [--runs 3] [--shards 1,2]
+    nice -n 10 .venv/bin/python bench/shards_bench.py [--hosts 20000] [--pages 12000] [--runs 2] [--shards 1,2]
 
 Inside a private network namespace with only ``lo`` (re-executes itself under ``unshare -n``, as
 bench/e2e_bench.py does, and uses its crawl runner and judge). Every crawl gets a fresh simweb
 with the same seed (all hosts are seeds; names resolved by simweb's own DNS server on loopback)
-and a fresh data dir; runs alternate the order of the shard counts.
+and a fresh data dir; runs alternate the order of the shard counts. Every crawl does the same
+work: it stops at ``crawl.max_pages`` (``--pages``; ``--seconds`` is only a cap), so CPU per page
+compares equal progress (a crawl further along parses more pages and merges a bigger seen-set
+per request than one still reading robots.txt files).
 
 Per crawl: requests answered and pages (server ledger; a "page" excludes robots.txt and sitemaps,
 which are most of the first minute's work with 20,000 new hosts), CPU per answered request
@@ -46,11 +49,13 @@ def one(args, root: str, run: int, shards: int) -> dict:
         seeds = os.path.join(work, "seeds.txt")
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds) + "\n")
-        r = eb.run_crawlerd(sim, seeds, args.seconds, work, [f"crawl.shards={shards}", *(args.set or [])])
+        r = eb.run_crawlerd(sim, seeds, args.seconds, work, [f"crawl.shards={shards}",
+                                                              f"crawl.max_pages={args.pages}", *(args.set or [])])
     with open(os.path.join(work, "crawlerd-data", "last-run.json")) as f:
         last = json.load(f)
     # per answered request (robots.txt and sitemaps included: 20,000 new hosts start with them)
     pages = max(1, r.judged["requests"])
+    wall = last.get("uptime_s") or args.seconds
     cpu = last.get("cpu_by_process_s", {})
     # one shard runs in the supervisor's process ("crawl"); with more, "crawl" is the family itself
     loops = sum(v for k, v in cpu.items() if k.startswith("shard-")) if shards > 1 else cpu.get("crawl", 0.0)
@@ -58,8 +63,8 @@ def one(args, root: str, run: int, shards: int) -> dict:
     workers = sum(v for k, v in cpu.items() if k.startswith("worker-"))
     per_shard = last.get("shards", [])
     ho = [s.get("handoff", {}) for s in per_shard]
-    return {"shards": shards, "rc": r.rc, "pages": r.judged["pages"], "pages_per_s": r.judged["pages_per_s"],
-            "requests": r.judged["requests"], "requests_per_s": r.judged["requests"] / args.seconds,
+    return {"shards": shards, "rc": r.rc, "pages": r.judged["pages"], "pages_per_s": r.judged["pages"] / wall,
+            "requests": r.judged["requests"], "requests_per_s": r.judged["requests"] / wall, "wall_s": wall,
             "politeness": r.judged["politeness"], "robots": r.judged["robots"],
             "cpu_us_per_page": 1e6 * (loops + family + workers) / pages,
             "loop_us_per_page": 1e6 * loops / pages, "family_us_per_page": 1e6 * family / pages,
@@ -82,7 +87,7 @@ def bench(args) -> dict:
     for run in range(args.runs):
         order = counts if run % 2 == 0 else counts[::-1]
         for n in order:
-            print(f"run {run + 1}/{args.runs}: {n} shard(s), {args.hosts} hosts, {args.seconds:g} s", flush=True)
+            print(f"run {run + 1}/{args.runs}: {n} shard(s), {args.hosts} hosts, {args.pages} pages", flush=True)
             res = one(args, root, run, n)
             results[n].append(res)
             print(f"  requests {res['requests']} ({res['requests_per_s']:.1f}/s), pages {res['pages']}  cpu {res['cpu_us_per_page']:.0f} us/page  "
@@ -131,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--hosts", type=int, default=20000, help="synthetic hosts (all are seeds)")
-    p.add_argument("--seconds", type=float, default=60.0, help="crawl duration per crawl")
+    p.add_argument("--pages", type=int, default=12000, help="crawl.max_pages: every crawl stops there")
+    p.add_argument("--seconds", type=float, default=900.0, help="longest crawl (a cap; --pages ends it)")
     p.add_argument("--runs", type=int, default=3, help="repeat; the table shows medians")
     p.add_argument("--shards", default="1,2", help="shard counts to compare (the first is the baseline)")
     p.add_argument("--seed", type=int, default=1, help="simweb seed")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -28,6 +29,19 @@ def _load_config(args, extra: list[str] = ()) -> configmod.Config:
     if getattr(args, "data_dir", None):
         overrides.append(f"crawl.data_dir={json.dumps(args.data_dir)}")
     return configmod.load(args.config, overrides)
+
+
+def _seconds(text: str | float | None, flag: str, *, zero_ok: bool = False) -> float | None:
+    """A command-line duration: a finite number of seconds > 0 (>= 0 with zero_ok), or None if absent."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise UsageError(f"{flag} {text!r}: expected a number of seconds {'>=' if zero_ok else '>'} 0")
+    return value
 
 
 def _ask(args, cmd: str, **kw) -> dict:
@@ -51,9 +65,11 @@ def _fmt_counts(d: dict) -> str:
 def cmd_run(args) -> int:
     from crawlerd.supervisor import Supervisor, setup_logging
     cfg = _load_config(args)
-    if cfg.contact_is_placeholder():
-        raise UsageError(f"{cfg.source}: crawl.user_agent still has the placeholder operator contact "
-                         f"({configmod.PLACEHOLDER_CONTACT}); set a real contact before crawling")
+    duration = _seconds(args.duration, "--duration")
+    problem = cfg.contact_problem()
+    if problem:
+        raise UsageError(f"{cfg.source}: {problem}")
+    configmod.check_map_sizes(cfg)
     if args.member is not None:         # one shard of a family, started by the family supervisor
         setup_logging(cfg.log.level, tag=f"shard={args.member}")
         sup = Supervisor(cfg, config_path=args.config, overrides=list(args.set or []), member=args.member)
@@ -69,10 +85,10 @@ def cmd_run(args) -> int:
         seeds = [args.seeds] if args.seeds else []
         if n > 1:
             from crawlerd.family import Family
-            sup = Family(cfg, seeds_files=seeds, duration_s=args.duration, config_path=args.config,
+            sup = Family(cfg, seeds_files=seeds, duration_s=duration, config_path=args.config,
                          overrides=list(args.set or []))
         else:
-            sup = Supervisor(cfg, seeds_files=seeds, duration_s=args.duration, config_path=args.config,
+            sup = Supervisor(cfg, seeds_files=seeds, duration_s=duration, config_path=args.config,
                              overrides=list(args.set or []))
     try:
         return sup.run()
@@ -82,6 +98,9 @@ def cmd_run(args) -> int:
 
 def cmd_demo(args) -> int:
     from crawlerd.demo import run_demo
+    _seconds(str(args.seconds), "--seconds")
+    if not 1 <= args.hosts <= 1_000_000:
+        raise UsageError(f"--hosts {args.hosts}: expected 1..1000000 synthetic hosts")
     return run_demo(args)
 
 
@@ -110,6 +129,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_stats(args) -> int:
+    _seconds(str(args.interval), "--interval")
     if args.prometheus:
         sys.stdout.write(_ask(args, "metrics", **_shard_arg(args))["text"])
         return EXIT_OK
@@ -137,6 +157,26 @@ def cmd_stats(args) -> int:
             return EXIT_OK
         time.sleep(args.interval)
         print()
+
+
+def cmd_top(args) -> int:
+    from crawlerd.top import run_top
+    if args.interval <= 0:
+        raise UsageError(f"--interval {args.interval:g}: expected a positive number of seconds")
+    return run_top(lambda: _ask(args, "stats"), interval_s=args.interval)
+
+
+def cmd_report(args) -> int:
+    from crawlerd.report import write_report
+    cfg = _load_config(args)
+    try:
+        path = write_report(cfg.crawl.data_dir, args.output, min_delay_s=cfg.politeness.min_delay_s)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+    print(path)
+    return EXIT_OK
 
 
 def cmd_seed_add(args) -> int:
@@ -300,11 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = add("run", cmd_run, "run the crawler in the foreground (systemd ExecStart)")
     r.add_argument("--seeds", metavar="FILE", help="seed URLs, one per line")
     r.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir")
-    r.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this many seconds")
+    r.add_argument("--duration", metavar="SECONDS", help="stop after this many seconds (> 0; default: run until stopped)")
     r.add_argument("--member", type=int, metavar="I", help=argparse.SUPPRESS)    # a family's shard I
 
     d = add("demo", cmd_demo, "start the bundled synthetic web on loopback and crawl it, with live progress")
-    d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl")
+    d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl, seconds (> 0)")
     d.add_argument("--hosts", type=int, default=300, help="synthetic hosts")
     d.add_argument("--data-dir", metavar="DIR", help="where to keep the demo crawl (default: a temp dir)")
     d.add_argument("--no-netns", action="store_true", help="do not enter a private network namespace")
@@ -319,9 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--watch", action="store_true", help="repeat until interrupted")
     ss.add_argument("--prometheus", action="store_true",
                     help="print the Prometheus text exposition (for a textfile collector)")
-    ss.add_argument("--interval", type=float, default=2.0, help="seconds between --watch updates")
+    ss.add_argument("--interval", type=float, default=2.0,  help="seconds between --watch updates")
     ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
     ss.add_argument("--shard", type=int, metavar="I", help="one shard's own stats (crawl.shards > 1)")
+
+    tp = add("top", cmd_top, "live terminal view of a running crawl (q or Ctrl-C quits)")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    tp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    rp = add("report", cmd_report, "write a self-contained HTML crawl report (charts) from the event logs")
+    rp.add_argument("-o", "--output", metavar="FILE", default="report.html", help="the HTML file to write")
+    rp.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (the crawl to report on)")
 
     seed = sub.add_parser("seed", help="add seeds to a running crawl", formatter_class=fmt)
     seed_sub = seed.add_subparsers(dest="seed_verb", metavar="ACTION", required=True)

@@ -124,6 +124,9 @@ def _demo(args) -> int:
         ledger = sim.ledger()
     print()
     _summary(sup, cfg, wall, cpu, ledger, args.seconds)
+    from crawlerd.report import write_report
+    path = write_report(data_dir, os.path.join(data_dir, "report.html"), min_delay_s=cfg.politeness.min_delay_s)
+    print(f"report             {path}")
     return 0
 
 

@@ -3,8 +3,8 @@
 ::
 
     crawl.json          {"shards": N, "layout": 1}: N is fixed for the life of a crawl
-    shards/<i>/         shard i's own state: frontier/ drum/ recrawl/ budgets/ dedup/
-                        blocklist-config.json, control.sock and dedup.sock (a shard process's)
+    shards/<i>/         shard i's own state: frontier/ drum/ recrawl/ budgets/ dedup/ robots/
+                        dns-cache.jsonl blocklist-config.json, control.sock and dedup.sock (a shard process's)
     handoff/<i>/        batches of URLs other shards (and ``seed add``) handed to shard i
     ipslots             the per-IP slot table the shard processes share (rebuilt at each start)
     warc/ index/        every shard's workers write their own segments (names carry the shard)
@@ -26,7 +26,8 @@ import os
 CRAWL_FILE = "crawl.json"
 LAYOUT_VERSION = 1
 # a shard's own state, by name under its directory (the flat layout had them under the data dir)
-SHARD_PARTS = ("frontier", "drum", "recrawl", "budgets", "dedup", "blocklist-config.json")
+SHARD_PARTS = ("frontier", "drum", "recrawl", "budgets", "dedup", "robots", "dns-cache.jsonl",
+               "blocklist-config.json")
 
 
 class LayoutError(Exception):

@@ -1,18 +1,21 @@
-"""Counters and rates for `crawlerd status` / `crawlerd stats`, and Prometheus exposition.
+"""Counters and rates for `crawlerd status` / `crawlerd stats`, the event-loop stall gauge, process usage.
 
 Counters are plain dicts of named integers (outcomes, HTTP statuses, drop
 reasons): cheap to bump on the hot path. Rates come from a ring of one-second
 samples of the page counter, so "pages/s over the last 10 s / 60 s" costs
-nothing per page. The clock is injected.
+nothing per page. The clock is injected. The Prometheus text exposition of
+these numbers lives in :mod:`crawlerd.exposition`.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_left
 from collections import Counter, deque
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def proc_cpu_s(pid: int) -> float | None:
@@ -23,6 +26,89 @@ def proc_cpu_s(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK     # utime, stime (proc(5) fields 14, 15)
+
+
+def proc_rss_bytes(pid: int) -> int | None:
+    """Resident set size of a live process in bytes (from /proc/PID/statm), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_usage(role: str, pid: int, shard: str = "", cpu_s: float | None = None) -> dict:
+    """One process's line for the operator's view: role, pid, CPU seconds and RSS (None when gone)."""
+    return {"role": role, "pid": pid, "shard": shard,
+            "cpu_s": round(proc_cpu_s(pid) if cpu_s is None else cpu_s, 3),
+            "rss_bytes": proc_rss_bytes(pid)}
+
+
+# upper bounds of the loop-lag histogram, seconds (Prometheus `le` labels; +Inf is implied)
+LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class LoopLag:
+    """How late a periodic callback runs on an event loop: the loop's stalls, as a histogram.
+
+    Every ``interval_s`` a timer fires; its lag is how long after its due time it ran
+    (a callback that blocked the loop, a long GC pass, a slow synchronous write).
+    Key: ``counts[i]`` = samples with lag <= ``LAG_BUCKETS_S[i]`` and above the bound
+    before it, the last slot for lags above every bound. Invariants: ``sum(counts) ==
+    count``; ``sum_s`` is the total lag; while started exactly one timer is armed.
+    """
+
+    def __init__(self, interval_s: float = 0.1, recent_s: int = 10):
+        self.interval_s = interval_s
+        self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
+        self.count = 0
+        self.sum_s = 0.0
+        self.max_s = 0.0
+        self._recent: deque[tuple[int, float]] = deque(maxlen=recent_s)   # (second, worst lag in it)
+        self._loop = None
+        self._timer = None
+        self._due = 0.0
+
+    def start(self, loop) -> None:
+        self._loop = loop
+        self._arm()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        self._due = self._loop.time() + self.interval_s
+        self._timer = self._loop.call_at(self._due, self._fire)
+
+    def _fire(self) -> None:
+        self.record(max(0.0, self._loop.time() - self._due))
+        self._arm()
+
+    def record(self, lag_s: float) -> None:
+        self.counts[bisect_left(LAG_BUCKETS_S, lag_s)] += 1     # first bound >= lag (Prometheus `le`)
+        self.count += 1
+        self.sum_s += lag_s
+        if lag_s > self.max_s:
+            self.max_s = lag_s
+        sec = int(time.monotonic())
+        if self._recent and self._recent[-1][0] == sec:
+            if lag_s > self._recent[-1][1]:
+                self._recent[-1] = (sec, lag_s)
+        else:
+            self._recent.append((sec, lag_s))
+
+    def snapshot(self) -> dict:
+        """Cumulative bucket counts (Prometheus histogram shape) plus the worst lag lately and ever."""
+        cum, total = [], 0
+        for c in self.counts[:-1]:
+            total += c
+            cum.append(total)
+        horizon = int(time.monotonic()) - self._recent.maxlen
+        recent = max((v for s, v in self._recent if s > horizon), default=0.0)
+        return {"buckets_s": list(LAG_BUCKETS_S), "cumulative": cum, "count": self.count,
+                "sum_s": round(self.sum_s, 6), "max_s": round(self.max_s, 6), "recent_max_s": round(recent, 6)}
 
 
 class Metrics:
@@ -91,21 +177,3 @@ class Metrics:
             "top_hosts": self.hosts.most_common(top),
         }
 
-
-def prometheus(snapshot: dict, extra: dict | None = None) -> str:
-    """Prometheus text exposition of a snapshot (plus flat numeric ``extra`` gauges)."""
-    lines = [
-        "# TYPE crawlerd_pages_total counter", f"crawlerd_pages_total {snapshot['pages']}",
-        "# TYPE crawlerd_bytes_total counter", f"crawlerd_bytes_total {snapshot['bytes']}",
-        "# TYPE crawlerd_uptime_seconds gauge", f"crawlerd_uptime_seconds {snapshot['uptime_s']}",
-        "# TYPE crawlerd_fetch_outcomes_total counter",
-    ]
-    lines += [f'crawlerd_fetch_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(snapshot["outcomes"].items())]
-    lines.append("# TYPE crawlerd_http_status_total counter")
-    lines += [f'crawlerd_http_status_total{{status="{k}"}} {v}' for k, v in snapshot["statuses"].items()]
-    lines.append("# TYPE crawlerd_dropped_total counter")
-    lines += [f'crawlerd_dropped_total{{reason="{k}"}} {v}' for k, v in sorted(snapshot["dropped"].items())]
-    for k, v in sorted((extra or {}).items()):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            lines.append(f"crawlerd_{k} {v}")
-    return "\n".join(lines) + "\n"

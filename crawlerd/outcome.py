@@ -6,6 +6,8 @@ it); the other values name why no usable answer came back, or why the URL was
 never fetched at all.
 """
 
+import errno
+import os
 from enum import StrEnum
 
 
@@ -52,3 +54,19 @@ BACKOFF_OUTCOMES = frozenset({
     Outcome.CONNECT_REFUSED, Outcome.CONNECT_TIMEOUT, Outcome.TIMEOUT, Outcome.TOO_SLOW,
     Outcome.CONNECTION_RESET, Outcome.TLS_ERROR, Outcome.BAD_RESPONSE, Outcome.NETWORK_ERROR,
 })
+
+
+# What a failed write says about the storage (status lines: "paused (disk full: <path>)").
+_STORAGE_KINDS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk full", errno.EROFS: "read-only",
+                  errno.EIO: "I/O error", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+                  errno.EFBIG: "file too large"}
+
+
+def storage_error(err: BaseException, path: str) -> str:
+    """``"<kind>: <path>"`` for a failed write (an OSError, or an error whose text carries one)."""
+    code = getattr(err, "errno", None)
+    kind = _STORAGE_KINDS.get(code) if code is not None else None
+    if kind is None:
+        text = str(err)
+        kind = next((name for c, name in _STORAGE_KINDS.items() if os.strerror(c) in text), "write error")
+    return f"{kind}: {path}"

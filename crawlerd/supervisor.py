@@ -28,28 +28,41 @@ import contextlib
 import faulthandler
 import fcntl
 import gc
+import json
 import logging
 import os
 import signal
 import sys
 import time
 
+import lmdb
+
 from crawlerd import config as configmod
 from crawlerd import control, layout
 from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
-from crawlerd.metrics import Metrics, prometheus
-from crawlerd.outcome import Outcome
+from crawlerd.exposition import render, render_text
+from crawlerd.metrics import Metrics, process_usage
+from crawlerd.metrics_server import MetricsServer
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
-from crawlerd.shard import Shard, data_dir_problem
+from crawlerd.seen import DrumError
+from crawlerd.shard import Shard, data_dir_problem, free_space_problem
 from crawlerd.shard.member import MemberError, MemberParts, open_member
 from crawlerd.store.recover import recover as recover_warc
 
 log = logging.getLogger("crawlerd")
 
+STORE_ERRORS = (OSError, lmdb.Error, DrumError)
+LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in place on a full disk
+
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
                                          Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED))
+
+
+# per-shard fields in `status` (`stats` has each shard's whole dict)
+SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "queued", "hosts_active")
 
 
 class StartupError(Exception):
@@ -121,6 +134,7 @@ class Supervisor:
         self.stop_event: asyncio.Event | None = None
         self._lock_fd: int | None = None
         self.seeds_invalid = 0
+        self.metrics_endpoint: MetricsServer | None = None
 
     # -- preparation (synchronous, before the loop) ------------------------------
     def prepare(self) -> list[str]:
@@ -132,7 +146,9 @@ class Supervisor:
                 self.parts = open_member(self.cfg, self.member)
             except MemberError as e:
                 raise StartupError(str(e)) from None
+            self.reserve_last_run()
             return []
+        problem = free_space_problem(self.cfg.crawl.data_dir, self.cfg.storage.min_free_bytes)
         self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -149,9 +165,17 @@ class Supervisor:
                 log.info("data dir: %s", line)
         except (layout.LayoutError, OSError) as e:
             raise StartupError(str(e)) from None
-        os.makedirs(self.cfg.path("warc"), exist_ok=True)
-        for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
-            log.info("warc recovery: %s", line)
+        try:
+            os.makedirs(self.cfg.path("warc"), exist_ok=True)
+            # recovery only cuts torn tails and writes indexes: it can work on a full disk
+            for line in recover_warc(self.cfg.path("warc"), index_dir=self.cfg.path("index")):
+                log.info("warc recovery: %s", line)
+        except OSError as e:
+            raise StartupError(f"warc recovery failed: {storage_error(e, e.filename or self.cfg.path('warc'))}: "
+                               f"{e.strerror}; fix the storage and start again") from None
+        if problem:
+            raise StartupError(problem)
+        self.reserve_last_run()
         return seeds
 
     def run(self) -> int:
@@ -165,10 +189,15 @@ class Supervisor:
         self.stop_event = asyncio.Event()
         if self.parts is not None:
             _die_with_parent()
-            self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
-                               **self.parts.kwargs())
-        else:
-            self.shard = Shard(self.cfg, self.metrics)
+        try:
+            if self.parts is not None:
+                self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
+                                   **self.parts.kwargs())
+            else:
+                self.shard = Shard(self.cfg, self.metrics)
+        except STORE_ERRORS as e:
+            raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
+                               f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
@@ -188,6 +217,19 @@ class Supervisor:
             await self.shard.seen.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
                                f"cannot listen on control socket {self.control_path}: {e.strerror}") from None
+        endpoint = None
+        if self.cfg.metrics.listen and self.member is None:    # a family serves its shards' endpoint
+            endpoint = MetricsServer(self.cfg.metrics.listen, lambda accept: render(self.stats(), accept))
+            try:
+                await endpoint.start()
+            except OSError as e:
+                await server.close()
+                self.shard.frontier.close()
+                await self.shard.seen.close()
+                raise StartupError(f"metrics.listen = {self.cfg.metrics.listen!r}: cannot listen: "
+                                   f"{e.strerror}") from None
+            log.info("metrics endpoint url=%s", endpoint.url)
+        self.metrics_endpoint = endpoint
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -200,18 +242,24 @@ class Supervisor:
         try:
             # a family counts crawl.max_pages over all its shards
             await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages if self.member is None else 0)
+        except STORE_ERRORS as e:     # a storage failure during shutdown: one line, never a traceback
+            self.shard.storage.fatal(e, "shutdown")
         finally:
             self.state = "stopping"
             self.notifier.stopping("draining")
             if timer:
                 timer.cancel()
             ticker.cancel()
+            if endpoint is not None:
+                await endpoint.close()
             await server.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
             self.state = "stopped"
             self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
+        if self.shard.storage.fatal_reason:
+            return 1                  # a store could not be written: systemd's Restart= may try again
         return 0
 
     @property
@@ -230,7 +278,8 @@ class Supervisor:
                 last_wd = now
             try:
                 s = self.status()
-                self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
+                state = f"{s['state']}; " if s["state"] != "running" else ""
+                self.notifier.status(f"{state}{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued")
                 if self.on_tick is not None:
                     self.on_tick(self, s)
             except Exception as e:     # the watchdog pings above must go on whatever status does
@@ -257,35 +306,52 @@ class Supervisor:
             self.notifier.ready()
 
     # -- control socket -------------------------------------------------------------------
-    def status(self) -> dict:
+    def _shard_views(self, detail: bool = True) -> list[dict]:
+        """Each shard's own status dict (one shard today; the list is the shape for several)."""
+        return [self.shard.status(detail=detail)] if self.shard else []
+
+    def status(self, views: list[dict] | None = None) -> dict:
         snap = self.metrics.snapshot()
-        sh = self.shard.status() if self.shard else {}
+        views = self._shard_views(detail=False) if views is None else views
+
+        def total(key: str) -> int:
+            return sum(v.get(key, 0) for v in views)
         return {
-            "state": "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state,
+            "state": self._state(),
             "pid": os.getpid(), "data_dir": self.cfg.crawl.data_dir,
+            "metrics_url": self.metrics_endpoint.url if self.metrics_endpoint else "",
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
-            "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
-            "in_flight": sh.get("in_flight", 0), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "queued": total("queued"), "hosts_active": total("hosts_active"),
+            "in_flight": total("in_flight"), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
-            "shard": self.member or 0, "shards": [self._summary(snap, sh)],
+            "shard": self.member or 0,
+            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
+                       | {"state": self._state(), "restarts": 0, "pages_per_s_60s": snap["pages_per_s_60s"],
+                          "handoff": v.get("handoff", {})}
+                       for v in views],
         }
 
-    def _summary(self, snap: dict, sh: dict) -> dict:
-        """This process's line in the ``shards`` list of ``status`` (a family lists one per shard)."""
-        state = "paused" if (self.shard and self.shard.paused and self.state == "running") else self.state
-        return {"shard": self.member or 0, "pid": os.getpid(), "state": state, "restarts": 0,
-                "pages": snap["pages"], "pages_per_s_10s": snap["pages_per_s_10s"],
-                "pages_per_s_60s": snap["pages_per_s_60s"], "in_flight": sh.get("in_flight", 0),
-                "queued": sh.get("queued", 0), "hosts_active": sh.get("hosts_active", 0),
-                "handoff": sh.get("handoff", {})}
+    def _state(self) -> str:
+        """running, paused, "paused (disk full: <path>)", starting, stopping, stopped."""
+        sh = self.shard
+        if sh is None or self.state != "running":
+            return self.state
+        if sh.storage.reason:
+            return f"paused ({sh.storage.reason})"
+        return "paused" if sh.paused else "running"
 
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
-        sh = self.shard.status() if self.shard else {}
+        views = self._shard_views()
+        sh = views[0] if views else {}
         ru = os.times()
         workers = sh.get("worker_cpu_s", {})
-        return {**self.status(), "bytes": snap["bytes"], "dropped": snap["dropped"],
+        procs = [p for v in views for p in v["processes"]]
+        if all(p["pid"] != os.getpid() for p in procs):
+            procs.insert(0, process_usage("supervisor", os.getpid()))
+        backed_off = sorted((h for v in views for h in v["hosts_backed_off"]), key=lambda h: -h["failures"])
+        return {**self.status(views), "bytes": snap["bytes"], "dropped": snap["dropped"],
                 "counters": snap["counters"], "top_hosts": snap["top_hosts"],
                 "frontier": sh.get("frontier", {}), "seen_pending": sh.get("seen_pending", 0),
                 "recent_errors": sh.get("recent_errors", []),
@@ -293,7 +359,9 @@ class Supervisor:
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},
                 "worker_restarts": sh.get("worker_restarts", 0),
-                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {})}
+                "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
+                "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
+                "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views}
 
     def _handlers(self) -> dict:
         def seed_add(req):
@@ -315,7 +383,8 @@ class Supervisor:
 
         def resume(_):
             self.shard.paused = False
-            return {"state": "running"}
+            self.shard.storage.retry_now()      # a storage fault is probed at once
+            return {"state": self._state()}
 
         def checkpoint(_):
             self.shard.checkpoint()
@@ -336,27 +405,67 @@ class Supervisor:
         return {
             "status": lambda _: self.status(),
             "stats": lambda _: self.stats(),
-            "metrics": lambda _: {"text": prometheus(self.metrics.snapshot(),
-                                                     {"queued": self.status()["queued"]})},
+            "metrics": lambda _: {"text": render_text(self.stats())},
             "seed_add": seed_add, "pause": pause, "resume": resume, "checkpoint": checkpoint, "stop": stop,
             "block_add": block_add, "block_remove": block_remove,
             "block_list": lambda _: {"blocked": self.shard.frontier.blocked()},
         }
 
     def _write_last_run(self) -> None:
-        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename)."""
-        import json
-        path = (self.cfg.path("last-run.json") if self.member is None else
-                os.path.join(layout.shard_dir(self.cfg.crawl.data_dir, self.member), "last-run.json"))
+        """<data_dir>/last-run.json (a member's: shards/<i>/last-run.json): the final stats of this run
+        (temp name, fsync, rename).
+
+        On a full disk the rename way has no room: the file is then overwritten in place, in the
+        blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
+        path = self.last_run_path
+        data = json.dumps(self.stats(), indent=1, sort_keys=True, default=str).encode()
         tmp = path + ".tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(self.stats(), f, indent=1, sort_keys=True, default=str)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        try:
+            with open(path, "r+b") as f:
+                size = os.fstat(f.fileno()).st_size
+                if len(data) > size:
+                    raise OSError(28, f"the {size} bytes set aside are too few")
+                f.write(data + b" " * (size - len(data)))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            log.error("cannot write %s: %s", path, e.strerror)
+
+    @property
+    def last_run_path(self) -> str:
+        if self.member is None:
+            return self.cfg.path("last-run.json")
+        return os.path.join(layout.shard_dir(self.cfg.crawl.data_dir, self.member), "last-run.json")
+
+    def reserve_last_run(self) -> None:
+        """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see _write_last_run)."""
+        path = self.last_run_path
+        try:
+            with open(path, "rb") as f:
+                old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
+        except OSError:
+            old = b"{}"
+        if len(old) >= LAST_RUN_RESERVE_BYTES:
+            return
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+            log.warning("cannot set aside room for %s: %s", path, e.strerror)
 
     def close(self) -> None:
         if self.parts is not None:

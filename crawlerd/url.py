@@ -18,7 +18,8 @@ that we request what a browser would request:
 - scheme and host are lowercased; a non-ASCII host is mapped with UTS #46
   (non-transitional, as browsers do) and punycoded; numeric IPv4 spellings
   (``0x7f.1``) become dotted quads; one trailing dot of a host is removed;
-  IPv6 literals keep their brackets in RFC 5952 form;
+  IPv6 literals keep their brackets in RFC 5952 form, except IPv4-mapped
+  ones (``[::ffff:127.0.0.1]``), which become their IPv4 host;
 - userinfo is dropped: credentials found in a page must never be stored in
   the frontier, logs or WARC files, nor used to log in, and ``u@host`` and
   ``host`` name the same resource, so they must share one fingerprint;
@@ -258,9 +259,12 @@ def normalize_authority(scheme: str, authority: str) -> str | None:
         if (rest and rest[0] != ":") or "%" in literal or not literal.isascii():
             return None
         try:
-            host = f"[{_ipv6_text(ipaddress.IPv6Address(literal).packed)}]"
+            addr = ipaddress.IPv6Address(literal)
         except ValueError:
             return None
+        # ::ffff:a.b.c.d is the IPv4 host a.b.c.d (RFC 4291 §2.5.5.2): one host, one IP, one politeness key
+        mapped = addr.ipv4_mapped
+        host = str(mapped) if mapped is not None else f"[{_ipv6_text(addr.packed)}]"
         port_s = rest[1:] if rest else ""
     else:
         raw_host, _, port_s = authority.partition(":")

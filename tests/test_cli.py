@@ -29,7 +29,7 @@ def test_help_lists_every_verb():
     r = cli("--help")
     assert r.returncode == 0
     for verb in ("run", "demo", "status", "stats", "seed", "block", "pause", "resume", "checkpoint", "stop",
-                 "robots", "url", "warc", "config"):
+                 "robots", "url", "warc", "config", "top", "report"):
         assert verb in r.stdout
 
 
@@ -68,6 +68,28 @@ def test_bad_config_one_line_exit_2(tmp_path, args, fragment):
     r = cli("run", "--data-dir", str(tmp_path), *args)
     assert r.returncode == 2
     assert fragment in one_line_error(r)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-s", "politeness.min_delay_s=nan"], "politeness: min_delay_s = nan: expected a finite number"),
+    (["-s", "fetch.timeout_s=nan"], "fetch: timeout_s = nan: expected a finite number"),
+    (["-s", "fetch.connect_timeout_s=inf"], "fetch: connect_timeout_s = inf: expected a finite number"),
+    (["-s", "frontier.map_size_bytes=9223372036854775807"], "frontier: map_size_bytes = 9223372036854775807"),
+    (["-s", "frontier.map_size_bytes=70368744177664", "-s", "recrawl.map_size_bytes=70368744177664"],
+     "frontier.map_size_bytes = 70368744177664: the LMDB maps need"),
+    (["-s", 'crawl.user_agent=""'], "user_agent = '': expected printable ASCII text"),
+    (["-s", "crawl.user_agent=mybot/1.0"], "crawl.user_agent = 'mybot/1.0': expected an operator contact"),
+    (["--duration=0"], "--duration '0': expected a number of seconds > 0"),
+    (["--duration=-5"], "--duration '-5': expected a number of seconds > 0"),
+    (["--duration=nan"], "--duration 'nan'"),
+    (["--duration=inf"], "--duration 'inf'"),
+])
+def test_bad_values_refused_before_crawling(tmp_path, args, fragment):
+    ua = [] if any("user_agent" in a for a in args) else ["-s", f"crawl.user_agent={UA}"]
+    r = cli("run", "--data-dir", str(tmp_path / "d"), *ua, *args)
+    assert r.returncode == 2
+    assert fragment in one_line_error(r)
+    assert not (tmp_path / "d").exists()            # refused before touching the data dir
 
 
 def test_unreadable_seeds_and_bad_data_dir(tmp_path):
@@ -175,7 +197,7 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         st = json.loads(cli("stats", "--json", "--data-dir", data).stdout)
         assert "outcomes" in st and "dropped" in st and "top_hosts" in st
         prom = cli("stats", "--prometheus", "--data-dir", data).stdout
-        assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued " in prom
+        assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued_urls{shard=\"0\"}" in prom
         assert cli("checkpoint", "--data-dir", data).returncode == 0
         assert cli("stop", "--data-dir", data).stdout.strip() == "stopping"
         assert proc.wait(timeout=30) == 0
@@ -183,3 +205,15 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["demo", "--seconds=nan", "--no-netns"], "--seconds 'nan': expected a number of seconds > 0"),
+    (["demo", "--seconds=0", "--no-netns"], "--seconds '0.0': expected a number of seconds > 0"),
+    (["demo", "--hosts=0", "--no-netns"], "--hosts 0: expected 1..1000000"),
+    (["stats", "--interval=inf"], "--interval 'inf': expected a number of seconds > 0"),
+])
+def test_other_durations_refused(tmp_path, args, fragment):
+    r = cli(*args, "--data-dir", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert fragment in one_line_error(r)

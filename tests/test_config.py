@@ -91,3 +91,65 @@ def test_defaults_are_independent_copies():
     a = config.load()
     a.network.allow.append("10.0.0.0/8")
     assert config.load().network.allow == []
+
+
+FLOAT_KEYS = [(s, k.name) for s, (_d, keys) in config.SCHEMA.items() for k in keys if k.type is float]
+
+
+@pytest.mark.parametrize("section, key", FLOAT_KEYS)
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_every_float_key_refuses_nan_and_inf(section, key, bad):
+    with pytest.raises(config.ConfigError) as e:
+        config.load(None, [f"{section}.{key}={bad}"])
+    msg = str(e.value)
+    assert f"{section}: {key} = " in msg and "expected a finite number" in msg and "\n" not in msg
+
+
+def test_every_number_key_has_a_range_holding_its_default():
+    for section, (_d, keys) in config.SCHEMA.items():
+        for k in keys:
+            if k.type in (int, float):
+                assert k.min is not None and k.max is not None, f"{section}.{k.name} has no range"
+                assert k.min <= k.default <= k.max, f"{section}.{k.name}"
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("frontier.map_size_bytes=9223372036854775807", "map_size_bytes = 9223372036854775807: expected a value <= "),
+    ("fetch.timeout_s=1e9", "timeout_s = 1000000000.0: expected a value <= 3600"),
+    ("fetch.connect_timeout_s=90", "fetch.connect_timeout_s = 90.0: expected a value <= fetch.timeout_s"),
+    ("politeness.backoff_base_s=7200", "backoff_base_s = 7200.0: expected a value <= politeness.backoff_max_s"),
+    ("recrawl.priority=4", "recrawl.priority = 4: expected a value < frontier.priority_levels"),
+    ('crawl.user_agent=""', "user_agent = '': expected printable ASCII text"),
+    ('crawl.user_agent="bot\\r\\nX-Evil: 1 (a@b.c)"', "expected printable ASCII text"),
+    ('robots.agent_token="my bot"', "expected a product token"),
+    ('crawl.data_dir=""', "data_dir = '': expected a directory path"),
+    ('warc.prefix="a/b"', "prefix = 'a/b': expected a file name part"),
+    ('control.socket="/' + "x" * 120 + '"', "expected a path of at most 107 bytes"),
+    ('sitemaps.urls=["ftp://x/s.xml"]', "'ftp://x/s.xml' is not an http(s) URL"),
+])
+def test_bad_ranges_and_values(override, fragment):
+    with pytest.raises(config.ConfigError) as e:
+        config.load(None, [override])
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("ua, ok", [
+    ("crawlerd/0.1 (+https://example.org/bot)", True),
+    ("crawlerd/0.1 (operator: ops@example.net)", True),
+    ("crawlerd-test/0.1 (operator: test@localhost)", True),
+    ("crawlerd/0.1 (+https://example.org/crawlerd; operator: CHANGE-ME@example.org)", False),
+    ("crawlerd/0.1", False),
+    ("crawlerd/0.1 (@handle)", False),
+    ("crawlerd/0.1 (https:// nothing)", False),
+])
+def test_user_agent_needs_an_operator_contact(ua, ok):
+    problem = config.load(None, [f"crawl.user_agent={ua!r}"]).contact_problem()
+    assert (problem is None) == ok, problem
+
+
+def test_map_sizes_beyond_the_address_space_are_refused():
+    big = config.MAX_MAP_BYTES
+    cfg = config.load(None, [f"frontier.map_size_bytes={big}", f"recrawl.map_size_bytes={big}"])
+    with pytest.raises(config.ConfigError, match=r"frontier.map_size_bytes = \d+: the LMDB maps need \d+ bytes"):
+        config.check_map_sizes(cfg)
+    config.check_map_sizes(config.load())       # the defaults fit

@@ -163,7 +163,11 @@ CASES = [
     # IPv6
     ("http://[::1]:8080/x", None, "http://[::1]:8080/x"),
     ("http://[2001:DB8:0:0:1:0:0:1]/", None, "http://[2001:db8::1:0:0:1]/"),
-    ("http://[::FFFF:1.2.3.4]/", None, "http://[::ffff:102:304]/"),
+    ("http://[::FFFF:1.2.3.4]/", None, "http://1.2.3.4/"),          # IPv4-mapped: its IPv4 host
+    ("http://[::ffff:127.1.1.1]:8080/a", None, "http://127.1.1.1:8080/a"),
+    ("https://[::ffff:7f01:101]:443/", None, "https://127.1.1.1/"),
+    ("http://[::127.0.0.1]/", None, "http://[::7f00:1]/"),           # IPv4-compatible (deprecated): not mapped
+    ("http://[::ffff:0:1.2.3.4]/", None, "http://[::ffff:0:102:304]/"),  # SIIT: not mapped
     ("http://[::1/", None, None),
     ("http://[zz]/", None, None),
     ("http://[1:2:3:4:5:6:7:8:9]/", None, None),

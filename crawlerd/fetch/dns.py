@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -273,6 +275,56 @@ class Resolver:
             return None
         r = entry.resolution
         return Resolution(r.outcome, list(r.ips), left, r.error)
+
+    def save(self, path: str, now_wall: float) -> int:
+        """Write the fresh cache entries to ``path`` (JSON lines, wall-clock expiry; temp name, rename).
+
+        No fsync: losing the file loses only lookups, which are asked again. Returns entries written.
+        """
+        off = now_wall - self._clock()
+        now = self._clock()
+        tmp = path + ".tmp"
+        n = 0
+        with open(tmp, "w", encoding="utf-8") as f:
+            for key, e in self._cache.items():
+                if e.expires_at > now:
+                    r = e.resolution
+                    f.write(json.dumps([key, round(e.expires_at + off, 3), r.outcome.value, r.ips]) + "\n")
+                    n += 1
+        os.replace(tmp, path)
+        return n
+
+    def load(self, path: str, now_wall: float) -> int:
+        """Take back the entries a previous run saved that are still within their TTL; returns how many.
+
+        A missing or damaged file loads what it can (lines that do not parse are skipped)."""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return 0
+        n = 0
+        for line in lines:
+            try:
+                key, expires_wall, outcome, ips = json.loads(line)
+                outcome = Outcome(outcome)
+                left = float(expires_wall) - now_wall
+                if not isinstance(key, str) or not all(isinstance(ip, str) for ip in ips):
+                    continue
+                if outcome is Outcome.OK:
+                    ips = [str(ipaddress.ip_address(ip)) for ip in ips]
+                    if not ips:
+                        continue
+                elif outcome not in _NEGATIVE:
+                    continue
+            except (ValueError, TypeError):
+                continue
+            # never longer than this run's own limits allow
+            left = min(left, self._max_ttl_s if outcome is Outcome.OK else self._negative_ttl_s)
+            if left > 0 and len(self._cache) < self._max_entries:
+                self._cache[self._key(key)] = _Entry(self._clock() + left, Resolution(outcome, ips, left))
+                n += 1
+        return n
 
     def prefetch(self, host: str) -> None:
         """Start resolving ``host`` in the background so a later resolve() hits the cache."""

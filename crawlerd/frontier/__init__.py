@@ -42,9 +42,21 @@ Released
     dropped with a reason, or is still queued or leased; the counters in
     ``stats`` add up, and ``check_invariants`` proves it.
 
+Restarted
+    Host records hold absolute wall-clock times: a host's due is its last
+    request's end plus its gap (or a backoff), so a restart resumes every host
+    at its own time, and a clean stop records every active host's due. Which
+    requests were in flight at a ``kill -9``, and how the ones since the last
+    commit ended, is in the in-flight journal (``journal``, written before a
+    request starts, no fsync: the page cache outlives the process). Only hosts
+    whose request may have been cut off wait a whole gap, counted as if the
+    request had lasted until the restart; without a journal of this boot (an
+    OS crash) every host waits the grace of ``Politeness.restart_grace_s``.
+
 Modules: ``scheduler`` (the Frontier: queue, schedule, lease, release),
 ``operations`` (its operator side: blocklist, drops, stats, invariant checks),
-``queues`` (LMDB tables and durability), ``hosts`` (per-host state), ``ips``
+``queues`` (LMDB tables and durability), ``journal`` (requests in flight),
+``hosts`` (per-host state), ``ips``
 (per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
 gap rule), ``blocklist``, ``items`` (records and their byte layouts).
 """

@@ -26,6 +26,7 @@ BUSY = 5           # at its lease limit, or has leases out and nothing queued
 ROBOTS = 6         # its robots.txt lease is out: no URL lease until that returns
 
 FLAG_WAITING = 1   # HostRecord: listed in the waiting table (no free slot when it got work)
+FLAG_WALL = 2      # HostRecord: times are wall-clock seconds (records without it: session-relative)
 
 _REC = struct.Struct("<IHIHBBIddddd")
 
@@ -38,8 +39,13 @@ class HostRecord:
     ``mask`` has bit ``l`` set iff level ``l`` of its queue is non-empty. An
     active host's mask lives in RAM and its record may lag behind (add() does
     not rewrite records), so opening the store re-derives every mask from the
-    ``queues`` table. Times are clock readings of session ``session``; another
-    session reads them relative to ``written_at``.
+    ``queues`` table. With ``FLAG_WALL`` (every record this version writes) the
+    times are absolute wall-clock seconds: ``due`` is the earliest next request
+    (last request end + its gap, or a backoff), ``robots_exp`` when robots.txt must
+    be read again (0: unknown), ``ip_exp`` when ``ip`` (resolved in session
+    ``session``) expires, ``written_at`` when the record was written. Records of
+    older versions hold clock readings of their session instead (see
+    :func:`wall_record`).
     """
 
     hid: int
@@ -64,6 +70,17 @@ class HostRecord:
     @classmethod
     def decode(cls, raw: bytes) -> HostRecord:
         return cls(*_REC.unpack_from(raw), raw[_REC.size:].decode())
+
+
+def wall_record(rec: HostRecord, now_wall: float) -> HostRecord:
+    """``rec`` with wall-clock times: a record of an older version keeps only its remaining wait."""
+    if not rec.flags & FLAG_WALL:
+        rec.due = now_wall + max(0.0, rec.due - rec.written_at)
+        rec.written_at = now_wall
+        rec.robots_exp = 0.0
+        rec.ip, rec.ip_exp = "", 0.0
+        rec.flags |= FLAG_WALL
+    return rec
 
 
 class HostTable:
@@ -102,7 +119,7 @@ class HostTable:
         return len(self.slot_of) >= self.capacity
 
     def add(self, key: str, rec: HostRecord, conc: int) -> int:
-        """Give ``key`` a slot filled from ``rec`` (times already converted to this session)."""
+        """Give ``key`` a slot filled from ``rec`` (times already converted to this session's clock)."""
         if self.free:
             s = self.free.pop()
             self.keys[s] = key
@@ -130,10 +147,12 @@ class HostTable:
         self.slot_of.put(key, s)
         return s
 
-    def record(self, s: int, session: int, now: float, ip: str) -> HostRecord:
+    def record(self, s: int, session: int, now: float, ip: str, off: float) -> HostRecord:
+        """Slot ``s`` as a wall-clock record; ``off`` is wall minus clock for this session."""
+        rexp = self.robots_exp[s]
         return HostRecord(self.hid[s], self.mask[s], self.picks[s], self.fails[s],
-                          self.demote[s], 0, session, now, self.due[s], self.robots_exp[s], self.crawl_delay[s],
-                          self.ip_exp[s], ip)
+                          self.demote[s], FLAG_WALL, session, now + off, self.due[s] + off,
+                          rexp + off if rexp > 0 else 0.0, self.crawl_delay[s], self.ip_exp[s] + off, ip)
 
     def release(self, s: int) -> None:
         self.slot_of.delete(self.keys[s])

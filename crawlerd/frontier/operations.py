@@ -11,6 +11,7 @@ delegate here and commit afterwards, and the scheduler drops URLs through
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from crawlerd.frontier import hosts as hs
@@ -35,7 +36,8 @@ DROP_CHUNK = 10000
 class FrontierOps:
     """Operator and bookkeeping methods over the Frontier's state (shared by reference, never copied).
 
-    ``recovered`` is set by the Frontier once its start-up recovery has run (leases restored)."""
+    ``recovered`` is set by the Frontier once its start-up recovery has run (leases restored),
+    ``redone`` with it (completions the in-flight journal held that the last commit had not)."""
 
     def __init__(self, *, store, counts: dict, dropped: dict, hosts, ips, heap, leases: dict,
                  blocklist: Blocklist, blocked_slots: set[int], dirty: set[int], levels: int, pol,
@@ -54,6 +56,7 @@ class FrontierOps:
         self._pol = pol
         self._clock = clock
         self.recovered = 0
+        self.redone = 0
 
     # == dropping ===================================================================
     def _event(self, reason: str, hk: str, key: bytes, urec: bytes) -> None:
@@ -177,7 +180,7 @@ class FrontierOps:
             return
         rec = self.record(host_key)
         if rec is None:
-            rec = HostRecord(self._c["hid_next"])
+            rec = HostRecord(self._c["hid_next"], flags=hs.FLAG_WALL)
             self._c["hid_next"] += 1
         rec.demote = max(0, min(last, rec.demote + levels))
         self.put_record(host_key, rec)
@@ -253,6 +256,15 @@ class FrontierOps:
         """LMDB bytes and entries per table (for stats and the bench)."""
         return self._store.usage()
 
+    def backed_off(self, now: float, n: int = 10) -> list[dict]:
+        """The ``n`` active hosts with the most consecutive failures (backoff exponent), worst first:
+        host, failures, seconds until it may be fetched again, and whether it is parked."""
+        H = self._hosts
+        found = [(f, H.due[s], s) for s, f in enumerate(H.fails) if f and H.keys[s] is not None]
+        park = self._pol.park_after_failures
+        return [{"host": H.keys[s], "failures": f, "wait_s": round(max(0.0, due - now), 3), "parked": f >= park}
+                for f, due, s in heapq.nlargest(n, found)]
+
     def stats(self) -> dict:
         H = self._hosts
         park = self._pol.park_after_failures
@@ -275,7 +287,7 @@ class FrontierOps:
             "retried": self._c["retried"],
             "requeued": self._c["requeued"],
             "expired": self._c["expired"],
-            "recovered_leases": self.recovered,
+            "recovered_leases": self.recovered, "recovered_completions": self.redone,
             "hosts_active": len(H),
             "hosts_total": self._store.count(self._store.hosts),
             "hosts_waiting": self._c["waiting"],

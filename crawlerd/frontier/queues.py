@@ -13,7 +13,8 @@ Tables (all keys big-endian where they are numbers, so byte order is queue order
 ``dead``     seq u64 -> (outcome, host key, queue key, URL record): gave up.
 ``events``   seq u64 -> (reason, host key, queue key, URL record): dropped or dead
              URLs not yet handed to the event log (``drain_dropped``).
-``meta``     counters, sequence numbers, session, blocklist entries (``block:<pattern>``).
+``meta``     counters, sequence numbers, session, wall clock of the last commit,
+             blocklist entries (``block:<pattern>``).
 
 Durability: one write transaction is open at a time. ``add()`` commits it (a URL
 that passed the seen-set must not be lost); ``lease()`` and ``complete()``
@@ -24,7 +25,8 @@ uncommitted completion means it is fetched again); ``commit()`` forces it. LMDB 
 flushed with one fdatasync (``metasync=False``: an OS crash may undo the last
 transaction but cannot corrupt the file). With ``sync=False`` a commit reaches
 only the page cache: it survives ``kill -9`` but an OS crash may lose or
-corrupt recent transactions; ``commit()`` then forces a flush.
+corrupt recent transactions; ``commit()`` then forces a flush. What the commits leave
+out for politeness (requests in flight, ends since the last commit) is in ``journal.py``.
 """
 
 from __future__ import annotations
@@ -120,13 +122,21 @@ class FrontierStore:
         if dropped is not None:
             txn.put(b"dropped", json.dumps(dropped, sort_keys=True).encode(), db=self.meta)
 
-    def save_clock(self, now: float) -> None:
-        """The frontier clock at this commit: after a crash the restart grace counts from it."""
-        self.txn().put(b"clock", _CLOCK.pack(now), db=self.meta)
+    def save_clock(self, now_wall: float) -> None:
+        """The wall clock at this commit: without a journal, a restart's grace counts from it."""
+        self.txn().put(b"wallclock", _CLOCK.pack(now_wall), db=self.meta)
 
     def load_clock(self) -> float | None:
-        raw = self.txn().get(b"clock", db=self.meta)
+        raw = self.txn().get(b"wallclock", db=self.meta)
         return None if raw is None else _CLOCK.unpack(raw)[0]
+
+    def save_mark(self, name: bytes, value: int) -> None:
+        """A source's position (e.g. the seen-set's first answer not yet added), committed with the adds."""
+        self.txn().put(b"mark:" + name, u64(value), db=self.meta)
+
+    def load_mark(self, name: bytes) -> int:
+        raw = self.txn().get(b"mark:" + name, db=self.meta)
+        return 0 if raw is None else _U64.unpack(raw)[0]
 
     def put_block(self, pattern: str, on: bool) -> None:
         k = b"block:" + pattern.encode()

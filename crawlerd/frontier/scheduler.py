@@ -11,8 +11,9 @@ import xxhash
 
 from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
+from crawlerd.frontier import journal
 from crawlerd.frontier.blocklist import Blocklist
-from crawlerd.frontier.hosts import HostRecord, HostTable
+from crawlerd.frontier.hosts import HostRecord, HostTable, wall_record
 from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
     KIND_ROBOTS,
@@ -57,7 +58,8 @@ def ip_key(ip: str) -> int:
 
 
 # Upper bound on the time between the frontier's last commit and a crash: the shard commits at
-# least every 2 s, and group commits add at most commit_interval_s (1 s by default).
+# least every 2 s, and group commits add at most commit_interval_s (1 s by default). Used only
+# when the in-flight journal is gone (an OS crash): then every host waits a whole grace.
 CRASH_MARGIN_S = 3.0
 
 
@@ -74,7 +76,7 @@ class Frontier:
     Single-threaded: call it from one thread (LMDB write transactions are bound to it).
     """
 
-    def __init__(self, path: str, *, clock=time.monotonic, rng: random.Random | None = None,
+    def __init__(self, path: str, *, clock=time.monotonic, wall=time.time, rng: random.Random | None = None,
                  priority_levels: int = 4, delay_factor: float = 10.0, min_delay_s: float = 1.0,
                  max_delay_s: float = 60.0, per_ip_concurrency: int = 1, ip_delay_s: float = 0.0,
                  backoff_base_s: float = 30.0, backoff_max_s: float = 3600.0, retry_after_cap_s: float = 86400.0,
@@ -84,6 +86,9 @@ class Frontier:
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
                  commit_interval_s: float = 1.0, shared_ips=None):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
+
+        ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
+        resumes each host at its last request end plus its gap (``clock`` may restart at boot).
 
         The politeness parameters are those of ARCHITECTURE.md invariant 1 (see ``Politeness``).
         ``sync``: fsync every commit (else only commit()/close(); see queues.py).
@@ -102,6 +107,10 @@ class Frontier:
         if max_active_hosts < 1 or max_attempts < 1 or lease_timeout_s <= 0 or group_ops < 1:
             raise ValueError("max_active_hosts, max_attempts, lease_timeout_s and group_ops must be positive")
         self._clock = clock
+        self._wall = wall
+        self._off = wall() - clock()      # wall minus clock, fixed for the session: exact round trips
+        self._journal: journal.InflightJournal | None = None
+        self._ip_floor: dict[str, float] = {}
         self._rng = rng if rng is not None else random.Random()
         self._levels = priority_levels
         self._pol = Politeness(delay_factor, min_delay_s, max_delay_s, crawl_delay_cap_s, backoff_base_s,
@@ -129,6 +138,7 @@ class Frontier:
         self._wpicks = 0
         self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
+        self._seen_mark = self._store.load_mark(b"seen")
         self._blocklist = Blocklist(patterns)
         self._book = FrontierOps(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
                                  ips=self._ips, heap=self._heap, leases=self._leases, blocklist=self._blocklist,
@@ -138,27 +148,49 @@ class Frontier:
             if self._blocklist.normalise(p) not in self._blocklist.patterns:
                 self._store.put_block(self._blocklist.add(p), True)
         crashed = self._c["session"] > 0 and not self._c["clean"]
-        # After a crash the per-IP state is gone too: no host (even one activated later from the
-        # waiting list) starts before the grace has passed since the last commit (the clock is
-        # monotonic since boot; if it went backwards, a reboot: wait the whole grace from now).
-        # The crash came at most CRASH_MARGIN_S after the last commit (the shard commits every 2 s).
-        now, last = self._clock(), self._store.load_clock()
-        since = max(0.0, now - last - CRASH_MARGIN_S) if last is not None and last <= now else 0.0
-        self._not_before = now + max(0.0, self._grace - since) if crashed else -math.inf
+        replay = journal.read(path)
+        now = self._clock()
+        now_wall = now + self._off
+        last = self._store.load_clock()
+        if last is None or last > now_wall:
+            last = now_wall
+        self._not_before = -math.inf
+        if crashed and not replay.usable:
+            # No journal of this boot (an OS crash, or an older version): which hosts were being
+            # fetched is unknown, and so is per-IP state. No host starts before the grace has
+            # passed since the crash, which came at most CRASH_MARGIN_S after the last commit.
+            self._not_before = min(now_wall, last + CRASH_MARGIN_S) + self._grace - self._off
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
-        self._book.recovered = self._recover(self._clock(), crashed)
+        self._book.recovered = self._recover(now, replay, crashed, last)
         self._commit()
+        self._journal = journal.InflightJournal(
+            path, self._session, {ip: t - self._ips.delay_s + self._off for ip, t in self._ip_floor.items()})
 
     # == recovery ===========================================================
-    def _recover(self, now: float, crashed: bool) -> int:
-        """Return leases of the last run to their queues; activate hosts with work. Returns leases restored."""
+    def _recover(self, now: float, replay: journal.Replay, crashed: bool, last_wall: float) -> int:
+        """Return leases of the last run to their queues; activate hosts with work. Returns leases restored.
+
+        Politeness across the restart (ARCHITECTURE.md invariant 1): records hold each host's
+        due as of the last commit; the journal adds the dues of requests that ended since, and
+        names the hosts whose request may have been cut off. Those wait a whole gap counted from
+        the latest the request can have ended (now, or its lease deadline), as if it had lasted
+        that long; every other host resumes at its own due.
+        """
+        self._replay(replay, now)
         st, txn = self._store, self._store.txn()
         touched: dict[str, HostRecord] = {}
         restored = 0
+        done = set(replay.completed)
+        redone = 0
         for _lid, raw in txn.cursor(db=st.leases):
             _tag, hk, key, urec = decode_tagged(raw)
+            if key in done:
+                # archived and completed after the last commit: the journal says so, do not fetch again
+                done.discard(key)
+                redone += 1
+                continue
             rec = touched.get(hk)
             if rec is None:
                 rec = touched[hk] = HostRecord.decode(txn.get(hk.encode("utf-8", "surrogateescape"), db=st.hosts))
@@ -166,6 +198,12 @@ class Frontier:
             restored += 1
         txn.drop(st.leases, delete=False)
         self._c["queued"] += restored
+        for key in done:                     # leased and completed since the last commit
+            if txn.delete(key, db=st.queues):
+                self._c["queued"] -= 1
+                redone += 1
+        self._c["completed"] += redone
+        self._book.redone = redone
         for hk, rec in touched.items():
             txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
         for kb, raw in st.scan(st.hosts):
@@ -181,10 +219,11 @@ class Frontier:
                 self._book.drop_record_queue(hk, rec, "blocked")
                 txn.put(kb, rec.encode(), db=st.hosts)
                 continue
-            if crashed or hk in touched:
-                # Requests were cut off, and completions after the last commit are lost with
-                # their gaps: wait out the longest ordinary gap (longer ones were committed).
-                rec.due = max(rec.due, rec.written_at + self._grace)
+            if hk in touched and not replay.usable:
+                # a lease was out at the last commit and no journal says how it ended
+                rec = wall_record(rec, now + self._off)
+                rec.due = max(rec.due, last_wall + self._grace)
+                txn.put(kb, rec.encode(), db=st.hosts)
             if self._hosts.full():
                 self._to_waiting(hk, rec)
             else:
@@ -192,21 +231,59 @@ class Frontier:
         self._fill_slots(now)                # reopened with more room than before
         return restored
 
+    def _replay(self, replay: journal.Replay, now: float) -> None:
+        """Apply the journal of the last run to the host records (see ``_recover``)."""
+        if not replay.usable:
+            return
+        st, txn, off = self._store, self._store.txn(), self._off
+        now_wall = now + off
+        for hk in replay.ended.keys() | replay.inflight.keys():
+            kb = hk.encode("utf-8", "surrogateescape")
+            raw = txn.get(kb, db=st.hosts)
+            if raw is None:
+                continue
+            rec = wall_record(HostRecord.decode(raw), now_wall)
+            due = replay.ended.get(hk, rec.due)
+            t0 = replay.inflight.get(hk)
+            if t0 is not None:
+                end = max(t0, min(now_wall, t0 + self._lease_timeout_s))
+                due = max(due, end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote))
+            if due > rec.due:
+                rec.due = due
+                txn.put(kb, rec.encode(), db=st.hosts)
+        if self._ips.delay_s > 0:
+            for ip, end in replay.ip_end.items():
+                floor = min(end, now_wall) + self._ips.delay_s - off
+                if floor > now:
+                    self._ip_floor[ip] = floor
+
+    def _attach_ip(self, ip: str) -> int:
+        slot = self._ips.attach(ip)
+        if self._ip_floor:
+            floor = self._ip_floor.pop(ip, None)
+            if floor is not None and floor > self._ips.due[slot]:
+                self._ips.due[slot] = floor      # the IP's own gap, begun in the last run
+        return slot
+
     # == host activation =====================================================
     def _activate(self, hk: str, rec: HostRecord, now: float) -> int:
-        """Give a host with work an active slot and schedule it."""
+        """Give a host with work an active slot and schedule it (``rec`` holds wall-clock times)."""
+        off = self._off
+        rec = wall_record(rec, now + off)
+        rec.due -= off
+        if rec.robots_exp > 0:
+            rec.robots_exp -= off
         if rec.session != self._session:
-            # Clock readings of another run mean nothing here: keep the remaining wait only.
-            rec.due = now + max(0.0, rec.due - rec.written_at)
-            rec.robots_exp = 0.0
-            rec.ip, rec.ip_exp = "", 0.0
+            rec.ip, rec.ip_exp = "", 0.0     # resolved (and checked) again: network.allow may differ
+        else:
+            rec.ip_exp -= off
         rec.flags &= ~hs.FLAG_WAITING
         if rec.due < self._not_before:
             rec.due = self._not_before
         H = self._hosts
         s = H.add(hk, rec, self._host_conc.get(hk, 1) if self._host_conc else 1)
         if rec.ip and rec.ip_exp > now:
-            H.ip[s] = self._ips.attach(rec.ip)
+            H.ip[s] = self._attach_ip(rec.ip)
         self._dirty.add(s)
         if self._blocklist and self._blocklist.matches(hk):
             self._blocked_slots.add(s)
@@ -257,7 +334,7 @@ class Frontier:
     def _deactivate(self, s: int, now: float) -> None:
         H, ips = self._hosts, self._ips
         ip = H.ip[s]
-        rec = H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "")
+        rec = H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "", self._off)
         self._store.txn().put(H.keys[s].encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
         if ip >= 0:
             ips.detach(ip)
@@ -328,11 +405,16 @@ class Frontier:
         raise ValueError("no non-empty level")
 
     # == add ===================================================================
-    def add(self, items: Iterable[QueuedURL]) -> int:
+    def add(self, items: Iterable[QueuedURL], *, seen_mark: int | None = None) -> int:
         """Queue URLs that passed the seen-set (one write transaction, committed). Returns URLs queued.
 
-        URLs of blocked hosts are dropped with reason "blocked" (see drain_dropped).
+        URLs of blocked hosts are dropped with reason "blocked" (see drain_dropped). ``seen_mark``:
+        the seen-set's position after these answers, committed in the same transaction, so answers
+        the seen-set delivers again after a crash (at-least-once) are known as added (``seen_mark``).
         """
+        if seen_mark is not None and seen_mark > self._seen_mark:
+            self._seen_mark = seen_mark
+            self._store.save_mark(b"seen", seen_mark)
         now = self._clock()
         st, H = self._store, self._hosts
         txn, hdb = st.txn(), st.hosts
@@ -361,7 +443,7 @@ class Frontier:
             else:
                 raw = txn.get(hk.encode("utf-8", "surrogateescape"), db=hdb)
                 if raw is None:
-                    rec = HostRecord(self._c["hid_next"])
+                    rec = HostRecord(self._c["hid_next"], flags=hs.FLAG_WALL)
                     self._c["hid_next"] += 1
                 else:
                     rec = HostRecord.decode(raw)
@@ -412,6 +494,9 @@ class Frontier:
                 lease = self._lease_host(s, now)
                 if lease is not None:
                     out.append(lease)
+        if out:
+            t = now + self._off
+            self._journal.started([(x.lease_id, t, x.ip, x.host_key) for x in out])
         if out and out[0].deadline < self._min_deadline:
             self._min_deadline = out[0].deadline
         # Group commit: an uncommitted lease is harmless (after a crash the URL is simply still
@@ -560,29 +645,32 @@ class Frontier:
         due = now + gap
         if due > H.due[s]:
             H.due[s] = due
-        if lease.kind == KIND_URL:
-            self._finish_url(o, outcome, status, requeue)
+        done_key = None
+        if lease.kind == KIND_URL and self._finish_url(o, outcome, status, requeue):
+            done_key = o.key
+        # until the next commit the journal holds this due and, for a completed URL, that it is done
+        self._journal.ended(lease.lease_id, now + self._off, H.due[s] + self._off, done_key)
+        self._dirty.add(s)
         if H.state[s] == hs.ROBOTS:
             H.state[s] = hs.BUSY
         elif H.state[s] == hs.READY:
             self._heap.update(s, H.due[s])
-        # The record is rewritten only when it must outlive a crash: a failure count, or a wait
-        # longer than the restart grace. Ordinary gaps are covered by the grace.
-        if gap > self._grace:
-            self._dirty.add(s)
         self._settle(s, now)
         self._ops += 1
+        # a wait longer than the grace is committed at once: it must outlive even an OS crash
         if gap > self._grace or self._ops >= self._group_ops:
             self._commit()
 
-    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> None:
+    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> bool:
+        """Settle a URL lease; True when the URL is completed (it leaves the frontier)."""
         st, s = self._store, o.slot
         txn = st.txn()
         txn.delete(u64(o.lease.lease_id), db=st.leases)
         hk = o.lease.host_key
         if not requeue and not is_retryable(outcome, status):
             self._c["completed"] += 1
-        elif s in self._blocked_slots:
+            return True
+        if s in self._blocked_slots:
             self._book.drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
         elif requeue:
             self._c["requeued"] += 1
@@ -594,6 +682,7 @@ class Frontier:
             else:
                 self._c["retried"] += 1
                 self._put_back(s, o.key, with_attempts(o.urec, attempts))
+        return False
 
     def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
         H = self._hosts
@@ -623,6 +712,11 @@ class Frontier:
             self._release(o, now, Outcome.TIMEOUT, 0, self._lease_timeout_s, None, False)
         self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
         return len(late)
+
+    @property
+    def seen_mark(self) -> int:
+        """The seen-set position up to which answers were added and committed (see ``add``)."""
+        return self._seen_mark
 
     def next_due(self) -> float | None:
         """Earliest time a lease() could hand something out (None: nothing scheduled)."""
@@ -688,7 +782,7 @@ class Frontier:
                 self._book.drop_host_queue(s, outcome.value)
                 self._settle(s, now)
             return
-        new = ips.attach(ip)
+        new = self._attach_ip(ip)
         H.ip[s] = new
         H.ip_exp[s] = math.inf if expires_at is None else expires_at
         if old >= 0:
@@ -710,7 +804,7 @@ class Frontier:
         if s is not None:
             return self._hosts.robots_exp[s] <= now
         rec = self._book.record(host_key)
-        return rec is None or rec.session != self._session or rec.robots_exp <= now
+        return rec is None or not rec.flags & hs.FLAG_WALL or rec.robots_exp - self._off <= now
 
     def set_robots(self, host_key: str, *, expires_at: float, crawl_delay_s: float | None) -> None:
         """Robots.txt of the host is known until ``expires_at``; Crawl-delay capped at crawl_delay_cap_s."""
@@ -723,7 +817,8 @@ class Frontier:
             return
         rec = self._book.record(host_key)
         if rec is not None:
-            rec.robots_exp, rec.crawl_delay = expires_at, delay
+            rec = wall_record(rec, self._clock() + self._off)
+            rec.robots_exp, rec.crawl_delay = expires_at + self._off, delay
             self._book.put_record(host_key, rec)
 
     # == the operator's side (crawlerd.frontier.operations) ===================================
@@ -770,6 +865,10 @@ class Frontier:
     def stats(self) -> dict:
         return self._book.stats()
 
+    def backed_off(self, now: float, n: int = 10) -> list[dict]:
+        """The ``n`` hosts with the most consecutive failures: see ``FrontierOps.backed_off``."""
+        return self._book.backed_off(now, n)
+
     # == durability ========================================================================
     def _commit(self) -> None:
         st, H, ips = self._store, self._hosts, self._ips
@@ -780,17 +879,31 @@ class Frontier:
                 if hk is not None:
                     ip = H.ip[s]
                     txn.put(hk.encode("utf-8", "surrogateescape"),
-                            H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "").encode(), db=hdb)
+                            H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "", self._off).encode(),
+                            db=hdb)
             self._dirty.clear()
         if ips.idle:
             ips.sweep(self._clock())
         if st.open:
             st.save_meta(self._c, self._dropped)
-            st.save_clock(self._clock())
+            st.save_clock(self._clock() + self._off)
             st.commit()
             self.commits += 1
+            if self._journal is not None and self._journal.needs_rotation():
+                self._rewrite_journal()
         self._ops = 0
         self._last_commit = self._clock()
+
+    def _rewrite_journal(self) -> None:
+        """The journal afresh (right after a commit): leases still out, IP gaps still running."""
+        off, timeout = self._off, self._lease_timeout_s
+        out = [(lid, o.lease.deadline - timeout + off, o.lease.ip, o.lease.host_key) for lid, o in self._leases.items()]
+        ips, now = self._ips, self._clock()
+        ip_end = {}
+        if ips.delay_s > 0:
+            ip_end = {name: ips.due[i] - ips.delay_s + off for i, name in enumerate(ips.names)
+                      if name is not None and ips.due[i] > now}
+        self._journal.rewrite(out, ip_end)
 
     def commit(self) -> None:
         """Make everything so far durable (fsync even when sync=False)."""
@@ -801,9 +914,15 @@ class Frontier:
             st.flush()
 
     def close(self) -> None:
-        """Commit and close. Leases still out go back to their queues on the next open."""
+        """Commit and close. Leases still out go back to their queues on the next open.
+
+        Every active host's due is recorded, so the next run resumes each host at its own time.
+        """
         self._c["clean"] = 1
+        self._dirty.update(s for s, k in enumerate(self._hosts.keys) if k is not None)
         self._store.txn()
         self._commit()
         self._store.flush()
         self._store.close()
+        self._rewrite_journal()
+        self._journal.close()

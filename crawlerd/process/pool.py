@@ -38,8 +38,10 @@ a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); the shard keeps the lease slot of a response until it is processed, so
-a slow pool stops new fetches instead of growing a queue.
+worker); the shard keeps the lease slot of a response until it is processed, and
+stops leasing while ``waiting`` reaches ``capacity`` (``behind``), so a slow pool
+stops new fetches instead of growing a queue of fetched, unarchived responses (RAM,
+and the work a kill -9 makes the crawl redo).
 
 Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
 set (tests only), a worker exits (``os._exit``) on any job whose URL matches
@@ -67,7 +69,7 @@ from dataclasses import dataclass, field
 
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
-from crawlerd.outcome import Outcome
+from crawlerd.outcome import Outcome, storage_error
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.recover import recover_segment
@@ -138,6 +140,8 @@ class WorkerPool:
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
+        self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
+        self.waiting = 0                              # process() calls waiting for one of those slots
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -203,6 +207,11 @@ class WorkerPool:
                 out[w.proc.pid] = cpu
         return out
 
+    @property
+    def behind(self) -> bool:
+        """More fetched responses wait for a worker than the workers hold: fetch no more for now."""
+        return self.waiting >= self.capacity
+
     def outstanding(self) -> int:
         """Jobs sent to a worker (or waiting for one) and not answered yet."""
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
@@ -214,7 +223,12 @@ class WorkerPool:
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         """
-        async with self._slots:
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
             loop = asyncio.get_running_loop()
             self._next_id += 1
             job = _Job(self._next_id, result, prior, loop.create_future(), digest)
@@ -224,6 +238,8 @@ class WorkerPool:
                 return await job.future
             finally:
                 del self._jobs[job.job_id]
+        finally:
+            self._slots.release()
 
     def _dispatch(self, job: _Job) -> None:
         live = [w for w in self._workers if w is not None and w.alive]
@@ -402,6 +418,16 @@ def _resolve_unprocessed(job: _Job, why: str) -> None:
 _PR_FIELDS = tuple(f.name for f in dataclasses.fields(ProcessResult))
 _LINKS_AT = _PR_FIELDS.index("links")
 _OUTCOME_AT = _PR_FIELDS.index("outcome")
+
+
+def not_archived(pr: ProcessResult, err: OSError, warc_dir: str) -> ProcessResult:
+    """``pr`` marked as not archived because the WARC could not be written (the shard keeps the URL)."""
+    pr.outcome = Outcome.PROCESS_ERROR
+    pr.storage_error = storage_error(err, warc_dir)
+    pr.error = f"not archived: {err.strerror or err}"
+    pr.warc_file, pr.warc_offset, pr.warc_length = "", -1, 0
+    pr.links = []
+    return pr
 
 
 def pack_result(pr: ProcessResult) -> tuple:
@@ -592,19 +618,27 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                 else:
                     try:
                         pr = processor.archive(a, near.get(job_id, ""))
+                    except OSError as e:    # the WARC could not be written (disk full, read-only, EIO)
+                        pr = not_archived(ProcessResult(url=result.url, outcome=Outcome.PROCESS_ERROR,
+                                                        status=result.status), e, init["warc_dir"])
                     except Exception as e:
                         pr = processor.archive_failed(result, f"{type(e).__name__}: {e}")
                 if crash_re is not None and crash_re.search(result.url):
                     warc.flush()
                     os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
-                answers.append((job_id, pack_result(pr)))
+                answers.append((job_id, pr))
             if answers:
-                warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                try:
+                    warc.flush()    # answered records are on disk: a crash loses only unanswered ones
+                except OSError as e:
+                    # the writer cut its segment back and closed it: none of this batch is known archived
+                    answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = os.path.getsize(segment) if segment else 0
                 frames_out = []
-                for job_id, packed in answers:
-                    data = pickle.dumps(("result", job_id, packed, segment, size), protocol=pickle.HIGHEST_PROTOCOL)
+                for job_id, pr in answers:
+                    data = pickle.dumps(("result", job_id, pack_result(pr), segment, size),
+                                        protocol=pickle.HIGHEST_PROTOCOL)
                     frames_out += (_LEN.pack(len(data)), data)
                 try:
                     sock.sendall(b"".join(frames_out))

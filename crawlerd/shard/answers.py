@@ -43,6 +43,7 @@ from crawlerd.process.pool import WorkerPool
 from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
+from crawlerd.shard.storage import StorageFailure
 from crawlerd.store import recover_segment, sha1_base32
 
 log = logging.getLogger("crawlerd.shard")
@@ -111,6 +112,10 @@ class Answers:
         finally:
             if first and self.owners is None:
                 self.pending.pop(sha1, None)
+        if pr.storage_error:
+            # not archived (disk full, read-only, I/O error): nothing of it is kept, the caller
+            # returns the URL to its queue and the crawl pauses until the storage is usable again
+            raise StorageFailure(pr.storage_error, self.cfg.path("warc"))
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:

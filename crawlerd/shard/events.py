@@ -17,11 +17,18 @@ EVENT_SCHEMA = 1
 
 
 class FetchEvents:
-    """Builds fetch events and appends them to an event log (or nowhere if ``path`` is None)."""
+    """Builds fetch events and appends them to an event log (or nowhere if ``path`` is None).
 
-    def __init__(self, path: str | None, *, wall: Callable[[], float], name: str = "events"):
+    A failed write (disk full, read-only) is reported to ``on_error(err, path)`` and counted in
+    ``lost`` (the events of its buffer are gone); the crawl pauses on it, the archive is unharmed."""
+
+    def __init__(self, path: str | None, *, wall: Callable[[], float],
+                 on_error: Callable[[BaseException, str], None] | None = None, name: str = "events"):
         """``name``: the log's file name prefix (one per shard: two logs never share a file)."""
         self.wall = wall
+        self.path = path
+        self.on_error = on_error
+        self.lost = 0
         self.log = EventLog(path, name=name) if path is not None else None
 
     def fetched(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
@@ -31,7 +38,7 @@ class FetchEvents:
         ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "final_url": res.url,
               "fetched_at": res.started_at, "status": res.status,
               "outcome": (pr.outcome if pr is not None else res.outcome).value,
-              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 1)}
+              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 1), "bytes": len(res.body)}
         if pr is not None:
             ev.update(content_type=pr.content_type, digest=pr.digest, simhash=f"{pr.simhash:016x}",
                       warc={"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
@@ -41,18 +48,27 @@ class FetchEvents:
         error = (pr.error if pr is not None and pr.error else "") or res.error
         if error:
             ev["error"] = error
-        self.log.write(ev)
+        self._do(self.log.write, ev)
 
     def dropped(self, url: str, reason: str) -> None:
         """A URL that passed the seen-set but will never be fetched: one event, so nothing vanishes."""
         if self.log is not None:
-            self.log.write({"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
-                            "fetched_at": self.wall(), "status": 0})
+            self._do(self.log.write, {"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
+                                      "fetched_at": self.wall(), "status": 0})
 
     def flush(self) -> None:
         if self.log is not None:
-            self.log.flush()
+            self._do(self.log.flush)
 
     def close(self) -> None:
         if self.log is not None:
-            self.log.close()
+            self._do(self.log.close)
+
+    def _do(self, op, *args) -> None:
+        try:
+            op(*args)
+        except OSError as e:
+            self.lost += 1
+            if self.on_error is None:
+                raise
+            self.on_error(e, self.path)

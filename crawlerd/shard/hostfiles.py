@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.fetch.codec import DecodeError, decode_body
-from crawlerd.fetch.robots import RobotsCache, RobotsFollow, robots_decision
+from crawlerd.fetch.robots import RobotsCache, RobotsEntry, RobotsFollow, RobotsState, robots_decision
 from crawlerd.frontier import Frontier, Lease
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.metrics import Metrics
@@ -47,6 +47,13 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     if when is None:
         return None
     return max(0.0, when.timestamp() - now_wall)
+
+
+def robots_source(entry: RobotsEntry, body: bytes, max_bytes: int) -> bytes | None:
+    """The bytes ``entry``'s rules come from, for the robots cache on disk (None: the previous copy's)."""
+    if entry.status == 304 or entry.outcome_name == RobotsState.STALE:
+        return None                 # the rules of the copy already held
+    return body[:max_bytes] if entry.outcome_name == RobotsState.PARSED else b""
 
 
 class HostFiles:
@@ -118,7 +125,7 @@ class HostFiles:
                     break
                 await asyncio.sleep(gap)
                 continue
-            self.robots.put(host_key, decision)
+            self.robots.put(host_key, decision, robots_source(decision, body, rc.max_bytes))
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
                                      crawl_delay_s=decision.rules.crawl_delay)
             self.events.fetched(lease.url, res, kind="robots")
@@ -136,7 +143,7 @@ class HostFiles:
                                    previous=previous, now=self.clock(), agent_token=rc.agent_token,
                                    cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
                                    max_bytes=rc.max_bytes)
-        self.robots.put(host_key, decision)
+        self.robots.put(host_key, decision, b"")
         self.frontier.set_robots(host_key, expires_at=decision.expires_at, crawl_delay_s=None)
         self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=404, response_time_s=total_s)
 

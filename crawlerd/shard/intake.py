@@ -163,11 +163,17 @@ class Intake:
         """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
-        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two.
+        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two, and
+        it commits the position after the answers (``seen_mark``) with them, so an answer
+        delivered again is not added (and fetched) a second time.
         """
         added = []
-        dup = 0
+        dup = again = 0
+        mark = self.frontier.seen_mark
         for r in results:
+            if r.seq < mark:
+                again += 1          # delivered again after a crash, but already added and committed
+                continue
             if not r.unique:
                 dup += 1
                 continue
@@ -181,10 +187,14 @@ class Intake:
             added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
                                    depth=depth, hops=hops, fp=r.key))
         self.metrics.counters["seen_duplicate"] += dup
+        if again:
+            self.metrics.counters["seen_redelivered"] += again
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
+        if results:
+            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            self.frontier.add(added, seen_mark=results[-1].seq + 1)
         if added:
-            self.frontier.add(added)  # committed; new hosts show up in hosts_needing_dns()
             self.wake()
         self.seen.ack()
 

@@ -33,6 +33,7 @@ from crawlerd.shard.answers import Answers
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.storage import StorageFailure
 from crawlerd.shard.tasks import Tasks
 
 log = logging.getLogger("crawlerd.shard")
@@ -73,7 +74,8 @@ class LeaseRunner:
     def __init__(self, *, frontier: Frontier, table: LeaseTable, tasks: Tasks, outbound: Outbound,
                  fetch: Callable[[FetchRequest], Awaitable[FetchResult]], robots: RobotsCache,
                  recrawl: Recrawl, host_files: HostFiles, answers: Answers, events: FetchEvents,
-                 metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float]):
+                 metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float],
+                 storage_failed: Callable[[str, str], None]):
         self.frontier = frontier
         self.table = table
         self.tasks = tasks
@@ -87,6 +89,7 @@ class LeaseRunner:
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
+        self.storage_failed = storage_failed
         self._dns_pending: set[str] = set()
 
     # -- DNS ------------------------------------------------------------------------
@@ -200,6 +203,12 @@ class LeaseRunner:
         except asyncio.CancelledError:      # shutdown gave up on it: back to its queue
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
             raise
+        except StorageFailure as e:         # not archived: back to the front of its queue, crawl paused
+            self.storage_failed(e.reason, e.path)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True,
+                                   response_time_s=res.elapsed_s)
+            self.metrics.counters["not_archived_requeued"] += 1
+            return
         # Completed only once the answer is archived and its links are in the seen-set journal: a
         # crash (or a bug raising above: the lease then expires) fetches the URL again instead of
         # losing it (ARCHITECTURE.md invariant 3). The host's gap starts now, after processing.

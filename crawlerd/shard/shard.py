@@ -13,6 +13,8 @@ import logging
 import os
 import time
 
+import lmdb
+
 from crawlerd import layout
 from crawlerd import url as urlmod
 from crawlerd.config import Config
@@ -27,10 +29,10 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets, DomainGraph
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import Metrics
+from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
-from crawlerd.seen import AsyncSeenSet
+from crawlerd.seen import AsyncSeenSet, DrumError
 from crawlerd.shard.answers import Answers, on_worker_death
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles
@@ -38,11 +40,17 @@ from crawlerd.shard.intake import Intake
 from crawlerd.shard.leases import LeaseRunner, LeaseTable
 from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
+from crawlerd.shard.storage import StorageHealth, free_bytes
 from crawlerd.shard.tasks import Tasks
+from crawlerd.shard.view import operator_view
 
 log = logging.getLogger("crawlerd.shard")
 
+# What a failed write of an LMDB store or the seen-set raises: the crawl stops in order (storage.py)
+STORE_ERRORS = (OSError, lmdb.Error, DrumError)
 COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
+DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
+DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
 INBOX_POLL_S = 0.05             # batches other shards handed to this one are looked for this often
 
@@ -74,10 +82,14 @@ class Shard:
         self.stopping = False
         self._wake = asyncio.Event()
         self._last_commit = 0.0
+        self._last_dns_save = 0.0
+        self.storage = StorageHealth(cfg.crawl.data_dir, min_free_bytes=cfg.storage.min_free_bytes,
+                                     probe_interval_s=cfg.storage.probe_interval_s, clock=clock,
+                                     on_change=self._wake.set)
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
-            self._state("frontier"), clock=clock, priority_levels=fr.priority_levels,
+            self._state("frontier"), clock=clock, wall=wall, priority_levels=fr.priority_levels,
             delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
             per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
             backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
@@ -109,14 +121,17 @@ class Shard:
         self.digests = DigestSet(self._state("dedup", "digests"))
         self.near = NearDuplicates(self._state("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
-        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts))
+        # robots.txt copies outlive a restart (kept on disk with their expiry, RFC 9309 §2.4)
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), directory=self._state("robots"),
+                                  agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
+                                  clock=clock, wall=wall)
         uf = cfg.url_filter
         url_filter = urlmod.UrlFilter(
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
-                                  name=layout.events_name(index))
+                                  on_error=self.storage.failed, name=layout.events_name(index))
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
@@ -126,7 +141,8 @@ class Shard:
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
-        self.tasks = Tasks(self._wake.set)
+        self.tasks = Tasks(self._wake.set, store_errors=STORE_ERRORS,
+                           on_store_error=lambda e: self.storage.fatal(e, "a lease"))
         self.leases = LeaseTable()
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
@@ -150,6 +166,7 @@ class Shard:
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
+        self.loop_lag = LoopLag()       # operator's view: how late this loop runs a periodic timer
 
     def _state(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -160,9 +177,10 @@ class Shard:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
-    def status(self) -> dict:
-        st = self.ops.status(paused=self.paused)
-        st["shard"] = self.index
+    def status(self, detail: bool = True) -> dict:
+        """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
+        st = {**self.ops.status(paused=self.paused),
+              **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail)}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
         if self.owners is not None:
             st["digest_owners"] = self.owners.stats()
@@ -189,6 +207,10 @@ class Shard:
                                  min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
                                  max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
                                  ipv6=self.cfg.network.ipv6)
+        n = self.resolver.load(self._state(DNS_CACHE_FILE), self.wall())     # answers still within their TTL
+        if n:
+            log.info("dns cache: %d answers from the last run", n)
+        self._last_dns_save = self.clock()
         self.fetcher = Fetcher(loop, user_agent=self.cfg.crawl.user_agent, guard=self.guard,
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
@@ -203,36 +225,51 @@ class Shard:
         self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
-                                  metrics=self.metrics, clock=self.clock, wall=self.wall)
+                                  metrics=self.metrics, clock=self.clock, wall=self.wall,
+                                  storage_failed=self.storage.failed)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
             self.outbox.start()
         if self.owner_server is not None:
             await self.owner_server.start()
+        self.loop_lag.start(loop)
         try:
-            while not stop.is_set():
+            while not stop.is_set() and self.storage.fatal_reason is None:
                 if max_pages and self.metrics.pages >= max_pages:
                     log.info("max_pages reached: %d", self.metrics.pages)
                     break
-                self._step(self.runner)
+                try:
+                    self._step(self.runner)
+                except STORE_ERRORS as e:
+                    # a store that cannot retry in place (a failed commit loses its transaction)
+                    self.storage.fatal(e, "frontier, seen-set or state store")
+                    break
                 await self._sleep_until_next()
         finally:
+            self.loop_lag.stop()
             await self._shutdown()
 
     def _archive(self, res: FetchResult) -> None:
         """A robots.txt or sitemap answer: archived by a worker in the background (no dedup, no links)."""
-        self.tasks.spawn(self.pool.process(res, None))
+        self.tasks.spawn(self._archive_one(res))
+
+    async def _archive_one(self, res: FetchResult) -> None:
+        pr = await self.pool.process(res, None)
+        if pr.storage_error:
+            self.storage.failed(pr.storage_error, self.cfg.path("warc"))
 
     def _step(self, runner: LeaseRunner) -> None:
         now = self.clock()
         self.seen.raise_if_failed()
         self.pool.raise_if_failed()
+        self.storage.step(now)
         runner.resolve_hosts()
         free = self.cfg.fetch.max_in_flight - len(self.leases)
         # fencing: no request starts unless this process still owns the shard
-        owned = self.ownership is None or self.ownership.held(now)
-        if free > 0 and not self.paused and not self.seen.backpressure and owned:
+        halted = self.paused or self.storage.paused or not (self.ownership is None or self.ownership.held(now))
+        # processing behind: more fetches would only wait, unarchived, for a worker
+        if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
             runner.start(now, free)
         if self.inbox is not None and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
             self._last_inbox = now
@@ -241,7 +278,7 @@ class Shard:
                 self.intake.take_handoff(batches, self.inbox.ack)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
-        if not self.paused:
+        if not halted:
             self.intake.feed_recrawl(now)
         if now - self._last_commit > COMMIT_INTERVAL_S:
             self._last_commit = now
@@ -251,12 +288,16 @@ class Shard:
             self.frontier.commit()
             self.events.flush()
             self.metrics.trim_hosts()
+            if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
+                self._last_dns_save = now
+                self._save_dns()
         self.metrics.tick()
 
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or len(self.leases) >= self.cfg.fetch.max_in_flight:
+        if self.paused or self.storage.paused or self.pool.behind or \
+                len(self.leases) >= self.cfg.fetch.max_in_flight:
             nd = None                 # nothing can be leased now: wait for a finished task or a tick
         tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
         timeout = tick if nd is None else min(tick, max(0.0, nd - now))
@@ -264,43 +305,76 @@ class Shard:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
 
+    def _save_dns(self) -> None:
+        if self.resolver is not None:
+            try:
+                self.resolver.save(self._state(DNS_CACHE_FILE), self.wall())
+            except OSError as e:      # only lookups are lost: they are asked again next run
+                log.warning("cannot save the dns cache: %s", e.strerror)
+
     # -- ordered shutdown ------------------------------------------------------------------
     async def _shutdown(self) -> None:
-        """Stop leasing; finish or abandon fetches within the grace; persist everything."""
+        """Stop leasing; finish or abandon fetches within the grace; persist everything.
+
+        Every step runs even when an earlier one failed on storage: a full disk must not cost the
+        steps that can still succeed, and each failure is one log line, never a traceback."""
         self.stopping = True
         grace = self.cfg.fetch.shutdown_grace_s
         if self.fetcher is not None:
             await self.fetcher.close(grace)
         await self.tasks.finish(grace + 10.0)
         await self.pool.close()
-        self.near.close()
+        self._safely("near-duplicate index", self.near.close)
         if self.runner is not None:
-            self.runner.abandon_all()
+            self._safely("frontier", self.runner.abandon_all)
         if self.outbox is not None:
             await self.outbox.close()       # what is staged: written (its leases completed)
         if self.owners is not None:
             await self.owners.close()
             await self.owner_server.close()
-        self.ops.drain_frontier_drops()
+        self._safely("frontier", self.ops.drain_frontier_drops)
         try:
             await self.seen.flush()
-        except Exception:      # unacknowledged DRUM answers are delivered again at the next start
-            log.exception("final seen-set drain failed; its answers are redelivered on restart")
-        await self.seen.close()     # before the frontier closes: no delivery after this
+        except STORE_ERRORS as e:      # unacknowledged DRUM answers are delivered again at the next start
+            log.error("final seen-set drain failed; its answers are redelivered on restart: %r", e)
+        try:
+            await self.seen.close()     # before the frontier closes: no delivery after this
+        except STORE_ERRORS as e:
+            self.storage.fatal(e, "seen-set")
         if self.graph is not None and self.budgets is not None:
             self.ops.keep_final_stats("budgets")
-            self.budgets.close()
-            self.graph.close()
-        self.frontier.commit()
+            self._safely("budgets", self.budgets.close)
+            self._safely("budgets", self.graph.close)
+        self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
-        self.frontier.close()
-        self.recrawl.commit()
+        self._safely("frontier", self.frontier.close)
+        self._safely("recrawl", self.recrawl.commit)
         self.ops.keep_final_stats("recrawl")
-        self.recrawl.close()
-        self.digests.close()
-        self.events.close()
+        self._safely("recrawl", self.recrawl.close)
+        self._safely("digests", self.digests.close)
+        self._safely("events", self.events.close)
+        self._safely("robots cache", self.robots.close)
         if self.resolver is not None:
+            self._save_dns()
             await self.resolver.close()
+
+    def _safely(self, what: str, step) -> None:
+        try:
+            step()
+        except STORE_ERRORS as e:
+            self.storage.fatal(e, what)
+
+
+def free_space_problem(path: str, min_free_bytes: int) -> str | None:
+    """Why a crawl cannot start on this file system (less free space than storage.min_free_bytes), or None."""
+    try:
+        free = free_bytes(path)
+    except OSError as e:
+        return f"cannot read the free space of {path}: {e.strerror}"
+    if free < min_free_bytes:
+        return (f"disk full: {path} has {free} bytes free, storage.min_free_bytes is {min_free_bytes}; "
+                "free some space (or lower storage.min_free_bytes) and start again")
+    return None
 
 
 def data_dir_problem(path: str) -> str | None:

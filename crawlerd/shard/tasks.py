@@ -22,8 +22,12 @@ class Tasks:
     Invariant: a task is in the set from ``spawn`` until it ends; when it ends ``on_done`` runs
     (the loop's wake-up: a finished lease frees a slot)."""
 
-    def __init__(self, on_done: Callable[[], None], *, errors_kept: int = 20):
+    def __init__(self, on_done: Callable[[], None], *, errors_kept: int = 20,
+                 store_errors: tuple[type[BaseException], ...] = (),
+                 on_store_error: Callable[[BaseException], None] | None = None):
         self.on_done = on_done
+        self.store_errors = store_errors
+        self.on_store_error = on_store_error
         self.running: set[asyncio.Task] = set()
         self.recent_errors: deque[str] = deque(maxlen=errors_kept)
 
@@ -49,6 +53,10 @@ class Tasks:
         self.running.discard(t)
         if not t.cancelled() and t.exception() is not None:
             exc = t.exception()
+            if self.on_store_error is not None and isinstance(exc, self.store_errors):
+                self.on_store_error(exc)          # a storage failure: one line, the crawl stops in order
+                self.on_done()
+                return
             log.error("task failed: %s", "".join(traceback.format_exception(exc)).replace("\n", " | "))
             self.recent_errors.append(repr(exc))
         self.on_done()

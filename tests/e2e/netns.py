@@ -19,10 +19,13 @@ def can_unshare() -> bool:
 NETNS_MARKS = [pytest.mark.netns, pytest.mark.skipif(not can_unshare(), reason="needs root and unshare -n")]
 
 
-def run_driver(driver: str, out: str, *args: str, timeout: float = 300) -> dict:
-    """Run ``python driver out args...`` in a fresh network namespace; return the JSON it wrote to ``out``."""
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-           sys.executable, driver, out, *args]
+def run_driver(driver: str, out: str, *args: str, timeout: float = 300, mounts: bool = False) -> dict:
+    """Run ``python driver out args...`` in a fresh network namespace; return the JSON it wrote to ``out``.
+
+    ``mounts``: in a private mount namespace too, so the driver may mount (a small tmpfs, a
+    read-only bind) without touching the machine's mounts."""
+    ns = ["unshare", "-n", "-m", "--propagation", "private"] if mounts else ["unshare", "-n"]
+    cmd = [*ns, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, driver, out, *args]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

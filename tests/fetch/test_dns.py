@@ -269,3 +269,44 @@ def test_gate_hands_slots_over_in_order_and_survives_cancelled_waiters():
     order, free = uvloop.run(main())
     assert order == [0, 1, 3, 4]
     assert free == 0
+
+
+def test_cache_saved_and_loaded_within_ttl(tmp_path):
+    """A restart reuses answers still within their TTL (wall clock), and asks for the rest."""
+    path = str(tmp_path / "dns-cache.jsonl")
+    clock = FakeClock()
+    s = DnsServer({"keep.test": (["127.0.0.7"], 600), "short.test": (["127.0.0.8"], 30)})
+
+    async def first(r):
+        await r.resolve("keep.test")
+        await r.resolve("short.test")
+        await r.resolve("gone.test")            # NXDOMAIN, cached 60 s
+        return r.save(path, 5_000.0)
+    assert run(first, s, clock=clock) == 3
+
+    clock2 = FakeClock()
+    clock2.now = 17.0                           # a new boot: the monotonic clock starts again
+    s2 = DnsServer({"keep.test": (["127.0.0.99"], 600), "short.test": (["127.0.0.98"], 30)})
+
+    async def second(r):
+        loaded = r.load(path, 5_000.0 + 45.0)    # 45 s later: short.test (30 s) has expired
+        keep = await r.resolve("keep.test")
+        short = await r.resolve("short.test")
+        gone = await r.resolve("gone.test")      # its negative answer has 15 s left
+        return loaded, keep, short, gone, r.stats()["queries"]
+    loaded, keep, short, gone, queries = run(second, s2, clock=clock2)
+    assert loaded == 2 and gone.outcome is Outcome.DNS_NXDOMAIN
+    assert keep.ips == ["127.0.0.7"] and keep.ttl_s == 555.0     # from the saved answer, its TTL running on
+    assert short.ips == ["127.0.0.98"] and queries == 1
+
+
+def test_damaged_cache_file_loads_what_it_can(tmp_path):
+    path = tmp_path / "dns-cache.jsonl"
+    path.write_text('["ok.test", 9000.0, "ok", ["127.0.0.4"]]\nnot json\n["x", 9000, "ok", ["300.1.1.1"]]\n'
+                    '["y", 9000, "dns_timeout", []]\n[1, 2]\n')
+
+    async def scenario(r):
+        n = r.load(str(path), 1000.0)
+        return n, r.cached("ok.test")
+    n, hit = run(scenario, DnsServer({}))
+    assert n == 1 and hit.ips == ["127.0.0.4"]

@@ -40,7 +40,8 @@ def test_path_of(url, path):
     ("/a%2fb%2Fc", "/a%2Fb%2Fc"),              # reserved: kept, upper-cased hex
     ("/caf\u00e9", "/caf%C3%A9"),              # non-ASCII: UTF-8, upper-case
     ("/a b\tc", "/a%20b%09c"),                 # space and controls encoded
-    ("/100%", "/100%"),                        # lone "%" left as is
+    ("/100%", "/100%25"),                      # a lone "%" is a literal "%"
+    ("/%zz%4", "/%25zz%254"),
     ("/%e3%83%84", "/%E3%83%84"),
     ("/ツ", "/%E3%83%84"),
 ])
@@ -61,6 +62,33 @@ def test_percent_encoding_matches_both_ways():
     assert not r.allowed("http://x/caf\u00e9/menu")
     assert not r.allowed("http://x/a%2fb")
     assert r.allowed("http://x/a/b")           # %2F is reserved: not the same as "/"
+
+
+@pytest.mark.parametrize("rule, url, hit", [
+    # RFC 9309 §2.2.3: a percent-encoded special character matches the literal character
+    ("/path/file-with-a-%2A.html", "https://www.example.com/path/file-with-a-*.html", True),
+    ("/path/foo-%24", "https://www.example.com/path/foo-$", True),
+    ("/path/file-with-a-%2a.html", "https://x/path/file-with-a-*.html", True),   # hex case
+    ("/path/file-with-a-%2A.html", "https://x/path/file-with-a-%2A.html", True),  # encoded in the URL too
+    # ...and is not a wildcard or an anchor
+    ("/path/file-with-a-%2A.html", "https://x/path/file-with-a-b.html", False),
+    ("/path/file-with-a-%2A.html", "https://x/path/file-with-a-.html", False),
+    ("/path/foo-%24", "https://x/path/foo-", False),
+    ("/path/foo-%24", "https://x/path/foo-$bar", True),          # a prefix like any literal
+    ("/a%2A", "https://x/a", False),
+    # the special forms still work next to encoded ones
+    ("/*%2A", "https://x/anything*", True),
+    ("/*%2A", "https://x/anything", False),
+    ("/x%24$", "https://x/x$", True),
+    ("/x%24$", "https://x/x$y", False),
+    ("/a$b", "https://x/a$b", True),              # a "$" before the end is a literal "$"
+    ("/a$b", "https://x/ab", False),
+    ("/100%", "https://x/100%25", True),          # a lone "%" is the character "%"
+    ("/100%", "https://x/100%24", False),
+])
+def test_encoded_special_characters(rule, url, hit):
+    r = rules(f"User-agent: *\nDisallow: {rule}\n")
+    assert r.allowed(url) is not hit
 
 
 def test_robots_txt_always_allowed():
@@ -245,16 +273,19 @@ def _reference(text: str, path: str) -> bool:
         pat = normalize_path(value)
         anchored = pat.endswith("$")
         body = pat[:-1] if anchored else pat
-        rx = "".join(".*" if c == "*" else re.escape(c) for c in body) + (r"\Z" if anchored else "")
-        if re.match(rx, normalize_path(path), re.S):
+        # RFC 9309 §2.2.3: "*" is any run, "%2A" and "%24" the literal characters
+        tokens = re.findall(r"%2A|%24|.", body, re.S)
+        rx = "".join(".*" if t == "*" else re.escape({"%2A": "*", "%24": "$"}.get(t, t)) for t in tokens)
+        rx += r"\Z" if anchored else ""
+        if re.match(rx, normalize_path(path).replace("%2A", "*").replace("%24", "$"), re.S):
             cand = (len(pat), key == "allow")
             if best is None or cand > best:
                 best = cand
     return True if best is None else best[1]
 
 
-_pattern = st.text(alphabet="/ab.?*$%", min_size=1, max_size=9).map(lambda s: "/" + s)
-_path = st.text(alphabet="/ab.?$%", max_size=12).map(lambda s: "/" + s)
+_pattern = st.text(alphabet="/ab.?*$%2A4", min_size=1, max_size=9).map(lambda s: "/" + s)
+_path = st.text(alphabet="/ab.?*$%2A4", max_size=12).map(lambda s: "/" + s)
 
 
 @settings(max_examples=400, deadline=None)

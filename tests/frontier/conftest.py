@@ -14,7 +14,7 @@ class Harness:
     def __init__(self, path: str, **kw):
         self.path = path
         self.clock = FakeClock(1000.0)
-        self.kw = dict(clock=self.clock, rng=random.Random(5), map_size_bytes=1 << 28, sync=False)
+        self.kw = dict(clock=self.clock, wall=self.clock, rng=random.Random(5), map_size_bytes=1 << 28, sync=False)
         self.kw.update(kw)
         self.f = Frontier(path, **self.kw)
 

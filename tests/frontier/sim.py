@@ -67,7 +67,7 @@ class Simulation:
         self.rng = random.Random(seed)
         self.clock = FakeClock()
         self.levels = levels
-        self.params = dict(clock=self.clock, priority_levels=levels, delay_factor=10.0, min_delay_s=1.0,
+        self.params = dict(clock=self.clock, wall=self.clock, priority_levels=levels, delay_factor=10.0, min_delay_s=1.0,
                            max_delay_s=30.0, per_ip_concurrency=per_ip_concurrency, ip_delay_s=ip_delay_s,
                            backoff_base_s=10.0, backoff_max_s=120.0, retry_after_cap_s=60.0,
                            park_after_failures=6, park_s=600.0, lease_timeout_s=300.0, max_attempts=3,
@@ -107,7 +107,9 @@ class Simulation:
         self.expired_pending = 0
         self.seq = 0
         self.crashes = 0
-        self.lost_completions = 0
+        self.crashed_at: float | None = None      # virtual time of the last crash
+        self.restart_delay: float | None = None   # from it to the first request after it
+        self.journaled_completions = 0
         self.steps = 0
         self.level_leases = [0] * levels
         self._plan(urls)
@@ -258,6 +260,8 @@ class Simulation:
     # -- fetching ----------------------------------------------------------------------
     def _start(self, lease) -> None:
         t, L = self.clock.t, self.ledger
+        if self.restart_delay is None and self.crashed_at is not None:
+            self.restart_delay = t - self.crashed_at
         host = self.by_key[lease.host_key]
         L.requests += 1
         if lease.ip != host.ip:
@@ -422,6 +426,7 @@ class Simulation:
         self.f = None
         gc.collect()
         self.crashes += 1
+        self.crashed_at, self.restart_delay = t, None
         # Requests in flight die with the process: the servers see them end now.
         for _end, _seq, fetch in self.inflight:
             self._request_ended(fetch[2], t)
@@ -431,7 +436,12 @@ class Simulation:
             self._request_ended(host, t)
             self._gap(host, t, 0.0)
             del self.hung[lid]
-        self.lost_completions += len(self.done_pending)
+        # Completions since the last commit are in the in-flight journal (written by complete(),
+        # after the answer was archived): the restart keeps them, nothing archived is fetched again.
+        self.journaled_completions += len(self.done_pending)
+        for u in self.done_pending:
+            self.durable[u] = tuple(self.url[u][:2])
+            self.done_durable[u] = self.done_durable.get(u, 0) + 1
         self.done_pending.clear()
         self.expired_pending = 0
         for u in list(self.pending):
@@ -443,9 +453,10 @@ class Simulation:
             if state == "queued":
                 self._level_count(rec[3], rec[2], +1)
         self.pending.clear()
-        self.session_robots.clear()
+        # robots.txt stays known across the restart: the frontier keeps its expiry (wall clock)
         self.since_pick.clear()
         self.f = self._open()
+        self.redone = self.f.stats()["recovered_completions"]
         for u, rec in self.url.items():
             if rec[0] == "leased":            # the lease table gives it back (or drops it: blocked)
                 self._set(u, "dropped" if self.f.is_blocked(rec[3]) else "queued")

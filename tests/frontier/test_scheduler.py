@@ -319,3 +319,27 @@ def test_waiting_hosts_get_slots_weighted_by_level(tmp_path):
     # Level 3 is not starved behind level 0: one comes through before level 0 is exhausted.
     level0_left = [hk for hk in later if hk in hosts[4:]]
     assert any(later.index(hk) < later.index(level0_left[-1]) for hk in later if hk in hosts[:4])
+
+
+def test_backed_off_lists_failing_hosts_worst_first_with_their_wait(tmp_path):
+    h = Harness(str(tmp_path / "f"), backoff_base_s=10.0, backoff_max_s=1000.0, park_after_failures=2,
+                park_s=5000.0, max_attempts=100)
+    h.ready(A, 5)
+    h.ready(B, 5)
+    h.ready(C, 5)
+    assert h.f.backed_off(h.clock.t) == []
+    leases = {lease.host_key: lease for lease in h.lease()}
+    h.done(leases[A], outcome=Outcome.TIMEOUT, status=0)
+    h.done(leases[B], status=503)
+    h.done(leases[C])                                     # a success: not backed off
+    h.clock.t += 20.0                                     # past both backoffs (10 s + jitter)
+    leases = {lease.host_key: lease for lease in h.lease()}
+    assert set(leases) == {A, B, C}
+    h.done(leases[A], outcome=Outcome.TIMEOUT, status=0)  # A: 2 failures in a row -> parked
+    h.done(leases[B], outcome=Outcome.ABORTED, requeue=True)   # handed back: B's count stays 1
+    h.done(leases[C])
+    rows = h.f.backed_off(h.clock.t)
+    assert [r["host"] for r in rows] == [A, B]
+    assert rows[0]["failures"] == 2 and rows[0]["parked"] and rows[0]["wait_s"] == pytest.approx(5000.0)
+    assert rows[1]["failures"] == 1 and not rows[1]["parked"]
+    assert h.f.backed_off(h.clock.t, n=1) == rows[:1]

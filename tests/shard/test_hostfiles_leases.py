@@ -53,7 +53,8 @@ def wire(p: Parts, server: Server):
                       frontier=p.frontier, intake=p.intake, events=p.events, metrics=p.metrics)
     runner = LeaseRunner(frontier=p.frontier, table=table, tasks=tasks, outbound=outbound, fetch=server.fetch,
                          robots=robots, recrawl=p.recrawl, host_files=hf, answers=answers, events=p.events,
-                         metrics=p.metrics, clock=p.clock, wall=time.time)
+                         metrics=p.metrics, clock=p.clock, wall=time.time,
+                         storage_failed=lambda reason, path: None)
     return hf, runner, robots, archived, submitted
 
 

@@ -39,3 +39,31 @@ def test_priority_falls_one_level_every_three_hops(tmp_path):
             await p.close()
 
     assert run(go()) == [0, 1, 1, 1, 2, 2, 2, 2, 2]
+
+
+def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
+    """DRUM delivers at least once; the frontier commits the position after each delivery with its adds."""
+    from crawlerd.frontier import Frontier
+    from crawlerd.seen.drum import DrumResult, Op
+    from crawlerd.shard.intake import encode_aux
+
+    def answers(first):
+        return [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None,
+                           aux=encode_aux(0, 0, 0, f"http://a.test/p{i}"), seq=first + i) for i in range(3)]
+
+    async def go():
+        p = Parts(str(tmp_path))
+        try:
+            p.intake.on_seen_results(answers(0))
+            assert p.frontier.queued() == 3
+            p.frontier.close()                  # as after a crash: the delivery was never acknowledged
+            p.frontier = p.intake.frontier = Frontier(p.cfg.path("frontier"), map_size_bytes=1 << 26)
+            p.intake.on_seen_results(answers(0))                 # delivered again
+            p.intake.on_seen_results(answers(3)[:1])             # and one new answer
+            return p.frontier.queued(), p.frontier.stats()["added"], dict(p.metrics.counters)
+        finally:
+            await p.close()
+
+    queued, added, counters = run(go())
+    assert queued == 3 + 1 and added == 4
+    assert counters["seen_redelivered"] == 3

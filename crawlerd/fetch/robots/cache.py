@@ -1,0 +1,118 @@
+"""The robots.txt entries of the hosts being crawled, bounded, least recently used out first,
+and kept on disk (``store``) so that a restart reuses every copy still fresh."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+from crawlerd.fetch.robots.rules import RobotsRules
+from crawlerd.fetch.robots.store import RobotsStore, StoredEntry
+
+__all__ = ["RobotsCache"]
+
+_STATES = tuple(RobotsState)
+_STATE_INDEX = {s.value: i for i, s in enumerate(_STATES)}
+_KEEP_S = 30 * 86400.0          # no stale copy is used after this (robots_decision's stale_max_s)
+
+
+class RobotsCache:
+    """Robots entries by host key, bounded, least recently used evicted first.
+
+    Key: host key ``"scheme://host[:port]"`` (the politeness key; robots.txt applies per
+    scheme and authority, RFC 9309 §2.3). Invariant: at most ``max_entries`` entries; the
+    iteration order of ``_entries`` is least to most recently used (``get``/``put`` move an entry
+    to the end). Expired entries stay until evicted, so ``stale`` can still hand them out.
+
+    With ``directory`` every ``put`` is also logged on disk (:class:`RobotsStore`), and an entry
+    not in RAM is read back from there (its rules parsed again for ``agent_token``). Times are
+    readings of ``clock``; on disk they are wall-clock (``wall``), so they keep their meaning
+    across restarts.
+    """
+
+    __slots__ = ("_entries", "_max_entries", "_store", "_off", "_agent", "_max_bytes")
+
+    def __init__(self, max_entries: int = 100_000, *, directory: str | None = None, agent_token: str = "",
+                 max_bytes: int = 512 * 1024, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self._entries: OrderedDict[str, RobotsEntry] = OrderedDict()
+        self._max_entries = max_entries
+        self._off = wall() - clock()
+        self._agent = agent_token
+        self._max_bytes = max_bytes
+        self._store = None
+        if directory is not None:
+            self._store = RobotsStore(directory, max_entries=max_entries, keep_s=_KEEP_S,
+                                      now_wall=clock() + self._off)
+
+    def get(self, host_key: str, now: float) -> RobotsEntry | None:
+        """The entry for ``host_key`` if known and not expired at ``now``, else None."""
+        entry = self._entries.get(host_key)
+        if entry is None:
+            entry = self._read_back(host_key)
+            if entry is None:
+                return None
+        self._entries.move_to_end(host_key)
+        return entry if now < entry.expires_at else None
+
+    def stale(self, host_key: str) -> RobotsEntry | None:
+        """The last entry for ``host_key``, expired or not (None if never stored or evicted)."""
+        entry = self._entries.get(host_key)
+        return entry if entry is not None else self._read_back(host_key)
+
+    def put(self, host_key: str, entry: RobotsEntry, source: bytes | None = None) -> None:
+        """Keep ``entry``. ``source``: the body its rules were parsed from (None: the same as the
+        host's previous entry, as for a 304 or a kept stale copy; allow-all needs none)."""
+        self._remember(host_key, entry)
+        if self._store is not None:
+            if source is None:
+                before = self._store.get(host_key)
+                source = before.source if before is not None else b""
+            off = self._off
+            self._store.put(StoredEntry(host_key, entry.fetched_at + off, entry.expires_at + off, entry.status,
+                                        entry.failures, _STATE_INDEX.get(entry.outcome_name, 0), entry.note,
+                                        source))
+
+    def _remember(self, host_key: str, entry: RobotsEntry) -> None:
+        self._entries[host_key] = entry
+        self._entries.move_to_end(host_key)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+    def _read_back(self, host_key: str) -> RobotsEntry | None:
+        if self._store is None:
+            return None
+        se = self._store.get(host_key)
+        if se is None:
+            return None
+        state = _STATES[se.state] if se.state < len(_STATES) else RobotsState.UNREACHABLE
+        if state is RobotsState.UNREACHABLE:
+            rules = RobotsRules.disallow_all()
+        else:
+            rules = RobotsRules.parse(se.source, self._agent, self._max_bytes)
+        off = self._off
+        entry = RobotsEntry(rules, se.fetched_at - off, se.expires_at - off, se.status, state.value, se.note,
+                            se.failures)
+        self._remember(host_key, entry)
+        return entry
+
+    def discard(self, host_key: str) -> None:
+        self._entries.pop(host_key, None)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def stored(self) -> int:
+        """Entries kept on disk (0 without a directory)."""
+        return 0 if self._store is None else len(self._store)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, host_key: object) -> bool:
+        return host_key in self._entries

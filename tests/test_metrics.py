@@ -1,0 +1,50 @@
+"""Metrics: the loop-lag histogram and per-process usage."""
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from crawlerd.metrics import LAG_BUCKETS_S, LoopLag, proc_rss_bytes, process_usage
+
+
+def test_lag_samples_land_in_the_first_bucket_at_or_above_them():
+    lag = LoopLag()
+    for v in (0.0, 0.001, 0.0011, 0.3, 99.0):
+        lag.record(v)
+    snap = lag.snapshot()
+    assert snap["buckets_s"] == list(LAG_BUCKETS_S)
+    cum = dict(zip(LAG_BUCKETS_S, snap["cumulative"], strict=True))
+    assert cum[0.001] == 2 and cum[0.0025] == 3 and cum[0.25] == 3 and cum[0.5] == 4 and cum[10.0] == 4
+    assert snap["count"] == 5 and snap["sum_s"] == pytest.approx(99.3021)
+    assert snap["max_s"] == 99.0 and snap["recent_max_s"] == 99.0
+    assert snap["cumulative"] == sorted(snap["cumulative"])
+
+
+def test_a_blocking_callback_shows_as_loop_lag():
+    async def main():
+        lag = LoopLag(interval_s=0.02)
+        lag.start(asyncio.get_running_loop())
+        while lag.count < 3:                  # timers fire on an idle loop
+            await asyncio.sleep(0.01)
+        before = lag.snapshot()
+        time.sleep(0.3)                       # the stall being measured: the loop cannot run the timer
+        n = lag.count
+        while lag.count == n:
+            await asyncio.sleep(0.01)
+        lag.stop()
+        return before, lag.snapshot()
+
+    before, after = asyncio.run(main())
+    assert before["max_s"] < 0.25
+    assert after["max_s"] >= 0.25
+    i = LAG_BUCKETS_S.index(0.25)
+    assert after["count"] - after["cumulative"][i] >= 1        # one sample above 250 ms
+
+
+def test_process_usage_of_this_process_and_a_gone_one():
+    me = process_usage("shard", os.getpid(), "0")
+    assert me["role"] == "shard" and me["shard"] == "0" and me["cpu_s"] > 0
+    assert me["rss_bytes"] > 10 << 20
+    assert proc_rss_bytes(2 ** 22 + 12345) is None
