@@ -277,12 +277,16 @@ class Family:
     async def _ticker(self) -> None:
         wd = self.notifier.watchdog_interval_s
         last_wd = 0.0
+        poll: asyncio.Task | None = None
+        # a shard is unhealthy once it has not answered for this long (a busy loop answers late)
+        silence_s = max(3 * POLL_S + ASK_TIMEOUT_S, 3 * (wd or 0))
         while True:
             await asyncio.sleep(POLL_S)
-            await self._poll()
+            if poll is None or poll.done():     # a slow shard never delays the watchdog's pings
+                poll = asyncio.ensure_future(self._poll())
             now = time.monotonic()
             # the watchdog is fed only while the whole family answers (a restart in progress counts)
-            healthy = all(m.proc is None or now - m.last_at < max(3 * POLL_S, wd or 0) or
+            healthy = all(m.proc is None or now - m.last_at < silence_s or
                           now - m.started_at < READY_TIMEOUT_S and not m.ready for m in self.members)
             if wd and healthy and now - last_wd >= wd:
                 self.notifier.watchdog()

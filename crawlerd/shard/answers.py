@@ -148,8 +148,8 @@ class Answers:
             if self.graph is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
                 hosts = {ln.host_key for ln in follow}
-                self.graph.add_edges(urlmod.registered_domain(urlmod.host_of(url)),
-                                     {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+                self.intake.add_domain_edges(urlmod.registered_domain(urlmod.host_of(url)),
+                                             {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
         self.events.fetched(url, res, pr=pr)
         durable = self.intake.handoff_barrier()
         if durable is not None:

@@ -14,13 +14,15 @@ repeats a URL and never loses one.
 
 With several shards (``crawl.shards``), a URL whose host another shard owns (``url.shard_of``)
 is not filtered here but staged in the hand-off outbox for its owner, which filters it and
-submits it to its own DRUM (``take_handoff``); a lease completes only once the outbox holds
-its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
+submits it to its own DRUM (``take_handoff``); STAR edges to another shard's domains go to that
+shard too (``add_domain_edges``: a budget counts in-links where the domain lives); a lease
+completes only once the outbox holds its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
 log holds its records.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 from crawlerd import url as urlmod
@@ -32,6 +34,8 @@ from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
+
+EDGE_MEMORY = 1 << 16       # (source, target) domain pairs a shard remembers having handed over
 
 
 def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
@@ -58,6 +62,7 @@ class Intake:
         self.shard = shard
         self.shards = shards
         self.outbox = outbox
+        self._edges_sent: OrderedDict[tuple[str, str], None] = OrderedDict()    # recent edges handed over
         self.frontier = frontier
         self.seen = seen
         self.url_filter = url_filter
@@ -119,6 +124,30 @@ class Intake:
             self.metrics.counters["handoff_staged"] += len(records)
         return mine
 
+    def add_domain_edges(self, src_pld: str, dst_plds: set[str]) -> None:
+        """STAR in-links of one page: an edge counts in the budget of its target's domain, so an
+        edge to a domain another shard owns is handed to that shard (each pair once per
+        ``EDGE_MEMORY`` recent pairs; the owner's edge DRUM absorbs repeats)."""
+        if self.graph is None:
+            return
+        if self.shards == 1:
+            self.graph.add_edges(src_pld, dst_plds)
+            return
+        mine, away = set(), {}
+        for dst in dst_plds:
+            owner = urlmod.shard_of(dst, self.shards)
+            if owner == self.shard:
+                mine.add(dst)
+            elif dst != src_pld and (src_pld, dst) not in self._edges_sent:
+                self._edges_sent[(src_pld, dst)] = None
+                if len(self._edges_sent) > EDGE_MEMORY:
+                    self._edges_sent.popitem(last=False)
+                away.setdefault(owner, []).append((0, b"E " + f"{src_pld} {dst}".encode("utf-8", "surrogateescape")))
+        if mine:
+            self.graph.add_edges(src_pld, mine)
+        for dest, records in away.items():
+            self.outbox.stage(dest, records)
+
     def handoff_barrier(self):
         """None when every link handed to other shards is durable in the outbox, else an awaitable."""
         return self.outbox.barrier() if self.outbox is not None else None
@@ -129,11 +158,19 @@ class Intake:
         n = 0
         for batch in batches:
             groups: dict[tuple[int, int, int], list[Link]] = {}
+            edges: dict[str, set[str]] = {}
             for fp, aux in batch.records:
+                if aux[:2] == b"E ":        # a STAR edge to a domain of this shard
+                    src, dst = aux[2:].decode("utf-8", "surrogateescape").split(" ", 1)
+                    edges.setdefault(src, set()).add(dst)
+                    continue
                 depth, hops, priority, url = decode_aux(aux)
                 groups.setdefault((depth, hops, priority), []).append(Link(url, fp, ""))
             for (depth, hops, priority), links in groups.items():
                 self.submit_links(links, depth=depth, hops=hops, priority=priority)
+            if self.graph is not None:
+                for src, dsts in edges.items():
+                    self.graph.add_edges(src, dsts)
             ack(batch)          # after submit: the seen-set's intake log holds the records
             n += len(batch.records)
         self.metrics.counters["handoff_received"] += n

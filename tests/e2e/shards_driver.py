@@ -13,8 +13,10 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 from crawlerd.simweb import SimWebProcess
@@ -39,6 +41,25 @@ def sets(sim) -> list[str]:
             "-s", "fetch.shutdown_grace_s=2.0", "-s", "crawl.shards=2", "-s", f"politeness.ip_delay_s={IP_DELAY_S}",
             # a killed shard's hosts wait out the longest gap before their next request: keep it short
             "-s", "politeness.max_delay_s=5.0", "-s", "robots.crawl_delay_cap_s=5.0"]
+
+
+class Notifications:
+    """sd_notify datagrams as systemd would receive them, with the time each arrived."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.got: list[tuple[float, str]] = []
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return
+            self.got.append((time.monotonic(), data.decode(errors="replace")))
 
 
 def frontier_check(data_dir: str, index: int) -> dict:
@@ -75,9 +96,13 @@ def main() -> int:
         seeds = os.path.join(base, "seeds.txt")
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds) + "\n")
+        notes = Notifications(os.path.join(base, "notify.sock"))
         t0 = time.monotonic()
+        env = dict(os.environ, NOTIFY_SOCKET=notes.path, WATCHDOG_USEC="3000000")    # a ping every second
+        env.pop("WATCHDOG_PID", None)
         proc = subprocess.Popen(crawlerd("run", "--seeds", seeds, "--data-dir", data_dir, "--duration", str(seconds),
-                                         *sets(sim)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                         *sets(sim)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
         before = one = None
         while time.monotonic() - t0 < seconds / 2:
             time.sleep(1.0)
@@ -115,7 +140,7 @@ def main() -> int:
                   "last_run": last, "frontiers": [frontier_check(data_dir, i) for i in range(2)],
                   "spool": {i: sorted(os.listdir(os.path.join(data_dir, "handoff", str(i))))
                             for i in range(2) if os.path.isdir(os.path.join(data_dir, "handoff", str(i)))},
-                  "ip_delay_s": IP_DELAY_S}
+                  "ip_delay_s": IP_DELAY_S, "notify": notes.got}
         report["crash_loop"] = crash_loop(base, sim)
     with open(out_path, "w") as f:
         json.dump(report, f)

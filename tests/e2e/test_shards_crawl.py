@@ -187,3 +187,17 @@ def test_a_shard_that_cannot_start_stops_the_daemon(crawl):
     assert "shard 1 died 3 times within 30 s of starting" in loop["stderr"]
     assert "already run by another process" in loop["stderr"]
     assert loop["wall_s"] < 90
+
+
+def test_sd_notify_speaks_for_the_whole_family(crawl):
+    notes = crawl["notify"]
+    assert any("READY=1" in m for _t, m in notes)
+    statuses = [(t, m) for t, m in notes if m.startswith("STATUS=") and "shards up" in m]
+    assert any("2/2 shards up" in m for _t, m in statuses)
+    t = crawl["t_kill"]
+    assert any("1/2 shards up" in m for tt, m in statuses if tt > t), "the restart never showed in STATUS"
+    assert any("2/2 shards up" in m for tt, m in statuses if tt > crawl["t_restarted"])
+    pings = [tt for tt, m in notes if "WATCHDOG=1" in m]
+    # fed all along, through the restart of one shard (the family was never unhealthy)
+    assert pings and max(b - a for a, b in zip(pings, pings[1:], strict=False)) < 5.0
+    assert any(t < p < crawl["t_restarted"] for p in pings) or crawl["t_restarted"] - t < 2.0
