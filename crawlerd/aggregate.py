@@ -90,6 +90,9 @@ def family_view(views: list[dict | None], *, kind: str, state: str, pid: int, da
     for key in ("pages_per_s_10s", "pages_per_s_60s"):
         merged[key] = round(merged.get(key, 0.0), 2)
     if kind == "stats":
+        # each shard's whole view (the operator's per-shard series), with the family's line on it
+        full = [(v.get("shards") or [{}])[0] if v else {} for v in views]
+        merged["shards"] = [{**f, **s} for f, s in zip(full, summaries, strict=False)]
         merged["top_hosts"] = top_hosts(live)
         merged["recent_errors"] = merged.get("recent_errors", [])[-10:]
         cpu = {"crawl": round(own_cpu_s, 3)}

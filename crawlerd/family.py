@@ -44,7 +44,8 @@ from crawlerd import config as configmod
 from crawlerd import url as urlmod
 from crawlerd.child import child_env, python_argv
 from crawlerd.config import Config, ConfigError
-from crawlerd.metrics import prometheus
+from crawlerd.exposition import render, render_text
+from crawlerd.metrics_server import MetricsServer
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
@@ -99,6 +100,7 @@ class Family:
         self._lock_fd: int | None = None
         self._slots = None
         self._final: dict = {}
+        self._stats_cache: dict = {}        # the last aggregated stats, for the metrics endpoint
 
     # -- preparation ----------------------------------------------------------------------
     def prepare(self) -> int:
@@ -174,6 +176,16 @@ class Family:
         loop.add_signal_handler(signal.SIGQUIT, faulthandler.dump_traceback)
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
         ticker = None
+        endpoint = None
+        if self.cfg.metrics.listen:     # scrapes read the shards' stats as of the last poll
+            endpoint = MetricsServer(self.cfg.metrics.listen, lambda accept: render(self._stats_cache, accept))
+            try:
+                await endpoint.start()
+            except OSError as e:
+                await server.close()
+                raise StartupError(f"metrics.listen = {self.cfg.metrics.listen!r}: cannot listen: "
+                                   f"{e.strerror}") from None
+            log.info("metrics endpoint url=%s", endpoint.url)
         try:
             for m in self.members:
                 await self._spawn(m)
@@ -192,6 +204,8 @@ class Family:
             if ticker:
                 ticker.cancel()
             await self._drain()
+            if endpoint is not None:
+                await endpoint.close()
             await server.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
@@ -273,6 +287,8 @@ class Family:
             if r.get("ok"):
                 m.last, m.last_at, m.ready = r, time.monotonic(), True
         await asyncio.gather(*(one(m) for m in self.members))
+        if self.cfg.metrics.listen:
+            self._stats_cache = self.status_view(await self._ask_all("stats"), kind="stats")
 
     async def _ticker(self) -> None:
         wd = self.notifier.watchdog_interval_s
@@ -350,7 +366,7 @@ class Family:
         for m in self.members:
             s = (m.last or {}).get("shards", [{}])[0] if m.last else {}
             state = s.get("state", "down") if m.proc is not None else ("stopped" if m.stopping else "down")
-            out.append({"shard": m.index, "pid": m.proc.pid if m.proc is not None else None,
+            out.append({"shard": str(m.index), "pid": m.proc.pid if m.proc is not None else None,
                         "state": state if m.ready or m.proc is None else "starting", "restarts": m.restarts,
                         **{k: s.get(k, 0) for k in ("pages", "pages_per_s_10s", "pages_per_s_60s", "in_flight",
                                                     "queued", "hosts_active")},
@@ -425,7 +441,7 @@ class Family:
             m = self._one(req)
             s = (await forward("stats", m)) if m is not None else \
                 self.status_view(await self._ask_all("stats"), kind="stats")
-            return {"text": prometheus(s, {"queued": s.get("queued", 0), "shards": self.n})}
+            return {"text": render_text(s)}
 
         async def seed_add(req):
             urls = req.get("urls")

@@ -112,6 +112,8 @@ def main() -> int:
                 before = st
                 break
         one = status(data_dir, "--shard", "1")
+        prom = subprocess.run(crawlerd("stats", "--prometheus", "--data-dir", data_dir), capture_output=True,
+                              text=True, timeout=30)
         os.kill(proc.pid, signal.SIGHUP)
         time.sleep(2.0)             # every shard re-reads its config before one of them is killed
         victim = before["shards"][1]["pid"] if before else None
@@ -140,7 +142,8 @@ def main() -> int:
                   "last_run": last, "frontiers": [frontier_check(data_dir, i) for i in range(2)],
                   "spool": {i: sorted(os.listdir(os.path.join(data_dir, "handoff", str(i))))
                             for i in range(2) if os.path.isdir(os.path.join(data_dir, "handoff", str(i)))},
-                  "ip_delay_s": IP_DELAY_S, "notify": notes.got}
+                  "ip_delay_s": IP_DELAY_S, "notify": notes.got,
+                  "prometheus": {"rc": prom.returncode, "text": prom.stdout, "stderr": prom.stderr[-2000:]}}
         report["crash_loop"] = crash_loop(base, sim)
     with open(out_path, "w") as f:
         json.dump(report, f)

@@ -47,7 +47,7 @@ def test_exits_cleanly(crawl):
 def test_status_lists_both_shards_and_one_on_its_own(crawl):
     st = crawl["before"]
     assert st is not None, "status --json never showed two running shards"
-    assert [s["shard"] for s in st["shards"]] == [0, 1]
+    assert [s["shard"] for s in st["shards"]] == ["0", "1"]
     assert all(s["pid"] and s["state"] == "running" for s in st["shards"])
     assert st["pages"] == sum(s["pages"] for s in st["shards"]) or st["pages"] >= max(s["pages"] for s in st["shards"])
     one = crawl["one"]
@@ -201,3 +201,11 @@ def test_sd_notify_speaks_for_the_whole_family(crawl):
     # fed all along, through the restart of one shard (the family was never unhealthy)
     assert pings and max(b - a for a, b in zip(pings, pings[1:], strict=False)) < 5.0
     assert any(t < p < crawl["t_restarted"] for p in pings) or crawl["t_restarted"] - t < 2.0
+
+
+def test_prometheus_exposition_adds_up_and_labels_each_shard(crawl):
+    prom = crawl["prometheus"]
+    assert prom["rc"] == 0, prom["stderr"]
+    text = prom["text"]
+    assert 'crawlerd_queued_urls{shard="0"}' in text and 'crawlerd_queued_urls{shard="1"}' in text
+    assert "crawlerd_pages_total" in text
