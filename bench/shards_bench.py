@@ -152,21 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.inside_netns:
             print("shards_bench: not in a private network namespace after unshare; refusing to run", file=sys.stderr)
             return 2
-        return _reexec(argv)
+        return eb.reexec_in_netns(argv, os.path.abspath(__file__))
     bench(args)
     return 0
-
-
-def _reexec(argv: list[str]) -> int:
-    import shutil
-    import subprocess
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        print("shards_bench: needs root with unshare(1) and ip(8) for a private network namespace; "
-              "refusing to run outside one", file=sys.stderr)
-        return 2
-    cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-           sys.executable, os.path.abspath(__file__), *argv, "--inside-netns"]
-    return subprocess.call(cmd)
 
 
 if __name__ == "__main__":

@@ -87,11 +87,8 @@ class ControlServer:
             return {"ok": False, "error": f"unknown command {req['cmd']!r}; known: {', '.join(sorted(self.handlers))}"}
         try:
             reply = handler(req)
-        except (ValueError, KeyError) as e:
-            return {"ok": False, "error": str(e)}
-        except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
-            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
-            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+        except Exception as e:
+            return _error_reply(req["cmd"], e)
         if inspect.isawaitable(reply):
             return Pending(req["cmd"], reply)
         reply.setdefault("ok", True)
@@ -108,13 +105,19 @@ class Pending:
     async def result(self) -> dict:
         try:
             reply = await self.awaitable
-        except (ValueError, KeyError) as e:
-            return {"ok": False, "error": str(e)}
         except Exception as e:
-            log.error("control command failed cmd=%s error=%r", self.cmd, e)
-            return {"ok": False, "error": f"{self.cmd} failed: {type(e).__name__}: {e}"}
+            return _error_reply(self.cmd, e)
         reply.setdefault("ok", True)
         return reply
+
+
+def _error_reply(cmd: str, e: Exception) -> dict:
+    """A handler's failure as a reply: bad arguments say what; anything else (a store closing at
+    shutdown, a full disk) is logged and named, never a crash of the loop."""
+    if isinstance(e, (ValueError, KeyError)):
+        return {"ok": False, "error": str(e)}
+    log.error("control command failed cmd=%s error=%r", cmd, e)
+    return {"ok": False, "error": f"{cmd} failed: {type(e).__name__}: {e}"}
 
 
 async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:

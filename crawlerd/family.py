@@ -50,7 +50,7 @@ from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
 from crawlerd.store.recover import recover as recover_warc
-from crawlerd.supervisor import StartupError, read_seeds
+from crawlerd.supervisor import StartupError, read_seeds, reserve_last_run, write_last_run
 
 log = logging.getLogger("crawlerd.family")
 
@@ -125,6 +125,7 @@ class Family:
                 log.info("data dir: %s", line)
         except (layout.LayoutError, OSError) as e:
             raise StartupError(str(e)) from None
+        reserve_last_run(self.cfg.path("last-run.json"))
         for i in range(self.n):     # a shard's final stats of this run, not of an earlier one
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(layout.shard_dir(d, i), "last-run.json"))
@@ -481,19 +482,10 @@ class Family:
             except (OSError, ValueError):
                 views.append(None)
         for m in self.members:
-            if views[m.index] is None and m.last:
+            if not views[m.index] and m.last:     # none, or only the room its start set aside
                 views[m.index] = m.last         # killed before it wrote its own: its last answer
         self._final = self.status_view(views, kind="stats")
-        path = self.cfg.path("last-run.json")
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(self._final, f, indent=1, sort_keys=True, default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+        write_last_run(self.cfg.path("last-run.json"), self._final)
 
     def close(self) -> None:
         if self._slots is not None:

@@ -412,34 +412,8 @@ class Supervisor:
         }
 
     def _write_last_run(self) -> None:
-        """<data_dir>/last-run.json (a member's: shards/<i>/last-run.json): the final stats of this run
-        (temp name, fsync, rename).
-
-        On a full disk the rename way has no room: the file is then overwritten in place, in the
-        blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
-        path = self.last_run_path
-        data = json.dumps(self.stats(), indent=1, sort_keys=True, default=str).encode()
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        try:
-            with open(path, "r+b") as f:
-                size = os.fstat(f.fileno()).st_size
-                if len(data) > size:
-                    raise OSError(28, f"the {size} bytes set aside are too few")
-                f.write(data + b" " * (size - len(data)))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+        """<data_dir>/last-run.json (a member's: shards/<i>/last-run.json): see ``write_last_run``."""
+        write_last_run(self.last_run_path, self.stats())
 
     @property
     def last_run_path(self) -> str:
@@ -448,24 +422,7 @@ class Supervisor:
         return os.path.join(layout.shard_dir(self.cfg.crawl.data_dir, self.member), "last-run.json")
 
     def reserve_last_run(self) -> None:
-        """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see _write_last_run)."""
-        path = self.last_run_path
-        try:
-            with open(path, "rb") as f:
-                old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
-        except OSError:
-            old = b"{}"
-        if len(old) >= LAST_RUN_RESERVE_BYTES:
-            return
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            log.warning("cannot set aside room for %s: %s", path, e.strerror)
+        reserve_last_run(self.last_run_path)
 
     def close(self) -> None:
         if self.parts is not None:
@@ -476,6 +433,55 @@ class Supervisor:
                 os.close(self._lock_fd)
             self._lock_fd = None
         self.notifier.close()
+
+
+def write_last_run(path: str, stats: dict) -> None:
+    """The final stats of a run (temp name, fsync, rename).
+
+    On a full disk the rename way has no room: the file is then overwritten in place, in the
+    blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
+    data = json.dumps(stats, indent=1, sort_keys=True, default=str).encode()
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+    try:
+        with open(path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(data) > size:
+                raise OSError(28, f"the {size} bytes set aside are too few")
+            f.write(data + b" " * (size - len(data)))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        log.error("cannot write %s: %s", path, e.strerror)
+
+
+def reserve_last_run(path: str) -> None:
+    """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see write_last_run)."""
+    try:
+        with open(path, "rb") as f:
+            old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
+    except OSError:
+        old = b"{}"
+    if len(old) >= LAST_RUN_RESERVE_BYTES:
+        return
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("cannot set aside room for %s: %s", path, e.strerror)
 
 
 def _die_with_parent() -> None:
