@@ -101,6 +101,7 @@ class Family:
         self._slots = None
         self._final: dict = {}
         self._stats_cache: dict = {}        # the last aggregated stats, for the metrics endpoint
+        self._seeds_out = None              # `seed add`'s outbox (source N), its flusher on the loop
 
     # -- preparation ----------------------------------------------------------------------
     def prepare(self) -> int:
@@ -148,11 +149,14 @@ class Family:
                 continue
             owner = urlmod.shard_of_url(norm, self.n)
             by_owner.setdefault(owner, []).append((urlmod.fingerprint(norm), encode_aux(0, 0, 0, norm)))
-        outbox = outbox_for(self.cfg, self.n, range(self.n))
+        outbox = self._seeds_out
+        if outbox is None:              # before the loop (the seeds file): one outbox, one flush
+            outbox = outbox_for(self.cfg, self.n, range(self.n))
         for dest, records in by_owner.items():
             outbox.stage(dest, records)
         await outbox.flush()
-        await outbox.close()
+        if outbox is not self._seeds_out:
+            await outbox.close()
         return sum(len(r) for r in by_owner.values())
 
     def run(self) -> int:
@@ -187,6 +191,8 @@ class Family:
                 raise StartupError(f"metrics.listen = {self.cfg.metrics.listen!r}: cannot listen: "
                                    f"{e.strerror}") from None
             log.info("metrics endpoint url=%s", endpoint.url)
+        self._seeds_out = outbox_for(self.cfg, self.n, range(self.n))
+        self._seeds_out.start()             # concurrent `seed add`s share one flusher
         try:
             for m in self.members:
                 await self._spawn(m)
@@ -204,6 +210,7 @@ class Family:
                 timer.cancel()
             if ticker:
                 ticker.cancel()
+            await self._seeds_out.close()
             await self._drain()
             if endpoint is not None:
                 await endpoint.close()

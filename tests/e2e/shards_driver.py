@@ -112,6 +112,8 @@ def main() -> int:
                 before = st
                 break
         one = status(data_dir, "--shard", "1")
+        added = subprocess.run(crawlerd("seed", "add", "--data-dir", data_dir, *sim.seeds[:2]), capture_output=True,
+                               text=True, timeout=30)
         prom = subprocess.run(crawlerd("stats", "--prometheus", "--data-dir", data_dir), capture_output=True,
                               text=True, timeout=30)
         os.kill(proc.pid, signal.SIGHUP)
@@ -143,6 +145,7 @@ def main() -> int:
                   "spool": {i: sorted(os.listdir(os.path.join(data_dir, "handoff", str(i))))
                             for i in range(2) if os.path.isdir(os.path.join(data_dir, "handoff", str(i)))},
                   "ip_delay_s": IP_DELAY_S, "notify": notes.got,
+                  "seed_add": {"rc": added.returncode, "out": added.stdout, "err": added.stderr[-2000:]},
                   "prometheus": {"rc": prom.returncode, "text": prom.stdout, "stderr": prom.stderr[-2000:]}}
         report["crash_loop"] = crash_loop(base, sim)
     with open(out_path, "w") as f:

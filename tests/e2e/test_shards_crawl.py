@@ -209,3 +209,9 @@ def test_prometheus_exposition_adds_up_and_labels_each_shard(crawl):
     text = prom["text"]
     assert 'crawlerd_queued_urls{shard="0"}' in text and 'crawlerd_queued_urls{shard="1"}' in text
     assert "crawlerd_pages_total" in text
+
+
+def test_seed_add_hands_seeds_to_their_owners(crawl):
+    r = crawl["seed_add"]
+    assert r["rc"] == 0, r["err"]
+    assert "submitted 2 seeds" in r["out"]
