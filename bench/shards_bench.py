@@ -14,7 +14,10 @@ Per crawl: requests answered and pages (server ledger; a "page" excludes robots.
 which are most of the first minute's work with 20,000 new hosts), CPU per answered request
 by process kind (the family supervisor, the shard loops, the processing workers; from
 ``last-run.json``), hand-off batches, URLs and bytes per page (every shard's outbox), and the
-ledger's politeness verdict. The box is small and shared: absolute speed is noise, CPU per page
+ledger's politeness verdict. ``--equal-processes P`` gives every crawl P busy processes (loops
+plus workers): on a box with fewer cores than processes, CPU time per unit of work inflates with
+the number of processes contending (cold caches, context switches), and the workers' CPU per page
+(identical work in every crawl) shows how much. The box is small and shared: absolute speed is noise, CPU per page
 and ratios against the one-shard crawl of the same run are the result. The projection for a
 bigger machine uses the measured CPU per page of one shard loop (single-threaded: one core at
 most) and of the workers: a core budget ``C`` is best split as ``shards = C x loop / (loop +
@@ -49,8 +52,10 @@ def one(args, root: str, run: int, shards: int) -> dict:
         seeds = os.path.join(work, "seeds.txt")
         with open(seeds, "w") as f:
             f.write("\n".join(sim.seeds) + "\n")
-        r = eb.run_crawlerd(sim, seeds, args.seconds, work, [f"crawl.shards={shards}",
-                                                              f"crawl.max_pages={args.pages}", *(args.set or [])])
+        sets = [f"crawl.shards={shards}", f"crawl.max_pages={args.pages}", *(args.set or [])]
+        if args.equal_processes:        # as many busy processes in every crawl: workers make up the rest
+            sets.append(f"process.workers={args.equal_processes - shards}")
+        r = eb.run_crawlerd(sim, seeds, args.seconds, work, sets)
     with open(os.path.join(work, "crawlerd-data", "last-run.json")) as f:
         last = json.load(f)
     # per answered request (robots.txt and sitemaps included: 20,000 new hosts start with them)
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="repeat; the table shows medians")
     p.add_argument("--shards", default="1,2", help="shard counts to compare (the first is the baseline)")
     p.add_argument("--seed", type=int, default=1, help="simweb seed")
+    p.add_argument("--equal-processes", type=int, default=0, metavar="P",
+                   help="give every crawl P busy processes (shard loops + workers), so that a small box is "
+                        "as oversubscribed with one shard as with several (0: workers by default)")
     p.add_argument("--project-cores", type=int, default=32, help="cores of the projected machine")
     p.add_argument("-s", "--set", action="append", metavar="SECTION.KEY=VALUE", help="extra crawlerd override")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON")

@@ -276,6 +276,8 @@ class Supervisor:
             if wd and now - last_wd >= wd:
                 self.notifier.watchdog()
                 last_wd = now
+            if not self.notifier.enabled and self.on_tick is None:
+                continue                # a family's member: the family asks for status itself
             try:
                 s = self.status()
                 state = f"{s['state']}; " if s["state"] != "running" else ""

@@ -52,7 +52,7 @@ COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event 
 DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
 DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
-INBOX_POLL_S = 0.05             # batches other shards handed to this one are looked for this often
+INBOX_POLL_S = 0.1              # batches other shards handed to this one are looked for this often
 
 
 class Shard:
