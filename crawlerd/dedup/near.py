@@ -26,7 +26,7 @@ Persistence under ``directory`` (``data_dir/dedup``):
     before it returns; fsynced by ``save``), so ``kill -9`` loses no doc.
 ``near-simhash-<next id>.idx``
     The :class:`SimhashIndex` as of ``save``; the number is the first doc id
-    *not* in it. Written to a temp name, fsynced, renamed (DESIGN §4); older
+    *not* in it. Written to a temp name, fsynced, renamed (ARCHITECTURE.md "On disk"); older
     files are removed afterwards. On open the newest readable file is loaded
     and the LMDB docs from its number on are replayed into the index, so the
     index is whole again after a crash.

@@ -10,7 +10,7 @@ STAR (Spam Tracking and Avoidance through Reputation)
 BEAST (Budget Enforcement with Anti-Spam Tactics)
     A domain may admit ``budget = min(max_budget, base_budget + per_inlink x in-degree)`` URLs per
     cycle. ``Budgets.admit`` charges a new URL to its domain while under budget; over budget the
-    caller hands it to ``Budgets.defer``, which keeps it in LMDB instead of dropping it (DESIGN §1.3).
+    caller hands it to ``Budgets.defer``, which keeps it in LMDB instead of dropping it (ARCHITECTURE.md invariant 3).
     Deferred URLs come back through ``Budgets.readmit`` when their domain's budget grows (checked
     whenever its in-degree rises) or in a later cycle (``Budgets.new_cycle`` restarts every spent
     count at 0), oldest first per domain. While a domain has deferred URLs its new URLs queue behind

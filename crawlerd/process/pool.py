@@ -142,6 +142,7 @@ class WorkerPool:
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
         self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
         self.waiting = 0                              # process() calls waiting for one of those slots
+        self.answered = 0                             # process() calls answered so far
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -238,6 +239,7 @@ class WorkerPool:
                 return await job.future
             finally:
                 del self._jobs[job.job_id]
+                self.answered += 1
         finally:
             self._slots.release()
 

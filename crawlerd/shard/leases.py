@@ -68,6 +68,45 @@ class LeaseTable:
         return len(self._by_id)
 
 
+class LeaseWindow:
+    """How many leases may be out at once: enough to keep the processing workers busy, no more.
+
+    Little's law: feeding the pool at its rate ``R`` (answers per second, the best second of
+    about the last minute) when a fetch takes ``L`` seconds (moving average) needs ``R x L``
+    fetches in flight. Beyond that, fetched responses only queue unarchived: RAM, and work a
+    kill -9 makes the crawl redo (a run starting with thousands of hosts due at once would
+    lease ``fetch.max_in_flight`` in one step). Size: ``2 x R x L`` plus ``floor`` (twice the
+    workers' slots), at most ``ceiling`` (``fetch.max_in_flight``).
+    """
+
+    def __init__(self, floor: int, ceiling: int):
+        self.floor = floor
+        self.ceiling = ceiling
+        self.fetch_s = 0.0              # moving average of transfer times, seconds
+        self.rate = 0.0                 # best answers-per-second lately
+        self._last_t: float | None = None
+        self._last_answered = 0
+
+    def fetched(self, elapsed_s: float) -> None:
+        self.fetch_s += 0.05 * (max(elapsed_s, 0.0) - self.fetch_s)
+
+    def tick(self, now: float, answered: int) -> None:
+        """Once a second or so: the pool's answers so far."""
+        if self._last_t is None:
+            self._last_t, self._last_answered = now, answered
+            return
+        dt = now - self._last_t
+        if dt < 1.0:
+            return
+        rate = (answered - self._last_answered) / dt
+        self._last_t, self._last_answered = now, answered
+        self.rate = rate if rate > self.rate else self.rate * 0.98 ** dt
+
+    @property
+    def size(self) -> int:
+        return min(self.ceiling, self.floor + int(2.0 * self.rate * self.fetch_s))
+
+
 class LeaseRunner:
     """DNS for hosts that need it; one task per lease: check, fetch, hand over, complete."""
 
@@ -75,7 +114,7 @@ class LeaseRunner:
                  fetch: Callable[[FetchRequest], Awaitable[FetchResult]], robots: RobotsCache,
                  recrawl: Recrawl, host_files: HostFiles, answers: Answers, events: FetchEvents,
                  metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float],
-                 storage_failed: Callable[[str, str], None]):
+                 storage_failed: Callable[[str, str], None], window: LeaseWindow | None = None):
         self.frontier = frontier
         self.table = table
         self.tasks = tasks
@@ -90,6 +129,7 @@ class LeaseRunner:
         self.clock = clock
         self.wall = wall
         self.storage_failed = storage_failed
+        self.window = window
         self._dns_pending: set[str] = set()
 
     # -- DNS ------------------------------------------------------------------------
@@ -182,6 +222,8 @@ class LeaseRunner:
             self.frontier.set_host_ip(host_key, None, outcome=Outcome.BLOCKED_ADDRESS)
             return
         res = await self.fetch(req)
+        if self.window is not None:
+            self.window.fetched(res.elapsed_s)
         if res.outcome is Outcome.ABORTED:
             # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)

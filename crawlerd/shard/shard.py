@@ -37,7 +37,7 @@ from crawlerd.shard.answers import Answers, on_worker_death
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles
 from crawlerd.shard.intake import Intake
-from crawlerd.shard.leases import LeaseRunner, LeaseTable
+from crawlerd.shard.leases import LeaseRunner, LeaseTable, LeaseWindow
 from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageHealth, free_bytes
@@ -144,6 +144,7 @@ class Shard:
         self.tasks = Tasks(self._wake.set, store_errors=STORE_ERRORS,
                            on_store_error=lambda e: self.storage.fatal(e, "a lease"))
         self.leases = LeaseTable()
+        self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
                              graph=self.graph, wall=wall, shard=index, shards=shards, outbox=outbox)
@@ -226,7 +227,7 @@ class Shard:
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
                                   metrics=self.metrics, clock=self.clock, wall=self.wall,
-                                  storage_failed=self.storage.failed)
+                                  storage_failed=self.storage.failed, window=self.window)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -265,7 +266,8 @@ class Shard:
         self.pool.raise_if_failed()
         self.storage.step(now)
         runner.resolve_hosts()
-        free = self.cfg.fetch.max_in_flight - len(self.leases)
+        self.window.tick(now, self.pool.answered)
+        free = self.window.size - len(self.leases)
         # fencing: no request starts unless this process still owns the shard
         halted = self.paused or self.storage.paused or not (self.ownership is None or self.ownership.held(now))
         # processing behind: more fetches would only wait, unarchived, for a worker
@@ -296,8 +298,7 @@ class Shard:
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or self.storage.paused or self.pool.behind or \
-                len(self.leases) >= self.cfg.fetch.max_in_flight:
+        if self.paused or self.storage.paused or self.pool.behind or len(self.leases) >= self.window.size:
             nd = None                 # nothing can be leased now: wait for a finished task or a tick
         tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
         timeout = tick if nd is None else min(tick, max(0.0, nd - now))

@@ -114,6 +114,7 @@ def main() -> int:
         report["full_before"] = st
         t_fill = time.monotonic()
         fill(filler, MIN_FREE // 2)
+        report["fill_done_wall"] = time.time()
         paused, t_paused = wait_for(data_dir, lambda s: s["state"].startswith("paused (disk full"))
         report["full_paused"], report["full_pause_s"] = paused, t_paused
         time.sleep(4.0)

@@ -11,7 +11,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("fuzz", max_examples=300, deadline=None,
+settings.register_profile("fuzz", max_examples=120, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("fuzz-long", max_examples=5_000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
