@@ -13,7 +13,7 @@ from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier import journal
 from crawlerd.frontier.blocklist import Blocklist
-from crawlerd.frontier.hosts import HostRecord, HostTable, wall_record
+from crawlerd.frontier.hosts import HostRecord, HostTable, wall_of, wall_record
 from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
     KIND_ROBOTS,
@@ -166,7 +166,7 @@ class Frontier:
         self._book.recovered = self._recover(now, replay, crashed, last)
         self._commit()
         self._journal = journal.InflightJournal(
-            path, self._session, {ip: t - self._ips.delay_s + self._off for ip, t in self._ip_floor.items()})
+            path, self._session, {ip: wall_of(t - self._ips.delay_s, self._off) for ip, t in self._ip_floor.items()})
 
     # == recovery ===========================================================
     def _recover(self, now: float, replay: journal.Replay, crashed: bool, last_wall: float) -> int:
@@ -236,7 +236,7 @@ class Frontier:
         if not replay.usable:
             return
         st, txn, off = self._store, self._store.txn(), self._off
-        now_wall = now + off
+        now_wall = wall_of(now, off)
         for hk in replay.ended.keys() | replay.inflight.keys():
             kb = hk.encode("utf-8", "surrogateescape")
             raw = txn.get(kb, db=st.hosts)
@@ -247,13 +247,14 @@ class Frontier:
             t0 = replay.inflight.get(hk)
             if t0 is not None:
                 end = max(t0, min(now_wall, t0 + self._lease_timeout_s))
-                due = max(due, end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote))
+                # one step up: the sum rounded on the wall-clock grid must not end the gap early
+                due = max(due, math.nextafter(end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote), math.inf))
             if due > rec.due:
                 rec.due = due
                 txn.put(kb, rec.encode(), db=st.hosts)
         if self._ips.delay_s > 0:
             for ip, end in replay.ip_end.items():
-                floor = min(end, now_wall) + self._ips.delay_s - off
+                floor = (min(end, now_wall) - off) + self._ips.delay_s    # wall minus off is exact (Sterbenz)
                 if floor > now:
                     self._ip_floor[ip] = floor
 
@@ -649,7 +650,7 @@ class Frontier:
         if lease.kind == KIND_URL and self._finish_url(o, outcome, status, requeue):
             done_key = o.key
         # until the next commit the journal holds this due and, for a completed URL, that it is done
-        self._journal.ended(lease.lease_id, now + self._off, H.due[s] + self._off, done_key)
+        self._journal.ended(lease.lease_id, wall_of(now, self._off), wall_of(H.due[s], self._off), done_key)
         self._dirty.add(s)
         if H.state[s] == hs.ROBOTS:
             H.state[s] = hs.BUSY
@@ -901,7 +902,7 @@ class Frontier:
         ips, now = self._ips, self._clock()
         ip_end = {}
         if ips.delay_s > 0:
-            ip_end = {name: ips.due[i] - ips.delay_s + off for i, name in enumerate(ips.names)
+            ip_end = {name: wall_of(ips.due[i] - ips.delay_s, off) for i, name in enumerate(ips.names)
                       if name is not None and ips.due[i] > now}
         self._journal.rewrite(out, ip_end)
 
