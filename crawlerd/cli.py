@@ -150,13 +150,51 @@ def cmd_stats(args) -> int:
             if fr:
                 print("frontier:       " + ", ".join(f"{k} {v}" for k, v in sorted(fr.items())
                                                       if not isinstance(v, dict)))
+            _print_budgets(s.get("budgets") or {})
             print("top hosts:      " + ", ".join(f"{h} {n}" for h, n in s["top_hosts"][:10]))
+            _print_dust(s.get("dust") or {})
             for e in s.get("recent_errors", []):
                 print("recent error:   " + e)
         if not args.watch:
             return EXIT_OK
         time.sleep(args.interval)
         print()
+
+
+def _print_dust(du: dict) -> None:
+    """The DUST rules part of `crawlerd stats`: totals, then the top rules of the top hosts."""
+    if not du.get("enabled"):
+        return
+    print(f"dust rules:     {du.get('rules_trusted', 0)} trusted on {du.get('hosts_with_rules', 0)} hosts; "
+          f"learned {du.get('rules_learned_total', 0)}, retired {du.get('rules_retired_total', 0)}, "
+          f"sample mismatches {du.get('sample_mismatches_total', 0)}, skipped {du.get('skipped_total', 0)} "
+          f"(this run: deferred {du.get('deferred', 0)}, probes {du.get('probes', 0)}, "
+          f"samples {du.get('samples', 0)})")
+    for h in du.get("top", []):
+        print(f"  {h['host']}")
+        for r in h["rules"]:
+            print(f"    {r['rule']:<32} {r['state']:<9} confirmations {r['confirmations']:<4} "
+                  f"skips {r['skips']:<6} samples {r['samples']:<4} sample mismatches {r['sample_mismatches']}")
+def _print_budgets(bu: dict) -> None:
+    """The STAR/BEAST lines of ``crawlerd stats``: the reader, the graph, the top domains."""
+    if not bu:
+        return
+    print(f"budgets:        reader on BEAST queue {bu['reader_queue']} ({bu['wraps']} wrap-arounds), "
+          f"{bu['deferred_now']} URLs deferred in {bu['domains_waiting']} domains; admitted {bu['admitted']}, "
+          f"deferred {bu['deferred']}, readmitted {bu['readmitted']}, refunded {bu['refunded']}; "
+          f"budget = min({bu['max_budget']}, {bu['base_budget']} + {bu['per_inlink']} x in-degree) per queue")
+    g = bu.get("graph") or {}
+    if g:
+        print(f"domain graph:   {g['edges_unique']} domain edges, {g['vouches']} counted ({g['mode']}), "
+              f"{g['votes_waiting']} waiting for a voucher; {g['pending']} unmerged, oldest "
+              f"{g['oldest_waiting_s']} s; in-degree lag {g['lag_last_s']} s (max {g['lag_max_s']} s)")
+    tops = bu.get("top_domains") or []
+    if tops:
+        print(f"  {'domain':<40} {'in-degree':>9} {'budget':>8} {'spent':>7} {'deferred':>9} {'queue':>8}")
+        for t in tops[:15]:
+            queue = "-" if t["queue"] is None else str(t["queue"])
+            print(f"  {t['domain'][:40]:<40} {t['indegree']:>9} {t['budget']:>8} {t['spent']:>7} "
+                  f"{t['deferred']:>9} {queue:>8}")
 
 
 def cmd_top(args) -> int:
@@ -250,6 +288,24 @@ def cmd_url_normalize(args) -> int:
         else:
             print(n)
     return rc
+
+
+def cmd_url_why(args) -> int:
+    for u in args.urls:
+        r = _ask(args, "url_why", url=u)
+        if args.json:
+            _print_json(r)
+            continue
+        print(f"{r['url']}: {r['verdict']}")
+        fr, bu = r["frontier"], r["budgets"]
+        print(f"  seen-set: {'seen' if r['seen']['in_seen_set'] else 'not in the merged set'} "
+              f"({r['seen']['waiting_for_merge']} URLs wait for its next merge)")
+        print(f"  frontier: host {fr['host_state']}" + (f", due in {fr['due_in_s']} s" if "due_in_s" in fr else "")
+              + (f", levels queued {fr['levels_queued']}" if fr.get("levels_queued") else ""))
+        if bu:
+            print(f"  budget:   {bu['domain']} in-degree {bu['indegree']}, budget {bu['budget']} per queue, "
+                  f"spent {bu['spent']}, {bu['deferred']} deferred, reader on queue {bu['reader']}")
+    return EXIT_OK
 
 
 def cmd_warc_verify(args) -> int:
@@ -405,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=fmt)
     un.add_argument("urls", nargs="+", metavar="URL")
     un.set_defaults(func=cmd_url_normalize)
+    uw = u_sub.add_parser("why", help="ask the running daemon why a URL is not fetched yet (seen? queued where? "
+                          "deferred by its budget? dropped? leased?)", parents=[common], formatter_class=fmt)
+    uw.add_argument("urls", nargs="+", metavar="URL")
+    uw.add_argument("--json", action="store_true", help="machine-readable output")
+    uw.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    uw.set_defaults(func=cmd_url_why)
 
     w = sub.add_parser("warc", help="WARC tools", formatter_class=fmt)
     w_sub = w.add_subparsers(dest="warc_verb", metavar="ACTION", required=True)

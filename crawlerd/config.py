@@ -141,7 +141,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            max=30 * DAY),
     ]),
     "frontier": ("Frontier queues and leases.", [
-        _k("priority_levels", int, 4, "Front-queue priority levels (0 is highest).", min=1, max=16),
+        _k("priority_levels", int, 4,
+           "Front-queue priority levels (0 is highest). One more level holds suspected duplicates "
+           "(dust.defer_suspects): a host serves it only when nothing else of it is queued.", min=1, max=15),
         _k("lease_timeout_s", float, 300.0, "A leased URL not completed by then returns to its queue, seconds.",
            min=1.0, max=DAY),
         _k("max_attempts", int, 3, "Attempts before a URL goes to the dead-letter table.", min=1, max=100),
@@ -172,26 +174,53 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for recrawl state (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
     ]),
-    "budgets": ("Per-domain budgets against spam and traps (IRLbot §5: STAR reputation, BEAST deferral).", [
+    "budgets": ("Per-domain budgets against spam and traps (IRLbot §7: STAR reputation, BEAST queues). A "
+                "registered domain may pass budget = min(max_budget, base_budget + per_inlink x in-degree) new URLs "
+                "to the frontier per BEAST queue; the rest wait, in order, for later queues (never dropped). A URL "
+                "is charged when it passes to the frontier and refunded if the frontier then drops it unfetched "
+                "(blocked host, DNS failure) while the reader is on the same queue. Seed URLs are never charged.", [
         _k("enabled", bool, True,
-           "Limit URLs admitted per registered domain to its budget; the rest are deferred, not dropped."),
-        _k("base_budget", int, 10000, "URLs a registered domain may queue with no in-links from other domains.",
-           min=1, max=1 << 40),
-        _k("per_inlink", int, 100, "Budget added per unique other registered domain linking to it (STAR).",
-           min=0, max=1 << 40),
-        _k("max_budget", int, 10_000_000, "Largest budget of one registered domain.", min=1, max=1 << 40),
-        _k("cycle_s", float, 0.0, "Start a new budget cycle (spent counts reset) this often, seconds (0: never).",
-           min=0.0, max=10 * YEAR),
-        _k("readmit_batch", int, 1000, "Deferred URLs moved back to the frontier per second at most.", min=1,
-           max=10_000_000),
-        _k("cache_entries", int, 65536, "Domains whose budget state is cached in RAM (LRU).", min=16, max=1 << 30),
+           "Budget new URLs per registered domain; URLs over budget are deferred, not dropped."),
+        _k("base_budget", int, 2,
+           "URLs a registered domain with no in-links may pass per BEAST queue (IRLbot: a small base).", min=1,
+           max=1 << 40),
+        _k("per_inlink", int, 2, "Budget added per unit of in-degree (linear growth, STAR).", min=0, max=1 << 40),
+        _k("max_budget", int, 100_000, "Largest budget of one registered domain per BEAST queue.", min=1,
+           max=1 << 40),
+        _k("indegree", str, "vouched",
+           "How in-degree is counted. \"all\": distinct other registered domains linking to it (IRLbot). "
+           "\"vouched\": only links whose source domain may vouch for them: seed domains vouch for every "
+           "domain they link to, any other domain for at most vouch_ratio x its own in-degree of them "
+           "(reputation flows from the seeds, so a farm of domains linking to each other earns little).",
+           choices=("vouched", "all")),
+        _k("vouch_ratio", float, 0.5, "See indegree: vouches a domain may give per unit of its own in-degree.",
+           min=0.01, max=1.0),
+        _k("queues", int, 8,
+           "BEAST queues in the first window; every wrap-around of the reader doubles the next window, and "
+           "a domain still over budget then passes half as often.", min=1, max=1 << 30),
+        _k("max_spread", int, 1024,
+           "Most queues between two passes of one domain over budget (a power of two).", min=1, max=1 << 30),
+        _k("min_ready_hosts", int, 0,
+           "While fetch slots are free, the reader moves to the next BEAST queue as soon as fewer hosts "
+           "than this are ready to be leased, or no host is due within 0.5 s (work-conserving: the fetcher "
+           "never idles while deferred URLs exist). 0: the number of free fetch slots.", min=0, max=1 << 30),
+        _k("readmit_batch", int, 1000,
+           "Deferred URLs passed to the frontier per readmission step at most (every 0.1 s while it runs "
+           "short, else every second).", min=1, max=10_000_000),
+        _k("cache_entries", int, 65536, "Domains whose budget and in-degree records are cached in RAM (LRU).",
+           min=16, max=1 << 30),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
-        _k("edge_merge_bytes", int, 256 * MiB, "Domain-edge DRUM: merge once its bucket files hold this much.",
-           min=64 * KiB, max=1 << 40),
-        _k("edge_max_age_s", float, 60.0, "Domain-edge DRUM: merge when the oldest pending edge is this old, s.",
+        _k("edge_max_age_s", float, 5.0,
+           "Domain-edge DRUM: merge once the oldest unmerged edge is this old, seconds (in-degree lag).",
            min=0.0, max=DAY),
-        _k("edge_cache_entries", int, 1 << 20, "Domain-edge DRUM: recently seen edges kept in RAM.", min=0, max=1 << 30),
+        _k("edge_max_pending", int, 200_000, "Domain-edge DRUM: merge once this many edges wait.", min=1,
+           max=1 << 40),
+        _k("edge_merge_bytes", int, 64 * MiB,
+           "Domain-edge DRUM: merge once its bucket files hold this much (merges never run more often than "
+           "every ten merge durations).", min=64 * KiB, max=1 << 40),
+        _k("edge_cache_entries", int, 1 << 18, "Domain-edge DRUM: recently seen edges kept in RAM.", min=0,
+           max=1 << 30),
     ]),
     "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
         _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
@@ -259,6 +288,35 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=0, max=3),
         _k("near_dup_demote_ratio", float, 0.5,
            "A host whose recent pages are at least this share near-duplicates drops in priority.", min=0.0, max=1.0),
+    ]),
+    "dust": ("Per-host URL rewrite rules learned from archived pages (Bar-Yossef et al., WWW 2007; "
+             "Dasgupta et al., KDD 2008): duplicate URL variants are not fetched.", [
+        _k("enabled", bool, True,
+           "Learn rules from archived pages; skip a new URL that a trusted rule maps onto archived "
+           "content; queue declared rel=canonical URLs."),
+        _k("confirmations", int, 3,
+           "A rule is trusted after this many independent confirmations on its host (distinct "
+           "pages, one of them the rewrite target itself) and no counter-example.", min=1, max=16),
+        _k("sample_share", float, 0.02,
+           "Share of the URLs a trusted rule would skip that are fetched anyway to re-validate it; "
+           "one contradiction retires the rule and re-queues its logged skips.", min=0.0, max=1.0),
+        _k("defer_suspects", bool, True,
+           "A URL that equals an admitted URL but for parameters not known to change content (or "
+           "its first directory) waits in its host's deferred level until the host has nothing else."),
+        _k("probe_share", float, 0.005,
+           "Suspects fetched at once to gather evidence, as a share of pages archived (a probe "
+           "that finds new content is not counted).", min=0.0, max=1.0),
+        _k("evidence_per_host", int, 24, "Archived pages per host kept as evidence (the most recent).",
+           min=2, max=256),
+        _k("max_bytes", int, 256 * MiB,
+           "Disk for rules, evidence, the archived set and the skip log (least recently used hosts "
+           "and oldest captures go first), bytes.", min=1 * MiB, max=1 << 40),
+        _k("max_host_bytes", int, 16 * KiB, "Largest rules + evidence record of one host, bytes.",
+           min=2 * KiB, max=1 * MiB),
+        _k("class_entries", int, 1 << 21,
+           "Recently admitted URL skeletons kept in RAM to recognise suspects (8 bytes each).", min=1024,
+           max=1 << 32),
+        _k("cache_hosts", int, 2048, "Host records kept decoded in RAM.", min=16, max=1 << 20),
     ]),
     "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
         _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1, max=4096),
@@ -585,6 +643,8 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
     if b["max_budget"] < b["base_budget"]:
         raise ConfigError(f"{source}: budgets.max_budget = {b['max_budget']!r}: expected a value >= "
                           f"budgets.base_budget ({b['base_budget']!r})")
+    if b["max_spread"] & (b["max_spread"] - 1):
+        raise ConfigError(f"{source}: budgets.max_spread = {b['max_spread']!r}: expected a power of two")
     r = values["recrawl"]
     if not r["min_interval_s"] <= r["initial_interval_s"] <= r["max_interval_s"]:
         raise ConfigError(f"{source}: recrawl.initial_interval_s = {r['initial_interval_s']!r}: expected "

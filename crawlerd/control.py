@@ -65,9 +65,7 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), timeout=10)
-            reply = self.dispatch(line)
-            if isinstance(reply, Pending):
-                reply = await reply.result()
+            reply = await self.dispatch_async(line)
             writer.write(json.dumps(reply, default=str).encode() + b"\n")
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
@@ -76,48 +74,61 @@ class ControlServer:
             writer.close()
 
     def dispatch(self, line: bytes) -> dict:
+        """Answer one request whose handler is synchronous (an asynchronous one is refused here)."""
+        req, reply = self._parse(line)
+        if reply is None:
+            reply = self._call(req, lambda: self.handlers[req["cmd"]](req))
+            if inspect.isawaitable(reply):
+                reply.close()
+                return {"ok": False, "error": f"{req['cmd']} needs the event loop"}
+        return reply
+
+    async def dispatch_async(self, line: bytes) -> dict:
+        """Answer one request; a handler may return an awaitable (it runs on the loop, e.g. asks a thread)."""
+        req, reply = self._parse(line)
+        if reply is not None:
+            return reply
+        reply = self._call(req, lambda: self.handlers[req["cmd"]](req))
+        if inspect.isawaitable(reply):
+            coro = reply
+            reply = await self._acall(req, coro)
+        return reply
+
+    def _parse(self, line: bytes) -> tuple[dict, dict | None]:
         try:
             req = json.loads(line)
             if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
                 raise ValueError("expected a JSON object with a string 'cmd'")
         except ValueError as e:
-            return {"ok": False, "error": f"bad request: {e}"}
-        handler = self.handlers.get(req["cmd"])
-        if handler is None:
-            return {"ok": False, "error": f"unknown command {req['cmd']!r}; known: {', '.join(sorted(self.handlers))}"}
-        try:
-            reply = handler(req)
-        except Exception as e:
-            return _error_reply(req["cmd"], e)
-        if inspect.isawaitable(reply):
-            return Pending(req["cmd"], reply)
+            return {}, {"ok": False, "error": f"bad request: {e}"}
+        if req["cmd"] not in self.handlers:
+            return req, {"ok": False,
+                         "error": f"unknown command {req['cmd']!r}; known: {', '.join(sorted(self.handlers))}"}
+        return req, None
+
+    @staticmethod
+    def _done(reply: dict) -> dict:
         reply.setdefault("ok", True)
         return reply
 
-
-class Pending:
-    """The reply of a handler that must wait (it asks other processes): awaited by the server."""
-
-    def __init__(self, cmd: str, awaitable):
-        self.cmd = cmd
-        self.awaitable = awaitable
-
-    async def result(self) -> dict:
+    def _call(self, req: dict, fn):
         try:
-            reply = await self.awaitable
+            reply = fn()
+        except (ValueError, KeyError) as e:
+            return {"ok": False, "error": str(e)}
+        except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
+            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
+            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+        return reply if inspect.isawaitable(reply) else self._done(reply)
+
+    async def _acall(self, req: dict, coro) -> dict:
+        try:
+            return self._done(await coro)
+        except (ValueError, KeyError) as e:
+            return {"ok": False, "error": str(e)}
         except Exception as e:
-            return _error_reply(self.cmd, e)
-        reply.setdefault("ok", True)
-        return reply
-
-
-def _error_reply(cmd: str, e: Exception) -> dict:
-    """A handler's failure as a reply: bad arguments say what; anything else (a store closing at
-    shutdown, a full disk) is logged and named, never a crash of the loop."""
-    if isinstance(e, (ValueError, KeyError)):
-        return {"ok": False, "error": str(e)}
-    log.error("control command failed cmd=%s error=%r", cmd, e)
-    return {"ok": False, "error": f"{cmd} failed: {type(e).__name__}: {e}"}
+            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
+            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
 
 
 async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:

@@ -424,11 +424,11 @@ class Family:
         return self.members[i]
 
     def _handlers(self) -> dict:
-        async def forward(cmd: str, m: Member) -> dict:
+        async def forward(cmd: str, m: Member, **args) -> dict:
             if m.proc is None:
                 raise ValueError(f"shard {m.index} is not running (restarts {m.restarts})")
             r = await control.ask(layout.shard_socket(self.cfg.crawl.data_dir, m.index), cmd,
-                                  timeout_s=ASK_TIMEOUT_S)
+                                  timeout_s=ASK_TIMEOUT_S, **args)
             if not r.get("ok"):
                 raise ValueError(r.get("error", f"shard {m.index}: {cmd} failed"))
             return r
@@ -458,6 +458,17 @@ class Family:
             n = await self.hand_seeds(urls)
             return {"submitted": n, "invalid": len(urls) - n}
 
+        async def url_why(req):
+            raw = req.get("url")
+            if not isinstance(raw, str) or not raw:
+                raise ValueError("url_why needs 'url': a URL")
+            url = urlmod.normalize(raw)
+            if url is None:
+                raise ValueError(f"not a valid http(s) URL: {raw!r}")
+            m = self._one(req)
+            m = self.members[urlmod.shard_of_url(url, self.n)] if m is None else m    # the URL's owner
+            return dict(await forward("url_why", m, url=raw), shard=m.index)
+
         def each(cmd: str, reply: dict):
             async def run(req):
                 answers = await self._broadcast(cmd, **({"pattern": req["pattern"]} if "pattern" in req else {}))
@@ -475,7 +486,7 @@ class Family:
                 "pause": each("pause", {"state": "paused"}), "resume": each("resume", {"state": "running"}),
                 "checkpoint": each("checkpoint", {"checkpointed": True}), "stop": stop,
                 "block_add": each("block_add", {}), "block_remove": each("block_remove", {}),
-                "block_list": each("block_list", {})}
+                "block_list": each("block_list", {}), "url_why": url_why}
 
     # -- the end ------------------------------------------------------------------------------------
     def _write_last_run(self) -> None:

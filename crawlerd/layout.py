@@ -3,7 +3,7 @@
 ::
 
     crawl.json          {"shards": N, "layout": 1}: N is fixed for the life of a crawl
-    shards/<i>/         shard i's own state: frontier/ drum/ recrawl/ budgets/ dedup/ robots/
+    shards/<i>/         shard i's own state: frontier/ drum/ recrawl/ budgets/ dedup/ dust/ robots/
                         dns-cache.jsonl blocklist-config.json, control.sock and dedup.sock (a shard process's)
     handoff/<i>/        batches of URLs other shards (and ``seed add``) handed to shard i
     ipslots             the per-IP slot table the shard processes share (rebuilt at each start)
@@ -26,7 +26,7 @@ import os
 CRAWL_FILE = "crawl.json"
 LAYOUT_VERSION = 1
 # a shard's own state, by name under its directory (the flat layout had them under the data dir)
-SHARD_PARTS = ("frontier", "drum", "recrawl", "budgets", "dedup", "robots", "dns-cache.jsonl",
+SHARD_PARTS = ("frontier", "drum", "recrawl", "budgets", "dedup", "dust", "robots", "dns-cache.jsonl",
                "blocklist-config.json")
 
 

@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     URL_TOO_LONG = "url_too_long"
     BAD_URL = "bad_url"
     TOO_MANY_REDIRECTS = "too_many_redirects"
+    DUST_SKIPPED = "dust_skipped"          # a trusted DUST rule maps it onto content already archived
     DEAD_LETTER = "dead_letter"            # gave up after max attempts
     ABORTED = "aborted"                    # abandoned at shutdown (URL stays queued)
     # DNS

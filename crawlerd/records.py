@@ -87,4 +87,5 @@ class ProcessResult:
     duplicate_of: str = ""               # exact duplicate: URL that first had this payload digest
     near_duplicate_of: str = ""          # simhash within distance: a URL that had a near-identical text
     error: str = ""
+    canonical: str = ""                  # declared rel=canonical (HTML link or Link header), normalised
     storage_error: str = ""              # "<kind>: <dir>" when the WARC could not be written: not archived

@@ -47,7 +47,7 @@ from crawlerd.metrics_server import MetricsServer
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
-from crawlerd.shard import Shard, data_dir_problem, free_space_problem
+from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
 from crawlerd.shard.member import MemberError, MemberParts, open_member
 from crawlerd.store.recover import recover as recover_warc
 
@@ -58,7 +58,8 @@ LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
-                                         Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED))
+                                         Outcome.ROBOTS_UNAVAILABLE, Outcome.BLOCKED, Outcome.ABORTED,
+                                         Outcome.DUST_SKIPPED))
 
 
 # per-shard fields in `status` (`stats` has each shard's whole dict)
@@ -215,6 +216,8 @@ class Supervisor:
         except (control.ControlError, OSError) as e:
             self.shard.frontier.close()
             await self.shard.seen.close()
+            if self.shard.budgets is not None:
+                await self.shard.budgets.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
                                f"cannot listen on control socket {self.control_path}: {e.strerror}") from None
         endpoint = None
@@ -363,7 +366,8 @@ class Supervisor:
                 "worker_restarts": sh.get("worker_restarts", 0),
                 "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
-                "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views}
+                "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
+                "dust": sh.get("dust", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):
@@ -396,6 +400,12 @@ class Supervisor:
             self.request_stop("control")
             return {"state": "stopping"}
 
+        def url_why(req):
+            url = req.get("url")
+            if not isinstance(url, str) or not url:
+                raise ValueError("url_why needs 'url': a URL")
+            return whynot.explain(self.shard, url)       # awaited by the control server
+
         def block_add(req):
             self.shard.frontier.block(block(req))
             return {"blocked": self.shard.frontier.blocked()}
@@ -411,6 +421,7 @@ class Supervisor:
             "seed_add": seed_add, "pause": pause, "resume": resume, "checkpoint": checkpoint, "stop": stop,
             "block_add": block_add, "block_remove": block_remove,
             "block_list": lambda _: {"blocked": self.shard.frontier.blocked()},
+            "url_why": url_why,
         }
 
     def _write_last_run(self) -> None:

@@ -528,7 +528,11 @@ class UrlFilter:
             self.drops[reason] += 1
         return reason
 
-    def _reason(self, url: str) -> str | None:
+    def peek(self, url: str) -> str | None:
+        """The reason ``check`` would drop ``url`` now, without counting it or remembering its values."""
+        return self._reason(url, record=False)
+
+    def _reason(self, url: str, record: bool = True) -> str | None:
         if len(url) > self.max_url_length:
             return URL_TOO_LONG
         key = host_key(url)
@@ -543,10 +547,16 @@ class UrlFilter:
         params = [p.partition("=") for p in query.split("&") if p]
         if len(params) > self.max_query_params:
             return TOO_MANY_PARAMS
-        return self._count_values(key, path, params)
+        return self._count_values(key, path, params, record)
 
-    def _count_values(self, key: str, path: str, params: list[tuple[str, str, str]]) -> str | None:
+    def _count_values(self, key: str, path: str, params: list[tuple[str, str, str]], record: bool) -> str | None:
         state = self._hosts.get(key)
+        if not record:
+            for name, _, value in params if state is not None else ():
+                seen = state.patterns.get((path, name))
+                if seen is not None and hash(value) not in seen and len(seen) >= self.max_param_values:
+                    return PARAM_VALUES
+            return None
         if state is None:
             state = self._hosts[key] = _HostParams()
         else:

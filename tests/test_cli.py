@@ -196,6 +196,8 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         assert r.returncode == 0 and "submitted 1 seeds, 1 invalid" in r.stdout
         st = json.loads(cli("stats", "--json", "--data-dir", data).stdout)
         assert "outcomes" in st and "dropped" in st and "top_hosts" in st
+        assert st["dust"]["enabled"] and st["dust"]["rules_trusted"] == 0
+        assert "dust rules:" in cli("stats", "--data-dir", data).stdout
         prom = cli("stats", "--prometheus", "--data-dir", data).stdout
         assert "# TYPE crawlerd_pages_total counter" in prom and "crawlerd_queued_urls{shard=\"0\"}" in prom
         assert cli("checkpoint", "--data-dir", data).returncode == 0
@@ -205,6 +207,24 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_stats_prints_the_top_dust_rules_per_host(capsys):
+    from crawlerd.cli import _print_dust
+    _print_dust({"enabled": True, "rules_trusted": 1, "hosts_with_rules": 1, "rules_learned_total": 2,
+                 "rules_retired_total": 1, "sample_mismatches_total": 1, "skipped_total": 40,
+                 "top": [{"host": "http://a.example", "rules": [
+                     {"rule": "?utm_source", "state": "trusted", "confirmations": 5, "skips": 40, "samples": 2,
+                      "sample_mismatches": 0},
+                     {"rule": "?sort", "state": "retired", "confirmations": 3, "skips": 0, "samples": 1,
+                      "sample_mismatches": 1}]}]})
+    out = capsys.readouterr().out.splitlines()
+    assert "1 trusted on 1 hosts" in out[0] and "sample mismatches 1" in out[0]
+    assert out[1].strip() == "http://a.example"
+    assert out[2].split()[:2] == ["?utm_source", "trusted"] and "skips 40" in out[2]
+    assert out[3].split()[:2] == ["?sort", "retired"] and out[3].endswith("sample mismatches 1")
+    _print_dust({"enabled": False})
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -11,6 +11,9 @@ Born and queued
     move from those front queues into freed slots by a weighted pick across
     levels (Mercator, Heydon & Najork 1999, §3.2), so low levels are slower
     but never starved. URLs of a blocked host are dropped here with a reason.
+    With ``deferred_level`` one more level follows the others: a host serves it
+    only when nothing else of it is queued (suspected duplicate URLs, ``dust``),
+    and ``promote_deferred`` moves its URLs up once they are suspects no more.
 
 Scheduled
     An active host first needs an address: ``hosts_needing_dns`` lists it, the
@@ -58,7 +61,10 @@ Modules: ``scheduler`` (the Frontier: queue, schedule, lease, release),
 ``queues`` (LMDB tables and durability), ``journal`` (requests in flight),
 ``hosts`` (per-host state), ``ips``
 (per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
-gap rule), ``blocklist``, ``items`` (records and their byte layouts).
+gap rule), ``blocklist``, ``items`` (records and their byte layouts); ``dust``
+(per-host URL rewrite rules learned from archived pages and the admission
+decisions they make; ``dust_evidence``, ``dust_rules``, ``dust_store``), used by
+the shard between the seen-set and ``Frontier.add``.
 """
 
 from crawlerd.frontier.items import KIND_ROBOTS, KIND_URL, Lease, QueuedURL

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 KIND_URL = "url"
 KIND_ROBOTS = "robots"
+PRIORITY_DEFERRED = 255      # QueuedURL.priority: the frontier's deferred level (if it has one)
 
 
 @dataclass(slots=True)
 class QueuedURL:
     url: str                 # absolute, normalised URL
     host_key: str            # scheme://host[:port], the politeness key
-    priority: int = 0        # front-queue level, 0 is highest (clamped to the frontier's levels)
+    priority: int = 0        # front-queue level, 0 is highest (clamped to the frontier's levels);
+                             # PRIORITY_DEFERRED: after every other level of the host
     depth: int = 0           # link depth from a seed
     hops: int = 0            # redirect/embed hops (passed through for the shard)
     fp: int = 0              # 64-bit URL fingerprint (unsigned), passed through

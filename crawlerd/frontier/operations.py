@@ -12,6 +12,7 @@ delegate here and commit afterwards, and the scheduler drops URLs through
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 
 from crawlerd.frontier import hosts as hs
@@ -26,10 +27,14 @@ from crawlerd.frontier.items import (
     hprefix,
     qkey,
     qkey_level,
+    qprefix,
 )
 from crawlerd.frontier.queues import u64
 
 IN_HEAP = (hs.READY, hs.DNS_BACKOFF)
+_STATE_NAMES = {hs.DNS: "waiting for DNS", hs.DNS_BACKOFF: "DNS failed, asking again later", hs.READY: "ready",
+                hs.IPWAIT: "waiting for its IP address (per-IP limit)", hs.BUSY: "fetching",
+                hs.ROBOTS: "fetching robots.txt"}
 DROP_CHUNK = 10000
 
 
@@ -41,7 +46,7 @@ class FrontierOps:
 
     def __init__(self, *, store, counts: dict, dropped: dict, hosts, ips, heap, leases: dict,
                  blocklist: Blocklist, blocked_slots: set[int], dirty: set[int], levels: int, pol,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], top: int | None = None, deferred_level: int | None = None):
         self._store = store
         self._c = counts
         self._dropped = dropped
@@ -53,6 +58,9 @@ class FrontierOps:
         self._blocked_slots = blocked_slots
         self._dirty = dirty
         self._levels = levels
+        self._top = levels - 1 if top is None else top          # the last level of the weighted pick
+        self.deferred_level = deferred_level                     # served only when a host has nothing else
+        self._dbit = 1 << deferred_level if deferred_level is not None else 0
         self._pol = pol
         self._clock = clock
         self.recovered = 0
@@ -172,7 +180,7 @@ class FrontierOps:
     def demote_host(self, host_key: str, levels: int = 1) -> None:
         """Near-duplicate trap feedback: later URLs of the host queue ``levels`` lower and it is
         visited (1 + demotion) times less often. Already queued URLs keep their level."""
-        last = self._levels - 1
+        last = self._top
         s = self._hosts.slot_of.get(host_key)
         if s is not None:
             self._hosts.demote[s] = max(0, min(last, self._hosts.demote[s] + levels))
@@ -184,6 +192,82 @@ class FrontierOps:
             self._c["hid_next"] += 1
         rec.demote = max(0, min(last, rec.demote + levels))
         self.put_record(host_key, rec)
+
+    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None], limit: int = 0,
+                         max_scan: int = 0) -> int:
+        """Move URLs of the host's deferred level to the level ``level_of`` gives (None: stay),
+        oldest first, at most ``limit`` of the first ``max_scan`` (0: no limit).
+
+        Called when what made them suspects changed (a parameter turned out to change content),
+        or to fetch one as a probe. Returns how many moved. Nothing is lost or counted twice."""
+        if self.deferred_level is None:
+            return 0
+        H, st = self._hosts, self._store
+        s = H.slot_of.get(host_key)
+        rec = None
+        if s is not None:
+            hid, mask = H.hid[s], H.mask[s]
+        else:
+            rec = self.record(host_key)
+            if rec is None:
+                return 0
+            hid, mask = rec.hid, rec.mask
+        if not mask & self._dbit:
+            return 0
+        prefix = qprefix(hid, self.deferred_level)
+        cur = st.qcursor()
+        moves, left, scanned = [], False, 0
+        if cur.set_range(prefix):
+            for key, urec in cur:
+                if key[:5] != prefix:
+                    break
+                scanned += 1
+                if (limit and len(moves) >= limit) or (max_scan and scanned > max_scan):
+                    left = True
+                    break
+                level = level_of(decode_url(urec, host_key, self.deferred_level))
+                if level is None:
+                    left = True
+                else:
+                    moves.append((key, urec, max(0, min(self._top, level))))
+        if not moves:
+            return 0
+        puts = []
+        for key, urec, level in moves:
+            st.txn().delete(key, db=st.queues)
+            self._c["seq"] += 1
+            puts.append((qkey(hid, level, self._c["seq"]), urec))
+            mask |= 1 << level
+        st.put_sorted(puts)
+        if not left:
+            mask &= ~self._dbit
+        if s is not None:
+            H.mask[s] = mask
+        else:
+            rec.mask = mask
+            self.put_record(host_key, rec)
+        return len(moves)
+
+    def deferred_count(self, host_key: str) -> int:
+        """URLs waiting in the host's deferred level (a scan of that range: for tests and tools)."""
+        if self.deferred_level is None:
+            return 0
+        s = self._hosts.slot_of.get(host_key)
+        if s is not None:
+            hid = self._hosts.hid[s]
+        else:
+            rec = self.record(host_key)
+            if rec is None:
+                return 0
+            hid = rec.hid
+        prefix = qprefix(hid, self.deferred_level)
+        cur, n = self._store.qcursor(), 0
+        if cur.set_range(prefix):
+            for key in cur.iternext(values=False):
+                if key[:5] != prefix:
+                    break
+                n += 1
+        return n
 
     # == records ==========================================================================
     def record(self, host_key: str) -> HostRecord | None:
@@ -251,6 +335,61 @@ class FrontierOps:
 
     def queued(self) -> int:
         return self._c["queued"]
+
+    def explain(self, url: str, host_key: str, now: float | None = None, max_scan: int = 200_000) -> dict:
+        """Where the frontier holds ``url``: leased, queued (level and place), or not held; its host's state.
+
+        Looks at the leases in flight and walks that one host's queue (at most ``max_scan`` entries),
+        never the whole frontier.
+        """
+        now = self._clock() if now is None else now
+        out: dict = {"host": host_key, "blocked": self._blocklist.matches(host_key)}
+        for o in self._leases.values():
+            if o.lease.url == url:
+                out["leased"] = {"kind": o.lease.kind, "attempt": o.lease.attempt,
+                                 "deadline_in_s": round(o.lease.deadline - now, 3)}
+        H = self._hosts
+        s = H.slot_of.get(host_key)
+        if s is not None:
+            hid, mask = H.hid[s], H.mask[s]
+            out["host_state"] = _STATE_NAMES.get(H.state[s], str(H.state[s]))
+            out["due_in_s"] = round(H.due[s] - now, 3)
+            out["leases_out"] = H.out[s]
+            out["failures"] = H.fails[s]
+            out["robots_known"] = H.robots_exp[s] > now
+        else:
+            rec = self.record(host_key)
+            if rec is None:
+                out["host_state"] = "unknown to the frontier"
+                return out
+            hid, mask = rec.hid, rec.mask
+            out["host_state"] = "waiting for an active slot" if rec.flags & hs.FLAG_WAITING else "inactive"
+            out["failures"] = rec.fails
+        out["levels_queued"] = [lv for lv in range(self._levels) if mask >> lv & 1]
+        cur = self._store.txn().cursor(db=self._store.queues)
+        prefix = hprefix(hid)
+        ahead = [0] * self._levels
+        scanned = 0
+        found = cur.set_range(prefix)
+        while found and scanned < max_scan:
+            key = cur.key()
+            if not key.startswith(prefix):
+                break
+            level = qkey_level(key)
+            if decode_url(cur.value(), host_key, level).url == url:
+                out["queued"] = {"level": level, "ahead_in_level": ahead[level]}
+                break
+            ahead[level] += 1
+            scanned += 1
+            found = cur.next()
+        if scanned >= max_scan and "queued" not in out:
+            out["queue_scan"] = f"stopped after {max_scan} entries"
+        for _key, raw in itertools.islice(self._store.scan(self._store.dead), max_scan):   # dead letters: bounded
+            tag, hk, _k, urec = decode_tagged(raw)
+            if hk == host_key and decode_url(urec, hk, qkey_level(_k)).url == url:
+                out["dead_letter"] = tag
+                break
+        return out
 
     def storage(self) -> dict[str, int]:
         """LMDB bytes and entries per table (for stats and the bench)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import xxhash
 
@@ -18,6 +18,7 @@ from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
     KIND_ROBOTS,
     KIND_URL,
+    PRIORITY_DEFERRED,
     Lease,
     QueuedURL,
     decode_tagged,
@@ -84,7 +85,7 @@ class Frontier:
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
-                 commit_interval_s: float = 1.0, shared_ips=None):
+                 commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
@@ -99,9 +100,11 @@ class Frontier:
         ``shared_ips``: the per-IP slot table shared with the other shards of this machine
         (``crawlerd._native.ipslots.IPSlots``, attached): a lease also takes a cell of its IP
         there, so per-IP limits hold across shards (ARCHITECTURE.md invariant 1).
+        ``deferred_level``: one more level, after ``priority_levels``, that a host serves only
+        when its other levels are empty (suspected duplicate URLs, ``crawlerd.frontier.dust``).
         """
-        if not 1 <= priority_levels <= 16:
-            raise ValueError(f"priority_levels = {priority_levels}: expected 1..16")
+        if not 1 <= priority_levels <= (15 if deferred_level else 16):
+            raise ValueError(f"priority_levels = {priority_levels}: expected 1..{15 if deferred_level else 16}")
         if not 1 <= per_ip_concurrency <= 0xFFFF:
             raise ValueError(f"per_ip_concurrency = {per_ip_concurrency}: expected 1..65535")
         if max_active_hosts < 1 or max_attempts < 1 or lease_timeout_s <= 0 or group_ops < 1:
@@ -112,7 +115,10 @@ class Frontier:
         self._journal: journal.InflightJournal | None = None
         self._ip_floor: dict[str, float] = {}
         self._rng = rng if rng is not None else random.Random()
-        self._levels = priority_levels
+        self._levels = priority_levels + (1 if deferred_level else 0)     # queue levels on disk
+        self._top = priority_levels - 1                     # the last level of the weighted pick
+        self.deferred_level: int | None = priority_levels if deferred_level else None
+        self._dbit = 1 << priority_levels if deferred_level else 0
         self._pol = Politeness(delay_factor, min_delay_s, max_delay_s, crawl_delay_cap_s, backoff_base_s,
                                backoff_max_s, retry_after_cap_s, park_after_failures, park_s)
         self._grace = self._pol.restart_grace_s(ip_delay_s)
@@ -143,7 +149,7 @@ class Frontier:
         self._book = FrontierOps(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
                                  ips=self._ips, heap=self._heap, leases=self._leases, blocklist=self._blocklist,
                                  blocked_slots=self._blocked_slots, dirty=self._dirty, levels=self._levels,
-                                 pol=self._pol, clock=self._clock)
+                                 pol=self._pol, clock=self._clock, top=self._top, deferred_level=self.deferred_level)
         for p in blocklist:
             if self._blocklist.normalise(p) not in self._blocklist.patterns:
                 self._store.put_block(self._blocklist.add(p), True)
@@ -366,6 +372,8 @@ class Frontier:
             if not heads:
                 self._c["waiting"] = 0
                 return
+            if self._dbit and len(heads) > 1:
+                heads.pop(self.deferred_level, None)       # hosts with only deferred work come last
             self._wpicks += 1
             key, hkb = heads[self._nearest(self._ruler(self._wpicks), sum(1 << lv for lv in heads))]
             txn.delete(key, db=st.waiting)
@@ -393,7 +401,7 @@ class Frontier:
         2**(levels-1): weights 1/2, 1/4, ... and no level waits longer than that.
         """
         t = (n & -n).bit_length() - 1
-        return t if t < self._levels else self._levels - 1
+        return t if t < self._top else self._top
 
     def _nearest(self, target: int, mask: int) -> int:
         if mask >> target & 1:
@@ -426,7 +434,7 @@ class Frontier:
                 groups[it.host_key] = [it]
             else:
                 g.append(it)
-        last = self._levels - 1
+        last, deferred = self._top, self.deferred_level
         seq = self._c["seq"]
         queued = 0
         puts: list[tuple[bytes, bytes]] = []
@@ -451,8 +459,11 @@ class Frontier:
                 hid, demote = rec.hid, rec.demote
             mask = 0
             for it in lst:
-                level = it.priority + demote
-                level = 0 if level < 0 else (last if level > last else level)
+                if it.priority == PRIORITY_DEFERRED and deferred is not None:
+                    level = deferred
+                else:
+                    level = it.priority + demote
+                    level = 0 if level < 0 else (last if level > last else level)
                 seq += 1
                 puts.append((qkey(hid, level, seq), encode_url(it)))
                 mask |= 1 << level
@@ -578,11 +589,13 @@ class Frontier:
         p = (H.picks[s] + 1) & 0xFFFFFFFF or 1
         H.picks[s] = p
         mask = H.mask[s]
+        if mask & self._dbit and mask != self._dbit:
+            mask &= ~self._dbit              # the deferred level waits until nothing else is queued
         if mask & (mask - 1) == 0:           # one level non-empty: nothing to choose
             return mask.bit_length() - 1
         target = (p & -p).bit_length() - 1
-        if target >= self._levels:
-            target = self._levels - 1
+        if target > self._top:
+            target = self._top
         return self._nearest(target, mask)
 
     def _wake_ip(self, ip: int) -> None:
@@ -843,6 +856,17 @@ class Frontier:
         """Near-duplicate trap feedback: see ``FrontierOps.demote_host``."""
         self._book.demote_host(host_key, levels)
 
+    def promote_deferred(self, host_key: str, level_of: Callable[[QueuedURL], int | None], limit: int = 0,
+                         max_scan: int = 0) -> int:
+        """Move deferred URLs of a host up: see ``FrontierOps.promote_deferred``. Committed."""
+        n = self._book.promote_deferred(host_key, level_of, limit, max_scan)
+        if n:
+            self._commit()
+        return n
+
+    def deferred_count(self, host_key: str) -> int:
+        return self._book.deferred_count(host_key)
+
     def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
         """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
         out = self._book.drain_dropped(limit)
@@ -858,6 +882,14 @@ class Frontier:
 
     def queued(self) -> int:
         return self._c["queued"]
+
+    def hosts_ready(self) -> int:
+        """Hosts scheduled to be leased (work, room for a lease, a known address): BEAST's "ready hosts"."""
+        return len(self._heap)
+
+    def explain(self, url: str, host_key: str, now: float | None = None) -> dict:
+        """Where the frontier holds ``url`` and its host's state: see ``FrontierOps.explain``."""
+        return self._book.explain(url, host_key, now)
 
     def storage(self) -> dict[str, int]:
         """LMDB bytes and entries per table (for stats and the bench)."""

@@ -21,7 +21,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawlerd.url import normalize
 
 __all__ = ["PageInfo", "extract", "decode_html", "charset_from_content_type", "parse_robots_directives",
-           "parse_x_robots_tag"]
+           "parse_x_robots_tag", "canonical_from_link_header"]
 
 # HTML §13.2.3.2: the encoding prescan looks at the first 1024 bytes.
 _PRESCAN_BYTES = 1024
@@ -67,6 +67,7 @@ class PageInfo:
     noindex: bool = False       # page-level, from meta robots
     nofollow: bool = False      # page-level, from meta robots
     title: str = ""
+    canonical: str = ""         # <link rel=canonical href> resolved and normalised (RFC 6596), or ""
     text: str = ""              # visible text, node by node, space-separated (simhash input)
     encoding: str = "utf-8"     # codec the body was decoded with
     truncated: bool = False     # nesting over the depth cap: only the part before it was parsed
@@ -237,6 +238,14 @@ def extract(body: bytes, base_url: str, *, agent_token: str = "crawlerd", max_li
                 info.base_url = resolved
             break
 
+    for link in tree.tags("link"):
+        attrs = link.attributes
+        rel = attrs.get("rel")
+        if rel and "canonical" in rel.lower().split() and attrs.get("href"):
+            # RFC 6596 §3: the first canonical link counts; relative to the document base
+            info.canonical = normalize(attrs["href"] or "", info.base_url) or ""
+            break
+
     me = agent_token.lower()
     for meta in tree.tags("meta"):
         attrs = meta.attributes
@@ -278,3 +287,15 @@ def extract(body: bytes, base_url: str, *, agent_token: str = "crawlerd", max_li
         # (collapsing it would cost more than the parse; the simhash tokenizer splits anyway).
         info.text = body_node.text(separator=" ", strip=True, skip_empty=True)[:max_text_chars]
     return info
+
+
+_LINK_CANONICAL = re.compile(r'<\s*([^>]*)>\s*;[^,]*?\brel\s*=\s*"?(?:[^",;]*\s)?canonical(?:\s[^",;]*)?"?', re.I)
+
+
+def canonical_from_link_header(value: str | None, base_url: str) -> str:
+    """The target of a ``Link: <...>; rel="canonical"`` response header (RFC 8288 §3, RFC 6596),
+    resolved against the request URL and normalised; "" when there is none."""
+    if not value:
+        return ""
+    m = _LINK_CANONICAL.search(value)
+    return (normalize(m.group(1).strip(), base_url) or "") if m else ""

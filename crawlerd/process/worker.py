@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from crawlerd._native.simhash import simhash as simhash64
 from crawlerd.fetch.codec import DecodeError, dechunk, decode_body
 from crawlerd.outcome import Outcome
-from crawlerd.process.html import extract, parse_x_robots_tag
+from crawlerd.process.html import canonical_from_link_header, extract, parse_x_robots_tag
 from crawlerd.process.links import links_from_page
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.encoding import payload_digest
@@ -151,7 +151,10 @@ class PageProcessor:
                 else:
                     pr.links = a.outlinks
                 pr.simhash = simhash64(info.text)
+                pr.canonical = info.canonical
                 a.asks_near = bool(info.text)
+        if res.status == 200 and not pr.canonical:
+            pr.canonical = canonical_from_link_header(res.header("link"), url)
         pr.noindex, pr.nofollow = noindex, nofollow
         if prior is _ASK:
             prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None

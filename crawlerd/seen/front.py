@@ -190,6 +190,16 @@ class AsyncSeenSet:
             self._ack_due = True
             self._wake.set()
 
+    async def contains(self, keys: Sequence[int]) -> list[bool]:
+        """Whether each key is in DRUM's merged key file, looked up on the DRUM thread (between its jobs).
+
+        Keys submitted since the last merge are not looked at (``pending`` says how many wait).
+        """
+        self.raise_if_failed()
+        if self._closed or self._loop is None:
+            raise SeenSetError("contains needs a started, open seen-set")
+        return await self._loop.run_in_executor(self._exec, self._drum.contains, list(keys))
+
     def request_flush(self) -> None:
         """Ask for a merge of everything pending at the next job, without waiting (from sync code)."""
         self._flush_asked = True
@@ -254,6 +264,11 @@ class AsyncSeenSet:
     def pending(self) -> int:
         """Keys submitted and not yet answered (delivered to on_results)."""
         return self._batch_keys + self._inflight_keys + self._drum_pending
+
+    @property
+    def next_seq(self) -> int:
+        """Sequence number the next submitted key gets (answers carry it as ``seq``)."""
+        return self._next_seq
 
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),

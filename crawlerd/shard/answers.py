@@ -35,7 +35,7 @@ from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.fetch.codec import DecodeError, dechunk
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
@@ -71,7 +71,7 @@ class Answers:
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
-                 metrics: Metrics, graph: DomainGraph | None = None, owners=None):
+                 metrics: Metrics, budgets: Budgets | None = None, owners=None):
         """``owners``: with several shards, the digests' owners (``dedup.owners.DigestOwners``)."""
         self.cfg = cfg
         self.owners = owners
@@ -83,8 +83,10 @@ class Answers:
         self.intake = intake
         self.events = events
         self.metrics = metrics
-        self.graph = graph
+        self.budgets = budgets
         self.pending: dict[bytes, PriorCapture] = {}
+        # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
+        self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
 
     async def process(self, url: str, fp: int, host_key: str, item: QueuedURL | None, res: FetchResult) -> None:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
@@ -126,6 +128,8 @@ class Answers:
             self.record_visit(url, fp, host_key, res, sha1, depth)
         elif first and self.owners is not None:
             self.owners.release(sha1, url)
+        if self.evidence is not None and pr.warc_file and sha1 is not None:
+            self.evidence(url, fp, host_key, sha1, pr, depth)      # DUST: evidence, rel=canonical
         if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
             self.metrics.counters["duplicate_near"] += 1
         if pr.outcome is not Outcome.OK:
@@ -145,11 +149,9 @@ class Answers:
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.intake.submit_links(follow, depth=depth + 1)
-            if self.graph is not None and follow:
+            if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                hosts = {ln.host_key for ln in follow}
-                self.intake.add_domain_edges(urlmod.registered_domain(urlmod.host_of(url)),
-                                             {urlmod.registered_domain(urlmod.host_of(h)) for h in hosts})
+                self.budgets.record_links(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
         durable = self.intake.handoff_barrier()
         if durable is not None:

@@ -56,6 +56,12 @@ class FetchEvents:
             self._do(self.log.write, {"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
                                       "fetched_at": self.wall(), "status": 0})
 
+    def record(self, kind: str, url: str, outcome: str, **fields) -> None:
+        """Any other event about a URL (``dust_skipped``, ``dust_rule``, ...), with its own fields."""
+        if self.log is not None:
+            self.log.write({"schema": EVENT_SCHEMA, "kind": kind, "url": url, "outcome": outcome,
+                            "fetched_at": self.wall(), "status": 0, **fields})
+
     def flush(self) -> None:
         if self.log is not None:
             self._do(self.log.flush)

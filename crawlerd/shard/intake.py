@@ -15,27 +15,26 @@ repeats a URL and never loses one.
 With several shards (``crawl.shards``), a URL whose host another shard owns (``url.shard_of``)
 is not filtered here but staged in the hand-off outbox for its owner, which filters it and
 submits it to its own DRUM (``take_handoff``); STAR edges to another shard's domains go to that
-shard too (``add_domain_edges``: a budget counts in-links where the domain lives); a lease
+shard too (a vouch is counted in its target's shard: ``DomainGraph.export``); a lease
 completes only once the outbox holds its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
 log holds its records.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets, domain_name
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
 
-EDGE_MEMORY = 1 << 16       # (source, target) domain pairs a shard remembers having handed over
+VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
 
 def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
@@ -53,8 +52,9 @@ class Intake:
 
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
-                 budgets: Budgets | None = None, graph: DomainGraph | None = None,
-                 wall: Callable[[], float], shard: int = 0, shards: int = 1, outbox=None):
+                 budgets: Budgets | None = None, wall: Callable[[], float],
+                 free_slots: Callable[[], int] = lambda: 0, paused: Callable[[], bool] = lambda: False,
+                 shard: int = 0, shards: int = 1, outbox=None):
         """``outbox``: the hand-off outbox (``crawlerd.handoff``) when ``shards`` > 1."""
         if shards > 1 and outbox is None:
             raise ValueError("a shard of several needs a hand-off outbox")
@@ -62,7 +62,6 @@ class Intake:
         self.shard = shard
         self.shards = shards
         self.outbox = outbox
-        self._edges_sent: OrderedDict[tuple[str, str], None] = OrderedDict()    # recent edges handed over
         self.frontier = frontier
         self.seen = seen
         self.url_filter = url_filter
@@ -70,12 +69,16 @@ class Intake:
         self.metrics = metrics
         self.wake = wake
         self.budgets = budgets
-        self.graph = graph
+        if budgets is not None and shards > 1:
+            budgets.graph.export = self._hand_vouch      # STAR: a vouch counts where its target lives
         self.wall = wall
+        self.free_slots = free_slots        # leases the lease window has room for now, for BEAST's reader
+        self.paused = paused
+        # the DUST gate's intake hook (crawlerd.shard.dust), set by the shard: new URLs -> those to queue
+        self.admission: Callable[[list[tuple]], list[tuple]] | None = None
         self._last_flush = 0.0
         self._last_readmit = 0.0
         self._last_recrawl = 0.0
-        self._cycle_anchor = wall()
 
     # -- into the seen-set ----------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -124,29 +127,17 @@ class Intake:
             self.metrics.counters["handoff_staged"] += len(records)
         return mine
 
-    def add_domain_edges(self, src_pld: str, dst_plds: set[str]) -> None:
-        """STAR in-links of one page: an edge counts in the budget of its target's domain, so an
-        edge to a domain another shard owns is handed to that shard (each pair once per
-        ``EDGE_MEMORY`` recent pairs; the owner's edge DRUM absorbs repeats)."""
-        if self.graph is None:
-            return
-        if self.shards == 1:
-            self.graph.add_edges(src_pld, dst_plds)
-            return
-        mine, away = set(), {}
-        for dst in dst_plds:
-            owner = urlmod.shard_of(dst, self.shards)
-            if owner == self.shard:
-                mine.add(dst)
-            elif dst != src_pld and (src_pld, dst) not in self._edges_sent:
-                self._edges_sent[(src_pld, dst)] = None
-                if len(self._edges_sent) > EDGE_MEMORY:
-                    self._edges_sent.popitem(last=False)
-                away.setdefault(owner, []).append((0, b"E " + f"{src_pld} {dst}".encode("utf-8", "surrogateescape")))
-        if mine:
-            self.graph.add_edges(src_pld, mine)
-        for dest, records in away.items():
-            self.outbox.stage(dest, records)
+    def _hand_vouch(self, src: bytes, dst: bytes) -> bool:
+        """A vouch of this shard's domain ``src`` for ``dst``: handed to ``dst``'s owner when that is
+        another shard (True). A hashed domain key (an unusable name) stays here."""
+        if dst[:1] == b"#":
+            return False
+        owner = urlmod.shard_of(domain_name(dst), self.shards)
+        if owner == self.shard:
+            return False
+        self.outbox.stage(owner, [(0, VOUCH_TAG + src + b"\0" + dst)])
+        self.metrics.counters["handoff_vouches"] += 1
+        return True
 
     def handoff_barrier(self):
         """None when every link handed to other shards is durable in the outbox, else an awaitable."""
@@ -158,19 +149,18 @@ class Intake:
         n = 0
         for batch in batches:
             groups: dict[tuple[int, int, int], list[Link]] = {}
-            edges: dict[str, set[str]] = {}
+            vouches: list[tuple[bytes, bytes]] = []
             for fp, aux in batch.records:
-                if aux[:2] == b"E ":        # a STAR edge to a domain of this shard
-                    src, dst = aux[2:].decode("utf-8", "surrogateescape").split(" ", 1)
-                    edges.setdefault(src, set()).add(dst)
+                if aux[:2] == VOUCH_TAG:        # a STAR vouch for a domain of this shard
+                    src, _, dst = aux[2:].partition(b"\0")
+                    vouches.append((src, dst))
                     continue
                 depth, hops, priority, url = decode_aux(aux)
                 groups.setdefault((depth, hops, priority), []).append(Link(url, fp, ""))
             for (depth, hops, priority), links in groups.items():
                 self.submit_links(links, depth=depth, hops=hops, priority=priority)
-            if self.graph is not None:
-                for src, dsts in edges.items():
-                    self.graph.add_edges(src, dsts)
+            if vouches and self.budgets is not None:
+                self.budgets.record_vouches(vouches)    # the edge DRUM's intake log holds them
             ack(batch)          # after submit: the seen-set's intake log holds the records
             n += len(batch.records)
         self.metrics.counters["handoff_received"] += n
@@ -207,6 +197,7 @@ class Intake:
         added = []
         dup = again = 0
         mark = self.frontier.seen_mark
+        fresh = []
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -214,15 +205,18 @@ class Intake:
             if not r.unique:
                 dup += 1
                 continue
-            depth, hops, priority, url = decode_aux(r.aux)
-            if self.budgets is not None and depth > 0:
-                pld = urlmod.registered_domain(urlmod.host_of(url))
-                if not self.budgets.admit(pld):
-                    self.budgets.defer(pld, r.aux)      # BEAST: deferred, not dropped
-                    self.metrics.counters["budget_deferred"] += 1
+            fresh.append((r.key, r.aux, *decode_aux(r.aux)))
+        if self.admission is not None and fresh:
+            fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
+        for key, aux, depth, hops, priority, url in fresh:
+            if self.budgets is not None:
+                if depth == 0:
+                    self.budgets.add_root(url)          # seeds: trust roots of STAR, never charged
+                elif not self.budgets.offer(url, aux, key):
+                    self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
                     continue
             added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
-                                   depth=depth, hops=hops, fp=r.key))
+                                   depth=depth, hops=hops, fp=key))
         self.metrics.counters["seen_duplicate"] += dup
         if again:
             self.metrics.counters["seen_redelivered"] += again
@@ -237,17 +231,19 @@ class Intake:
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:
-        """Apply new domain in-links (STAR) and readmit deferred URLs whose domain budget grew (BEAST)."""
-        if self.graph is None or self.budgets is None:
+        """Edge merges on their schedule (STAR); BEAST readmission, the reader moving on at once when
+        the frontier runs short of ready hosts (work-conserving)."""
+        b = self.budgets
+        if b is None:
             return
-        bu = self.cfg.budgets
-        self.graph.poll(now)
-        if bu.cycle_s and self.wall() - (self.budgets.cycle_started_at or self._cycle_anchor) >= bu.cycle_s:
-            self.budgets.new_cycle(at=self.wall())
-        if now - self._last_readmit < 1.0:
+        b.step(now)
+        if now - self._last_readmit < 0.1:
+            return
+        short = self.frontier_short(now)
+        if not short and now - self._last_readmit < 1.0:
             return
         self._last_readmit = now
-        recs = self.budgets.readmit(bu.readmit_batch)
+        recs = b.readmit(self.cfg.budgets.readmit_batch, advance=short)
         if recs:
             items = []
             for rec in recs:
@@ -255,8 +251,22 @@ class Intake:
                 items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
                                        hops=hops, fp=urlmod.fingerprint(url)))
             self.frontier.add(items)
-            self.budgets.commit()     # after the frontier: a crash in between readmits twice, never loses
+            b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)
+            self.wake()
+
+    def frontier_short(self, now: float) -> bool:
+        """Fewer ready hosts than free fetch slots (or than budgets.min_ready_hosts), or free slots and
+        no host due soon: the fetcher would idle, so BEAST's reader moves on (work-conserving)."""
+        if self.paused() or self.seen.backpressure:
+            return False
+        free = self.free_slots()
+        if free <= 0:
+            return False
+        if self.frontier.hosts_ready() < (self.cfg.budgets.min_ready_hosts or free):
+            return True
+        nd = self.frontier.next_due()
+        return nd is None or nd > now + 0.5
 
     def feed_recrawl(self, now: float) -> None:
         """Due revisits go straight to the frontier (they passed the seen-set long ago); once a second."""

@@ -131,6 +131,8 @@ class LeaseRunner:
         self.storage_failed = storage_failed
         self.window = window
         self._dns_pending: set[str] = set()
+        # the DUST gate's lease hook (crawlerd.shard.dust), set by the shard: True = completed, skip it
+        self.lease_gate: Callable[[Lease, str, int, str], bool] | None = None
 
     # -- DNS ------------------------------------------------------------------------
     def resolve_hosts(self) -> None:
@@ -191,6 +193,8 @@ class LeaseRunner:
             self.events.dropped(url, Outcome.BLOCKED.value)
             self.recrawl.forget(fp)
             return
+        if self.lease_gate is not None and self.lease_gate(lease, url, fp, host_key):
+            return          # DUST: a trusted rule maps it onto archived content
         entry = self.robots.get(host_key, now) or self.robots.stale(host_key)
         if entry is None:
             # evicted from the robots cache (or never known here): fetch robots.txt again first

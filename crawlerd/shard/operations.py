@@ -17,7 +17,7 @@ from crawlerd.dedup.near import NearDuplicates
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.frontier import Frontier
 from crawlerd.frontier.blocklist import Blocklist
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.process.pool import WorkerPool
@@ -37,8 +37,7 @@ class Operations:
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, recrawl: Recrawl,
                  digests: DigestSet, near: NearDuplicates, pool: WorkerPool, guard: AddressGuard,
                  table: LeaseTable, tasks: Tasks, events: FetchEvents, metrics: Metrics,
-                 budgets: Budgets | None = None, graph: DomainGraph | None = None,
-                 state_dir: str | None = None):
+                 budgets: Budgets | None = None, state_dir: str | None = None):
         """``state_dir``: where this shard keeps its own files (default: the data dir)."""
         self.cfg = cfg
         self.state_dir = state_dir or cfg.crawl.data_dir
@@ -54,7 +53,6 @@ class Operations:
         self.events = events
         self.metrics = metrics
         self.budgets = budgets
-        self.graph = graph
         self.final: dict[str, dict] = {}        # part -> its stats at close
 
     def status(self, *, paused: bool) -> dict:
@@ -114,6 +112,8 @@ class Operations:
         for item, reason in self.frontier.drain_dropped():
             self.metrics.dropped[reason] += 1
             self.events.dropped(item.url, reason)
+            if self.budgets is not None and not reason.startswith("dead_letter"):
+                self.budgets.refund(item.url)     # dropped unfetched: its charge goes back (BEAST)
 
     def checkpoint(self) -> None:
         self.seen.request_flush()
@@ -121,7 +121,7 @@ class Operations:
         self.recrawl.commit()
         self.digests.flush()
         self.near.save()
-        if self.graph is not None and self.budgets is not None:
-            self.graph.flush()
+        if self.budgets is not None:
+            self.budgets.request_flush()
             self.budgets.commit()
         self.events.flush()

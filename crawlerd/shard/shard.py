@@ -26,7 +26,7 @@ from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier
-from crawlerd.frontier.budgets import Budgets, DomainGraph
+from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import LoopLag, Metrics
@@ -34,6 +34,7 @@ from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet, DrumError
 from crawlerd.shard.answers import Answers, on_worker_death
+from crawlerd.shard.dust import DustGate, open_learner
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.hostfiles import HostFiles
 from crawlerd.shard.intake import Intake
@@ -97,22 +98,22 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots)
+            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True)
         rc = cfg.recrawl
         self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
         bu = cfg.budgets
-        self.graph: DomainGraph | None = None
-        self.budgets: Budgets | None = None
+        self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
-            self.graph = DomainGraph(self._state("budgets"), lru_entries=bu.cache_entries,
-                                     map_size_bytes=bu.map_size_bytes, drum_buckets=min(cfg.drum.buckets, 16),
-                                     drum_merge_bytes=bu.edge_merge_bytes, drum_max_age_s=bu.edge_max_age_s,
-                                     drum_cache_entries=bu.edge_cache_entries, clock=clock)
-            self.budgets = Budgets(self.graph, base_budget=bu.base_budget, per_inlink=bu.per_inlink,
-                                   max_budget=bu.max_budget, cache_entries=bu.cache_entries)
+            self.budgets = Budgets(self._state("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                                   max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio,
+                                   queues=bu.queues, max_spread=bu.max_spread, cache_entries=bu.cache_entries,
+                                   map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
+                                   edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
+                                   edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
+                                   clock=clock)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -147,7 +148,9 @@ class Shard:
         self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             graph=self.graph, wall=wall, shard=index, shards=shards, outbox=outbox)
+                             wall=wall, free_slots=lambda: self.window.size - len(self.leases),
+                             paused=lambda: self.paused or self.storage.paused, shard=index, shards=shards,
+                             outbox=outbox)
         self.owners: DigestOwners | None = None
         self.owner_server: DigestOwnerServer | None = None
         if shards > 1:      # one owner per payload digest across the shards (dedup/owners.py)
@@ -156,12 +159,18 @@ class Shard:
             self.owner_server = DigestOwnerServer(layout.dedup_socket(cfg.crawl.data_dir, index), owner)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
-                               graph=self.graph, owners=self.owners)
+                               budgets=self.budgets, owners=self.owners)
         self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
+        learner = open_learner(cfg, self._state("dust"))                                 # DUST rules (None: dust.enabled false)
+        self.dust = DustGate(cfg, learner, frontier=self.frontier, intake=self.intake, events=self.events,
+                             metrics=metrics) if learner is not None else None
+        if self.dust is not None:
+            self.intake.admission = self.dust.admit
+            self.answers.evidence = self.dust.observe
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
-                              budgets=self.budgets, graph=self.graph, state_dir=self.state_dir)
+                              budgets=self.budgets, state_dir=self.state_dir)
         self.ops.apply_config_blocklist(cfg.blocklist.hosts)
         # need the running loop: made by run()
         self.resolver: Resolver | None = None
@@ -181,7 +190,8 @@ class Shard:
     def status(self, detail: bool = True) -> dict:
         """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
         st = {**self.ops.status(paused=self.paused),
-              **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail)}
+              **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
+              **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
         if self.owners is not None:
             st["digest_owners"] = self.owners.stats()
@@ -199,6 +209,12 @@ class Shard:
 
     def checkpoint(self) -> None:
         self.ops.checkpoint()
+        if self.dust is not None:
+            self.dust.commit()
+
+    def dust_stats(self) -> dict:
+        """The DUST rules part of ``crawlerd stats``."""
+        return self.dust.stats() if self.dust is not None else {"enabled": False}
 
     # -- the loop ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
@@ -228,12 +244,16 @@ class Shard:
                                   host_files=host_files, answers=self.answers, events=self.events,
                                   metrics=self.metrics, clock=self.clock, wall=self.wall,
                                   storage_failed=self.storage.failed, window=self.window)
+        if self.dust is not None:
+            self.runner.lease_gate = self.dust.lease_skip
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
             self.outbox.start()
         if self.owner_server is not None:
             await self.owner_server.start()
+        if self.budgets is not None:
+            self.budgets.start(loop)
         self.loop_lag.start(loop)
         try:
             while not stop.is_set() and self.storage.fatal_reason is None:
@@ -288,6 +308,8 @@ class Shard:
             self.recrawl.commit()
             self.frontier.expire_leases(now)
             self.frontier.commit()
+            if self.dust is not None:
+                self.dust.commit()
             self.events.flush()
             self.metrics.trim_hosts()
             if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
@@ -342,16 +364,20 @@ class Shard:
             await self.seen.close()     # before the frontier closes: no delivery after this
         except STORE_ERRORS as e:
             self.storage.fatal(e, "seen-set")
-        if self.graph is not None and self.budgets is not None:
+        if self.budgets is not None:
             self.ops.keep_final_stats("budgets")
-            self._safely("budgets", self.budgets.close)
-            self._safely("budgets", self.graph.close)
+            try:
+                await self.budgets.close()
+            except STORE_ERRORS as e:
+                self.storage.fatal(e, "budgets")
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)
         self._safely("recrawl", self.recrawl.commit)
         self.ops.keep_final_stats("recrawl")
         self._safely("recrawl", self.recrawl.close)
+        if self.dust is not None:
+            self._safely("dust", self.dust.close)
         self._safely("digests", self.digests.close)
         self._safely("events", self.events.close)
         self._safely("robots cache", self.robots.close)

@@ -13,6 +13,7 @@ import json
 import signal
 import sys
 
+from crawlerd.simweb.farm import FarmShape
 from crawlerd.simweb.netns import check_bind
 from crawlerd.simweb.server import SimServer, log
 from crawlerd.simweb.site import Site
@@ -33,13 +34,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-out", default="", help="on SIGTERM, write the ledger here (JSON lines)")
     p.add_argument("--ledger-max", type=int, default=0,
                    help="keep at most this many most recent ledger entries (0: all; long benchmarks)")
+    p.add_argument("--variants", type=float, default=0.0, metavar="SHARE",
+                   help="share of ordinary hosts serving URL variants of their pages (simweb.variants)")
+    p.add_argument("--farm-domains", type=int, default=0,
+                   help="add a link farm of this many registered domains with endless pages (farm.py)")
+    p.add_argument("--farm-hosts", type=int, default=3, help="hosts per farm domain")
+    p.add_argument("--farm-in-rate", type=float, default=0.002,
+                   help="probability that an ordinary page links into the farm")
+    p.add_argument("--giants", type=int, default=0,
+                   help="add this many big legitimate domains that ordinary pages link to often")
+    p.add_argument("--giant-hosts", type=int, default=20, help="hosts per big legitimate domain")
+    p.add_argument("--one-domain", default="",
+                   help="name the ordinary hosts h{i}.DOMAIN: every host under one registered domain")
     p.add_argument("--dns-port", type=int, default=None,
                    help="also answer DNS (UDP, 127.0.0.1) for every host on this port (0: any free port)")
     return p
 
 
 async def _run(args: argparse.Namespace) -> int:
-    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages)
+    shape = FarmShape(domains=args.farm_domains, hosts_per_domain=args.farm_hosts, in_rate=args.farm_in_rate,
+                      giants=args.giants, giant_hosts=args.giant_hosts, one_domain=args.one_domain)
+    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages, shape=shape, variant_share=args.variants)
     server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max)
     await server.start(args.bind, args.port, args.control_port)
     announcement = server.announcement()
@@ -71,8 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts < 1:
         print("simweb: --hosts must be >= 1", file=sys.stderr)
         return 2
+    if not 0.0 <= args.variants <= 1.0:
+        print("simweb: --variants must be in [0, 1]", file=sys.stderr)
+        return 2
     if not 1 <= args.min_pages <= args.max_pages:
         print("simweb: need 1 <= --min-pages <= --max-pages", file=sys.stderr)
+        return 2
+    try:
+        FarmShape(domains=args.farm_domains, hosts_per_domain=args.farm_hosts, in_rate=args.farm_in_rate,
+                  giants=args.giants, giant_hosts=args.giant_hosts, one_domain=args.one_domain)
+    except ValueError as e:
+        print(f"simweb: {e}", file=sys.stderr)
         return 2
     problem = check_bind(args.bind)
     if problem:

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import xxhash
 
 from crawlerd.simweb import site as S
+from crawlerd.simweb.farm import FARM_PAGES, ROLE_FARM
 from crawlerd.simweb.pages import SID_MARK, PageRenderer
 from crawlerd.simweb.text import ParagraphPool
+from crawlerd.simweb.variants import Variants
 
 ACTION_HOLD = "hold"     # say nothing until the client leaves or delay_s passes, then close
 ACTION_RESET = "reset"   # abort the connection with a TCP RST (SO_LINGER 0)
@@ -101,11 +103,12 @@ class Handler:
     def __init__(self, site: S.Site, port: int, cache_bytes: int = 64 << 20) -> None:
         self.site = site
         self.port = port
-        self.pages = PageRenderer(site, ParagraphPool(site.seed), port)
+        self.variants = Variants(site.seed, port)
+        self.pages = PageRenderer(site, ParagraphPool(site.seed), port, self.variants)
         self.cache: OrderedDict[tuple, Entity] = OrderedDict()
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
-        self.requests_by_host = [0] * site.n_hosts
+        self.requests_by_host = [0] * len(site.hosts)
         self.sid_counter = 0
 
     # --- cache ---
@@ -222,6 +225,19 @@ class Handler:
 
     def _route(self, host: S.HostSpec, path: str, query: str, inm: str, ims: str, gz: bool) -> Reply:
         pages = self.pages
+        if host.role == ROLE_FARM:                                          # endless farm pages (farm.py)
+            k = -1 if path == "/" else _canonical_int(path[3:-5]) if path.startswith("/f/") and path.endswith(
+                ".html") else None
+            if k is None or k >= FARM_PAGES:
+                return self.not_found()
+            return self._serve(host, ("f", k), lambda: (pages.farm.farm_page(pages, host, k), HTML), inm, ims, gz)
+        if host.variants:           # URL variants of /p/ pages (simweb.variants)
+            v = self.variants.route(pages, host, path, query)
+            if v is not None:
+                key, render = v
+                if key is None:      # a session's page: not cached, no validators
+                    return Reply(200, render, HTML, (("Cache-Control", "no-store"),))
+                return self._serve(host, key, lambda: (render(), HTML), inm, ims, gz)
         if path == "/":
             return self._serve(host, ("/",), lambda: (pages.root(host), HTML), inm, ims, gz)
         if path.startswith("/p/") and path.endswith(".html") and host.role not in (

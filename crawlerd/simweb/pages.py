@@ -13,6 +13,7 @@ import random
 from itertools import accumulate
 
 from crawlerd.simweb import site as S
+from crawlerd.simweb.farm import FarmLinks
 from crawlerd.simweb.text import ParagraphPool, sentence, words
 
 _LINK_KINDS = ("root_rel", "rel", "dotdot", "abs", "frag", "cross_abs", "cross_proto", "private",
@@ -35,13 +36,15 @@ def _with_sid(href: str) -> str:
 class PageRenderer:
     """Renders bodies for one bound port (absolute links carry it). Holds no per-request state."""
 
-    __slots__ = ("site", "pool", "port", "seed")
+    __slots__ = ("site", "pool", "port", "seed", "variants", "farm")
 
-    def __init__(self, site: S.Site, pool: ParagraphPool, port: int) -> None:
+    def __init__(self, site: S.Site, pool: ParagraphPool, port: int, variants=None) -> None:
         self.site = site
         self.pool = pool
         self.port = port
         self.seed = site.seed
+        self.variants = variants      # simweb.variants.Variants: links to URL variants (hosts that have them)
+        self.farm = FarmLinks(site.shape, site.hosts, site.hosts[:site.n_hosts]) if site.shape.active else None
 
     # --- helpers ---
     def authority(self, host: S.HostSpec) -> str:
@@ -69,6 +72,16 @@ class PageRenderer:
         paras = self.pool.paragraphs
         return [paras[i] for i in self.pool.pick(rng, target_bytes)]
 
+    # the building blocks, for other page kinds (variants)
+    def document(self, title: str, parts: list[bytes]) -> bytes:
+        return self._doc(title, parts)
+
+    def paragraphs(self, rng: random.Random, target_bytes: int) -> list[bytes]:
+        return self._paragraphs(rng, target_bytes)
+
+    def link_list(self, links: list[tuple[str, str, bool]]) -> bytes:
+        return self._ul(links)
+
     def entry_path(self, host: S.HostSpec, rng: random.Random) -> str:
         """A path that exists on ``host``, as another host would link to it."""
         if host.role == S.ROLE_TRAP_CALENDAR:
@@ -77,13 +90,17 @@ class PageRenderer:
             return "/a/b/"
         if host.role == S.ROLE_TRAP_SESSION:
             return f"/p/{int(rng.random() * host.pages)}.html?sid={rng.getrandbits(64):016x}"
-        return f"/p/{int(rng.random() * host.pages)}.html"
+        k = int(rng.random() * host.pages)
+        if self.variants is not None and host.variants:
+            return self.variants.inbound(host, k)
+        return f"/p/{k}.html"
 
     def _li_items(self, host: S.HostSpec, rng: random.Random, n: int) -> list[str]:
         """n ``<li>`` link items. The hot path of page rendering: common kinds are built inline."""
         anchors, bits = self.pool.anchors, ParagraphPool.ANCHOR_BITS
         rand, getbits, pages = rng.random, rng.getrandbits, host.pages
         session = host.role == S.ROLE_TRAP_SESSION
+        vary = self.variants.vary if self.variants is not None and host.variants else None
         out = []
         for kind in rng.choices(_LINK_KINDS, cum_weights=_LINK_CUM, k=n):
             anchor = anchors[getbits(bits)]
@@ -105,6 +122,10 @@ class PageRenderer:
                 href = _with_sid(href)
             out.append(f'<li><a href="{href}" rel="nofollow">{anchor}</a></li>\n' if nofollow
                        else f'<li><a href="{href}">{anchor}</a></li>\n')
+            if vary is not None and kind in _SAME_HOST_PAGE_KINDS:
+                v = vary(host, href, k, len(out))
+                if v is not None:
+                    out.append(f'<li><a href="{v}">{anchor}</a></li>\n')
         return out
 
     def _rare_href(self, host: S.HostSpec, rng: random.Random, kind: str) -> tuple[str, bool]:
@@ -147,6 +168,11 @@ class PageRenderer:
                      f'{" ".join(words(rng, 2))}</a></li>\n' for _ in range(n_links)]
         else:
             items = self._li_items(host, rng, n_links)
+            if self.variants is not None and host.variants:
+                items += self.variants.extra_items(host, k)
+            if self.farm is not None:        # links into the giants and the farm (farm.py)
+                items += [f'<li><a href="{h}">{" ".join(words(rng, 2))}</a></li>\n'
+                          for h in self.farm.extra_hrefs(host, rng, self.authority)]
         paras = self._paragraphs(rng, target - 60 * n_links)
         parts: list[bytes] = []
         per = max(1, len(items) // max(1, len(paras)))
@@ -162,6 +188,10 @@ class PageRenderer:
             img = int(rng.random() * S.MEDIA_FILES)
             parts.append(f'<p><img src="/img/{img}.png" alt="figure"></p>\n'.encode())
         return self._doc(title, parts, k in host.meta_nofollow)
+
+    def text_page(self, title: str, text_bytes: int, rng: random.Random, links: list[tuple[str, str, bool]]) -> bytes:
+        """A page of about ``text_bytes`` of text and one list of ``(href, anchor, nofollow)`` links."""
+        return self._doc(title, self._paragraphs(rng, text_bytes) + [self._ul(links)])
 
     def leaf(self, host: S.HostSpec, prefix: str, k: int) -> bytes:
         """/private/k.html, /private/open/k.html, /nf/k.html, /mnf/k.html: small pages linking back."""
@@ -189,6 +219,15 @@ class PageRenderer:
             if host.role == S.ROLE_TRAP_SESSION:
                 links = [(_with_sid(href), a, nf) if href.startswith("/p/") else (href, a, nf)
                          for href, a, nf in links]
+            elif self.variants is not None and host.variants:
+                n = min(host.pages, 30)          # the first n links are /p/0.html ... /p/{n-1}.html
+                with_variants = []
+                for i, (href, a, nf) in enumerate(links):
+                    with_variants.append((href, a, nf))
+                    v = self.variants.vary(host, href, i, -1, featured=True) if i < n else None
+                    if v is not None:
+                        with_variants.append((v, a, nf))
+                links = with_variants
         return self._doc(title, self._paragraphs(rng, 2000) + [self._ul(links)])
 
     def calendar(self, host: S.HostSpec, y: int, m: int) -> bytes:

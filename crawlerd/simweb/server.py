@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+from crawlerd.simweb.farm import ROLE_FARM
 from crawlerd.simweb.handler import ACTION_HOLD, ACTION_RESET, Handler, Reply, host_name
 from crawlerd.simweb.ledger import Ledger, LedgerEntry
 from crawlerd.simweb.site import Site
@@ -427,7 +428,7 @@ class SimServer:
         authority = "" if self.port == 80 else f":{self.port}"
         return {"port": self.port, "bind": self.bind, "control_port": self.control_port,
                 "hosts": {h.name: h.ip for h in self.site.hosts},
-                "seeds": [f"http://{h.name}{authority}/" for h in self.site.hosts],
+                "seeds": [f"http://{h.name}{authority}/" for h in self.site.hosts if h.role != ROLE_FARM],
                 "static_hosts": self.static_hosts(), "pid": os.getpid()}
 
     async def close(self) -> None:

@@ -16,6 +16,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from crawlerd.simweb.farm import ROLE_FARM, FarmShape
+from crawlerd.simweb.variants import profile as variant_profile
+
 # --- robots.txt variants (RFC 9309 §2.3.1 outcomes) ---
 ROBOTS_ABSENT = "absent"                      # 404: allow all (§2.3.1.3)
 ROBOTS_ALLOW_ALL = "allow_all"                # 200, empty Disallow
@@ -160,6 +163,7 @@ class HostSpec:
     exact_dups: dict[int, int] = field(default_factory=dict)
     near_dups: dict[int, int] = field(default_factory=dict)
     meta_nofollow: frozenset[int] = frozenset()
+    variants: tuple[str, ...] = ()              # URL variant kinds it serves (simweb.variants)
 
     def describe(self) -> dict:
         r = self.robots
@@ -174,19 +178,23 @@ class HostSpec:
             "exact_dups": sorted([k, v] for k, v in self.exact_dups.items()),
             "near_dups": sorted([k, v] for k, v in self.near_dups.items()),
             "meta_nofollow": sorted(self.meta_nofollow),
+            "variants": list(self.variants),
         }
 
 
 class Site:
     """All hosts of one synthetic web. Key: host name. Invariant: pure function of the arguments."""
 
-    def __init__(self, n_hosts: int = 200, seed: int = 1, min_pages: int = 20, max_pages: int = 500) -> None:
+    def __init__(self, n_hosts: int = 200, seed: int = 1, min_pages: int = 20, max_pages: int = 500,
+                 variant_share: float = 0.0, shape: FarmShape | None = None) -> None:
         if n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
         if not 1 <= min_pages <= max_pages:
             raise ValueError("need 1 <= min_pages <= max_pages")
         self.seed = seed
-        self.n_hosts = n_hosts
+        self.n_hosts = n_hosts                   # ordinary hosts: indices below n_hosts (see farm.py for the rest)
+        self.variant_share = variant_share
+        self.shape = shape or FarmShape()
         rng = random.Random(f"simweb-site/{seed}/{n_hosts}")
         candidates = list(range(1, n_hosts))
         rng.shuffle(candidates)
@@ -214,9 +222,15 @@ class Site:
             copies = exact.keys() | near.keys() | meta_nf
             exact = {k: v for k, v in exact.items() if v not in copies}
             near = {k: v for k, v in near.items() if v not in copies}
-            hosts.append(HostSpec(i, f"h{i}.sim", ip_for_slot(ip_slot(i)), role, robots_spec(variant),
+            # URL variants only on ordinary hosts (traps and hostile roles stay what they are), never h0
+            kinds = variant_profile(seed, i, variant_share) if role == ROLE_NORMAL and i else ()
+            hosts.append(HostSpec(i, self.shape.ordinary_name(i), ip_for_slot(ip_slot(i)), role, robots_spec(variant),
                                   pages, gzip=hrng.random() < 0.3, exact_dups=exact, near_dups=near,
-                                  meta_nofollow=meta_nf))
+                                  meta_nofollow=meta_nf, variants=kinds))
+        for name, role, pages in self.shape.extra_hosts():      # giants and farm hosts (farm.py)
+            i = len(hosts)
+            variant = ROBOTS_ABSENT if role == ROLE_FARM else ROBOTS_DISALLOW_PRIVATE
+            hosts.append(HostSpec(i, name, ip_for_slot(ip_slot(i)), role, robots_spec(variant), pages, gzip=False))
         self.hosts: tuple[HostSpec, ...] = tuple(hosts)
         self.by_name: dict[str, HostSpec] = {h.name: h for h in hosts}
 
@@ -236,5 +250,7 @@ class Site:
             "nofollow_prefixes": list(NOFOLLOW_PREFIXES), "retry_after_s": RETRY_AFTER_S,
             "crawl_delay_s": CRAWL_DELAY_S, "slow_delay_range_s": list(SLOW_DELAY_RANGE_S),
             "robots_hold_s": ROBOTS_HOLD_S, "leaf_pages": LEAF_PAGES, "media_files": MEDIA_FILES,
+            "variant_share": self.variant_share,
             "hosts": {h.name: h.describe() for h in self.hosts},
+            **({"shape": self.shape.describe()} if self.shape.active else {}),
         }

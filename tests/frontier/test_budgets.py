@@ -1,112 +1,191 @@
-"""STAR/BEAST budgets: the budget rule on a synthetic PLD graph, deferral and readmission, crash safety."""
+"""STAR/BEAST budgets: the rule, vouched in-degrees, BEAST queues and their reader, crash safety."""
 
+import asyncio
 import collections
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 
+import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawlerd import url as urlmod
-from crawlerd.frontier.budgets import Budgets, DomainGraph, _TopK, domain_key
+from crawlerd.frontier.budgets import (
+    Beast,
+    BudgetRule,
+    Budgets,
+    BudgetStore,
+    DomainGraph,
+    EdgeClock,
+    EdgeDrum,
+    domain_key,
+)
+from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
 
-PARAMS = dict(base_budget=5, per_inlink=3, max_budget=50)
+RULE = dict(base_budget=2, per_inlink=3, max_budget=50)
 
 
-def open_pair(path, *, lru=64, cache=64, sweep_step=1024, **params):
-    g = DomainGraph(str(path), lru_entries=lru, map_size_bytes=1 << 26, sync=False, drum_buckets=4,
-                    drum_bucket_buffer_bytes=4096, drum_merge_bytes=1 << 20, drum_cache_entries=1024)
-    b = Budgets(g, cache_entries=cache, sweep_step=sweep_step, **(params or PARAMS))
-    return g, b
+class Parts:
+    """Store, graph, BEAST and a one-thread edge DRUM in one directory, opened together."""
+
+    def __init__(self, path, *, mode="vouched", ratio=0.5, cache=64, queues=4, max_spread=64, rule=None):
+        self.path = str(path)
+        self.store = BudgetStore(os.path.join(self.path, "state"), map_size_bytes=1 << 26, sync=False)
+        self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=ratio, cache_entries=cache)
+        self.beast = Beast(self.store, self.graph, BudgetRule(**(rule or RULE)), queues=queues,
+                           max_spread=max_spread, cache_entries=cache)
+        self.edges = EdgeDrum(os.path.join(self.path, "edges"), self.graph, buckets=4, bucket_buffer_bytes=4096,
+                              merge_bytes=1 << 20, cache_entries=1024)
+
+    def link(self, src, targets):
+        """One page's links, mapped to registered domains the way the shard does."""
+        self.edges.add(urlmod.registered_domain(src), [urlmod.registered_domain(t) for t in targets])
+
+    def offer(self, pld, records):
+        return [r for r in records if self.beast.offer(pld, r)]
+
+    def check(self):
+        self.beast.check_invariants()
+        self.graph.check_invariants()
+
+    def close(self):
+        self.store.close()
+        self.edges.close()
 
 
 @pytest.fixture
-def pair(tmp_path):
-    g, b = open_pair(tmp_path / "budgets")
-    yield g, b
-    g.close()
+def parts(tmp_path):
+    p = Parts(tmp_path / "b", mode="all")
+    yield p
+    p.close()
 
 
-def link(g, src, targets):
-    """Edges of one page, the way the shard records them: hosts mapped to registered domains."""
-    g.add_edges(urlmod.registered_domain(src), [urlmod.registered_domain(t) for t in targets])
+def drain(beast, limit=10_000, calls=10_000):
+    out = []
+    for _ in range(calls):
+        got = beast.readmit(limit, advance=True)
+        if not got:
+            return out
+        out.extend(got)
+    raise AssertionError("readmit kept returning records")
 
 
-def offer(b, pld, records):
-    """The shard's intake: admit each URL or defer it; returns the admitted ones."""
-    admitted = []
-    for r in records:
-        if b.admit(pld):
-            admitted.append(r)
-        else:
-            b.defer(pld, r)
-    return admitted
+# -- the rule ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [0, 1, 7, 15, 16, 40])
+def test_budget_is_base_plus_per_inlink_capped(d):
+    assert BudgetRule(**RULE).budget(d) == min(50, 2 + 3 * d)
 
 
-# -- STAR: the budget rule ----------------------------------------------------------------------
+def test_bad_rule_is_refused():
+    with pytest.raises(ValueError):
+        BudgetRule(0, 1, 10)
+    with pytest.raises(ValueError):
+        BudgetRule(10, 1, 5)
 
-def test_spam_farm_of_one_pld_gets_only_the_base_budget(pair):
-    g, b = pair
+
+# -- STAR: in-degree -----------------------------------------------------------------------------
+
+def test_links_inside_one_pld_earn_nothing(parts):
     farm = [f"s{i}.spamfarm.com" for i in range(300)]
-    for i, host in enumerate(farm):                       # every farm host links to 20 others
-        link(g, host, [farm[(i + j) % len(farm)] for j in range(1, 21)])
-    g.flush()
-    assert g.indegree("spamfarm.com") == 0                # links inside a PLD earn nothing
-    admitted = offer(b, "spamfarm.com", [f"u{i}".encode() for i in range(2000)])
-    assert len(admitted) == PARAMS["base_budget"]
-    assert b.deferred_of("spamfarm.com") == 2000 - PARAMS["base_budget"]
-    assert b.readmit(10_000) == []
+    for i, host in enumerate(farm):
+        parts.link(host, [farm[(i + j) % len(farm)] for j in range(1, 21)])
+    parts.edges.flush()
+    assert parts.graph.indegree("spamfarm.com") == 0
+    assert parts.offer("spamfarm.com", [f"u{i}".encode() for i in range(2000)]) == [b"u0", b"u1"]
+    assert parts.beast.readmit(10_000) == []
 
 
-def test_many_plds_without_inlinks_each_get_base_and_linked_one_gets_more(pair):
-    g, b = pair
-    loners = [f"loner{i}.net" for i in range(100)]
-    for p in loners:                                      # each links out to popular.org, none links in
-        link(g, f"www.{p}", ["popular.org", f"cdn.{p}"])
-    g.flush()
-    for p in loners:
-        assert b.budget(p) == PARAMS["base_budget"]
-        assert len(offer(b, p, [b"x"] * 20)) == PARAMS["base_budget"]
-    assert g.indegree("popular.org") == 100
-    assert b.budget("popular.org") == PARAMS["max_budget"]       # 5 + 3 x 100, capped
-    assert len(offer(b, "popular.org", [b"y"] * 80)) == PARAMS["max_budget"]
-    b.check_invariants()
-
-
-@pytest.mark.parametrize("k", [0, 1, 7, 15, 16, 40])
-def test_budget_is_base_plus_per_inlink_capped(pair, k):
-    g, b = pair
-    for i in range(k):
-        g.add_edges(f"src{i}.org", ["target.com"])
-    g.flush()
-    assert g.indegree("target.com") == k
-    assert b.budget("target.com") == min(50, 5 + 3 * k)
-
-
-def test_duplicate_edges_count_once(tmp_path):
-    g, b = open_pair(tmp_path / "b")
+def test_plain_counting_counts_distinct_linking_domains_once(tmp_path):
+    p = Parts(tmp_path / "b", mode="all")
     for _ in range(3):
-        g.add_edges("a.org", ["t.com", "t.com", "a.org", ""])          # repeats, a self-link, junk
-    g.add_edges("b.org", ["t.com"])
-    assert g.flush() == 2
-    g.add_edges("a.org", ["t.com"])                                    # again after the merge
-    g.add_edges("t.com", ["t.com"])
-    assert g.flush() == 0
-    g.close()
-    g, b = open_pair(tmp_path / "b")                                   # and after a reopen
-    g.add_edges("b.org", ["t.com"])
-    g.add_edges("c.org", ["t.com"])
-    assert g.flush() == 1
-    assert g.indegree("t.com") == 3
-    st_ = g.stats()
-    assert st_["edges_unique"] == 3 and st_["domains_linked"] == 1
-    g.close()
+        p.edges.add("a.org", ["t.com", "t.com", "a.org", ""])          # repeats, a self-link, junk
+    p.edges.add("b.org", ["t.com"])
+    assert p.edges.flush() == 2
+    p.edges.add("a.org", ["t.com"])
+    assert p.edges.flush() == 0
+    p.close()
+    p = Parts(tmp_path / "b", mode="all")                              # and after a reopen
+    p.edges.add("b.org", ["t.com"])
+    p.edges.add("c.org", ["t.com"])
+    assert p.edges.flush() == 1
+    assert p.graph.indegree("t.com") == 3
+    assert p.beast.budget("t.com") == 2 + 3 * 3
+    p.check()
+    p.close()
+
+
+def test_seed_domains_vouch_for_all_others_for_half_their_in_degree(tmp_path):
+    p = Parts(tmp_path / "b")
+    p.graph.add_root("seed.org")
+    p.edges.add("seed.org", ["a.com", "b.com", "c.com"])
+    p.edges.add("a.com", ["x.com", "y.com"])           # a.com has in-degree 1: it vouches for nobody yet
+    p.edges.flush()
+    assert [p.graph.indegree(d) for d in ("a.com", "b.com", "x.com", "y.com")] == [1, 1, 0, 0]
+    p.edges.add("b.com", ["a.com"])                    # b.com cannot vouch either
+    p.edges.add("seed2.org", ["a.com"])
+    p.graph.add_root("seed2.org")                      # its waiting link counts once it is a root
+    p.edges.flush()
+    assert p.graph.indegree("a.com") == 2              # seed + seed2: a.com now vouches for one domain
+    assert p.graph.indegree("x.com") + p.graph.indegree("y.com") == 1
+    assert p.graph.stats()["votes_waiting"] == 2        # a.com -> y.com, b.com -> a.com
+    p.check()
+    p.close()
+
+
+def test_a_farm_linking_to_itself_earns_only_what_honest_domains_give_it(tmp_path):
+    rng = random.Random(5)
+    farm = [f"spam{i}.net" for i in range(200)]
+    honest = [f"site{i}.org" for i in range(400)]
+    counts = {}
+    for mode in ("all", "vouched"):
+        p = Parts(tmp_path / mode, mode=mode)
+        for s in honest[:40]:
+            p.graph.add_root(s)
+        for s in honest:
+            p.edges.add(s, rng.sample(honest, 8) + ([rng.choice(farm)] if rng.random() < 0.05 else []))
+        for f in farm:                                  # every farm page links to 30 other farm domains
+            p.edges.add(f, rng.sample(farm, 30))
+        p.edges.flush()
+        counts[mode] = (sum(p.graph.indegree(f) for f in farm) / len(farm),
+                        sum(p.graph.indegree(s) for s in honest) / len(honest))
+        p.check()
+        p.close()
+    farm_all, honest_all = counts["all"]
+    farm_v, honest_v = counts["vouched"]
+    assert farm_all > 3 * honest_all                    # plain counting: the farm looks best
+    assert farm_v < honest_v / 4                        # vouched: it earns about what honest sites give it
+    assert farm_v < 1.0
+
+
+def test_redelivered_edge_answers_are_not_counted_twice(tmp_path, monkeypatch):
+    p = Parts(tmp_path / "b", mode="all")
+    for i in range(6):
+        p.edges.add(f"s{i}.org", ["t.com"])
+    monkeypatch.setattr(Drum, "ack", lambda self: None)      # crash between the commit and the ack
+    p.edges.flush()
+    assert p.graph.indegree("t.com") == 6
+    p.close()
+    monkeypatch.undo()
+    p = Parts(tmp_path / "b", mode="all")
+    p.edges.flush()
+    assert p.graph.indegree("t.com") == 6
+    assert p.graph.stats()["redelivered_skipped"] == 6
+    p.close()
+
+
+def test_long_names_get_a_hashed_key():
+    assert domain_key("a" * 300 + ".com") != domain_key("b" * 300 + ".com")
+    assert len(domain_key("a" * 300 + ".com")) < 64
+    assert domain_key("example.com") == b"example.com"
+    assert b"\0" not in domain_key("bad\0name")
 
 
 def test_simweb_hosts_are_their_own_registered_domains():
@@ -115,183 +194,178 @@ def test_simweb_hosts_are_their_own_registered_domains():
     assert urlmod.registered_domain("www.h3.sim") == "h3.sim"
 
 
-def test_long_names_get_a_hashed_key():
-    long = "a" * 300 + ".com"
-    assert domain_key(long) != domain_key("b" * 300 + ".com")
-    assert len(domain_key(long)) < 64
-    assert domain_key("example.com") == b"example.com"
+# -- the edge DRUM's schedule -------------------------------------------------------------------
+
+def test_edges_merge_on_age_or_pending_and_never_more_than_a_tenth_of_the_time():
+    c = EdgeClock(max_age_s=10.0, max_pending=100)
+    assert not c.should_merge(0.0, 0)
+    c.submitted(0, 5, now=0.0)
+    assert not c.should_merge(9.0, 5)
+    assert c.should_merge(10.0, 5)                       # the oldest edge is 10 s old
+    assert c.should_merge(1.0, 100)                      # 100 edges wait
+    c.merged(10.0, duration_s=3.0)
+    assert not c.should_merge(20.0, 500)                 # merged 10 s ago, and a merge takes 3 s
+    assert c.should_merge(40.0, 500)
+    c.delivered(5, now=12.5)
+    assert c.lag_last_s == 12.5 and c.oldest_age(12.5) == 0.0
 
 
-# -- BEAST: defer and readmit -------------------------------------------------------------------
-
-def test_deferred_urls_come_back_when_the_budget_grows_oldest_first(pair):
-    g, b = pair
-    recs = [f"r{i}".encode() for i in range(20)]
-    admitted = offer(b, "x.com", recs)
-    assert admitted == recs[:5]
-    b.commit()
-    assert b.readmit(100) == []                        # no growth, nothing comes back
-    g.add_edges("a.org", ["x.com"])
-    g.flush()                                          # budget 8: three more
-    assert b.readmit(100) == recs[5:8]
-    assert b.readmit(100) == []
-    for s in ("b.org", "c.org", "d.org"):
-        g.add_edges(s, ["x.com"])
-    g.flush()                                          # budget 17: nine more, in two calls
-    assert b.readmit(4) == recs[8:12]
-    assert b.readmit(100) == recs[12:17]
-    assert b.spent("x.com") == 17 == b.budget("x.com")
-    assert b.deferred_of("x.com") == 3
-    b.check_invariants()
+def test_in_degree_lag_follows_the_age_trigger(tmp_path):
+    now = [100.0]
+    store = BudgetStore(str(tmp_path / "s"), map_size_bytes=1 << 26, sync=False)
+    g = DomainGraph(store, mode="all")
+    e = EdgeDrum(str(tmp_path / "e"), g, max_age_s=5.0, max_pending=10_000, buckets=2, clock=lambda: now[0])
+    for t in range(30):
+        now[0] = 100.0 + t
+        e.add(f"s{t}.org", ["t.com"])
+        e.poll()
+        assert g.indegree("t.com") >= t - 5             # never more than max_age_s behind
+    assert e.timing.lag_max_s <= 5.0 + 1.0
+    store.close()
+    e.close()
 
 
-def test_new_urls_wait_behind_deferred_ones(pair):
-    g, b = pair
-    offer(b, "x.com", [f"old{i}".encode() for i in range(8)])     # 5 admitted, 3 deferred
-    g.add_edges("a.org", ["x.com"])
-    g.flush()                                                      # room for 3 now
-    assert not b.admit("x.com")                                   # FIFO: the deferred go first
-    b.defer("x.com", b"new0")
-    assert b.readmit(100) == [b"old5", b"old6", b"old7"]
-    assert b.deferred_of("x.com") == 1
-    b.check_invariants()
+# -- BEAST ---------------------------------------------------------------------------------------
+
+def test_a_domain_passes_its_budget_per_queue_and_the_rest_waits_in_order(parts):
+    b = parts.beast
+    recs = [f"r{i}".encode() for i in range(9)]
+    assert parts.offer("x.com", recs) == recs[:2]
+    assert b.readmit(100) == []                          # the reader stays: nothing more this queue
+    assert b.readmit(100, advance=True) == recs[2:]      # queues 1, 2, 3, 4 ...: two each, in order
+    assert b.reader > 0
+    parts.check()
 
 
-def test_new_cycle_readmits_every_backlog(pair):
-    g, b = pair
-    for p in ("a.com", "b.com", "c.com"):
-        offer(b, p, [f"{p}/{i}".encode() for i in range(12)])
-    b.commit()
-    assert b.readmit(100) == []
-    b.new_cycle(at=1234.5)
-    assert b.cycle == 1 and b.stats()["cycle_started_at"] == 1234.5
-    got = b.readmit(100)
-    doms = ("a.com", "b.com", "c.com")
-    assert sorted(got) == sorted(f"{p}/{i}".encode() for p in doms for i in range(5, 10))
-    for p in ("a.com", "b.com", "c.com"):
-        assert b.spent(p) == 5 and b.deferred_of(p) == 2
-    b.check_invariants()
-    b.new_cycle()
-    assert len(b.readmit(100)) == 6
-    b.check_invariants()
-    assert b.stats()["deferred_now"] == 0
+def test_new_urls_wait_behind_deferred_ones_and_a_new_queue_takes_them_first(parts):
+    b = parts.beast
+    parts.offer("x.com", [b"a0", b"a1", b"a2"])
+    assert not b.offer("x.com", b"new")                  # FIFO: behind a2
+    assert b.readmit(2, advance=True) == [b"a2", b"new"]
 
 
-def test_a_new_cycle_sweeps_the_backlog_in_bounded_steps(tmp_path):
-    g, b = open_pair(tmp_path / "b", sweep_step=3)
-    doms = [f"d{i:02d}.com" for i in range(10)]
-    for p in doms:
-        offer(b, p, [f"{p}/{i}".encode() for i in range(7)])       # 5 admitted, 2 deferred each
-    b.new_cycle()
+def test_spam_is_spread_geometrically_never_dropped(tmp_path):
+    p = Parts(tmp_path / "b", queues=4, max_spread=1 << 20)
+    b = p.beast
+    p.offer("spam.com", [f"s{i}".encode() for i in range(2000)])
+    passes = []                                          # queue of each pass of spam.com
+    while True:
+        got = b.readmit(2, advance=True)                 # one pass per call: its budget is 2
+        if not got:
+            break
+        passes.append((b.reader, len(got)))
+    gaps = [q2 - q1 for (q1, _), (q2, _) in zip(passes, passes[1:], strict=False)]
+    assert sum(n for _, n in passes) == 2000 - 2         # every URL passed, two per queue
+    assert all(n == 2 for _, n in passes)
+    assert gaps[:3] == [1, 1, 1] and max(gaps) >= 256     # one queue apart at first, then further and further
+    assert gaps == sorted(gaps)
+    p.check()
+    p.close()
+
+
+def test_a_fresh_domain_passes_every_queue_while_spam_waits_longer(tmp_path):
+    p = Parts(tmp_path / "b", queues=2)
+    b = p.beast
+    p.offer("spam.com", [f"s{i}".encode() for i in range(5000)])
+    for _ in range(200):                                 # long enough for several wrap-arounds
+        b.readmit(2, advance=True)
+    p.offer("fresh.org", [f"f{i}".encode() for i in range(40)])
     got = []
-    for _ in range(4):                                               # 3 domains visited per call
-        got.extend(b.readmit(100))
-        b.check_invariants()
-    assert b.stats()["sweeping"] is False
-    assert sorted(got) == sorted(f"{p}/{i}".encode() for p in doms for i in (5, 6))
-    g.close()
+    for _ in range(20):
+        got += b.readmit(2, advance=True)
+    spam = sum(r.startswith(b"s") for r in got)
+    assert sum(r.startswith(b"f") for r in got) >= 10 * max(spam, 1)
+    p.close()
 
 
-def test_a_record_deferred_with_room_left_is_readmitted(pair):
-    g, b = pair
-    b.defer("x.com", b"direct")            # deferred for another reason while under budget
-    b.check_invariants()
-    assert b.readmit(10) == [b"direct"]
+def test_a_rising_in_degree_lets_a_waiting_domain_pass_at_once(parts):
+    b = parts.beast
+    parts.offer("x.com", [f"r{i}".encode() for i in range(20)])
+    parts.edges.add("a.org", ["x.com"])
+    parts.edges.flush()                                  # budget 2 + 3 = 5: three more in this queue
+    assert b.readmit(100) == [b"r2", b"r3", b"r4"]
+    assert b.domain("x.com")["spent"] == 5
+    parts.check()
 
 
-def test_raised_budget_on_reopen_readmits(tmp_path):
-    g, b = open_pair(tmp_path / "b")
-    offer(b, "x.com", [f"r{i}".encode() for i in range(30)])
-    g.close()
-    g, b = open_pair(tmp_path / "b", base_budget=20, per_inlink=3, max_budget=50)
-    assert b.stats()["sweeping"]
-    assert b.readmit(100) == [f"r{i}".encode() for i in range(5, 20)]
-    b.check_invariants()
-    g.close()
+def test_a_refund_lets_the_domain_pass_another_url_in_this_queue(parts):
+    b = parts.beast
+    parts.offer("x.com", [b"a", b"b", b"c", b"d"])
+    assert b.refund("x.com") == 1
+    assert b.readmit(100) == [b"c"]
+    b.readmit(100, advance=True)
+    assert b.refund("other.com") == 0
+    parts.check()
 
 
-def test_counters_add_up_and_top_spenders(pair):
-    g, b = pair
+def test_explain_finds_a_waiting_url_and_its_queue(parts):
+    b = parts.beast
     for i in range(10):
-        g.add_edges(f"s{i}.org", ["big.com"])
-    g.add_edges("s0.org", ["mid.com"])
-    g.flush()
-    offer(b, "big.com", [b"u"] * 40)
-    offer(b, "mid.com", [b"u"] * 12)
-    offer(b, "small.com", [b"u"] * 3)
-    s = b.stats(top=2)
-    assert [t["domain"] for t in s["top_spenders"]] == ["big.com", "mid.com"]
-    assert s["top_spenders"][0] == {"domain": "big.com", "spent": 35, "budget": 35, "indegree": 10,
-                                    "deferred": 5}
-    assert s["admitted"] == 35 + 8 + 3
-    assert s["deferred_total"] == s["deferred_now"] + s["readmitted"] == 5 + 4
-    assert s["graph"]["top_indegree"][0] == {"domain": "big.com", "indegree": 10}
+        b.offer("x.com", f"r{i}".encode(), fp=1000 + i)
+    info = b.explain("x.com", 1007)
+    assert info["waiting"] and info["position"] == 5 and info["expected_queue"] == 1 + 5 // 2
+    assert not b.explain("x.com", 1000)["waiting"]       # passed at once
+    assert info["budget"] == 2 and info["spent"] == 2 and info["deferred"] == 8
+
+
+def test_stats_list_top_domains_with_budget_spent_deferred_and_queue(parts):
+    for i in range(10):
+        parts.edges.add(f"s{i}.org", ["big.com"])
+    parts.edges.flush()
+    parts.offer("big.com", [b"u"] * 40)
+    parts.offer("spam.com", [b"u"] * 12)
+    s = parts.beast.stats(top=5)
+    tops = {t["domain"]: t for t in s["top_domains"]}
+    assert tops["big.com"]["indegree"] == 10 and tops["big.com"]["budget"] == 32
+    assert tops["big.com"]["spent"] == 32 and tops["big.com"]["deferred"] == 8
+    assert tops["spam.com"]["deferred"] == 10 and tops["spam.com"]["queue"] == 1
+    assert s["reader_queue"] == 0 and s["deferred_now"] == 18
+    assert s["admitted"] == 32 + 2 and s["deferred"] == 18
 
 
 def test_ram_is_bounded_by_the_lrus_and_write_back_is_exact(tmp_path):
-    g, b = open_pair(tmp_path / "b", lru=8, cache=8)
+    p = Parts(tmp_path / "b", mode="all", cache=8)
     rng = random.Random(3)
     want = collections.Counter()
     for _ in range(3000):
-        p = f"d{rng.randrange(400)}.com"
-        if b.admit(p):
-            want[p] += 1
-        else:
-            b.defer(p, p.encode())
-        assert b.cached <= 8 and g.cached <= 8
+        d = f"d{rng.randrange(400)}.com"
+        if p.beast.offer(d, d.encode()):
+            want[d] += 1
+        assert p.beast.cached <= 8 and p.graph.cached <= 8
     for i in range(400):
-        g.add_edges(f"s{i % 7}.org", [f"d{i}.com"])
-    g.flush()
-    assert g.cached <= 8
-    g.close()
-    g, b = open_pair(tmp_path / "b", lru=8, cache=8)
+        p.edges.add(f"s{i % 7}.org", [f"d{i}.com"])
+    p.edges.flush()
+    p.close()
+    p = Parts(tmp_path / "b", mode="all", cache=8)
     for i in range(400):
-        p = f"d{i}.com"
-        assert b.spent(p) == want[p]
-        assert g.indegree(p) == 1
-    b.check_invariants()
-    g.close()
+        d = f"d{i}.com"
+        assert p.beast.domain(d)["admitted"] == want[d]
+        assert p.graph.indegree(d) == 1
+    p.check()
+    p.close()
 
 
-# -- crash safety ---------------------------------------------------------------------------------
-
-def test_redelivered_edge_answers_are_not_counted_twice(tmp_path, monkeypatch):
-    g, b = open_pair(tmp_path / "b")
-    for i in range(6):
-        g.add_edges(f"s{i}.org", ["t.com"])
-    monkeypatch.setattr(Drum, "ack", lambda self: None)      # crash between the commit and the ack
-    g.flush()
-    assert g.indegree("t.com") == 6
-    g.close()
-    monkeypatch.undo()
-    g, b = open_pair(tmp_path / "b")
-    g.poll()
-    assert g.indegree("t.com") == 6
-    assert g.stats()["redelivered_skipped"] == 6
-    g.close()
-
+# -- crash safety ----------------------------------------------------------------------------------
 
 CHILD = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {tests!r})
-    from frontier.test_budgets import open_pair, offer
-    g, b = open_pair({path!r})
+    from frontier.test_budgets import Parts
+    p = Parts({path!r})
     for d in range(10):
-        offer(b, f"d{{d}}.com", [f"d{{d}}/{{i}}".encode() for i in range(30)])
-    b.commit()
-    for d in range(4):
-        g.add_edges(f"s{{d}}.org", [f"d{{d}}.com"])
-    g.flush()
+        p.offer(f"d{{d}}.com", [f"d{{d}}/{{i}}".encode() for i in range(30)])
+    p.store.commit()
     with open({queued!r}, "ab") as q:
         for commit in (True, False):
-            got = b.readmit(6)
+            got = p.beast.readmit(6, advance=True)
             q.write(b"".join(r + b"\\n" for r in got))
             q.flush()
             os.fsync(q.fileno())
             if commit:
-                b.commit()
+                p.store.commit()
     for d in range(5):
-        g.add_edges(f"late{{d}}.org", ["d9.com"])           # returned: in the DRUM journal
+        p.edges.add(f"late{{d}}.org", ["d9.com"])        # returned: in the DRUM journal
+    p.graph.add_root("late0.org")
     print("ready", flush=True)
     sys.stdin.read()
 """)
@@ -307,21 +381,21 @@ def test_kill_9_loses_no_deferred_record(tmp_path):
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    # Every record offered was admitted at once (5 per domain), or must be queued or still deferred.
     offered = {f"d{d}/{i}".encode() for d in range(10) for i in range(30)}
-    admitted = {f"d{d}/{i}".encode() for d in range(10) for i in range(5)}
+    admitted = {f"d{d}/{i}".encode() for d in range(10) for i in range(2)}
     with open(queued, "rb") as f:
         queued_recs = f.read().split(b"\n")[:-1]
     assert len(queued_recs) == 12
-    g, b = open_pair(path, base_budget=1000, per_inlink=3, max_budget=1000)
-    b.check_invariants()
-    rest = b.readmit(10_000)
+    p = Parts(path)
+    p.check()
+    rest = drain(p.beast)
     assert admitted | set(queued_recs) | set(rest) == offered
-    assert len(rest) + 6 == len(offered - admitted)           # only the 6 uncommitted ones come twice
-    assert len(set(queued_recs) & set(rest)) == 6
-    g.flush()
-    assert g.indegree("d9.com") == 5 and g.indegree("d0.com") == 1
-    g.close()
+    assert len(rest) == len(offered - admitted) - 6          # the 6 committed ones are gone, the rest came back
+    assert len(set(queued_recs) & set(rest)) == 6            # the 6 uncommitted ones come twice
+    p.graph.add_root("late0.org")
+    p.edges.flush()
+    assert p.graph.indegree("d9.com") == 1                   # the root's link counts; the others cannot vouch
+    p.close()
 
 
 # -- against a plain model --------------------------------------------------------------------------
@@ -330,7 +404,7 @@ def test_kill_9_loses_no_deferred_record(tmp_path):
 def test_matches_a_plain_model_through_reopens(tmp_path, seed):
     rng = random.Random(seed)
     path = tmp_path / "b"
-    g, b = open_pair(path, lru=5, cache=5)
+    p = Parts(path, mode="all", cache=5, queues=3, max_spread=1)      # max_spread 1: a pass every queue
     doms = [f"d{i}.com" for i in range(12)]
     inlinks = collections.defaultdict(set)
     spent = collections.Counter()
@@ -338,68 +412,63 @@ def test_matches_a_plain_model_through_reopens(tmp_path, seed):
     pending = []
     serial = 0
 
-    def budget(p):
-        return min(50, 5 + 3 * len(inlinks[p]))
+    def budget(d):
+        return min(50, 2 + 3 * len(inlinks[d]))
 
     for step in range(600):
         op = rng.random()
-        if op < 0.55:
-            p = rng.choice(doms)
+        if op < 0.5:
+            d = rng.choice(doms)
             serial += 1
-            rec = f"{p}#{serial}".encode()
-            ok = not deferred[p] and spent[p] < budget(p)
-            assert b.admit(p) == ok, (step, p)
+            rec = f"{d}#{serial}".encode()
+            ok = not deferred[d] and spent[d] < budget(d)
+            assert p.beast.offer(d, rec) == ok, (step, d)
             if ok:
-                spent[p] += 1
+                spent[d] += 1
             else:
-                b.defer(p, rec)
-                deferred[p].append(rec)
-        elif op < 0.7:
+                deferred[d].append(rec)
+        elif op < 0.65:
             src = f"s{rng.randrange(20)}.org"
             tgts = rng.sample(doms, 3)
-            g.add_edges(src, tgts)
+            p.edges.add(src, tgts)
             pending.extend((src, t) for t in tgts)
-        elif op < 0.75:
-            g.flush()                              # edges count once the DRUM has answered them
+        elif op < 0.7:
+            p.edges.flush()                        # edges count once the DRUM has answered them
             for src, t in pending:
                 inlinks[t].add(src)
             pending.clear()
-        elif op < 0.9:
-            got = b.readmit(10_000)
+        elif op < 0.85:
+            advance = rng.random() < 0.5
+            got = p.beast.readmit(10_000, advance=advance)
+            if advance and any(deferred.values()):
+                spent.clear()                      # the reader moved to the next queue
             want = []
-            for p in doms:
-                n = min(budget(p) - spent[p], len(deferred[p]))
+            for d in doms:
+                n = min(budget(d) - spent[d], len(deferred[d]))
                 if n > 0:
-                    spent[p] += n
-                    want.extend(deferred[p].popleft() for _ in range(n))
+                    spent[d] += n
+                    want.extend(deferred[d].popleft() for _ in range(n))
             assert sorted(got) == sorted(want), step
-            per_dom = collections.defaultdict(list)
-            for r in got:
-                per_dom[r.split(b"#")[0]].append(int(r.split(b"#")[1]))
-            assert all(v == sorted(v) for v in per_dom.values())       # oldest first per domain
-            b.commit()
-        elif op < 0.93:
-            b.new_cycle()
-            spent.clear()
-        elif op < 0.96:
-            g.close()
-            g, b = open_pair(path, lru=5, cache=5)
+            p.store.commit()
+        elif op < 0.9:
+            p.close()
+            p = Parts(path, mode="all", cache=5, queues=3, max_spread=1)
         else:
-            b.check_invariants()
-    g.flush()
+            p.check()
+    p.edges.flush()
     for src, t in pending:
         inlinks[t].add(src)
-    b.check_invariants()
-    for p in doms:
-        assert b.spent(p) == spent[p] and b.deferred_of(p) == len(deferred[p])
-        assert g.indegree(p) == len(inlinks[p])
-    g.close()
+    p.check()
+    for d in doms:
+        assert p.beast.domain(d)["deferred"] == len(deferred[d])
+        assert p.graph.indegree(d) == len(inlinks[d])
+    p.close()
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5)), max_size=300), st.integers(1, 6))
 def test_topk_is_exact(notes, k):
-    top = _TopK(k)
+    top = TopK(k)
     value = collections.Counter()
     for key, inc in notes:
         dk = f"k{key}".encode()
@@ -407,5 +476,82 @@ def test_topk_is_exact(notes, k):
         top.note(dk, value[dk])
     want = sorted(value.values(), reverse=True)[:k]
     assert [v for _, v in top.top(k)] == want
-    again = _TopK(k, top.saved())
+    again = TopK(k, top.saved())
     assert again.top(k) == top.top(k)
+
+
+def test_state_of_the_first_layout_is_imported_without_losing_a_deferred_url(tmp_path):
+    state = tmp_path / "b" / "state"
+    state.mkdir(parents=True)
+    env = lmdb.open(str(state), max_dbs=8, map_size=1 << 26)
+    dbs = {n: env.open_db(n) for n in (b"indeg", b"domains", b"deferred", b"backlog", b"grown", b"meta")}
+    want = []
+    with env.begin(write=True) as txn:
+        for d in range(3):
+            for i in range(5):
+                rec = f"0 0 1 http://d{d}.com/{i}".encode()
+                txn.put(f"d{d}.com".encode() + b"\0" + struct.pack(">Q", d * 5 + i), rec, db=dbs[b"deferred"])
+                want.append(rec)
+            txn.put(f"d{d}.com".encode(), b"", db=dbs[b"backlog"])
+        txn.put(b"budgets", b"{}", db=dbs[b"meta"])
+    env.close()
+    (tmp_path / "b" / "edges").mkdir()
+    (tmp_path / "b" / "edges" / "MANIFEST").write_text("not the new edge DRUM's")
+    b = Budgets(str(tmp_path / "b"), base_budget=2, per_inlink=2, max_budget=100)
+    b.beast.check_invariants()
+    got = drain(b.beast)
+    assert sorted(got) == sorted(want)
+    asyncio.run(b.close())
+    assert not (tmp_path / "b" / "state.v1").exists()
+    b = Budgets(str(tmp_path / "b"), base_budget=2, per_inlink=2, max_budget=100)     # opens as the new layout
+    assert b.beast.waiting == 0
+    asyncio.run(b.close())
+
+
+def test_vouches_across_shards_count_where_their_target_lives_once_and_cascade(tmp_path):
+    """Two shards: each decides the edges of its own domains; a vouch for the other's domain is
+    handed over (delivered twice here, as a hand-off after a crash may), counted once, and lets
+    that domain vouch in turn. The in-degrees equal those of one graph holding every domain."""
+    owner = {"seed.org": 0, "a1.com": 0, "a2.com": 0, "seed2.org": 1, "b1.com": 1, "b2.com": 1}
+    pages = [("seed.org", ["b1.com", "a1.com"]), ("seed2.org", ["b1.com", "a1.com"]),
+             ("a1.com", ["b1.com"]), ("b1.com", ["a2.com"])]
+    one = Parts(tmp_path / "one")
+    for root in ("seed.org", "seed2.org"):
+        one.graph.add_root(root)
+    for src, dsts in pages:
+        one.edges.add(src, dsts)
+    one.edges.flush()
+    want = {d: one.graph.indegree(d) for d in owner}
+    one.check()
+    one.close()
+    assert want == {"seed.org": 0, "a1.com": 2, "a2.com": 1, "seed2.org": 0, "b1.com": 3, "b2.com": 0}
+
+    shards = [Parts(tmp_path / "s0"), Parts(tmp_path / "s1")]
+    outbox: list[list[tuple[bytes, bytes]]] = [[], []]
+    for i, p in enumerate(shards):
+        def export(src, dst, me=i):
+            dest = owner[dst.decode()]
+            if dest == me:
+                return False
+            outbox[dest].append((src, dst))
+            return True
+        p.graph.export = export
+    shards[0].graph.add_root("seed.org")
+    shards[1].graph.add_root("seed2.org")
+    for src, dsts in pages:
+        shards[owner[src]].edges.add(src, dsts)
+    for _ in range(10):
+        for p in shards:
+            p.edges.flush()
+        if not any(outbox):
+            break
+        for i, p in enumerate(shards):
+            got, outbox[i] = outbox[i], []
+            p.edges.add_vouches(got)
+            p.edges.add_vouches(got)        # delivered again: the DRUM absorbs it
+    got = {d: shards[owner[d]].graph.indegree(d) for d in owner}
+    assert got == want
+    assert shards[0].graph.stats()["vouches_handed"] > 0 and shards[1].graph.stats()["vouches_received"] > 0
+    for p in shards:
+        p.check()
+        p.close()

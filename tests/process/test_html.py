@@ -249,3 +249,25 @@ def test_random_tag_soup_never_raises(doc):
     for codec in ("utf-8", "latin-1"):
         info = extract(doc.encode(codec, "replace"), PAGE)
         assert len(info.links) == len({h for h, _ in info.links})
+
+
+def test_rel_canonical_first_one_resolved_against_the_base():
+    from crawlerd.process.html import extract
+    info = extract(b'<html><head><base href="/docs/"><link rel="alternate" href="/x">'
+                   b'<link rel="Canonical Other" href="page.html?a=1#top"><link rel="canonical" href="/second">'
+                   b'</head><body>t</body></html>', "http://h.example/p/1.html?view=print")
+    assert info.canonical == "http://h.example/docs/page.html?a=1"
+    assert extract(b"<p>no canonical</p>", "http://h.example/").canonical == ""
+    assert extract(b'<link rel="canonical" href="javascript:void(0)">', "http://h.example/").canonical == ""
+
+
+@pytest.mark.parametrize("value,expected", [
+    ('<http://h.example/c>; rel="canonical"', "http://h.example/c"),
+    ('</c?x=1>; rel=canonical', "http://h.example/c?x=1"),
+    ('<https://cdn.example/a.css>; rel="preload"; as="style", </canon>; rel="canonical"', "http://h.example/canon"),
+    ('</a>; rel="alternate"', ""),
+    ("", ""),
+])
+def test_canonical_from_link_header(value, expected):
+    from crawlerd.process.html import canonical_from_link_header
+    assert canonical_from_link_header(value, "http://h.example/p") == expected

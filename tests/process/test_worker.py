@@ -255,3 +255,14 @@ def test_tuned_allocator_keeps_parser_memory_between_pages():
     faults = float(subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, "tuned"], capture_output=True, text=True,
                                   check=True, timeout=60).stdout)
     assert faults < 1.0
+
+
+def test_declared_canonical_from_the_page_or_the_link_header(warc):
+    p = processor(warc)
+    pr = p.process(response("http://t.test/a.html?view=print", page(head=b'<link rel="canonical" href="/a.html">')),
+                   prior=None)
+    assert pr.canonical == "http://t.test/a.html"
+    pr = p.process(response("http://t.test/doc.pdf", b"%PDF-1.4", ctype="application/pdf",
+                            headers=[("Link", '<http://t.test/doc>; rel="canonical"')]), prior=None)
+    assert pr.canonical == "http://t.test/doc"
+    assert p.process(response("http://t.test/b.html", page()), prior=None).canonical == ""

@@ -1,0 +1,415 @@
+"""BEAST (Budget Enforcement with Anti-Spam Tactics, IRLbot §7): URLs over budget wait, never drop.
+
+Queues. The reader stands on one BEAST queue at a time (``reader``). While it stands there a
+domain may pass ``budget`` URLs to the frontier (``rule.BudgetRule`` of its STAR in-degree); the
+rest of its URLs wait in its FIFO (``deferred``), and the domain is listed in the next queue it
+will pass URLs in: its first ``budget`` waiting URLs in the next queue to be read, the next
+``budget`` in the queue after that, and so on. Moving the reader to a queue passes every domain
+listed there its next budget, oldest URLs first. A URL is thus placed in queue
+``reader + 1 + position // budget`` exactly as IRLbot spreads it, without writing it again at every
+step: only a domain's place is kept, so a pass costs O(1) per URL passed.
+
+Geometric spreading. The queues come in windows; the first holds ``queues`` queues and each
+wrap-around (the reader passing the end of the window) doubles the next window. A domain that
+is still over budget when the reader wraps around has its passes spread twice as far apart
+(every 2, 4, 8, ... queues, at most ``max_spread``): a spammer with endless URLs gets about
+``queues`` passes per window, so its share shrinks as the crawl goes on, while a domain whose
+backlog runs dry starts again at every queue. Delayed, never dropped.
+
+Work-conserving. The reader does not move on a timer: the caller moves it
+(``readmit(advance=True)``) as soon as the frontier runs short of ready hosts, and empty queues
+are skipped, so a crawl with one domain (every host under one PLD) runs at the politeness limit.
+
+Charge point: a URL is charged to its domain when it passes to the frontier (``offer`` or
+``readmit``); a URL the frontier then drops (blocked host, DNS failure) is refunded (``refund``)
+while the reader is still on the queue it was charged in. The budget is read with the current
+in-degree at each charge, and a rise in in-degree lets a waiting domain pass more at once (the
+graph's listener).
+
+Durability: everything is written into the shared store's transaction. The shard commits
+deferrals before the seen-set acknowledges the answers they came from, and commits readmissions
+after the frontier has queued them: a crash loses nothing and at worst queues a URL twice.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+
+from crawlerd.frontier.budgets.graph import DomainGraph
+from crawlerd.frontier.budgets.rule import BudgetRule
+from crawlerd.frontier.budgets.store import BudgetStore, domain_key, domain_name
+from crawlerd.frontier.budgets.topk import TopK
+
+_REC = struct.Struct("<QQQQIIQQ")      # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all
+_U64BE = struct.Struct(">Q")
+_FP = struct.Struct("<Q")
+MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
+EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
+
+
+class BeastCorrupt(Exception):
+    """The BEAST tables disagree with each other (a damaged LMDB file)."""
+
+
+class DomainRecord:
+    """Value of the ``domains`` table. Key: domain key.
+
+    ``spent`` URLs passed while the reader stood on queue ``at``; ``deferred`` URLs waiting in its
+    FIFO; ``queue`` the BEAST queue it passes next in, +1 (0: none; invariant: non-zero iff
+    ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
+    its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
+    (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts.
+    """
+
+    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all")
+
+    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0):
+        self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
+        self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
+
+    def encode(self) -> bytes:
+        return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
+                         self.admitted, self.deferred_all)
+
+
+class Beast:
+    """The BEAST queues over the graph's in-degrees (see the module docstring).
+
+    Key: domain key -> :class:`DomainRecord`, cached in an LRU of ``cache_entries`` (records
+    changed since the last commit stay in RAM until it). Invariants (``check_invariants``): a
+    domain's ``deferred`` equals its entries in the deferred table; it is listed in exactly one
+    queue iff it has deferred URLs, and no listed queue is behind the reader.
+    """
+
+    def __init__(self, store: BudgetStore, graph: DomainGraph, rule: BudgetRule, *, queues: int = 8,
+                 max_spread: int = 1024, cache_entries: int = 1 << 16, top_n: int = 20):
+        if queues < 1 or max_spread < 1 or max_spread & (max_spread - 1) or cache_entries < 1:
+            raise ValueError("need queues >= 1, max_spread a power of two >= 1, cache_entries >= 1")
+        self.store = store
+        self.graph = graph
+        self.rule = rule
+        self.queues = queues
+        self.max_spread = max_spread
+        self._max_level = max_spread.bit_length() - 1
+        self._cap = cache_entries
+        self._cache: OrderedDict[bytes, DomainRecord] = OrderedDict()
+        self._dirty: dict[bytes, DomainRecord] = {}
+        meta = store.get_meta(b"beast")
+        self._r: int = meta.get("reader", 0)
+        self._window: int = meta.get("window", queues)
+        self._end: int = meta.get("end", queues)
+        self._wraps: int = meta.get("wraps", 0)
+        self._seq: int = meta.get("seq", 0)
+        self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "advances"), 0)
+        self._c.update(meta.get("counters", {}))
+        self._top_admitted = TopK(top_n, meta.get("top_admitted"))
+        self._top_deferred = TopK(top_n, meta.get("top_deferred"))
+        self._saved_tops: tuple[list, list] | None = None
+        self._puts: list[tuple[bytes, bytes]] = []        # deferred entries not yet in the table
+        store.add_hook(self._flush)
+        graph.add_listener(self._grew)
+
+    # -- intake -------------------------------------------------------------------------------
+    def budget(self, pld: str) -> int:
+        """URLs ``pld`` may pass per queue now (STAR)."""
+        return self._budget(domain_key(pld))
+
+    def _budget(self, dk: bytes) -> int:
+        return self.rule.budget(self.graph.indegree_key(dk))
+
+    def offer(self, pld: str, record: bytes, fp: int = 0) -> bool:
+        """A new URL of ``pld``: True if it passes now (charged), False if it waits (kept in its FIFO).
+
+        ``fp`` (the URL's fingerprint) lets ``explain`` find it; 0 when unknown. Durable at commit.
+        """
+        dk = domain_key(pld)
+        d = self._get(dk)
+        r = self._r
+        if d.at != r:
+            d.at, d.spent = r, 0
+        if d.deferred == 0 and d.spent < self._budget(dk):
+            d.spent += 1
+            d.admitted += 1
+            self._dirty[dk] = d
+            self._c["admitted"] += 1
+            self._top_admitted.note(dk, d.admitted)
+            return True
+        if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
+            d.level, d.wrap = 0, self._wraps
+            self._schedule(dk, d, r + 1)
+        self._append(dk, d, record, fp)
+        return False
+
+    def keep(self, dk: bytes, record: bytes, fp: int = 0) -> None:
+        """Add a record to the end of domain ``dk``'s FIFO without charging it (an older state imported)."""
+        d = self._get(dk)
+        if d.deferred == 0:
+            d.level, d.wrap = 0, self._wraps
+            self._schedule(dk, d, self._r + 1)
+        self._append(dk, d, record, fp)
+
+    def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int) -> None:
+        # Buffered, written in key order before anything reads the table (and at commit):
+        # sorted puts touch each B-tree page once instead of once per URL.
+        self._puts.append((dk + b"\0" + _U64BE.pack(self._seq), _FP.pack(fp) + record))
+        self._seq += 1
+        d.deferred += 1
+        d.deferred_all += 1
+        self._dirty[dk] = d
+        self._c["deferred"] += 1
+        self._top_deferred.note(dk, d.deferred_all)
+
+    def refund(self, pld: str, n: int = 1) -> int:
+        """Give back the charge of ``n`` URLs of ``pld`` the frontier dropped; returns URLs refunded.
+
+        Only charges of the queue the reader stands on are refunded (earlier queues are closed).
+        """
+        dk = domain_key(pld)
+        d = self._get(dk)
+        if d.at != self._r or d.spent == 0 or n <= 0:
+            return 0
+        k = min(n, d.spent)
+        d.spent -= k
+        self._dirty[dk] = d
+        self._c["refunded"] += k
+        if d.deferred and d.queue - 1 > self._r:
+            self._schedule(dk, d, self._r)      # room again in this queue: pass at once
+        return k
+
+    # -- the reader ---------------------------------------------------------------------------
+    def readmit(self, limit: int, *, advance: bool = False) -> list[bytes]:
+        """Up to ``limit`` waiting records that may pass now, oldest first per domain (charged).
+
+        First the domains listed in the reader's queue (a budget grew, a refund); with ``advance``
+        the reader then moves on through the next non-empty queues until ``limit`` records passed
+        or no domain waits. Queue them, then ``commit``: a crash before the commit hands them out
+        again (never loses them).
+        """
+        out: list[bytes] = []
+        self._write_puts()
+        st = self.store
+        txn = st.txn()
+        while len(out) < limit:
+            cur = txn.cursor(db=st.queues)
+            if not cur.first():
+                break
+            key = cur.key()
+            q = _U64BE.unpack_from(key)[0]
+            if q > self._r:
+                if not advance:
+                    break
+                self._move_to(q)
+            elif q < self._r:
+                raise BeastCorrupt(f"queue {q} lists {domain_name(key[8:])!r} behind the reader at {self._r}")
+            self._pass(bytes(key[8:]), limit - len(out), out)
+        self._c["readmitted"] += len(out)
+        return out
+
+    def _move_to(self, q: int) -> None:
+        self._r = q
+        self._c["advances"] += 1
+        while q >= self._end:                # wrap-around: the next window is twice as long
+            self._wraps += 1
+            self._window = min(self._window * 2, MAX_WINDOW)
+            self._end += self._window
+
+    def _pass(self, dk: bytes, left: int, out: list[bytes]) -> None:
+        d = self._get(dk)
+        r = self._r
+        if d.at != r:
+            d.at, d.spent = r, 0
+        budget = self._budget(dk)
+        n = min(budget - d.spent, d.deferred, left)
+        if n > 0:
+            self._pop(dk, d, n, out)
+            d.spent += n
+            d.admitted += n
+            self._top_admitted.note(dk, d.admitted)
+            self._c["passes"] += 1
+        if d.deferred == 0:
+            self._unschedule(dk, d)
+            d.level = 0
+        elif d.spent >= budget:
+            if d.wrap < self._wraps:        # over budget across a wrap-around: spread it further
+                d.level = min(self._max_level, d.level + self._wraps - d.wrap)
+                d.wrap = self._wraps
+            self._schedule(dk, d, r + (1 << d.level))
+        self._dirty[dk] = d                 # else: ``limit`` reached, it stays in the reader's queue
+
+    def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
+        st = self.store
+        txn = st.txn()
+        cur = txn.cursor(db=st.deferred)
+        prefix = dk + b"\0"
+        if not cur.set_range(prefix):
+            raise BeastCorrupt(f"{domain_name(dk)}: {d.deferred} deferred URLs counted, none stored")
+        for _ in range(n):
+            key = cur.key()
+            if not key.startswith(prefix):
+                raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}")
+            out.append(bytes(cur.value()[8:]))
+            cur.delete()
+        d.deferred -= n
+
+    def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
+        txn, db = self.store.txn(), self.store.queues
+        if d.queue:
+            txn.delete(_U64BE.pack(d.queue - 1) + dk, db=db)
+        txn.put(_U64BE.pack(q) + dk, b"", db=db)
+        d.queue = q + 1
+
+    def _unschedule(self, dk: bytes, d: DomainRecord) -> None:
+        if d.queue:
+            self.store.txn().delete(_U64BE.pack(d.queue - 1) + dk, db=self.store.queues)
+            d.queue = 0
+
+    def _grew(self, dks: list[bytes]) -> None:
+        # STAR listener: a waiting domain whose budget now has room in the reader's queue passes at once.
+        r, txn, db = self._r, self.store.txn(), self.store.domains
+        for dk in dks:
+            d = self._cache.get(dk) or self._dirty.get(dk)
+            if d is None:
+                raw = txn.get(dk, db=db)
+                if raw is None or _REC.unpack(raw)[2] == 0:
+                    continue
+                d = self._get(dk)
+            if d.deferred and d.queue - 1 > r:
+                spent = d.spent if d.at == r else 0
+                if spent < self._budget(dk):
+                    self._schedule(dk, d, r)
+                    self._dirty[dk] = d
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def reader(self) -> int:
+        """The BEAST queue the reader stands on."""
+        return self._r
+
+    @property
+    def waiting(self) -> int:
+        """Deferred URLs waiting now."""
+        return self.store.count(self.store.deferred) + len(self._puts)
+
+    def has_waiting(self) -> bool:
+        st = self.store
+        return st.txn().cursor(db=st.queues).first()
+
+    def domain(self, pld: str) -> dict:
+        """What BEAST knows about one domain now."""
+        return self._domain(domain_key(pld))
+
+    def _domain(self, dk: bytes) -> dict:
+        d = self._get(dk)
+        spread = 1 << d.level
+        return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
+                "spent": d.spent if d.at == self._r else 0, "deferred": d.deferred,
+                "queue": d.queue - 1 if d.queue else None, "spread": spread, "admitted": d.admitted,
+                "deferred_all": d.deferred_all}
+
+    def explain(self, pld: str, fp: int) -> dict:
+        """Where a URL (by fingerprint) waits, if it does: its place in its domain's FIFO and the queue
+        it should pass in. Walks that domain's FIFO only, at most ``EXPLAIN_SCAN`` entries."""
+        self._write_puts()
+        txn = self.store.txn()
+        info = self.domain(pld)
+        info["reader"] = self._r
+        info["waiting"] = False
+        prefix = domain_key(pld) + b"\0"
+        want = _FP.pack(fp)
+        cur = txn.cursor(db=self.store.deferred)
+        found = cur.set_range(prefix)
+        pos = 0
+        while found and fp and pos < EXPLAIN_SCAN and cur.key().startswith(prefix):
+            if cur.value()[:8] == want:
+                budget = max(1, info["budget"])
+                first = info["queue"] if info["queue"] is not None else self._r + 1
+                info.update(waiting=True, position=pos, expected_queue=first + (pos // budget) * info["spread"])
+                return info
+            pos += 1
+            found = cur.next()
+        if pos >= EXPLAIN_SCAN:
+            info["scan"] = f"stopped after {EXPLAIN_SCAN} of its waiting URLs"
+        return info
+
+    def stats(self, top: int = 10) -> dict:
+        st, c = self.store, self._c
+        seen: dict[bytes, None] = {}
+        for dk in self.graph.top(top) + [k for k, _ in self._top_admitted.top(top)] + \
+                [k for k, _ in self._top_deferred.top(top)]:
+            seen.setdefault(dk)
+        tops = [self._domain(dk) for dk in seen]
+        tops.sort(key=lambda t: (-t["indegree"], -t["admitted"], t["domain"]))
+        return {**self.rule_stats(), "reader_queue": self._r, "window_end": self._end, "window": self._window,
+                "wraps": self._wraps, **c, "deferred_now": self.waiting,
+                "domains_waiting": st.count(st.queues), "top_domains": tops}
+
+    def rule_stats(self) -> dict:
+        r = self.rule
+        return {"base_budget": r.base_budget, "per_inlink": r.per_inlink, "max_budget": r.max_budget,
+                "queues": self.queues, "max_spread": self.max_spread}
+
+    def check_invariants(self) -> None:
+        """Scan every table and raise AssertionError naming the first broken invariant."""
+        self.store.commit()
+        st = self.store
+        txn = st.txn()
+        counts: dict[bytes, int] = {}
+        for k in txn.cursor(db=st.deferred).iternext(values=False):
+            counts[k[:-9]] = counts.get(k[:-9], 0) + 1
+        listed: dict[bytes, int] = {}
+        for k in txn.cursor(db=st.queues).iternext(values=False):
+            q, dk = _U64BE.unpack_from(k)[0], bytes(k[8:])
+            assert dk not in listed, f"{domain_name(dk)} listed in queues {listed[dk]} and {q}"
+            assert q >= self._r, f"{domain_name(dk)} listed in queue {q}, behind the reader at {self._r}"
+            listed[dk] = q
+        for dk, raw in txn.cursor(db=st.domains):
+            d = DomainRecord(*_REC.unpack(raw))
+            name = domain_name(dk)
+            assert d.deferred == counts.pop(dk, 0), f"{name}: deferred count {d.deferred} != stored"
+            if d.deferred:
+                assert listed.pop(dk, None) == d.queue - 1, f"{name}: not listed in its queue {d.queue - 1}"
+            else:
+                assert d.queue == 0 and dk not in listed, f"{name}: listed with nothing deferred"
+        assert not counts, f"deferred URLs of domains without a record: {sorted(counts)[:3]}"
+        assert not listed, f"queues list domains without a record: {sorted(listed)[:3]}"
+
+    # -- records ------------------------------------------------------------------------------
+    def _get(self, dk: bytes) -> DomainRecord:
+        c = self._cache
+        d = c.get(dk)
+        if d is not None:
+            c.move_to_end(dk)
+            return d
+        d = self._dirty.get(dk)
+        if d is None:
+            raw = self.store.txn().get(dk, db=self.store.domains)
+            d = DomainRecord(*_REC.unpack(raw)) if raw else DomainRecord(at=self._r)
+        c[dk] = d
+        if len(c) > self._cap:
+            c.popitem(last=False)        # a changed record stays in _dirty until the commit
+        return d
+
+    @property
+    def cached(self) -> int:
+        return len(self._cache)
+
+    def _write_puts(self) -> None:
+        if self._puts:
+            self._puts.sort()
+            txn, db = self.store.txn(), self.store.deferred
+            for k, v in self._puts:
+                txn.put(k, v, db=db, append=False)
+            self._puts = []
+
+    def _flush(self) -> None:
+        self._write_puts()
+        txn, db = self.store.txn(), self.store.domains
+        for dk, d in sorted(self._dirty.items()):
+            txn.put(dk, d.encode(), db=db)
+        self._dirty.clear()
+        if self._saved_tops is None or self.store.save_slow:
+            self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
+        self.store.put_meta(b"beast", {"reader": self._r, "window": self._window, "end": self._end,
+                                       "wraps": self._wraps, "seq": self._seq, "counters": self._c,
+                                       "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]})

@@ -1,0 +1,202 @@
+"""The budget stage of one shard: STAR in-degrees, BEAST queues, and the domain-edge DRUM on its thread.
+
+The shard talks to this class only: ``offer`` at intake, ``record_links`` after a page, ``readmit``
+from its periodic step, ``refund`` for URLs the frontier dropped, ``add_root`` for seeds. The edge
+DRUM is a :class:`crawlerd.seen.AsyncSeenSet`, so its merges never stall the event loop; its
+answers are applied to the graph on the loop and acknowledged after the commit that holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+
+import lmdb
+
+from crawlerd import url as urlmod
+from crawlerd.frontier.budgets.beast import Beast
+from crawlerd.frontier.budgets.edges import EdgeClock
+from crawlerd.frontier.budgets.graph import DomainGraph
+from crawlerd.frontier.budgets.rule import BudgetRule
+from crawlerd.frontier.budgets.store import BudgetStore
+from crawlerd.seen import AsyncSeenSet
+
+_NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
+_OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
+log = logging.getLogger("crawlerd.budgets")
+
+
+def _set_aside_old_layout(path: str) -> str | None:
+    """If ``path`` holds budget state of the first layout, move it aside; returns where it is to import.
+
+    That layout kept one FIFO of deferred URLs per domain and in-degrees counted plainly; its edge
+    DRUM's answers carry no source domain. Its deferred URLs are imported into BEAST (nothing is
+    lost); its in-degrees and edges are not (they rebuild as pages are fetched). A crash during the
+    import leaves the old state aside and a partial new one, which is dropped and imported again.
+    """
+    state, old = os.path.join(path, "state"), os.path.join(path, "state.v1")
+    if os.path.isdir(old):
+        shutil.rmtree(state, ignore_errors=True)
+        return old
+    if not os.path.exists(os.path.join(state, "data.mdb")):
+        return None
+    env = lmdb.open(state, readonly=True, lock=False, max_dbs=16)
+    try:
+        with env.begin() as txn:
+            first = any(txn.get(name) is not None for name in _OLD_TABLES)
+    finally:
+        env.close()
+    if not first:
+        return None
+    os.replace(state, old)
+    shutil.rmtree(os.path.join(path, "edges"), ignore_errors=True)
+    return old
+
+
+def _import_old_layout(old: str, beast: Beast, store: BudgetStore) -> int:
+    env = lmdb.open(old, readonly=True, lock=False, max_dbs=16)
+    n = 0
+    try:
+        with env.begin() as txn:
+            for key, rec in txn.cursor(db=env.open_db(b"deferred", txn=txn, create=False)):
+                beast.keep(bytes(key[:-9]), bytes(rec))
+                n += 1
+                if n % 10_000 == 0:
+                    store.commit()
+    finally:
+        env.close()
+    store.commit()
+    shutil.rmtree(old)
+    log.warning("budget state of the first layout imported: %d deferred URLs kept; in-degrees rebuild", n)
+    return n
+
+
+def pld_of(url_or_host_key: str) -> str:
+    """Registered domain of a normalised URL or host key (``scheme://host[:port]``)."""
+    return _pld_of_host_key(urlmod.host_key(url_or_host_key))
+
+
+@lru_cache(maxsize=1 << 16)
+def _pld_of_host_key(host_key: str) -> str:
+    return urlmod.registered_domain(urlmod.host_of(host_key))
+
+
+class Budgets:
+    """Per-domain crawl budgets for one shard (see the package docstring).
+
+    Single-threaded: call it from the event loop. Durability: ``commit`` after ``offer`` (before
+    the seen-set's ack) and after queueing what ``readmit`` returned.
+    """
+
+    def __init__(self, path: str, *, base_budget: int, per_inlink: int, max_budget: int, mode: str = "vouched",
+                 vouch_ratio: float = 0.5, queues: int = 8, max_spread: int = 1024, cache_entries: int = 1 << 16,
+                 map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
+                 edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
+                 clock: Callable[[], float] = time.monotonic, sync: bool = True):
+        self.clock = clock
+        self.rule = BudgetRule(base_budget, per_inlink, max_budget)
+        old = _set_aside_old_layout(path)
+        self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync)
+        try:
+            self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
+            self.beast = Beast(self.store, self.graph, self.rule, queues=queues, max_spread=max_spread,
+                               cache_entries=cache_entries)
+            self.timing = EdgeClock(max_age_s=edge_max_age_s, max_pending=edge_max_pending)
+            self.edges = AsyncSeenSet(os.path.join(path, "edges"), buckets=edge_buckets,
+                                      bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
+                                      max_age_s=_NEVER, cache_entries=edge_cache_entries, clock=clock,
+                                      max_pending_keys=1 << 20)
+            if old is not None:
+                _import_old_layout(old, self.beast, self.store)
+        except BaseException:
+            self.store.env.close()
+            raise
+        self.store.commit()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.edges.start(loop, self._on_edges)
+
+    # -- intake (the shard's seen-set answers) -----------------------------------------------
+    def offer(self, url: str, record: bytes, fp: int) -> bool:
+        """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue."""
+        return self.beast.offer(pld_of(url), record, fp)
+
+    def add_root(self, url: str) -> None:
+        """The URL is a seed: its domain is a trust root of STAR."""
+        self.graph.add_root(pld_of(url))
+
+    def refund(self, url: str) -> int:
+        """The frontier dropped the URL without fetching it: give its domain the charge back."""
+        return self.beast.refund(pld_of(url))
+
+    def record_links(self, page_url: str, host_keys: Iterable[str]) -> int:
+        """The hosts one page links to (followed links only): domain edges for STAR; returns edges sent."""
+        keys, aux = self.graph.edge_keys(pld_of(page_url), {pld_of(h) for h in host_keys})
+        if keys:
+            self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
+            self.edges.submit(keys, aux)
+        return len(keys)
+
+    def record_vouches(self, pairs: list[tuple[bytes, bytes]]) -> int:
+        """Vouches another shard cast for domains of this one ((source key, target key), see
+        ``DomainGraph.export``): into the edge DRUM, counted once each; returns records submitted."""
+        keys, aux = self.graph.vouch_keys(pairs)
+        if keys:
+            self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
+            self.edges.submit(keys, aux)
+        return len(keys)
+
+    # -- the periodic step -------------------------------------------------------------------
+    def step(self, now: float) -> None:
+        """Ask for an edge merge when one is due (age, pending edges), without waiting for it."""
+        self.edges.raise_if_failed()
+        if not self.edges.flushing and self.timing.should_merge(now, self.edges.pending):
+            self.edges.request_flush()
+            self.timing.merged(now, self.edges.last_flush_s)
+
+    def readmit(self, limit: int, *, advance: bool) -> list[bytes]:
+        """Records that may pass now; ``advance``: the frontier runs short, move the reader on."""
+        return self.beast.readmit(limit, advance=advance)
+
+    def has_waiting(self) -> bool:
+        return self.beast.has_waiting()
+
+    def _on_edges(self, results: list) -> None:
+        # On the loop: apply, commit, then acknowledge (a crash in between redelivers; applied_seq skips).
+        self.graph.apply(results)
+        self.store.commit()
+        self.edges.ack()
+        if results:
+            self.timing.delivered(results[-1].seq + 1, self.clock())
+
+    def commit(self) -> None:
+        self.store.commit()
+
+    def request_flush(self) -> None:
+        self.edges.request_flush()
+
+    async def close(self) -> None:
+        """Stop the edge DRUM (edges not merged stay in its journal for the next start), commit, close."""
+        try:
+            await self.edges.close()
+        finally:
+            self.store.close()
+
+    # -- reading ------------------------------------------------------------------------------
+    def stats(self, top: int = 10) -> dict:
+        now = self.clock()
+        return {**self.beast.stats(top),
+                "graph": {**self.graph.stats(top), **self.timing.stats(now), "pending": self.edges.pending,
+                          "drum": self.edges.stats()}}
+
+    def explain(self, url: str, fp: int) -> dict:
+        """Budget side of "why is this URL not fetched yet": its domain's budget and its place, if waiting."""
+        pld = pld_of(url)
+        info = self.beast.explain(pld, fp)
+        info["trust_root"] = self.graph.is_root(pld)
+        return info

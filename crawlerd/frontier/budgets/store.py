@@ -1,0 +1,119 @@
+"""The LMDB environment of the budget stage: its tables, one write transaction, commit hooks.
+
+Both halves of the stage (the STAR graph and the BEAST queues) keep their state here, so one
+commit makes a consistent state of both: a deferral and the in-degree it was judged by, a
+readmission and the queue position it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from functools import lru_cache
+
+import lmdb
+import xxhash
+
+_MAX_KEY = 200          # LMDB keys are at most 511 bytes; a domain key is at most this long
+
+
+@lru_cache(maxsize=1 << 16)
+def domain_key(pld: str) -> bytes:
+    """LMDB key of a registered domain: its UTF-8 name, or ``#`` + a hash when the name is unusable.
+
+    Never contains NUL (keys of the per-domain tables put a NUL after it) and never exceeds
+    ``_MAX_KEY`` bytes.
+    """
+    b = pld.encode("utf-8", "surrogateescape")
+    if len(b) > _MAX_KEY or b"\0" in b or not b or b[:1] == b"#":
+        return b"#" + xxhash.xxh3_64_hexdigest(b).encode()
+    return b
+
+
+def domain_name(dk: bytes) -> str:
+    """The name behind a domain key (a hashed key reads as ``#<hash>``)."""
+    return dk.decode("utf-8", "surrogateescape")
+
+
+class BudgetStore:
+    """The budget stage's LMDB environment; one write transaction open at a time.
+
+    Tables (domain key = :func:`domain_key`; integers big-endian where they order keys):
+
+    ``graph``     domain key -> STAR record (``graph.GraphRecord``).
+    ``votes``     source domain key | NUL | seq -> target domain key: cross-domain links not yet
+                  counted (their source cannot vouch for more domains yet), oldest first.
+    ``domains``   domain key -> BEAST record (``beast.DomainRecord``).
+    ``deferred``  domain key | NUL | seq -> fp u64 | caller's record: a domain's deferred URLs, FIFO.
+    ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
+                  pass their next budget of URLs when the reader reaches it.
+    ``meta``      JSON state of the graph and of BEAST.
+
+    ``commit`` runs the registered hooks (write-back caches) first, so every commit is a consistent
+    state; an uncommitted transaction dies with the process (kill -9), leaving the last commit.
+    """
+
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool):
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self.sync = sync
+        self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
+                             readahead=False, meminit=False)
+        self.graph = self.env.open_db(b"graph")
+        self.votes = self.env.open_db(b"votes")
+        self.domains = self.env.open_db(b"domains")
+        self.deferred = self.env.open_db(b"deferred")
+        self.queues = self.env.open_db(b"queues")
+        self.meta = self.env.open_db(b"meta")
+        self._txn: lmdb.Transaction | None = None
+        self._hooks: list[Callable[[], None]] = []
+        self._closing = False
+        self.commits = 0
+        self._slow_saved_at = -1e18
+        # State kept only for statistics (top lists) is saved with a commit every 10 s at most:
+        # sorting it at every commit would cost more than the commit. A crash loses at most 10 s
+        # of such statistics, never budget state. Hooks read this flag.
+        self.save_slow = True
+
+    def txn(self) -> lmdb.Transaction:
+        if self._txn is None:
+            self._txn = self.env.begin(write=True)
+        return self._txn
+
+    def add_hook(self, fn: Callable[[], None]) -> None:
+        self._hooks.append(fn)
+
+    def get_meta(self, name: bytes) -> dict:
+        raw = self.txn().get(name, db=self.meta)
+        return json.loads(raw) if raw else {}
+
+    def put_meta(self, name: bytes, doc: dict) -> None:
+        self.txn().put(name, json.dumps(doc, sort_keys=True).encode(), db=self.meta)
+
+    def count(self, db) -> int:
+        return self.txn().stat(db)["entries"]
+
+    def commit(self) -> None:
+        self.txn()
+        now = time.monotonic()
+        self.save_slow = self._closing or now - self._slow_saved_at >= 10.0
+        if self.save_slow:
+            self._slow_saved_at = now
+        for fn in self._hooks:
+            fn()
+        txn, self._txn = self._txn, None
+        txn.commit()
+        self.commits += 1
+
+    def close(self) -> None:
+        if self.env is None:
+            return
+        self._closing = True
+        self.commit()
+        self._hooks = []
+        if not self.sync:
+            self.env.sync(True)
+        self.env.close()
+        self.env = None

@@ -1,0 +1,237 @@
+"""Durable state of the DUST learner: per-host rules and evidence, the archived set, the skip log.
+
+One LMDB environment (``<data_dir>/dust``), written in one transaction that ``commit()``
+makes durable (fsync). A crash loses at most the evidence since the last commit; rules are
+then re-derived from new evidence, never assumed.
+
+Tables (key -> value):
+
+``hosts``     host key -> JSON host record (rules with their counts, the evidence window,
+              parameters known to change content). Invariant: a record is at most
+              ``max_host_bytes``; all records together at most ``max_bytes`` x HOSTS_SHARE:
+              the least recently written hosts are evicted first (``lru``).
+``lru``       u64 write sequence -> host key (oldest first); ``meta["seq:" + host]`` is its key.
+``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32, digest u32, simhash u64
+              (of the archived page, to re-validate a rule by a sample): what was archived
+              (``URL``: this URL; ``CANON``: a page whose rewrite under the host's trusted
+              rules of that epoch is this URL; ``SKEL``: a page with this skeleton). Two
+              generations: when the current one holds half of ``max_archived`` entries the
+              older is dropped, so the set keeps the most recent captures within its bound.
+``skips``     host key NUL rule NUL u64 seq -> the skipped URL's seen-set record: what
+              re-queues a rule's skips when it is retired (at most SKIP_LOG_PER_RULE each).
+``meta``      counters (JSON values).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import NamedTuple
+
+import lmdb
+
+__all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
+
+
+class Archived(NamedTuple):
+    kind: int           # URL, CANON or SKEL
+    slot: int           # CANON: id of the first rule of the rewrite
+    epoch: int          # CANON: the host's rule epoch then
+    digest: int         # first 4 bytes of the archived page's payload SHA-1
+    simhash: int        # its simhash (0: no text)
+
+URL, CANON, SKEL = 1, 2, 3
+HOSTS_SHARE = 0.5                # of max_bytes: host records; the rest: archived set and skip log
+ARCHIVED_ENTRY_BYTES = 64        # key + value + LMDB node and page overhead
+SKIP_LOG_PER_RULE = 256
+_ARCH = struct.Struct("<BBIIQ")
+_U64 = struct.Struct(">Q")
+
+
+class DustStore:
+    """Single-threaded; call from the shard's loop. ``commit()`` is the durability point."""
+
+    def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True):
+        os.makedirs(path, exist_ok=True)
+        self.max_host_bytes = max_host_bytes
+        self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
+        self.max_archived = max(1024, int(max_bytes * (1 - HOSTS_SHARE) * 0.8) // ARCHIVED_ENTRY_BYTES)
+        self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
+        self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
+                             sync=sync, metasync=sync, lock=True)
+        self._hosts = self.env.open_db(b"hosts")
+        self._lru = self.env.open_db(b"lru")
+        self._arch = [self.env.open_db(b"arch0"), self.env.open_db(b"arch1")]
+        self._skips = self.env.open_db(b"skips")
+        self._meta = self.env.open_db(b"meta")
+        self._txn: lmdb.Transaction | None = None
+        raw = self.txn().get(b"counters", db=self._meta)
+        self.meta: dict = json.loads(raw) if raw else {}
+        self.meta.setdefault("host_bytes", 0)
+        self.meta.setdefault("gen", 0)
+        self.meta.setdefault("gen_count", [0, 0])
+        self.meta.setdefault("seq", 0)
+        self.meta.setdefault("skip_bytes", 0)
+        self.meta.setdefault("evicted_hosts", 0)
+
+    def txn(self) -> lmdb.Transaction:
+        if self._txn is None:
+            self._txn = self.env.begin(write=True)
+        return self._txn
+
+    # -- host records ----------------------------------------------------------------------
+    def get_host(self, host: str) -> dict | None:
+        raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        return json.loads(raw) if raw else None
+
+    def put_host(self, host: str, record: dict) -> list[str]:
+        """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted
+        to stay within the bound."""
+        txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
+        raw = json.dumps(record, separators=(",", ":")).encode()
+        old = txn.get(hk, db=self._hosts)
+        self.meta["host_bytes"] += len(raw) - (len(old) if old else 0)
+        txn.put(hk, raw, db=self._hosts)
+        self._touch(host, hk)
+        return self._evict_hosts(keep=host)
+
+    def encoded_size(self, record: dict) -> int:
+        return len(json.dumps(record, separators=(",", ":")))
+
+    def _touch(self, host: str, hk: bytes) -> None:
+        txn, mkey = self.txn(), b"seq:" + hk
+        old = txn.get(mkey, db=self._meta)
+        if old is not None:
+            txn.delete(old, db=self._lru)
+        self.meta["seq"] += 1
+        seq = _U64.pack(self.meta["seq"])
+        txn.put(seq, hk, db=self._lru)
+        txn.put(mkey, seq, db=self._meta)
+
+    def _evict_hosts(self, keep: str) -> list[str]:
+        if self.meta["host_bytes"] <= self.max_hosts_bytes:
+            return []
+        txn = self.txn()
+        cur = txn.cursor(db=self._lru)
+        keep_b = keep.encode("utf-8", "surrogateescape")
+        victims = []
+        over = self.meta["host_bytes"] - self.max_hosts_bytes
+        for seq, hk in cur:
+            if over <= 0:
+                break
+            if hk == keep_b:
+                continue
+            raw = txn.get(hk, db=self._hosts)
+            over -= len(raw) if raw else 0
+            victims.append((seq, hk))
+        out = [hk.decode("utf-8", "surrogateescape") for _seq, hk in victims]
+        for host in out:
+            self.delete_host(host)
+        return out
+
+    def delete_host(self, host: str) -> None:
+        txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
+        raw = txn.get(hk, db=self._hosts)
+        if raw is not None:
+            self.meta["host_bytes"] -= len(raw)
+            txn.delete(hk, db=self._hosts)
+            self.meta["evicted_hosts"] += 1
+        seq = txn.get(b"seq:" + hk, db=self._meta)
+        if seq is not None:
+            txn.delete(seq, db=self._lru)
+            txn.delete(b"seq:" + hk, db=self._meta)
+        for rule_key in self._skip_rules(hk):
+            self.pop_skips(host, rule_key)
+
+    def hosts(self):
+        """(host, record) for every stored host (a scan: for stats and start-up)."""
+        for k, v in self.txn().cursor(db=self._hosts):
+            yield k.decode("utf-8", "surrogateescape"), json.loads(v)
+
+    # -- archived set ----------------------------------------------------------------------
+    def archived(self, fp: int) -> Archived | None:
+        """What the archived set says about a fingerprint, current generation first."""
+        txn, key = self.txn(), _U64.pack(fp)
+        g = self.meta["gen"]
+        raw = txn.get(key, db=self._arch[g]) or txn.get(key, db=self._arch[1 - g])
+        return Archived(*_ARCH.unpack(raw)) if raw else None
+
+    def add_archived(self, fp: int, kind: int, slot: int = 0, epoch: int = 0, digest: int = 0,
+                     simhash: int = 0) -> None:
+        """Record ``fp``; a stronger kind (URL over CANON over SKEL) is never overwritten by a weaker one."""
+        prev = self.archived(fp)
+        if prev is not None and prev[0] < kind:
+            return
+        txn, g = self.txn(), self.meta["gen"]
+        txn.put(_U64.pack(fp), _ARCH.pack(kind, slot, epoch, digest, simhash), db=self._arch[g])
+        if prev is None:
+            self.meta["gen_count"][g] += 1
+        if self.meta["gen_count"][g] >= self.max_archived // 2:
+            other = 1 - g
+            txn.drop(self._arch[other], delete=False)
+            self.meta["gen_count"][other] = 0
+            self.meta["gen"] = other
+
+    # -- skip log ----------------------------------------------------------------------------
+    @staticmethod
+    def _skip_prefix(host: str, rule: str) -> bytes:
+        return host.encode("utf-8", "surrogateescape") + b"\0" + rule.encode() + b"\0"
+
+    def log_skip(self, host: str, rule: str, record: bytes, logged: int) -> int:
+        """Remember a skipped URL's record under its rule, which has ``logged`` records so far;
+        returns the new count (unchanged: not kept, the log is full). The oldest go first."""
+        if self.meta["skip_bytes"] + len(record) > self.max_skip_bytes:
+            return logged
+        txn, prefix = self.txn(), self._skip_prefix(host, rule)
+        self.meta["seq"] += 1
+        txn.put(prefix + _U64.pack(self.meta["seq"]), record, db=self._skips)
+        self.meta["skip_bytes"] += len(record)
+        logged += 1
+        if logged > SKIP_LOG_PER_RULE:
+            cur = txn.cursor(db=self._skips)
+            if cur.set_range(prefix) and cur.key().startswith(prefix):
+                self.meta["skip_bytes"] -= len(cur.value())
+                cur.delete()
+                logged -= 1
+        return logged
+
+    def pop_skips(self, host: str, rule: str) -> list[bytes]:
+        """Take every logged skip of ``host``'s ``rule`` out of the log."""
+        txn, prefix = self.txn(), self._skip_prefix(host, rule)
+        cur = txn.cursor(db=self._skips)
+        out = []
+        if cur.set_range(prefix):
+            while cur.key().startswith(prefix):
+                out.append(bytes(cur.value()))
+                self.meta["skip_bytes"] -= len(cur.value())
+                if not cur.delete():
+                    break
+        return out
+
+    def _skip_rules(self, hk: bytes) -> list[str]:
+        cur = self.txn().cursor(db=self._skips)
+        rules: list[str] = []
+        prefix = hk + b"\0"
+        if cur.set_range(prefix):
+            for k in cur.iternext(values=False):
+                if not k.startswith(prefix):
+                    break
+                r = k[len(prefix):].split(b"\0", 1)[0].decode()
+                if not rules or rules[-1] != r:
+                    rules.append(r)
+        return rules
+
+    # -- durability ----------------------------------------------------------------------------
+    def commit(self) -> None:
+        txn = self.txn()
+        txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
+        txn.commit()
+        self._txn = None
+
+    def close(self) -> None:
+        if self.env is None:
+            return
+        self.commit()
+        self.env.close()
+        self.env = None

@@ -1,0 +1,153 @@
+"""The shard's DUST gate: the learner (``crawlerd.frontier.dust``) at its three touch points.
+
+* **intake** (``admit``, the intake's ``admission`` hook): URLs the seen-set found new are asked
+  about before the frontier gets them. A skipped one ends here (counted ``dust_skipped``, an
+  event naming its rule, its record kept in the learner's skip log); a suspect goes to the
+  frontier's deferred level; a probe to the top level.
+* **lease** (``lease_skip``, the lease runner's ``lease_gate``): a URL queued before its host's
+  rule was trusted is skipped when leased, the same way, instead of being fetched.
+* **answer** (``observe``, the answers' ``evidence`` hook): every archived 200 answer is
+  evidence. A declared ``rel=canonical`` goes to the intake at the page's own depth (the
+  seen-set queues it once; if the page naming it is one of its variants it is a suspect there,
+  as that content was just archived). A rule retired by a contradiction gives back its logged skips, which
+  go straight to the frontier (they are in the seen-set already), and the host's deferred URLs
+  that are suspects no more move up; a host still learning has one deferred URL fetched next,
+  as a probe.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from crawlerd import url as urlmod
+from crawlerd.config import Config
+from crawlerd.frontier import Frontier, Lease, QueuedURL
+from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SKIP, Decision, DustLearner
+from crawlerd.frontier.items import PRIORITY_DEFERRED
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.records import Link
+from crawlerd.shard.events import FetchEvents
+from crawlerd.shard.intake import Intake, decode_aux, encode_aux
+
+log = logging.getLogger("crawlerd.shard")
+
+PROBE_SCAN = 64             # deferred URLs looked at for one probe
+
+
+def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | None:
+    """The DUST learner on ``directory`` (the shard's own ``dust/``; default: under the data dir)."""
+    d = cfg.dust
+    if not d.enabled:
+        return None
+    return DustLearner(directory or cfg.path("dust"), confirmations=d.confirmations, sample_share=d.sample_share,
+                       probe_share=d.probe_share, defer=d.defer_suspects, window=d.evidence_per_host,
+                       max_bytes=d.max_bytes, max_host_bytes=d.max_host_bytes, class_entries=d.class_entries,
+                       cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance)
+
+
+class DustGate:
+    """Intake, lease and answer hooks over one learner. Holds no URL state of its own."""
+
+    def __init__(self, cfg: Config, learner: DustLearner, *, frontier: Frontier, intake: Intake,
+                 events: FetchEvents, metrics: Metrics):
+        self.cfg = cfg
+        self.learner = learner
+        self.frontier = frontier
+        self.intake = intake
+        self.events = events
+        self.metrics = metrics
+        self.final: dict | None = None          # stats at close
+
+    # -- intake ------------------------------------------------------------------------------
+    def admit(self, fresh: list[tuple]) -> list[tuple]:
+        """(fp, aux, depth, hops, priority, url) of URLs the seen-set found new -> those to queue."""
+        decisions = self.learner.admit_batch([it[5] for it in fresh], [it[0] for it in fresh],
+                                             [it[2] for it in fresh], [it[3] for it in fresh])
+        out = []
+        counters = self.metrics.counters
+        for item, d in zip(fresh, decisions, strict=True):
+            action = d.action
+            if action is NORMAL:
+                out.append(item)
+            elif action == DEFER:
+                out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
+                counters["dust_deferred"] += 1
+            elif action == SKIP:
+                self._skipped(item[5], urlmod.host_key(item[5]), d, item[1])
+            elif action == PROBE:
+                out.append(item[:4] + (0, item[5]))
+                counters["dust_probes"] += 1
+            else:                                   # a sample: fetched to re-validate its rule
+                out.append(item)
+                counters["dust_samples"] += 1
+        return out
+
+    def _skipped(self, url: str, host_key: str, d: Decision, aux: bytes) -> None:
+        self.metrics.counters["dust_skipped"] += 1
+        self.learner.skipped(host_key, d, aux)
+        self.events.record("dust_skipped", url, Outcome.DUST_SKIPPED.value, rule=d.rule, canonical=d.canonical)
+
+    # -- lease -------------------------------------------------------------------------------
+    def lease_skip(self, lease: Lease, url: str, fp: int, host_key: str) -> bool:
+        """True when the lease was completed as a DUST skip (nothing to fetch)."""
+        d = self.learner.check_lease(url, fp, host_key)
+        if d is None:
+            return False
+        item = lease.item
+        depth, hops = (item.depth, item.hops) if item is not None else (0, 0)
+        self.frontier.complete(lease.lease_id, outcome=Outcome.DUST_SKIPPED)
+        self.metrics.outcomes[Outcome.DUST_SKIPPED.value] += 1
+        self._skipped(url, host_key, d, encode_aux(depth, hops, self.intake.priority_for_depth(depth), url))
+        return True
+
+    # -- answer --------------------------------------------------------------------------------
+    def observe(self, url: str, fp: int, host_key: str, sha1: bytes, pr, depth: int) -> None:
+        """An archived 200 answer (its payload SHA-1 and processing result ``pr``)."""
+        learner, counters = self.learner, self.metrics.counters
+        ch = learner.observe(url, fp, host_key, sha1, pr.simhash, pr.canonical)
+        for rule in ch.trusted:
+            counters["dust_rules_trusted"] += 1
+            self._rule_event(host_key, rule, "trusted")
+        for rule in ch.retired:
+            counters["dust_rules_retired"] += 1
+            self._rule_event(host_key, rule, "retired")
+        if ch.requeue:
+            items = []
+            for aux in ch.requeue:
+                d, hops, priority, u = decode_aux(aux)
+                items.append(QueuedURL(url=u, host_key=urlmod.host_key(u), priority=priority, depth=d, hops=hops,
+                                       fp=urlmod.fingerprint(u)))
+            self.frontier.add(items)        # committed before the learner's log forgets them
+            counters["dust_requeued"] += len(items)
+        if ch.promote:
+            prio = self.intake.priority_for_depth
+            counters["dust_promoted"] += self.frontier.promote_deferred(
+                host_key, lambda it: None if learner.still_suspect(it.url, host_key) else prio(it.depth))
+        if learner.wants_probe(host_key):
+            counters["dust_probes"] += self.frontier.promote_deferred(
+                host_key, lambda it: 0 if learner.take_probe(it.url, it.fp, host_key) else None,
+                limit=1, max_scan=PROBE_SCAN)
+        canonical = pr.canonical
+        if canonical and canonical != url and depth < self.cfg.crawl.max_depth:
+            link = Link(canonical, urlmod.fingerprint(canonical), urlmod.host_key(canonical))
+            if self.intake.submit_links([link], depth=depth):
+                counters["dust_canonical_fed"] += 1
+
+    def _rule_event(self, host_key: str, rule: str, state: str) -> None:
+        log.info("dust rule %s host=%s rule=%s", state, host_key, rule)
+        self.events.record("dust_rule", host_key, f"dust_{state}", rule=rule)
+
+    # -- the rest ----------------------------------------------------------------------------------
+    def commit(self) -> None:
+        self.learner.commit()
+
+    def close(self) -> None:
+        self.final = self.stats()
+        self.learner.close()
+
+    def stats(self) -> dict:
+        """Rules and counters for ``crawlerd stats`` (the last ones once closed)."""
+        if self.final is not None:
+            return self.final
+        return {"enabled": True, **self.learner.stats()}

@@ -1,0 +1,349 @@
+"""The DUST learner on synthetic hosts: rules, trust after k confirmations, retirement, suspects,
+persistence and bounds (crawlerd.frontier.dust, dust_evidence, dust_rules, dust_store)."""
+
+import hashlib
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crawlerd.frontier import dust_rules as R
+from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, ClassTable, DustLearner
+from crawlerd.frontier.dust_evidence import TRUSTED
+from crawlerd.url import fingerprint, normalize
+
+H = "http://shop.example"
+
+
+def digest(content: str) -> bytes:
+    return hashlib.sha1(content.encode()).digest()
+
+
+class Site:
+    """A learner and the pages of one or more synthetic hosts; ``content(url)`` is the oracle."""
+
+    def __init__(self, path, content, **kw):
+        self.path, self.content, self.kw = path, content, dict(kw)
+        self.kw.setdefault("confirmations", 3)
+        self.kw.setdefault("sync", False)
+        self.learner = DustLearner(path, **self.kw)
+
+    def reopen(self):
+        self.learner.close()
+        self.learner = DustLearner(self.path, **self.kw)
+        return self.learner
+
+    def fetch(self, url: str, canonical: str = "", simhash: int = 0):
+        """The crawler archived ``url``: tell the learner."""
+        host = url.split("/", 3)[0] + "//" + url.split("/", 3)[2]
+        return self.learner.observe(url, fingerprint(url), host, digest(self.content(url)), simhash, canonical)
+
+    def admit(self, url: str, depth: int = 1):
+        return self.learner.admit(url, fingerprint(url), depth)
+
+
+def tracking_content(url: str) -> str:
+    """utm_source never matters; everything else is part of the page."""
+    p = R.parse(url)
+    return R.unparse(R.Parts(p.origin, p.segs, tuple(x for x in p.query if x[0] != "utm_source"),
+                             tuple(r for r in p.raw if not r.startswith("utm_source="))))
+
+
+# -- the rule grammar ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["?utm_source", "?sid=<hex>", "?sid=<token>", "?n=<num>", "?view=print",
+                                  "?page=1", ";jsessionid", ";jsessionid=<hex>", "/m/ -> /", "/amp/ -> /full/"])
+def test_rule_text_round_trips(text):
+    assert R.parse_rule(text).text == text
+
+
+@pytest.mark.parametrize("bad", ["", "?", "utm", "/m/", "/m/ -> ", "?a=<nope>"])
+def test_bad_rule_text_is_refused(bad):
+    with pytest.raises(ValueError):
+        R.parse_rule(bad)
+
+
+@pytest.mark.parametrize("rule,url,out", [
+    ("?utm_source", H + "/a?x=1&utm_source=n&y=2&utm_source=m", H + "/a?x=1&y=2"),
+    ("?utm_source", H + "/a?utm_source=n", H + "/a"),
+    ("?sid=<hex>", H + "/a?sid=1f3e5a7b9c&id=3", H + "/a?id=3"),
+    ("?sid=<hex>", H + "/a?sid=12345678", None),                  # digits only: num, not hex
+    ("?view=print", H + "/a?view=print", H + "/a"),
+    ("?view=print", H + "/a?view=full", None),
+    (";jsessionid", H + "/a/b.html;jsessionid=ABC123", H + "/a/b.html"),
+    ("/m/ -> /", H + "/m/p/3.html?q=1", H + "/p/3.html?q=1"),
+    ("/m/ -> /", H + "/p/m", None),                               # never the resource name
+    ("/amp/ -> /full/", H + "/amp/x.html", H + "/full/x.html"),
+])
+def test_rule_apply(rule, url, out):
+    got = R.parse_rule(rule).apply(R.parse(url))
+    assert (R.unparse(got) if got is not None else None) == out
+    if out is not None:
+        assert normalize(out) == out          # rewrites keep URLs normalised
+
+
+def test_derive_explains_pairs_by_one_kind_of_difference():
+    texts = lambda a, b, **kw: {r.text for r in R.derive(a, b, **kw)}   # noqa: E731
+    assert texts(H + "/p?utm_source=a&utm_medium=b", H + "/p") >= {"?utm_source", "?utm_medium"}
+    assert texts(H + "/p?sort=asc", H + "/p?sort=desc") == {"?sort"}
+    assert texts(H + "/m/p/3.html", H + "/p/3.html") == {"/m/ -> /"}
+    assert texts(H + "/p?page=1", H + "/p", relevant=frozenset({"page"})) == {"?page=1"}
+    assert texts(H + "/p?page=2", H + "/p?page=3", relevant=frozenset({"page"})) == set()
+    assert texts(H + "/p/3.html", H + "/p/4.html") == set()       # another resource: no rule
+    assert texts(H + "/a?x=1", "http://other.example/a") == set()
+
+
+def test_skeleton_drops_what_is_not_known_to_matter():
+    main, dropped, alt = R.skeleton(H + "/m/p/3.html?id=3&utm_source=x", frozenset({"id"}))
+    assert (main, dropped, alt) == (H + "/m/p/3.html?id=3", ("utm_source",), H + "/p/3.html?id=3")
+    assert R.skeleton(H + "/a/", frozenset())[2] == ""          # /a/ minus a would be the root
+
+
+def test_class_table_keeps_keys_and_stays_bounded():
+    t = ClassTable(1024)
+    keys = [random.Random(1).getrandbits(64) for _ in range(1)] + list(range(1, 600))
+    t.add_many(keys)
+    assert t.has_many(keys).sum() >= 550            # a few lost to full buckets: fetched, never skipped
+    assert not t.has_many([10 ** 12 + 7, 10 ** 12 + 9]).any()
+    t.add_many(list(range(10 ** 6, 10 ** 6 + 100000)))
+    assert t.capacity == 1024
+
+
+# -- learning ------------------------------------------------------------------------------------
+
+def test_tracking_parameter_learned_after_k_confirmations_then_skipped(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=3)
+    trusted_at = None
+    for k in range(6):
+        s.fetch(f"{H}/p/{k}.html")
+        ch = s.fetch(f"{H}/p/{k}.html?utm_source=mail{k}")
+        if "?utm_source" in ch.trusted:
+            trusted_at = k
+    assert trusted_at == 2                          # the third independent pair, not before
+    d = s.admit(f"{H}/p/4.html?utm_source=feed")
+    assert d.action in (SKIP, SAMPLE) and d.rule == "?utm_source" and d.canonical == f"{H}/p/4.html"
+    assert s.admit(f"{H}/p/99.html?utm_source=feed").action != SKIP    # its page is not archived
+    assert s.admit(f"{H}/p/4.html?id=7&utm_source=feed").action != SKIP  # another page
+
+
+def test_two_variants_of_one_page_are_not_independent(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=2)
+    s.fetch(f"{H}/p/1.html")
+    for v in range(5):
+        assert s.fetch(f"{H}/p/1.html?utm_source=v{v}").trusted == []
+
+
+def test_a_parameter_seen_with_one_value_gives_only_its_literal_rule(tmp_path):
+    """page=1 is the page itself, page=2 is not: ?page=1 may be learned, ?page never."""
+    def content(url):
+        return url.replace("?page=1", "") if "page=1" in url else url
+    s = Site(str(tmp_path / "d"), content, confirmations=2)
+    learned = []
+    for k in range(4):
+        s.fetch(f"{H}/l/{k}")
+        learned += s.fetch(f"{H}/l/{k}?page=1").trusted
+    assert learned == ["?page=1"]
+    assert s.admit(f"{H}/l/2?page=2").action != SKIP
+
+
+def test_rule_retired_by_one_contradicting_sample_and_its_skips_requeued(tmp_path):
+    changed = set()
+
+    def content(url):
+        return url if url in changed else tracking_content(url)
+    s = Site(str(tmp_path / "d"), content, confirmations=2, sample_share=0.0)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    skipped = f"{H}/p/1.html?utm_source=late"
+    d = s.admit(skipped)
+    assert d.action == SKIP
+    s.learner.skipped(H, d, b"record-of-the-skip")
+    stats = s.learner.stats()
+    assert stats["rules_trusted"] == 1 and stats["top"][0]["rules"][0]["skips"] == 1
+    bad = f"{H}/p/2.html?utm_source=odd"            # the site starts to answer differently
+    changed.add(bad)
+    ch = s.fetch(bad)
+    assert ch.retired == ["?utm_source"] and ch.requeue == [b"record-of-the-skip"] and ch.promote
+    stats = s.learner.stats()
+    assert stats["rules_trusted"] == 0 and stats["sample_mismatches_total"] == 1
+    assert s.admit(f"{H}/p/1.html?utm_source=again").action != SKIP
+    # retired for good: more agreeing pairs do not bring it back
+    for k in range(3, 8):
+        s.fetch(f"{H}/p/{k}.html")
+        assert "?utm_source" not in s.fetch(f"{H}/p/{k}.html?utm_source=x{k}").trusted
+
+
+def test_samples_are_fetched_and_counted(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=2, sample_share=1.0)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    url = f"{H}/p/1.html?utm_source=sampled"
+    assert s.admit(url).action == SAMPLE
+    s.fetch(url)
+    rules = s.learner.stats()["top"][0]["rules"]
+    assert rules[0]["rule"] == "?utm_source" and rules[0]["samples"] == 1
+
+
+def test_print_view_learned_from_near_duplicates_that_name_their_canonical(tmp_path):
+    texts = {}
+
+    def content(url):       # the print view differs in markup (digest), not in text (simhash)
+        return texts.setdefault(url, url)
+    s = Site(str(tmp_path / "d"), content, confirmations=2)
+    learned = []
+    for k in range(3):
+        canon = f"{H}/a/{k}.html"
+        s.fetch(canon, canonical=canon, simhash=0xF0F0 + k * 0x10000)
+        learned += s.fetch(f"{canon}?view=print", canonical=canon, simhash=0xF0F1 + k * 0x10000).trusted
+    assert learned == ["?view=print"]          # one value seen: the literal, not "?view"
+    # near but naming no canonical: says nothing, neither confirms nor retires
+    s2 = Site(str(tmp_path / "e"), content, confirmations=2)
+    for k in range(3):
+        s2.fetch(f"{H}/a/{k}.html", simhash=0xF0F0 + k * 0x10000)
+        assert s2.fetch(f"{H}/a/{k}.html?view=print", simhash=0xF0F1 + k * 0x10000).trusted == []
+
+
+def test_mobile_directory_learned(tmp_path):
+    s = Site(str(tmp_path / "d"), lambda u: u.replace("/m/", "/"), confirmations=2)
+    learned = []
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        learned += s.fetch(f"{H}/m/p/{k}.html").trusted
+    assert learned == ["/m/ -> /"]
+    assert s.admit(f"{H}/m/p/1.html").action in (SKIP, SAMPLE)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 32 - 1))
+def test_no_parameter_that_changes_content_is_ever_dropped(tmp_path_factory, seed):
+    """Randomised sites where half the parameters matter (some have a default value that equals
+    the page without them): no rule that drops a mattering parameter for a value that matters is
+    ever trusted, and no admitted URL is skipped onto a page with other content."""
+    rng = random.Random(seed)
+    names = [f"p{i}" for i in range(6)]
+    rng.shuffle(names)
+    matters = set(names[:3])
+    default = {n: str(rng.randint(0, 3)) for n in names if rng.random() < 0.5}   # value == absent
+    values = {n: [str(v) for v in range(4)] + [f"{rng.getrandbits(40):x}a"] for n in names}
+
+    def content(url: str) -> str:
+        p = R.parse(url)
+        kept = sorted((n, v) for n, v in p.query if n in matters and default.get(n) != v)
+        return "/".join(p.segs) + "?" + "&".join(f"{n}={v}" for n, v in kept)
+
+    def random_url() -> str:
+        params = [(n, rng.choice(values[n])) for n in names if rng.random() < 0.35]
+        q = "&".join(f"{n}={v}" for n, v in params)
+        return f"{H}/i/{rng.randint(0, 9)}" + (f"?{q}" if q else "")
+
+    s = Site(str(tmp_path_factory.mktemp("dust")), content, confirmations=rng.choice((2, 3)), sample_share=0.0)
+    for _ in range(300):
+        url = random_url()
+        if rng.random() < 0.6:
+            s.fetch(url)
+        else:
+            d = s.admit(url)
+            if d.action == SKIP:
+                assert content(d.canonical) == content(url), (url, d)
+    for r in s.learner._state(H).trusted():     # the learner's own record of what it trusts
+        if r.rule.name in matters:
+            assert r.rule.vclass.startswith("=") and default.get(r.rule.name) == r.rule.vclass[1:], r.rule.text
+
+
+# -- suspects ----------------------------------------------------------------------------------
+
+def test_a_variant_of_an_admitted_url_is_a_suspect_until_its_parameter_is_known(tmp_path):
+    s = Site(str(tmp_path / "d"), lambda u: u, confirmations=2)
+    L = s.learner
+    L.tokens = 0.0                                   # no probes: every suspect is deferred
+    assert s.admit(f"{H}/list") .action == NORMAL
+    assert s.admit(f"{H}/list?page=2").action == DEFER
+    assert s.admit(f"{H}/list?page=3", depth=0).action == NORMAL     # a seed is never deferred
+    assert s.admit(f"{H}/docs/list").action == NORMAL
+    assert s.admit(f"{H}/m/docs/list").action == DEFER                # a view token
+    assert s.admit(f"{H}/item?id=1").action == NORMAL
+    assert s.admit(f"{H}/item").action == DEFER                       # the bare form of an admitted one
+    # the site shows page=2 differs from page=3: "page" matters, page URLs are not suspects now
+    s.fetch(f"{H}/list?page=2")
+    s.fetch(f"{H}/list?page=3")
+    assert not L.still_suspect(f"{H}/list?page=2", H)
+    assert s.admit(f"{H}/list?page=4").action == NORMAL
+    assert L.still_suspect(f"{H}/m/docs/list", H)
+
+
+def test_probes_are_budgeted(tmp_path):
+    s = Site(str(tmp_path / "d"), lambda u: u, confirmations=2, probe_share=0.0)
+    s.fetch(f"{H}/a")
+    s.admit(f"{H}/a")
+    L = s.learner
+    L.tokens = 3.0                         # a fresh host needs k + 1 tokens to start learning
+    assert s.admit(f"{H}/a?x=1").action == PROBE
+    assert s.admit(f"{H}/a?x=2").action == DEFER
+    assert L.counters["probes"] == 1 and L.counters["deferred"] == 1
+
+
+# -- persistence and bounds -------------------------------------------------------------------------
+
+def test_rules_evidence_and_archived_set_survive_reopen(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=2)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    s.fetch(f"{H}/q/0.html")
+    L = s.reopen()
+    assert L.stats()["rules_trusted"] == 1
+    assert s.admit(f"{H}/q/0.html?utm_source=after").action in (SKIP, SAMPLE)
+    assert len(L._state(H).evidence) == 7
+    s.learner.close()
+
+
+def test_host_records_stay_within_their_bytes(tmp_path):
+    s = Site(str(tmp_path / "d"), lambda u: u, max_host_bytes=4096, max_bytes=64 << 10, window=200,
+             cache_hosts=16)
+    for k in range(300):
+        s.fetch(f"{H}/p/{k}-{'x' * 40}.html")
+    for i in range(400):                       # many hosts: the oldest records are evicted
+        s.fetch(f"http://h{i}.example/p/0.html")
+    s.learner.commit()
+    store = s.learner.store
+    assert store.get_host(H) is None or store.encoded_size(store.get_host(H)) <= 4096
+    assert store.meta["host_bytes"] <= store.max_hosts_bytes
+    assert store.meta["evicted_hosts"] > 0
+    sizes = [store.encoded_size(rec) for _, rec in store.hosts()]
+    assert max(sizes) <= 4096 and sum(sizes) == store.meta["host_bytes"]
+
+
+def test_trusted_rules_reach_admission_only_for_their_host(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=2)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    other = "http://other.example"
+    s.fetch(f"{other}/p/1.html")
+    assert s.admit(f"{other}/p/1.html?utm_source=x").action != SKIP
+    rules = s.learner._state(H).trusted()
+    assert [r.rule.text for r in rules] == ["?utm_source"] and rules[0].state == TRUSTED
+
+
+def test_a_sample_is_checked_against_the_archived_set_when_its_page_left_the_window(tmp_path):
+    changed = set()
+
+    def content(url):
+        return url if url in changed else tracking_content(url)
+    s = Site(str(tmp_path / "d"), content, confirmations=2, sample_share=1.0, window=4)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    for k in range(10):                               # /p/0.html leaves the evidence window
+        s.fetch(f"{H}/other/{k}.html")
+    agreeing = f"{H}/p/0.html?utm_source=ok"
+    assert s.admit(agreeing).action == SAMPLE
+    assert s.fetch(agreeing).retired == []
+    bad = f"{H}/p/1.html?utm_source=bad"
+    changed.add(bad)
+    assert s.admit(bad).action == SAMPLE
+    assert s.fetch(bad).retired == ["?utm_source"]
+    assert s.learner.stats()["sample_mismatches_total"] == 1
