@@ -350,8 +350,6 @@ class Shard:
         self._safely("near-duplicate index", self.near.close)
         if self.runner is not None:
             self._safely("frontier", self.runner.abandon_all)
-        if self.outbox is not None:
-            await self.outbox.close()       # what is staged: written (its leases completed)
         if self.owners is not None:
             await self.owners.close()
             await self.owner_server.close()
@@ -370,6 +368,9 @@ class Shard:
                 await self.budgets.close()
             except STORE_ERRORS as e:
                 self.storage.fatal(e, "budgets")
+        if self.outbox is not None:
+            # what is staged: written (its leases completed; the vouches of the last edge merge)
+            await self.outbox.close()
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)
