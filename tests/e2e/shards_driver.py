@@ -24,6 +24,11 @@ from crawlerd.simweb import SimWebProcess
 IP_DELAY_S = 0.3
 
 
+def owner_of(url: str) -> int:
+    from crawlerd import url as urlmod
+    return urlmod.shard_of_url(url, 2)
+
+
 def crawlerd(*args: str) -> list[str]:
     return [sys.executable, "-m", "crawlerd", *args]
 
@@ -112,6 +117,10 @@ def main() -> int:
                 before = st
                 break
         one = status(data_dir, "--shard", "1")
+        # a URL of each shard: the family asks the URL's owner
+        why_urls = [next(u for u in sim.seeds if owner_of(u) == i) for i in range(2)]
+        why = subprocess.run(crawlerd("url", "why", "--json", "--data-dir", data_dir, *why_urls), capture_output=True,
+                             text=True, timeout=30)
         added = subprocess.run(crawlerd("seed", "add", "--data-dir", data_dir, *sim.seeds[:2]), capture_output=True,
                                text=True, timeout=30)
         prom = subprocess.run(crawlerd("stats", "--prometheus", "--data-dir", data_dir), capture_output=True,
@@ -145,6 +154,7 @@ def main() -> int:
                   "spool": {i: sorted(os.listdir(os.path.join(data_dir, "handoff", str(i))))
                             for i in range(2) if os.path.isdir(os.path.join(data_dir, "handoff", str(i)))},
                   "ip_delay_s": IP_DELAY_S, "notify": notes.got,
+                  "why": {"rc": why.returncode, "out": why.stdout, "err": why.stderr[-2000:], "urls": why_urls},
                   "seed_add": {"rc": added.returncode, "out": added.stdout, "err": added.stderr[-2000:]},
                   "prometheus": {"rc": prom.returncode, "text": prom.stdout, "stderr": prom.stderr[-2000:]}}
         report["crash_loop"] = crash_loop(base, sim)

@@ -8,6 +8,7 @@ ended less than ``IN_FLIGHT_S`` before the kill may be lost with it (and fetched
 """
 
 import gzip
+import json
 import os
 from collections import Counter, defaultdict
 
@@ -215,3 +216,15 @@ def test_seed_add_hands_seeds_to_their_owners(crawl):
     r = crawl["seed_add"]
     assert r["rc"] == 0, r["err"]
     assert "submitted 2 seeds" in r["out"]
+
+
+def test_url_why_is_answered_by_the_urls_owner(crawl):
+    why = crawl["why"]
+    assert why["rc"] == 0, why["err"]
+    dec, text, replies = json.JSONDecoder(), why["out"].strip(), []
+    while text:
+        obj, end = dec.raw_decode(text)
+        replies.append(obj)
+        text = text[end:].strip()
+    assert [r["shard"] for r in replies] == [0, 1]
+    assert all(r["ok"] and r["url"] == urlmod.normalize(u) for r, u in zip(replies, why["urls"], strict=True))
