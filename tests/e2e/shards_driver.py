@@ -69,7 +69,7 @@ class Notifications:
 
 def frontier_check(data_dir: str, index: int) -> dict:
     from crawlerd.frontier import Frontier
-    fr = Frontier(os.path.join(data_dir, "shards", str(index), "frontier"))
+    fr = Frontier(os.path.join(data_dir, "shards", str(index), "frontier"), deferred_level=True)   # as the Shard opens it
     try:
         fr.check_invariants(deep=True)
         return {"ok": True, "stats": fr.stats()}
