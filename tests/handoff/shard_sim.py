@@ -72,7 +72,10 @@ class SimShard:
 
     def open(self) -> None:
         sim = self.sim
-        self.frontier = Frontier(os.path.join(self.dir, "frontier"), clock=sim.clock, ip_delay_s=sim.ip_delay_s,
+        # the wall clock is virtual too: a real one would move the dues read back after a kill by however
+        # long the reopen took on this box
+        self.frontier = Frontier(os.path.join(self.dir, "frontier"), clock=sim.clock, wall=sim.clock,
+                                 ip_delay_s=sim.ip_delay_s,
                                  max_active_hosts=len(sim.hosts), rng=random.Random(sim.rng.random()),
                                  shared_ips=self._slots(), **PARAMS)
         self.drum = Drum(os.path.join(self.dir, "drum"), buckets=4, bucket_buffer_bytes=1 << 12,
