@@ -28,7 +28,8 @@ extensions = [
     Extension(
         "crawlerd._native." + os.path.splitext(os.path.basename(path))[0],
         [path],
-        include_dirs=[numpy.get_include()],
+        include_dirs=[numpy.get_include(), "crawlerd/_native"],   # bits.h: helpers both kernels share
+        depends=sorted(glob.glob("crawlerd/_native/*.h")),
         extra_compile_args=compile_args,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )

@@ -229,7 +229,7 @@ def write_config(path: str, data_dir: str, static_hosts: dict[str, str], sets: d
 
 def top_domains_of(site: dict, n: int) -> list[str]:
     """The ``n`` legitimate registered domains with the most pages (farm hosts excluded)."""
-    from crawlerd.url import registered_domain
+    from crawlerd.url.hosts import registered_domain
     pages: collections.Counter[str] = collections.Counter()
     for name, h in site["hosts"].items():
         if h["role"] != "farm":
@@ -240,7 +240,7 @@ def top_domains_of(site: dict, n: int) -> list[str]:
 def one_crawl(label: str, a, work: str, sim_args: list[str], sets: dict[str, dict]) -> dict:
     """One crawl of a fresh simweb for ``a.seconds``: what the server saw, and the daemon's own stats."""
     from crawlerd.simweb import SimWebProcess
-    from crawlerd.url import registered_domain
+    from crawlerd.url.hosts import registered_domain
     d = os.path.join(work, label)
     os.makedirs(d)
     data_dir = os.path.join(d, "data")

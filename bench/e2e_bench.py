@@ -1,6 +1,7 @@
 """End-to-end benchmark: crawlerd and a Scrapy peer crawl the same synthetic web in one run.
 
-    nice -n 10 .venv/bin/python bench/e2e_bench.py [--hosts 200] [--seconds 30] [--runs 1] [--no-peer]
+    nice -n 10 .venv/bin/python bench/e2e_bench.py [--hosts 20000] [--seeds 3000] [--seconds 90] [--runs 1]
+        [--schemes http,https] [--profile web] [--no-peer] [--py-spy DIR]
 
 Everything happens inside a private network namespace that has only ``lo`` (the script re-runs
 itself under ``unshare -n`` and refuses to run anywhere else), so no request can leave the
@@ -22,6 +23,15 @@ page by process, simweb's own CPU per page (/proc/<pid>/stat), peak RSS of the c
 process family (sampled VmRSS, summed over the family), and from the ledger: politeness
 (host overlap, host gap below max(min gap, Crawl-delay), per-IP concurrency), robots and
 Retry-After violations. With ``--runs N`` the table shows medians, and violations summed.
+
+Steady state: the same figures over the part of the crawl window after ``--warmup-s`` (default a
+third of D): pages/s, CPU µs per page and per request of each process (crawl process, workers,
+simweb; from /proc samples at the window's ends), refetches (a non-robots URL asked for again).
+For crawlerd the bench also polls ``status`` on its control socket every second: in-flight
+transfers over time and the crawl loop's lag histogram (``shards[0].loop_lag``), whose p99.9 over the steady
+window is reported. ``--schemes http,https`` crawls the same web over each scheme (simweb
+``--tls``: a throwaway CA that crawlerd trusts through ``fetch.ca_file``). ``--py-spy DIR`` records
+a py-spy profile of crawlerd's crawl process and first worker over the steady window.
 """
 
 from __future__ import annotations
@@ -59,7 +69,8 @@ CRAWLERD_UA = "crawlerd-bench/0.1 (+synthetic web on loopback; operator: bench@l
 ROBOTS_AGENT = "crawlerd"         # robots.agent_token; the peer is matched with the same token
 MIN_GAP_S = 1.0                   # politeness.min_delay_s, and the peer's DOWNLOAD_DELAY
 PER_IP_CONCURRENCY = 1            # politeness.per_ip_concurrency
-SAMPLE_INTERVAL_S = 0.2
+SAMPLE_INTERVAL_S = 0.5
+STATUS_INTERVAL_S = 1.0
 STOP_GRACE_S = 20.0               # after D, a crawler has this long to exit before SIGTERM
 KILL_GRACE_S = 15.0               # after SIGTERM, this long before SIGKILL
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -132,10 +143,18 @@ class FamilySampler(threading.Thread):
         self.hwm_kib: dict[int, int] = {}
         self.cpu_s: dict[int, float] = {}
         self.samples = 0
+        self.series: list[tuple[float, dict[int, float]]] = []    # (monotonic t, pid -> CPU s)
+        self.extra_pids: list[int] = []                           # sampled too (simweb), not in RSS
         self._stop_evt = threading.Event()
 
     def sample(self) -> None:
         total = 0
+        t = time.monotonic()
+        cpus: dict[int, float] = {}
+        for pid in self.extra_pids:
+            cpu = proc_cpu_s(pid)
+            if cpu is not None:
+                cpus[pid] = cpu
         for pid in process_family(self.root):
             rss = proc_status_kib(pid, "VmRSS")
             hwm = proc_status_kib(pid, "VmHWM")
@@ -145,8 +164,18 @@ class FamilySampler(threading.Thread):
             total += rss
             self.hwm_kib[pid] = max(self.hwm_kib.get(pid, 0), hwm)
             self.cpu_s[pid] = cpu
+            cpus[pid] = cpu
         self.peak_rss_kib = max(self.peak_rss_kib, total)
+        self.series.append((t, cpus))
         self.samples += 1
+
+    def cpu_between(self, t0: float, t1: float) -> tuple[float, dict[int, float]]:
+        """(seconds actually covered, pid -> CPU seconds used) between the samples nearest t0 and t1."""
+        inside = [(t, c) for t, c in self.series if t0 - self.interval_s <= t <= t1 + self.interval_s]
+        if len(inside) < 2:
+            return 0.0, {}
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        return tb - ta, {pid: b[pid] - a.get(pid, 0.0) for pid in b if pid in a}
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
@@ -156,6 +185,59 @@ class FamilySampler(threading.Thread):
     def stop(self) -> None:
         self._stop_evt.set()
         self.join()
+
+
+class StatusPoller(threading.Thread):
+    """Asks crawlerd's control socket for ``status`` every ``interval_s``: (t, in_flight, pages,
+    loop stall histogram) per answer; a daemon that does not answer yet is simply skipped."""
+
+    def __init__(self, socket_path: str, interval_s: float = STATUS_INTERVAL_S) -> None:
+        super().__init__(daemon=True)
+        self.socket_path = socket_path
+        self.interval_s = interval_s
+        self.series: list[dict] = []
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        from crawlerd import control
+        while not self._stop_evt.wait(self.interval_s):
+            try:
+                st = control.request(self.socket_path, "status", timeout_s=5.0)
+            except (control.ControlError, OSError):
+                continue
+            if st.get("ok"):
+                shards = st.get("shards") or [{}]
+                ll = shards[0].get("loop_lag") or {}      # the crawl loop's lag histogram (LoopLag)
+                self.series.append({"t": time.monotonic(), "in_flight": st.get("in_flight", 0),
+                                    "pages": st.get("pages", 0), "queued": st.get("queued", 0),
+                                    "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
+                                    "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None})
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join()
+
+    def steady(self, t0: float, t1: float) -> dict:
+        """In-flight transfers (min/median/max) and the loop stall p99/p99.9 between t0 and t1."""
+        from crawlerd.metrics import lag_quantile_s
+        inside = [s for s in self.series if t0 <= s["t"] <= t1]
+        out: dict = {"status_samples": len(inside)}
+        if inside:
+            fl = [s["in_flight"] for s in inside]
+            out["in_flight"] = {"min": min(fl), "median": statistics.median(fl), "max": max(fl)}
+            out["in_flight_series"] = [(round(s["t"] - inside[0]["t"], 1), s["in_flight"]) for s in inside]
+        hists = [s for s in inside if s["stall_hist"]]
+        if len(hists) >= 2:
+            a, b = hists[0], hists[-1]
+            cum = [y - x for x, y in zip(a["stall_hist"], b["stall_hist"], strict=True)]
+            n = b["stall_count"] - a["stall_count"]
+            for q, key in ((0.99, "stall_p99_ms"), (0.999, "stall_p999_ms")):
+                v = lag_quantile_s(cum, n, q)
+                out[key] = None if v is None else v * 1000
+            out["stall_samples"] = n
+        if self.series:
+            out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
+        return out
 
 
 def wait_bounded(proc: subprocess.Popen, deadline: float, name: str) -> tuple[int, float]:
@@ -193,11 +275,16 @@ def robots_paths(site: dict) -> dict[str, set[str]]:
     return {name: set(h["robots"]["paths"]) for name, h in site["hosts"].items()}
 
 
-def judge(entries: list[LedgerEntry], site: dict, t_launch: float, seconds: float) -> dict:
+def judge(entries: list[LedgerEntry], site: dict, t_launch: float, seconds: float, warmup_s: float) -> dict:
     """Everything the server ledger says about one crawl; the same rules for every crawler."""
     rpaths = robots_paths(site)
     pages = [e for e in entries if e.status and e.path not in rpaths.get(e.host, ())]
     in_window = [e for e in pages if t_launch <= e.t_start < t_launch + seconds]
+    t0, t1 = t_launch + warmup_s, t_launch + seconds
+    steady_pages = sum(1 for e in pages if t0 <= e.t_start < t1)
+    steady_requests = sum(1 for e in entries if t0 <= e.t_start < t1)
+    asked = Counter((e.host, e.target) for e in entries if e.path not in rpaths.get(e.host, ()))
+    refetches = sum(n - 1 for n in asked.values() if n > 1)
     pol = politeness_violations(entries, MIN_GAP_S, PER_IP_CONCURRENCY,
                                 host_min_gap_s=crawl_delays(site, ROBOTS_AGENT))
     rob = robots_violations(entries, site, agent=ROBOTS_AGENT)
@@ -210,6 +297,9 @@ def judge(entries: list[LedgerEntry], site: dict, t_launch: float, seconds: floa
         "pages_2xx": sum(1 for e in pages if 200 <= e.status < 300),
         "pages_in_window": len(in_window),
         "pages_per_s": len(in_window) / seconds,
+        "steady_pages": steady_pages, "steady_requests": steady_requests,
+        "steady_pages_per_s": steady_pages / max(1e-9, seconds - warmup_s),
+        "refetches": refetches, "refetch_share": refetches / max(1, len(entries)),
         "hosts_touched": len({e.host for e in entries}),
         "politeness": {k: kinds.get(k, 0) for k in (HOST_OVERLAP, HOST_GAP, IP_CONCURRENCY)},
         "robots": dict(Counter(v.kind for v in rob)),
@@ -241,19 +331,74 @@ class CrawlResult:
     self_pages_per_s: float | None = None
     warc: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    steady: dict = field(default_factory=dict)   # the window after warm-up: CPU per page, stalls, in flight
+    scheme: str = "http"
 
 
-def _crawlerd_sets(data_dir: str, sim: SimWebProcess) -> list[str]:
-    table = ", ".join(f"{json.dumps(h)} = {json.dumps(ip)}" for h, ip in sim.static_hosts.items())
+def steady_figures(sampler: FamilySampler, root: int, sim_pid: int | None, judged: dict,
+                   t0: float, t1: float) -> dict:
+    """CPU per page and per request of each process over [t0, t1] (from /proc samples)."""
+    covered, used = sampler.cpu_between(t0, t1)
+    pages, requests = judged["steady_pages"], judged["steady_requests"]
+    if not covered or not pages:
+        return {}
+    scale = (t1 - t0) / covered           # samples straddle the window by up to one interval
+    crawl = used.get(root, 0.0) * scale
+    sim = used.get(sim_pid, 0.0) * scale if sim_pid else 0.0
+    workers = sum(v for pid, v in used.items() if pid not in (root, sim_pid)) * scale
+    us = 1e6
+    return {"window_s": round(t1 - t0, 1), "pages": pages, "requests": requests,
+            "pages_per_s": judged["steady_pages_per_s"],
+            "crawl_us_per_page": us * crawl / pages, "crawl_us_per_request": us * crawl / max(1, requests),
+            "workers_us_per_page": us * workers / pages, "all_us_per_page": us * (crawl + workers) / pages,
+            "simweb_us_per_request": us * sim / max(1, requests)}
+
+
+class PySpy:
+    """py-spy records (native frames, 25 Hz; each sample briefly stops the process) of pids for ``seconds``
+    (started after warm-up); no-op when py-spy is missing."""
+
+    def __init__(self, out_dir: str | None) -> None:
+        self.out_dir = out_dir
+        self.procs: list[subprocess.Popen] = []
+        self.exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+
+    def start(self, pids: dict[str, int], seconds: float, tag: str) -> None:
+        if not self.out_dir or not os.path.exists(self.exe):
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        for label, pid in pids.items():
+            out = os.path.join(self.out_dir, f"{tag}-{label}.txt")     # collapsed stacks (bench/pyspy_top.py)
+            self.procs.append(subprocess.Popen(
+                [self.exe, "record", "--native", "--rate", "25", "--format", "raw",
+                 "--duration", str(int(seconds)), "--pid", str(pid), "--output", out],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def wait(self) -> None:
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+
+def _crawlerd_config(data_dir: str, sim: SimWebProcess, work: str) -> tuple[str, list[str]]:
+    """(config file, -s overrides) for one crawl: the name table goes in the file (20,000 names do
+    not fit on a command line), the rest as overrides."""
     sets = [f"crawl.data_dir={json.dumps(data_dir)}", f"crawl.user_agent={json.dumps(CRAWLERD_UA)}",
             'network.allow=["127.0.0.0/8"]', 'log.level="warning"',
             f"robots.agent_token={json.dumps(ROBOTS_AGENT)}",
             f"politeness.min_delay_s={MIN_GAP_S}", f"politeness.per_ip_concurrency={PER_IP_CONCURRENCY}"]
-    if sim.dns_port:
-        sets.append(f'dns.nameservers=["127.0.0.1:{sim.dns_port}"]')
-    else:
-        sets.append(f"dns.static_hosts={{{table}}}")
-    return sets
+    path = os.path.join(work, "crawlerd.toml")
+    with open(path, "w") as f:
+        if sim.dns_port:
+            sets.append(f'dns.nameservers=["127.0.0.1:{sim.dns_port}"]')
+        else:
+            f.write("[dns.static_hosts]\n")
+            f.writelines(f"{json.dumps(h)} = {json.dumps(ip)}\n" for h, ip in sim.static_hosts.items())
+    return path, sets
 
 
 def warc_verify(warc_dir: str) -> dict:
@@ -273,22 +418,41 @@ def warc_verify(warc_dir: str) -> dict:
             "output": (r.stdout + r.stderr)[-2000:]}
 
 
-def run_crawlerd(sim: SimWebProcess, seeds_path: str, seconds: float, work: str, extra_sets: list[str]) -> CrawlResult:
+def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, work: str,
+                 extra_sets: list[str], tag: str) -> CrawlResult:
+    seconds, warmup = args.seconds, args.warmup
     data_dir = os.path.join(work, "crawlerd-data")
-    cmd = [sys.executable, "-m", "crawlerd", "run", "--seeds", seeds_path, "--duration", str(seconds)]
-    for s in _crawlerd_sets(data_dir, sim) + extra_sets:
+    config, sets = _crawlerd_config(data_dir, sim, work)
+    # -P: crawlerd from that interpreter's install, not from the current directory's tree
+    cmd = [args.crawlerd_python, "-P", "-m", "crawlerd", "run", "--config", config, "--seeds", seeds_path,
+           "--duration", str(seconds)]
+    sets += extra_sets
+    if sim.ca_file:
+        sets.append(f"fetch.ca_file={json.dumps(sim.ca_file)}")
+    for s in sets:
         cmd += ["-s", s]
     stderr_path = os.path.join(work, "crawlerd.stderr")
     sim_cpu0 = proc_cpu_s(sim.pid)
     t_launch = time.monotonic()
     with open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        # cwd: the work dir, so neither crawlerd nor the workers it starts import this tree by accident
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=work)
     sampler = FamilySampler(proc.pid)
+    sampler.extra_pids = [sim.pid]
     sampler.start()
+    poller = StatusPoller(os.path.join(data_dir, "control.sock"))
+    poller.start()
+    spy = PySpy(args.py_spy)
     try:
+        if args.py_spy:
+            time.sleep(max(0.0, t_launch + warmup - time.monotonic()))
+            kids = [p for p in process_family(proc.pid) if p != proc.pid]
+            spy.start({"crawl": proc.pid, **({"worker": kids[0]} if kids else {})}, seconds - warmup - 2, tag)
         rc, wait4_cpu = wait_bounded(proc, t_launch + seconds + STOP_GRACE_S, "crawlerd")
     finally:
         sampler.stop()
+        poller.stop()
+        spy.wait()
     sim_cpu = proc_cpu_s(sim.pid) - sim_cpu0
     entries, site = sim.ledger(), sim.site()
     save_ledger(entries, work)
@@ -306,8 +470,11 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, seconds: float, work: str,
     hwm = {("crawl" if pid == proc.pid else f"worker-{pid}"): kib for pid, kib in sampler.hwm_kib.items()}
     with open(stderr_path, errors="replace") as f:
         tail = f.read()[-3000:]
+    judged = judge(entries, site, t_launch, seconds, warmup)
+    steady = steady_figures(sampler, proc.pid, sim.pid, judged, t_launch + warmup, t_launch + seconds)
+    steady.update(poller.steady(t_launch + warmup, t_launch + seconds))
     return CrawlResult(
-        crawler="crawlerd", rc=rc, judged=judge(entries, site, t_launch, seconds),
+        crawler="crawlerd", rc=rc, judged=judged, steady=steady, scheme=sim.info.get("scheme", "http"),
         cpu_by_process_s=cpu_by, cpu_total_s=last.get("cpu_s", wait4_cpu), simweb_cpu_s=sim_cpu,
         peak_rss_kib=sampler.peak_rss_kib, hwm_kib=hwm, self_pages=last.get("pages"),
         self_pages_per_s=(last["pages"] / last["uptime_s"]) if last.get("uptime_s") else None,
@@ -335,7 +502,8 @@ def peer_command(hosts_path: str, seeds_path: str, seconds: float, out_path: str
             "--robots-agent", ROBOTS_AGENT, "--delay-s", str(MIN_GAP_S)]
 
 
-def run_scrapy(sim: SimWebProcess, seeds_path: str, seconds: float, work: str) -> CrawlResult:
+def run_scrapy(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, work: str) -> CrawlResult:
+    seconds, warmup = args.seconds, args.warmup
     hosts_path = os.path.join(work, "hosts")
     with open(hosts_path, "w") as f:
         f.write(hosts_file_text(sim.static_hosts))
@@ -347,6 +515,7 @@ def run_scrapy(sim: SimWebProcess, seeds_path: str, seconds: float, work: str) -
         proc = subprocess.Popen(peer_command(hosts_path, seeds_path, seconds, out_path),
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     sampler = FamilySampler(proc.pid)
+    sampler.extra_pids = [sim.pid]
     sampler.start()
     try:
         rc, wait4_cpu = wait_bounded(proc, t_launch + seconds + STOP_GRACE_S, "scrapy")
@@ -364,8 +533,10 @@ def run_scrapy(sim: SimWebProcess, seeds_path: str, seconds: float, work: str) -
     with open(stderr_path, errors="replace") as f:
         tail = f.read()[-3000:]
     stats = rep.get("stats", {})
+    judged = judge(entries, site, t_launch, seconds, warmup)
+    steady = steady_figures(sampler, proc.pid, sim.pid, judged, t_launch + warmup, t_launch + seconds)
     return CrawlResult(
-        crawler="scrapy", rc=rc, judged=judge(entries, site, t_launch, seconds),
+        crawler="scrapy", rc=rc, judged=judged, steady=steady, scheme=sim.info.get("scheme", "http"),
         cpu_by_process_s={"scrapy": wait4_cpu}, cpu_total_s=wait4_cpu, simweb_cpu_s=sim_cpu,
         peak_rss_kib=sampler.peak_rss_kib, hwm_kib={"scrapy": max(sampler.hwm_kib.values(), default=0)},
         self_pages=rep.get("pages"),
@@ -380,16 +551,26 @@ def run_scrapy(sim: SimWebProcess, seeds_path: str, seconds: float, work: str) -
 
 # --- driver ----------------------------------------------------------------------------------
 
-def one_crawl(kind: str, args: argparse.Namespace, root: str, run: int) -> CrawlResult:
-    work = os.path.join(root, f"run{run}-{kind}")
+def pick_seeds(seeds: list[str], n: int, seed: int) -> list[str]:
+    """``n`` of simweb's seeds (one per host), the same sample for every crawl of a run."""
+    if n <= 0 or n >= len(seeds):
+        return list(seeds)
+    import random
+    return sorted(random.Random(f"e2e-seeds/{seed}").sample(seeds, n))
+
+
+def one_crawl(kind: str, scheme: str, args: argparse.Namespace, root: str, run: int) -> CrawlResult:
+    tag = f"run{run}-{kind}-{scheme}"
+    work = os.path.join(root, tag)
     os.makedirs(work)
-    with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0") as sim:
+    with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0", profile=args.profile,
+                       tls=scheme == "https") as sim:
         seeds_path = os.path.join(work, "seeds.txt")
         with open(seeds_path, "w") as f:
-            f.write("\n".join(sim.seeds) + "\n")
+            f.write("\n".join(pick_seeds(sim.seeds, args.seeds, args.seed)) + "\n")
         if kind == "crawlerd":
-            return run_crawlerd(sim, seeds_path, args.seconds, work, list(args.set or []))
-        return run_scrapy(sim, seeds_path, args.seconds, work)
+            return run_crawlerd(sim, seeds_path, args, work, list(args.set or []), tag)
+        return run_scrapy(sim, seeds_path, args, work)
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -420,6 +601,14 @@ def summarize(results: list[CrawlResult]) -> dict:
         "warc_valid": (None if all(r.warc.get("valid") is None for r in results)
                        else all(r.warc.get("valid") for r in results)),
         "exit_codes": [r.rc for r in results],
+        "refetches": sum(r.judged["refetches"] for r in results),
+        "refetch_share": _median([r.judged["refetch_share"] for r in results]),
+        "steady": {k: _median([r.steady.get(k) for r in results])
+                   for k in ("pages_per_s", "crawl_us_per_request", "crawl_us_per_page", "workers_us_per_page",
+                             "all_us_per_page", "simweb_us_per_request", "stall_p99_ms", "stall_p999_ms",
+                             "stall_max_ms_whole_run")},
+        "in_flight_median": _median([(r.steady.get("in_flight") or {}).get("median") for r in results]),
+        "in_flight_max": _median([(r.steady.get("in_flight") or {}).get("max") for r in results]),
     }
 
 
@@ -430,7 +619,7 @@ def _f(x: float | None, fmt: str) -> str:
 def print_table(summary: dict[str, dict], runs: int, hosts: int, seconds: float) -> None:
     print(f"\n=== end-to-end: {hosts} hosts, {seconds:g} s per crawl, "
           f"{runs} run(s): medians; violations summed over runs ===")
-    head = (f"{'crawler':9} {'pages':>6} {'window':>6} {'pages/s':>7} {'self/s':>6} {'CPU ms/pg':>9}  "
+    head = (f"{'crawler':15} {'pages':>6} {'window':>6} {'pages/s':>7} {'self/s':>6} {'CPU ms/pg':>9}  "
             f"{'by process (ms/page)':24} {'simweb ms/pg':>12} {'peak RSS':>8} {'polite viol':>20} "
             f"{'robots':>6} {'retry-aft':>9} {'WARC':>4}")
     print(head)
@@ -441,15 +630,15 @@ def print_table(summary: dict[str, dict], runs: int, hosts: int, seconds: float)
         polite = (f"{sum(pol.values())} (o{pol.get(HOST_OVERLAP, 0)} g{pol.get(HOST_GAP, 0)} "
                   f"ip{pol.get(IP_CONCURRENCY, 0)})")
         warc = "-" if s["warc_valid"] is None else ("ok" if s["warc_valid"] else "BAD")
-        print(f"{name:9} {_f(s['pages'], '6.0f')} {_f(s['pages_in_window'], '6.0f')} "
+        print(f"{name:15} {_f(s['pages'], '6.0f')} {_f(s['pages_in_window'], '6.0f')} "
               f"{_f(s['pages_per_s'], '7.1f')} {_f(s['self_pages_per_s'], '6.1f')} "
               f"{_f(s['cpu_ms_per_page'], '9.2f')}  {by:24} {_f(s['simweb_cpu_ms_per_page'], '12.2f')} "
               f"{_f(s['peak_rss_mib'], '6.0f')}Mi {polite:>20} {sum(s['robots'].values()):6d} "
               f"{s['retry_after']:9d} {warc:>4}")
-    if "crawlerd" in summary and "scrapy" in summary:
-        c, p = summary["crawlerd"], summary["scrapy"]
-        if c["pages_per_s"] and p["pages_per_s"] and c["cpu_ms_per_page"] and p["cpu_ms_per_page"]:
-            print(f"\ncrawlerd / scrapy: pages/s x{c['pages_per_s'] / p['pages_per_s']:.2f}, "
+    for scheme in ("http", "https"):
+        c, p = summary.get(f"crawlerd/{scheme}"), summary.get(f"scrapy/{scheme}")
+        if c and p and c["pages_per_s"] and p["pages_per_s"] and c["cpu_ms_per_page"] and p["cpu_ms_per_page"]:
+            print(f"\n{scheme}: crawlerd / scrapy: pages/s x{c['pages_per_s'] / p['pages_per_s']:.2f}, "
                   f"CPU per page x{c['cpu_ms_per_page'] / p['cpu_ms_per_page']:.2f}, "
                   f"peak RSS x{c['peak_rss_mib'] / p['peak_rss_mib']:.2f}")
     print("\npages: answered non-robots requests in the server ledger over the whole run; window: those that "
@@ -458,13 +647,42 @@ def print_table(summary: dict[str, dict], runs: int, hosts: int, seconds: float)
           "max(1 s, Crawl-delay),\nip = more than 1 request in flight per IP")
     for name, s in summary.items():
         print(f"{name}: robots violations by kind {s['robots'] or '{}'}; exit codes {s['exit_codes']}")
+    print_steady(summary)
 
 
-def code_version() -> str:
-    """The commit benchmarked, and whether crawlerd/ differed from it (numbers are only
-    comparable between runs of the same code)."""
-    root = os.path.dirname(HERE)
+def print_steady(summary: dict[str, dict]) -> None:
+    """The steady-state table (after warm-up): per-process CPU, stalls, in flight, refetches."""
+    print("\n=== steady state (after warm-up): medians ===")
+    head = (f"{'crawler':16} {'pages/s':>7} {'crawl us/req':>12} {'crawl us/pg':>11} {'workers us/pg':>13} "
+            f"{'all us/pg':>9} {'simweb us/req':>13} {'stall p99.9':>11} {'in flight med/max':>17} "
+            f"{'refetch':>8}")
+    print(head)
+    print("-" * len(head))
+    for name, s in summary.items():
+        st = s["steady"]
+        infl = "-" if s["in_flight_median"] is None else f"{s['in_flight_median']:.0f}/{s['in_flight_max']:.0f}"
+        p999 = st.get("stall_p999_ms")
+        print(f"{name:16} {_f(st['pages_per_s'], '7.1f')} {_f(st['crawl_us_per_request'], '12.0f')} "
+              f"{_f(st['crawl_us_per_page'], '11.0f')} {_f(st['workers_us_per_page'], '13.0f')} "
+              f"{_f(st['all_us_per_page'], '9.0f')} {_f(st['simweb_us_per_request'], '13.0f')} "
+              f"{'-' if p999 is None else f'{p999:g} ms':>11} {infl:>17} "
+              f"{_f(100 * (s['refetch_share'] or 0), '7.2f')}%")
+    for scheme in ("http", "https"):
+        c, p = summary.get(f"crawlerd/{scheme}"), summary.get(f"scrapy/{scheme}")
+        if c and p and c["steady"]["pages_per_s"] and p["steady"]["pages_per_s"]:
+            print(f"{scheme}: crawlerd / scrapy steady pages/s x{c['steady']['pages_per_s'] / p['steady']['pages_per_s']:.1f}")
+    h, t = summary.get("crawlerd/http"), summary.get("crawlerd/https")
+    if h and t and h["steady"]["all_us_per_page"] and t["steady"]["all_us_per_page"]:
+        print(f"crawlerd https / http CPU per page x{t['steady']['all_us_per_page'] / h['steady']['all_us_per_page']:.2f}")
+
+
+def code_version(python: str = sys.executable) -> str:
+    """The commit benchmarked (the tree ``python`` imports crawlerd from), and whether crawlerd/
+    differed from it (numbers are only comparable between runs of the same code)."""
     try:
+        root = subprocess.run([python, "-P", "-c", "import crawlerd, os; print(os.path.dirname(os.path.dirname("
+                               "os.path.abspath(crawlerd.__file__))))"], capture_output=True, text=True,
+                              timeout=30).stdout.strip() or os.path.dirname(HERE)
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=30).stdout.strip()
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "crawlerd"],
@@ -476,15 +694,16 @@ def code_version() -> str:
 
 def bench(args: argparse.Namespace) -> dict:
     kinds = ["crawlerd"] + ([] if args.no_peer else ["scrapy"])
+    schemes = args.schemes
     root = tempfile.mkdtemp(prefix="crawlerd-e2e-")
-    results: dict[str, list[CrawlResult]] = {k: [] for k in kinds}
+    results: dict[str, list[CrawlResult]] = {f"{k}/{sc}": [] for sc in schemes for k in kinds}
     try:
         for run in range(args.runs):
             order = kinds if run % 2 == 0 else kinds[::-1]
-            for kind in order:
-                print(f"run {run + 1}/{args.runs}: {kind} for {args.seconds:g} s on {args.hosts} hosts ...",
-                      file=sys.stderr, flush=True)
-                r = one_crawl(kind, args, root, run)
+            for kind, scheme in [(k, sc) for sc in schemes for k in order]:
+                print(f"run {run + 1}/{args.runs}: {kind} over {scheme} for {args.seconds:g} s on {args.hosts} "
+                      f"hosts ...", file=sys.stderr, flush=True)
+                r = one_crawl(kind, scheme, args, root, run)
                 j = r.judged
                 print(f"  {kind}: {j['pages']} pages ({j['pages_in_window']} in window), "
                       f"CPU {r.cpu_total_s:.2f}s, politeness {j['politeness']}, robots {j['robots']}, "
@@ -493,17 +712,24 @@ def bench(args: argparse.Namespace) -> dict:
                     print(r.extra["stderr_tail"], file=sys.stderr)
                 if r.warc.get("valid") is False:
                     print(f"  WARC verify failed (exit {r.warc.get('rc')}):\n{r.warc['output']}", file=sys.stderr)
-                results[kind].append(r)
+                st = r.steady
+                if st:
+                    print(f"  steady: {st.get('pages_per_s', 0):.1f} pages/s, crawl {st.get('crawl_us_per_request', 0):.0f}"
+                          f" us/request, workers {st.get('workers_us_per_page', 0):.0f} us/page, all "
+                          f"{st.get('all_us_per_page', 0):.0f} us/page, stall p99.9 {st.get('stall_p999_ms')} ms, "
+                          f"in flight {st.get('in_flight', {})}", file=sys.stderr, flush=True)
+                results[f"{kind}/{scheme}"].append(r)
     finally:
         if args.keep:
             print(f"kept work dir {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
     summary = {k: summarize(v) for k, v in results.items() if v}
-    version = code_version()
+    version = code_version(args.crawlerd_python)
     print_table(summary, args.runs, args.hosts, args.seconds)
     print(f"code: {version}")
-    out = {"hosts": args.hosts, "seconds": args.seconds, "runs": args.runs, "seed": args.seed,
+    out = {"hosts": args.hosts, "seeds": args.seeds, "profile": args.profile, "warmup_s": args.warmup,
+           "seconds": args.seconds, "runs": args.runs, "seed": args.seed,
            "code": version, "summary": summary,
            "results": {k: [r.__dict__ for r in v] for k, v in results.items()}}
     if args.json:
@@ -529,8 +755,15 @@ def reexec_in_netns(argv: list[str], script: str | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--hosts", type=int, default=200, help="synthetic hosts")
-    p.add_argument("--seconds", type=float, default=30.0, help="crawl duration per crawler per run")
+    p.add_argument("--hosts", type=int, default=20000, help="synthetic hosts")
+    p.add_argument("--seeds", type=int, default=3000, help="seed URLs (a fixed sample of host roots; 0: all)")
+    p.add_argument("--profile", default="web", choices=("web", "uniform"), help="simweb --profile")
+    p.add_argument("--schemes", default="http", type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+                   help="comma-separated: http, https (simweb --tls)")
+    p.add_argument("--seconds", type=float, default=90.0, help="crawl duration per crawler per run")
+    p.add_argument("--warmup-s", dest="warmup", type=float, default=None,
+                   help="steady-state figures start this long after launch (default: a third of --seconds)")
+    p.add_argument("--py-spy", metavar="DIR", help="record py-spy profiles of crawlerd's processes into DIR")
     p.add_argument("--runs", type=int, default=1, help="repeat; the table shows medians")
     p.add_argument("--seed", type=int, default=1, help="simweb seed (the same web for every crawl)")
     p.add_argument("--no-peer", action="store_true", help="crawlerd only")
@@ -538,6 +771,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra crawlerd config override (repeatable)")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the temp work dir (data dirs, logs)")
+    p.add_argument("--crawlerd-python", default=sys.executable, metavar="PYTHON",
+                   help="interpreter whose crawlerd is crawled with (another tree's .venv/bin/python, for "
+                        "an A/B against the same simweb and bench)")
     p.add_argument("--inside-netns", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -547,6 +783,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.hosts < 1 or args.seconds <= 0 or args.runs < 1:
         print("e2e_bench: need --hosts >= 1, --seconds > 0, --runs >= 1", file=sys.stderr)
+        return 2
+    if args.warmup is None:
+        args.warmup = args.seconds / 3
+    if not 0 <= args.warmup < args.seconds or not set(args.schemes) <= {"http", "https"} or not args.schemes:
+        print("e2e_bench: need 0 <= --warmup-s < --seconds and --schemes from http,https", file=sys.stderr)
         return 2
     if not in_private_netns():
         if args.inside_netns:

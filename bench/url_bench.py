@@ -33,7 +33,9 @@ from xxhash import xxh3_64_intdigest
 from crawlerd.process.html import extract
 from crawlerd.process.links import links_from_page
 from crawlerd.records import Link
-from crawlerd.url import UrlFilter, fingerprint, host_key, normalize, normalize_authority, parse_base
+from crawlerd.url.canonical import fingerprint, normalize, normalize_authority, parse_base
+from crawlerd.url.filter import UrlFilter
+from crawlerd.url.hosts import host_key
 
 BASE = "https://www.example.com/news/world/2024/05/article-12345.html"
 

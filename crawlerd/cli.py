@@ -125,6 +125,13 @@ def cmd_status(args) -> int:
             print(f"shard {sh['shard']:<3} {sh['state']:<9} pid {sh['pid']}  {sh['pages']} pages  "
                   f"{sh['pages_per_s_10s']:.1f}/s  {sh['queued']} queued  {sh['in_flight']} in flight  "
                   f"restarts {sh['restarts']}  hand-off out {waiting} batches, in {ho.get('in_batches', 0)}")
+    from crawlerd.metrics import lag_quantile_s
+    for sh in s.get("shards", []):
+        ll = sh.get("loop_lag") or {}
+        if ll.get("count"):
+            p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q) for q in (0.99, 0.999))
+            print(f"loop      shard {sh.get('shard')} lag p99 <= {p99 * 1000:g} ms  p99.9 <= {p999 * 1000:g} ms  "
+                  f"max {ll['max_s'] * 1000:.1f} ms")
     return EXIT_OK
 
 
@@ -278,7 +285,7 @@ def cmd_robots_check(args) -> int:
 
 
 def cmd_url_normalize(args) -> int:
-    from crawlerd.url import normalize
+    from crawlerd.url.canonical import normalize
     rc = EXIT_OK
     for u in args.urls:
         n = normalize(u)

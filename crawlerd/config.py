@@ -223,7 +223,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            max=1 << 30),
     ]),
     "fetch": ("HTTP fetching (pycurl multi on uvloop).", [
-        _k("max_in_flight", int, 1000, "Transfers in flight at once across all hosts.", min=1, max=100000),
+        _k("max_in_flight", int, 1000,
+           "Transfers on the wire at once across all hosts (an answer waiting for or in a worker does not "
+           "hold one; fewer while the workers' answer rate needs fewer: Little's law).", min=1, max=100000),
         _k("connect_timeout_s", float, 10.0, "TCP+TLS connect timeout, seconds (at most fetch.timeout_s).", min=0.1,
            max=600.0),
         _k("timeout_s", float, 60.0, "Whole-transfer timeout, seconds.", min=0.1, max=3600.0),
@@ -240,9 +242,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_redirects", int, 5, "Redirect hops followed (each hop is a new URL through the frontier).",
            min=0, max=20),
         _k("max_connections", int, 2000, "Connection cache size of the curl multi handle.", min=1, max=1_000_000),
-        _k("verify_tls", bool, False,
-           "Verify TLS certificates. Off by default: an archival crawler records what a site serves, "
-           "and a bad certificate is recorded, not a reason to skip the page."),
+        _k("verify_tls", bool, True,
+           "Verify TLS certificates and host names (a page whose certificate fails is outcome tls_error). "
+           "Off: record what a site serves whatever its certificate (an archival choice)."),
+        _k("ca_file", str, "",
+           "PEM file of CA certificates to trust instead of the system's store (a private or test CA). "
+           "Empty: the system's CA store."),
         _k("shutdown_grace_s", float, 5.0, "On stop, in-flight fetches get this long before being abandoned, seconds.",
            min=0.0, max=600.0),
     ]),
@@ -547,6 +552,9 @@ def _check_special(key: Key, where: str, value: Any) -> None:
         for host, n in value.items():
             if "://" not in host or not 1 <= n <= 255:
                 raise ConfigError(f"{name}: {host!r} = {n!r}: expected \"scheme://host[:port]\" = 1..255")
+    elif key.name == "ca_file" and value:
+        if not os.path.isfile(value) or not os.access(value, os.R_OK):
+            raise ConfigError(f"{name}: not a readable file (expected a PEM file of CA certificates)")
     elif key.name == "listen" and value:
         try:
             parse_listen(value)

@@ -41,7 +41,6 @@ from collections import deque
 
 from crawlerd import aggregate, control, layout
 from crawlerd import config as configmod
-from crawlerd import url as urlmod
 from crawlerd.child import child_env, python_argv
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
@@ -51,6 +50,8 @@ from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
 from crawlerd.store.recover import recover as recover_warc
 from crawlerd.supervisor import StartupError, read_seeds, reserve_last_run, write_last_run
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.hosts import host_key, shard_of_url
 
 log = logging.getLogger("crawlerd.family")
 
@@ -137,18 +138,18 @@ class Family:
         create(layout.ipslots_path(d), self.n, self.cfg.politeness.per_ip_concurrency,
                self.cfg.politeness.shared_ip_slots)
         self._slots = IPSlots(layout.ipslots_path(d))
-        roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]
         return asyncio.run(self.hand_seeds(seeds + roots)) if seeds or roots else 0
 
     async def hand_seeds(self, urls: list[str]) -> int:
         """Seeds to their owners' inboxes (durable when this returns); returns how many."""
         by_owner: dict[int, list[tuple[int, bytes]]] = {}
         for raw in urls:
-            norm = urlmod.normalize(raw)
+            norm = normalize(raw)
             if norm is None:
                 continue
-            owner = urlmod.shard_of_url(norm, self.n)
-            by_owner.setdefault(owner, []).append((urlmod.fingerprint(norm), encode_aux(0, 0, 0, norm)))
+            owner = shard_of_url(norm, self.n)
+            by_owner.setdefault(owner, []).append((fingerprint(norm), encode_aux(0, 0, 0, norm)))
         outbox = self._seeds_out
         if outbox is None:              # before the loop (the seeds file): one outbox, one flush
             outbox = outbox_for(self.cfg, self.n, range(self.n))
@@ -377,8 +378,8 @@ class Family:
             out.append({"shard": str(m.index), "pid": m.proc.pid if m.proc is not None else None,
                         "state": state if m.ready or m.proc is None else "starting", "restarts": m.restarts,
                         **{k: s.get(k, 0) for k in ("pages", "pages_per_s_10s", "pages_per_s_60s", "in_flight",
-                                                    "queued", "hosts_active")},
-                        "handoff": s.get("handoff", {})})
+                                                    "leases", "processing", "queued", "hosts_active")},
+                        "handoff": s.get("handoff", {}), "loop_lag": s.get("loop_lag", {})})
         return out
 
     def _family_state(self) -> str:
@@ -462,11 +463,11 @@ class Family:
             raw = req.get("url")
             if not isinstance(raw, str) or not raw:
                 raise ValueError("url_why needs 'url': a URL")
-            url = urlmod.normalize(raw)
+            url = normalize(raw)
             if url is None:
                 raise ValueError(f"not a valid http(s) URL: {raw!r}")
             m = self._one(req)
-            m = self.members[urlmod.shard_of_url(url, self.n)] if m is None else m    # the URL's owner
+            m = self.members[shard_of_url(url, self.n)] if m is None else m    # the URL's owner
             return dict(await forward("url_why", m, url=raw), shard=m.index)
 
         def each(cmd: str, reply: dict):

@@ -19,6 +19,7 @@ class FetchRequest:
     port: int                   # port to connect to
     headers: list[tuple[str, str]] = field(default_factory=list)  # extra request headers (conditional GET)
     max_body_bytes: int | None = None   # per-request override of the raw body cap
+    keep_alive: bool = True     # keep the connection for the host's next request (False: close after)
 
 
 @dataclass(slots=True)

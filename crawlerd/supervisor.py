@@ -39,7 +39,6 @@ import lmdb
 
 from crawlerd import config as configmod
 from crawlerd import control, layout
-from crawlerd import url as urlmod
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.metrics import Metrics, process_usage
@@ -50,6 +49,8 @@ from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
 from crawlerd.shard.member import MemberError, MemberParts, open_member
 from crawlerd.store.recover import recover as recover_warc
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_key
 
 log = logging.getLogger("crawlerd")
 
@@ -63,7 +64,8 @@ NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outco
 
 
 # per-shard fields in `status` (`stats` has each shard's whole dict)
-SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "queued", "hosts_active")
+SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "leases", "processing", "queued",
+                 "hosts_active")
 
 
 class StartupError(Exception):
@@ -107,7 +109,7 @@ def read_seeds(path: str) -> tuple[list[str], int]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if urlmod.normalize(line) is None:
+        if normalize(line) is None:
             bad += 1
             log.warning("seed skipped: not an http(s) URL url=%r", line[:200])
         else:
@@ -201,7 +203,7 @@ class Supervisor:
                                f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
-        roots = [urlmod.host_key(u) + "/" for u in (urlmod.normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]
         if self.member is not None:
             roots = []                  # the family hands seeds and sitemap hosts to their owners
         if seeds or roots:
@@ -328,10 +330,12 @@ class Supervisor:
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
             "queued": total("queued"), "hosts_active": total("hosts_active"),
-            "in_flight": total("in_flight"), "outcomes": snap["outcomes"], "statuses": snap["statuses"],
+            "in_flight": total("in_flight"), "leases": total("leases"), "processing": total("processing"),
+            "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
             "shard": self.member or 0,
-            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
+            "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag": v["loop_lag"],
+                                                               "loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
                        | {"state": self._state(), "restarts": 0, "pages_per_s_60s": snap["pages_per_s_60s"],
                           "handoff": v.get("handoff", {})}
                        for v in views],
@@ -367,7 +371,7 @@ class Supervisor:
                 "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
-                "dust": sh.get("dust", {})}
+                "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from crawlerd.metrics import LAG_BUCKETS_S, LoopLag, proc_rss_bytes, process_usage
+from crawlerd.metrics import LAG_BUCKETS_S, LoopLag, lag_quantile_s, proc_rss_bytes, process_usage
 
 
 def test_lag_samples_land_in_the_first_bucket_at_or_above_them():
@@ -48,3 +48,17 @@ def test_process_usage_of_this_process_and_a_gone_one():
     assert me["role"] == "shard" and me["shard"] == "0" and me["cpu_s"] > 0
     assert me["rss_bytes"] > 10 << 20
     assert proc_rss_bytes(2 ** 22 + 12345) is None
+
+
+def test_lag_quantile_is_the_bound_of_the_bucket_holding_it():
+    lag = LoopLag()
+    for v in [0.0005] * 997 + [0.015, 0.015, 3.0]:
+        lag.record(v)
+    snap = lag.snapshot()
+    assert lag_quantile_s(snap["cumulative"], snap["count"], 0.5) == 0.001
+    assert lag_quantile_s(snap["cumulative"], snap["count"], 0.999) == 0.02
+    assert lag_quantile_s(snap["cumulative"], snap["count"], 1.0) == 5.0
+    lag.record(60.0)
+    snap = lag.snapshot()
+    assert lag_quantile_s(snap["cumulative"], snap["count"], 1.0) == float("inf")
+    assert lag_quantile_s([0] * len(LAG_BUCKETS_S), 0, 0.99) is None

@@ -4,16 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlerd.url import (
-    MAX_INPUT_CHARS,
-    fingerprint,
-    host_key,
-    host_of,
-    normalize,
-    normalize_authority,
-    port_of,
-    registered_domain,
-)
+from crawlerd.url.canonical import MAX_INPUT_CHARS, fingerprint, normalize, normalize_authority
+from crawlerd.url.hosts import host_key, host_of, port_of, registered_domain
 
 RFC_BASE = "http://a/b/c/d;p?q"
 
@@ -306,7 +298,7 @@ def test_registered_domain(host, domain):
 
 
 def test_shard_of_partitions_by_registered_domain():
-    from crawlerd.url import shard_of, shard_of_url
+    from crawlerd.url.hosts import shard_of, shard_of_url
     assert shard_of("www.example.co.uk", 1) == 0
     n = 7
     # every host of a registered domain lands in one shard

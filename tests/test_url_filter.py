@@ -2,7 +2,7 @@
 
 import pytest
 
-from crawlerd.url import (
+from crawlerd.url.filter import (
     PARAM_VALUES,
     PATH_TOO_DEEP,
     REPEATED_SEGMENTS,

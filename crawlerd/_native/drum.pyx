@@ -1,8 +1,11 @@
 """DRUM kernels: RAM buckets, fingerprint cache, journal blocks, radix sort and merge pass.
 
+One concept over ~500 lines: the native core of one DRUM store (``Core`` and the decoder of the blocks it writes).
+
 DRUM (Lee et al., ACM TWeb 2009, §4) keeps a set of 8-byte keys on disk and
 answers check / update / check+update for them in batches. This module is the
-native half; ``crawlerd/drum.py`` owns files, recovery and result dispatch.
+native half; ``crawlerd/seen/drum.py`` owns recovery, ``drum_files.py`` the
+file formats, ``drum_answers.py`` result dispatch.
 ``drum_ref.py`` is the pure-Python reference with the same API and the same
 bytes on disk; the tests run both.
 
@@ -21,7 +24,7 @@ bytes on disk; the tests run both.
   Key 0 marks an empty slot and is never cached.
 
 The journal block format, the key file payload and the checksum are
-described in ``drum.py``; ``hash_words`` is that checksum.
+described in ``crawlerd/seen/drum_files.py``; ``hash_words`` is that checksum.
 """
 
 from libc.errno cimport errno

@@ -1,47 +1,5 @@
-"""Type stub for the native simhash and block-table kernels (crawlerd/_native/simhash.pyx)."""
-
-import numpy as np
-import numpy.typing as npt
-
-OFFSETS_MIN: int
+"""Type stub for the native simhash kernel (crawlerd/_native/simhash.pyx); reference: simhash_ref.py."""
 
 def simhash(text: str) -> int: ...
 def shingle_hash(data: bytes) -> int: ...
 def hamming(a: int, b: int) -> int: ...
-def rotl_array(fps: npt.NDArray[np.uint64], r: int) -> npt.NDArray[np.uint64]: ...
-
-class BlockTables:
-    """One immutable sorted run of (fingerprint, doc id) pairs with four block tables."""
-
-    fps: npt.NDArray[np.uint64]
-    doc_ids: npt.NDArray[np.int64]
-    rot1: npt.NDArray[np.uint64]
-    rot2: npt.NDArray[np.uint64]
-    rot3: npt.NDArray[np.uint64]
-    offsets: npt.NDArray[np.int64] | None
-    n: int
-
-    def __init__(
-        self,
-        fps: npt.ArrayLike,
-        doc_ids: npt.ArrayLike,
-        rot1: npt.ArrayLike,
-        rot2: npt.ArrayLike,
-        rot3: npt.ArrayLike,
-        offsets: npt.ArrayLike | None = None,
-    ) -> None: ...
-    @staticmethod
-    def build(fps: npt.ArrayLike, doc_ids: npt.ArrayLike) -> BlockTables: ...
-    def __len__(self) -> int: ...
-    def check_invariant(self) -> None: ...
-    def query_into(self, q: int, k: int, out: list[tuple[int, int, int]]) -> int: ...
-
-def scan_into(
-    fps: npt.NDArray[np.uint64],
-    doc_ids: npt.NDArray[np.int64],
-    n: int,
-    q: int,
-    k: int,
-    out: list[tuple[int, int, int]],
-) -> int: ...
-def merge_tables(a: BlockTables, b: BlockTables) -> BlockTables: ...

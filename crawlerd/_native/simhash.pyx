@@ -1,4 +1,4 @@
-"""64-bit simhash of page text and the block-table kernels of the near-duplicate index.
+"""64-bit simhash of page text (fingerprint and Hamming distance).
 
 Fingerprint (Charikar 2002; Manku, Jain, Das Sarma, WWW 2007 §2):
 
@@ -19,14 +19,12 @@ Votes are counted eight bits at a time: each hash byte indexes a table that
 spreads its 8 bits into the 8 byte-lanes of a uint64, so a shingle costs 8 adds
 instead of 64; lanes are flushed to wide counters before they can overflow.
 
-The index kernels (``BlockTables``, ``scan_into``, ``merge_tables``) serve
-``crawlerd.dedup.simhash_index``; see there for the layout.
+The near-duplicate index over these fingerprints has its own kernel,
+``blocktables.pyx``.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-
-import numpy as np
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object o)
@@ -39,10 +37,7 @@ cdef extern from *:
     """
     #include <string.h>
     #include <stdint.h>
-
-    static inline uint64_t cd_rotl64(uint64_t x, int r) {
-        return r == 0 ? x : (x << r) | (x >> (64 - r));
-    }
+    #include "bits.h"
 
     static inline uint64_t cd_load_le64(const unsigned char *p) {
         uint64_t v;
@@ -151,39 +146,15 @@ cdef extern from *:
         return words;
     }
 
-    /* popcount(d) <= k for small k: clear the lowest set bit k times. */
-    static inline int cd_within(uint64_t d, int k) {
-        for (int j = 0; j < k; j++) d &= d - 1;
-        return d == 0;
-    }
-
-    static inline int cd_popcount64(uint64_t x) {
-        x = x - ((x >> 1) & 0x5555555555555555ULL);
-        x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
-        x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
-        return (int)((x * 0x0101010101010101ULL) >> 56);
-    }
-
-    /* First index i in a[0:n] (sorted ascending) with a[i] >= key. */
-    static inline Py_ssize_t cd_lower_bound(const uint64_t *a, Py_ssize_t n, uint64_t key) {
-        Py_ssize_t lo = 0, hi = n;
-        while (lo < hi) {
-            Py_ssize_t mid = lo + ((hi - lo) >> 1);
-            if (a[mid] < key) lo = mid + 1; else hi = mid;
-        }
-        return lo;
-    }
     """
     uint64_t cd_rotl64(uint64_t x, int r) nogil
     uint64_t cd_shingle_hash_padded(const unsigned char *p, Py_ssize_t n) nogil
     uint64_t cd_shingle_hash(const unsigned char *p, Py_ssize_t n) nogil
     uint64_t cd_vote_shingles(const unsigned char *buf, Py_ssize_t n, const int32_t *starts,
                               Py_ssize_t words, const uint64_t *spread) nogil
-    int cd_within(uint64_t d, int k) nogil
     Py_ssize_t cd_tokenize_ascii(const unsigned char *s, Py_ssize_t len, const unsigned char *table,
                                  unsigned char *buf, int32_t *starts, Py_ssize_t *nbytes) nogil
     int cd_popcount64(uint64_t x) nogil
-    Py_ssize_t cd_lower_bound(const uint64_t *a, Py_ssize_t n, uint64_t key) nogil
 
 
 # _SPREAD[b]: byte lane m of the result holds bit m of b (0 or 1).
@@ -324,261 +295,3 @@ def shingle_hash(const unsigned char[::1] data):
 def hamming(uint64_t a, uint64_t b):
     """Number of differing bits of two 64-bit fingerprints (OverflowError outside [0, 2**64))."""
     return cd_popcount64(a ^ b)
-
-
-# -- near-duplicate index kernels ---------------------------------------------
-
-cdef enum:
-    _BLOCKS = 4
-    _BUCKETS = 65536
-# Runs at least this long get a bucket directory (65537 offsets per table, 2 MiB):
-# one lookup instead of a binary search over a large, cold array.
-OFFSETS_MIN = 1 << 17
-
-
-def rotl_array(fps, int r):
-    """rotl(fp, r) for every element of a uint64 array (r in 0..63)."""
-    a = np.ascontiguousarray(fps, dtype=np.uint64)
-    if r == 0:
-        return a.copy()
-    return (a << np.uint64(r)) | (a >> np.uint64(64 - r))
-
-
-def _bucket_offsets(table):
-    bounds = np.arange(_BUCKETS, dtype=np.uint64) << np.uint64(48)
-    off = np.empty(_BUCKETS + 1, dtype=np.int64)
-    off[:_BUCKETS] = np.searchsorted(table, bounds, side="left")
-    off[_BUCKETS] = table.shape[0]
-    return off
-
-
-cdef class BlockTables:
-    """One immutable sorted run of (fingerprint, doc id) pairs, four block tables.
-
-    Key: table t (0..3) holds ``rotl(fp, 16 t)`` sorted ascending, so all
-    fingerprints whose block t (bits 63-16t .. 48-16t) equals a query's block t
-    lie in one contiguous range (Manku et al. §3: with 4 blocks and k <= 3, a
-    fingerprint within k bits agrees with the query on at least one block).
-    Table 0 is ``fps`` itself and ``doc_ids`` is aligned with it.
-    Invariant: all five arrays have length n; each table is a permutation of
-    the rotated fingerprints, sorted; ``offsets[t, b]`` (when present) is the
-    first index in table t whose top 16 bits are >= b.
-    """
-
-    cdef readonly object fps
-    cdef readonly object doc_ids
-    cdef readonly object rot1
-    cdef readonly object rot2
-    cdef readonly object rot3
-    cdef readonly object offsets
-    cdef readonly Py_ssize_t n
-    # Views keep the buffers pinned while the raw pointers below are in use.
-    cdef const uint64_t[::1] _v0, _v1, _v2, _v3
-    cdef const int64_t[::1] _vdoc
-    cdef const int64_t[:, ::1] _voff
-    cdef const uint64_t* _tab[_BLOCKS]
-    cdef const int64_t* _doc
-    cdef const int64_t* _off
-
-    def __init__(self, fps, doc_ids, rot1, rot2, rot3, offsets=None):
-        """Wrap already sorted arrays (see ``build`` and ``merge_tables``)."""
-        arrays = [np.ascontiguousarray(x, dtype=np.uint64) for x in (fps, rot1, rot2, rot3)]
-        docs = np.ascontiguousarray(doc_ids, dtype=np.int64)
-        n = arrays[0].shape[0]
-        if any(x.ndim != 1 or x.shape[0] != n for x in arrays) or docs.ndim != 1 or docs.shape[0] != n:
-            raise ValueError("block tables must be 1-d arrays of one length")
-        self.fps, self.rot1, self.rot2, self.rot3 = arrays
-        self.doc_ids = docs
-        self.n = n
-        if offsets is None and n >= OFFSETS_MIN:
-            offsets = np.stack([_bucket_offsets(x) for x in arrays])
-        if offsets is not None:
-            offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-            if offsets.shape != (_BLOCKS, _BUCKETS + 1):
-                raise ValueError("bucket offsets must have shape (4, 65537)")
-        self.offsets = offsets
-        self._v0, self._v1, self._v2, self._v3 = arrays
-        self._vdoc = docs
-        self._tab[0] = self._tab[1] = self._tab[2] = self._tab[3] = NULL
-        self._doc = NULL
-        self._off = NULL
-        if n > 0:
-            self._tab[0] = &self._v0[0]
-            self._tab[1] = &self._v1[0]
-            self._tab[2] = &self._v2[0]
-            self._tab[3] = &self._v3[0]
-            self._doc = &self._vdoc[0]
-        if offsets is not None:
-            self._voff = offsets
-            self._off = &self._voff[0, 0]
-
-    @staticmethod
-    def build(fps, doc_ids):
-        """Sort unsorted (fingerprint, doc id) arrays into a run."""
-        fps = np.ascontiguousarray(fps, dtype=np.uint64)
-        doc_ids = np.ascontiguousarray(doc_ids, dtype=np.int64)
-        if fps.shape != doc_ids.shape or fps.ndim != 1:
-            raise ValueError("fps and doc_ids must be 1-d arrays of one length")
-        order = np.argsort(fps, kind="stable")
-        rots = [np.sort(rotl_array(fps, 16 * t)) for t in range(1, _BLOCKS)]
-        return BlockTables(fps[order], doc_ids[order], *rots)
-
-    def __len__(self):
-        return self.n
-
-    def check_invariant(self):
-        """Verify sortedness, table contents and offsets (for tests); AssertionError if broken."""
-        tables = [self.fps, self.rot1, self.rot2, self.rot3]
-        base = np.sort(self.fps)
-        for t, table in enumerate(tables):
-            if self.n and not bool(np.all(table[1:] >= table[:self.n - 1])):
-                raise AssertionError(f"table {t} not sorted")
-            if not np.array_equal(np.sort(rotl_array(table, (64 - 16 * t) % 64)), base):
-                raise AssertionError(f"table {t} does not hold the run's fingerprints")
-            if self.offsets is not None and not np.array_equal(self.offsets[t], _bucket_offsets(table)):
-                raise AssertionError(f"table {t} bucket offsets are stale")
-
-    cdef inline void _bucket(self, int t, uint64_t key, Py_ssize_t* lo, Py_ssize_t* hi) noexcept:
-        cdef const uint64_t* tab = self._tab[t]
-        if self._off != NULL:
-            lo[0] = self._off[t * (_BUCKETS + 1) + key]
-            hi[0] = self._off[t * (_BUCKETS + 1) + key + 1]
-            return
-        lo[0] = cd_lower_bound(tab, self.n, key << 48)
-        if key == _BUCKETS - 1:
-            hi[0] = self.n
-        else:
-            hi[0] = lo[0] + cd_lower_bound(tab + lo[0], self.n - lo[0], (key + 1) << 48)
-
-    cpdef int query_into(self, uint64_t q, int k, list out) except -1:
-        """Append (doc_id, fp, distance) for every pair in the run within k bits of q; returns the count."""
-        cdef int t, tt, dist
-        cdef int found = 0
-        cdef Py_ssize_t lo, hi, i, j
-        cdef uint64_t qr, x, prev, fp, d
-        cdef const uint64_t* tab
-        cdef bint seen_before, have_prev
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
-        if self.n == 0:
-            return 0
-        for t in range(_BLOCKS):
-            tab = self._tab[t]
-            qr = cd_rotl64(q, 16 * t)
-            self._bucket(t, qr >> 48, &lo, &hi)
-            have_prev = False
-            prev = 0
-            for i in range(lo, hi):
-                x = tab[i]
-                if not cd_within(x ^ qr, k):
-                    continue
-                # Equal fingerprints sit side by side; table 0 lists each pair, the
-                # others report a fingerprint once and then expand it via table 0.
-                if t > 0 and have_prev and x == prev:
-                    continue
-                have_prev = True
-                prev = x
-                fp = cd_rotl64(x, (64 - 16 * t) & 63)
-                d = fp ^ q
-                # Report a fingerprint only from the first table whose block matches.
-                seen_before = False
-                for tt in range(t):
-                    if ((d >> (48 - 16 * tt)) & 0xFFFF) == 0:
-                        seen_before = True
-                        break
-                if seen_before:
-                    continue
-                dist = cd_popcount64(d)
-                if t == 0:
-                    out.append((self._doc[i], fp, dist))
-                    found += 1
-                else:
-                    j = cd_lower_bound(self._tab[0], self.n, fp)
-                    while j < self.n and self._tab[0][j] == fp:
-                        out.append((self._doc[j], fp, dist))
-                        found += 1
-                        j += 1
-        return found
-
-
-def scan_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n, uint64_t q, int k,
-              list out):
-    """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
-    cdef Py_ssize_t i
-    cdef int found = 0
-    if k < 0 or k > 3:
-        raise ValueError("k must be in 0..3")
-    if n > fps.shape[0] or n > doc_ids.shape[0] or n < 0:
-        raise ValueError("n exceeds the arrays")
-    for i in range(n):
-        if cd_within(fps[i] ^ q, k):
-            out.append((doc_ids[i], fps[i], cd_popcount64(fps[i] ^ q)))
-            found += 1
-    return found
-
-
-cdef void _merge_u64(const uint64_t* a, Py_ssize_t na, const uint64_t* b, Py_ssize_t nb,
-                     uint64_t* out) noexcept nogil:
-    cdef Py_ssize_t i = 0, j = 0, o = 0
-    while i < na and j < nb:
-        if b[j] < a[i]:
-            out[o] = b[j]
-            j += 1
-        else:
-            out[o] = a[i]
-            i += 1
-        o += 1
-    while i < na:
-        out[o] = a[i]
-        i += 1
-        o += 1
-    while j < nb:
-        out[o] = b[j]
-        j += 1
-        o += 1
-
-
-cdef void _merge_pairs(const uint64_t* a, const int64_t* ad, Py_ssize_t na,
-                       const uint64_t* b, const int64_t* bd, Py_ssize_t nb,
-                       uint64_t* out, int64_t* outd) noexcept nogil:
-    cdef Py_ssize_t i = 0, j = 0, o = 0
-    while i < na and j < nb:
-        if b[j] < a[i]:
-            out[o] = b[j]
-            outd[o] = bd[j]
-            j += 1
-        else:
-            out[o] = a[i]
-            outd[o] = ad[i]
-            i += 1
-        o += 1
-    while i < na:
-        out[o] = a[i]
-        outd[o] = ad[i]
-        i += 1
-        o += 1
-    while j < nb:
-        out[o] = b[j]
-        outd[o] = bd[j]
-        j += 1
-        o += 1
-
-
-def merge_tables(BlockTables a not None, BlockTables b not None):
-    """Merge two runs into one in linear time (a's pairs first among equal fingerprints)."""
-    cdef Py_ssize_t n = a.n + b.n
-    if a.n == 0 or b.n == 0:
-        return b if a.n == 0 else a
-    fps = np.empty(n, dtype=np.uint64)
-    docs = np.empty(n, dtype=np.int64)
-    rots = [np.empty(n, dtype=np.uint64) for _ in range(_BLOCKS - 1)]
-    cdef uint64_t[::1] out = fps
-    cdef int64_t[::1] outd = docs
-    cdef int t
-    with nogil:
-        _merge_pairs(a._tab[0], a._doc, a.n, b._tab[0], b._doc, b.n, &out[0], &outd[0])
-    for t in range(1, _BLOCKS):
-        out = rots[t - 1]
-        with nogil:
-            _merge_u64(a._tab[t], a.n, b._tab[t], b.n, &out[0])
-    return BlockTables(fps, docs, *rots)

@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import xxhash
 
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.records import PriorCapture
+from crawlerd.store.digest_set import DigestSet
 
 log = logging.getLogger("crawlerd.dedup")
 

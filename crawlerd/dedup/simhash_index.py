@@ -16,7 +16,7 @@ next newer one, so there are O(log n) runs. Memory: 40 bytes per stored pair
 131072 pairs, plus a transient copy of the runs being merged.
 
 The hot loops (bucket lookup, candidate check, tail scan, merge) live in
-``crawlerd._native.simhash``.
+``crawlerd._native.blocktables`` (reference: ``blocktables_ref.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from crawlerd._native.simhash import BlockTables, merge_tables, scan_into
+from crawlerd._native.blocktables import BlockTables, merge_tables, scan_into
 
 _MAGIC = b"crawlerd-simhash-index\n"
 _VERSION = 1

@@ -66,6 +66,7 @@ import re
 import select
 import socket
 import time
+from collections import deque
 
 import pycurl
 
@@ -179,7 +180,7 @@ class _Transfer:
 
     __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "head", "debug",
                  "req_head", "verbose", "abort", "detail", "max_body", "opt_connect_to", "opt_headers",
-                 "opt_max_body")
+                 "opt_max_body", "opt_forbid_reuse")
 
     def __init__(self, fetcher: Fetcher, share: pycurl.CurlShare):
         self.fetcher = fetcher
@@ -199,6 +200,7 @@ class _Transfer:
         self.opt_connect_to = ""
         self.opt_headers: list[bytes] | None = None
         self.opt_max_body = -1
+        self.opt_forbid_reuse = False
         c = self.curl = pycurl.Curl()
         f = fetcher
         c.setopt(pycurl.SHARE, share)
@@ -222,6 +224,8 @@ class _Transfer:
         c.setopt(pycurl.TCP_NODELAY, 1)
         c.setopt(pycurl.SSL_VERIFYPEER, 1 if f.verify_tls else 0)
         c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
+        if f.ca_file:
+            c.setopt(pycurl.CAINFO, f.ca_file)            # a private CA instead of the system store
         c.setopt(pycurl.WRITEFUNCTION, self.body.append)
         c.setopt(pycurl.HEADERFUNCTION, self.head.append)
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
@@ -326,7 +330,8 @@ class Fetcher:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
-                 accept_encoding: str = "gzip, deflate, br"):
+                 accept_encoding: str = "gzip, deflate, br", ca_file: str = "", max_transfers: int = 0,
+                 on_done=None):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
@@ -341,6 +346,12 @@ class Fetcher:
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.verify_tls = verify_tls
+        self.ca_file = ca_file
+        # max_transfers: transfers on the wire at once (0: no bound); a fetch over it waits its turn
+        self.max_transfers = max_transfers
+        self._queue: deque[asyncio.Future] = deque()        # fetches waiting for a transfer slot, FIFO
+        self._handed = 0                                    # slots handed to waiters not yet running
+        self._on_done = on_done                             # called after each transfer ends (wake the loop)
         self._accept = [f"Accept-Encoding: {accept_encoding}".encode("latin-1")] if accept_encoding else []
         # The User-Agent line curl writes; an empty agent is left to curl's debug stream.
         self._ua_line = f"User-Agent: {user_agent}\r\n".encode() if user_agent and user_agent.isascii() else b""
@@ -348,8 +359,11 @@ class Fetcher:
         self.heads_built = 0                                # request heads we wrote, confirmed by size
         self.heads_debug = 0                                # request heads taken from curl's debug stream
         self.heads_unconfirmed = 0                          # built heads whose size curl did not confirm
+        self.connections_new = 0                            # transfers that opened a connection
+        self.connections_reused = 0                         # transfers on a kept-alive connection
         self._share = pycurl.CurlShare()
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)  # TLS resumption across handles
+        self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)          # one address cache (CONNECT_TO)
         m = self._multi = pycurl.CurlMulti()
         m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         m.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
@@ -373,6 +387,11 @@ class Fetcher:
         return len(self._active)
 
     @property
+    def waiting(self) -> int:
+        """Fetches waiting for a transfer slot (``max_transfers``)."""
+        return len(self._queue)
+
+    @property
     def counts(self) -> dict[str, int]:
         """Transfers ended, by outcome name."""
         return {o.value: n for o, n in self._counts.items()}
@@ -384,6 +403,22 @@ class Fetcher:
         if early is not None:
             self._count(early.outcome)
             return early
+        if self.max_transfers and (len(self._active) + self._handed >= self.max_transfers or self._queue):
+            turn = self._loop.create_future()
+            self._queue.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn in self._queue:
+                    self._queue.remove(turn)
+                elif turn.done() and not turn.cancelled():
+                    self._handed -= 1
+                    self._next_turn()                     # pass the slot it was handed on
+                raise
+            self._handed -= 1
+            if self._closed:
+                self._count(Outcome.ABORTED)
+                return self._early(req, Outcome.ABORTED, "fetcher closed")
         t = self._idle.pop() if self._idle else _Transfer(self, self._share)
         c = t.curl
         url = req.url
@@ -423,6 +458,10 @@ class Fetcher:
             c.setopt(pycurl.VERBOSE, 0)
             t.verbose = False
         t.req_head = head or b""
+        forbid = not req.keep_alive
+        if forbid != t.opt_forbid_reuse:
+            c.setopt(pycurl.FORBID_REUSE, 1 if forbid else 0)   # closed when done: not left idle in the cache
+            t.opt_forbid_reuse = forbid
         max_body = t.max_body = req.max_body_bytes or self.max_body_bytes
         if max_body != t.opt_max_body:
             c.setopt(pycurl.MAXFILESIZE_LARGE, max_body)  # refused early on Content-Length, else cut at the cap
@@ -462,6 +501,7 @@ class Fetcher:
     def stats(self) -> dict:
         return {"in_flight": len(self._active), "handles": len(self._active) + len(self._idle),
                 "sockets_opened": self.sockets_opened, "watched_fds": len(self._watched),
+                "connections": {"new": self.connections_new, "reused": self.connections_reused},
                 "request_heads": {"built": self.heads_built, "debug_stream": self.heads_debug,
                                   "unconfirmed": self.heads_unconfirmed},
                 "outcomes": self.counts}
@@ -472,6 +512,11 @@ class Fetcher:
         if self._closed:
             return
         self._closed = True
+        while self._queue:                                # waiting fetches end as aborted
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._handed += 1
+                turn.set_result(None)
         pending = [t.fut for t in self._active.values() if t.fut is not None]
         if pending and grace_s > 0:
             await asyncio.wait(pending, timeout=grace_s)
@@ -662,6 +707,11 @@ class Fetcher:
             headers = []
         if outcome is Outcome.OK and status == 304:
             outcome = Outcome.NOT_MODIFIED
+        if status:
+            if c.getinfo(pycurl.NUM_CONNECTS):
+                self.connections_new += 1
+            else:
+                self.connections_reused += 1
         body = b"".join(body_parts) if body_parts else b""
         body_parts.clear()
         res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
@@ -677,3 +727,16 @@ class Fetcher:
         self._idle.append(t)                              # closed in close(), after the multi handle
         if fut is not None and not fut.done():
             fut.set_result(res)
+        if self._queue:
+            self._next_turn()
+        if self._on_done is not None:
+            self._on_done()
+
+    def _next_turn(self) -> None:
+        """A transfer slot is free: the oldest waiting fetch takes it."""
+        while self._queue:
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._handed += 1
+                turn.set_result(None)
+                return

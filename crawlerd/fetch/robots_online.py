@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.fetch.curl import Fetcher
@@ -19,6 +18,8 @@ from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsFollow, robots_decision
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_of, port_of
 
 
 class RobotsCheckError(ValueError):
@@ -38,7 +39,8 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
     fetcher = Fetcher(loop, user_agent=cfg.crawl.user_agent, guard=guard, connect_timeout_s=f.connect_timeout_s,
                       timeout_s=f.timeout_s, low_speed_bytes_per_s=f.low_speed_bytes_per_s,
                       low_speed_time_s=f.low_speed_time_s, max_body_bytes=f.max_body_bytes,
-                      max_header_bytes=f.max_header_bytes, max_connections=8, verify_tls=f.verify_tls)
+                      max_header_bytes=f.max_header_bytes, max_connections=8, verify_tls=f.verify_tls,
+                      ca_file=f.ca_file)
     notes: list[str] = []
     url = robots_url
     try:
@@ -59,7 +61,7 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
                 agent_token=agent, cache_ttl_s=cfg.robots.cache_ttl_s, error_retry_s=cfg.robots.error_retry_s,
                 max_bytes=cfg.robots.max_bytes)
             if isinstance(decision, RobotsFollow):
-                nxt = urlmod.normalize(decision.url, url)
+                nxt = normalize(decision.url, url)
                 if nxt is None:
                     raise RobotsCheckError(f"robots.txt redirect to an unusable URL: {decision.url!r}")
                 url = nxt
@@ -72,18 +74,18 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
 
 
 async def _fetch(resolver: Resolver, guard: AddressGuard, fetcher: Fetcher, url: str) -> FetchResult:
-    res = await resolver.resolve(urlmod.host_of(url))
+    res = await resolver.resolve(host_of(url))
     if res.outcome is not Outcome.OK:
         return FetchResult(url=url, outcome=res.outcome)
     ip = next((a for a in res.ips if guard.allowed(a)), None)
     if ip is None:
         return FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
-    return await fetcher.fetch(FetchRequest(url=url, ip=ip, port=urlmod.port_of(url)))
+    return await fetcher.fetch(FetchRequest(url=url, ip=ip, port=port_of(url)))
 
 
 def check_online(cfg: Config, robots_url: str, agent: str, urls: list[str]) -> list[str]:
     import asyncio
-    if urlmod.normalize(robots_url) is None:
+    if normalize(robots_url) is None:
         raise RobotsCheckError(f"not an http(s) URL: {robots_url!r}")
     entry, notes = asyncio.run(fetch_robots(cfg, robots_url, agent))
     out = list(notes)

@@ -38,8 +38,8 @@ from xxhash import xxh3_64_intdigest as _fp
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, TRUSTED, Evidence, HostState
 from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
-from crawlerd.url import fingerprint
-from crawlerd.url import host_key as host_key_of
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_key as host_key_of
 
 __all__ = ["DustLearner", "ClassTable", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
 

@@ -16,7 +16,7 @@ URL of its duplicate cluster. The rules here are the simple, safe kinds those pa
 ``/a/ -> /b/``            replace the directory token ``a`` by ``b``
 ========================  ===========================================================
 
-Every rule only removes or replaces parts of a normalised URL (``crawlerd.url.normalize``)
+Every rule only removes or replaces parts of a normalised URL (``crawlerd.url.canonical.normalize``)
 and keeps the order of the rest, so its output is normalised too. A rule never touches the
 last path segment (the resource name). Whether a rule is *true* on a host is the learner's
 business (``crawlerd.frontier.dust``); this module is pure functions over strings.

@@ -85,6 +85,10 @@ class IPTable:
         if d > self.due[s]:
             self.due[s] = d
 
+    def cancel(self, s: int) -> None:
+        """A lease on the IP ended without a request: one fewer in flight, its due time unchanged."""
+        self.inflight[s] -= 1
+
     def finish(self, s: int, now: float) -> None:
         self.inflight[s] -= 1
         d = now + self.delay_s

@@ -15,6 +15,8 @@ import heapq
 import itertools
 from collections.abc import Callable
 
+import numpy as np
+
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.hosts import HostRecord
@@ -407,12 +409,11 @@ class FrontierOps:
     def stats(self) -> dict:
         H = self._hosts
         park = self._pol.park_after_failures
-        states = {}
-        parked = 0
-        for s in H.slot_of.values():
-            states[H.state[s]] = states.get(H.state[s], 0) + 1
-            if H.fails[s] >= park:
-                parked += 1
+        # counted in C over the slot arrays (a free slot has state 0): status is asked every second
+        # and a Python walk of 20,000 active hosts cost the loop milliseconds each time
+        state = H.state.tobytes()
+        active = np.frombuffer(state, dtype=np.uint8) != 0
+        parked = int(np.count_nonzero(active & (np.frombuffer(H.fails, dtype=np.uint16) >= park)))
         url_leases = sum(1 for o in self._leases.values() if o.key is not None)
         return {
             "added": self._c["added"],
@@ -431,8 +432,8 @@ class FrontierOps:
             "hosts_total": self._store.count(self._store.hosts),
             "hosts_waiting": self._c["waiting"],
             "hosts_ready": len(self._heap),
-            "hosts_dns": states.get(hs.DNS, 0) + states.get(hs.DNS_BACKOFF, 0),
-            "hosts_ip_wait": states.get(hs.IPWAIT, 0),
+            "hosts_dns": state.count(hs.DNS) + state.count(hs.DNS_BACKOFF),
+            "hosts_ip_wait": state.count(hs.IPWAIT),
             "parked": parked,
             "ips_active": len(self._ips),
         }

@@ -223,12 +223,18 @@ class Recrawl:
             txn.commit()
         self._ops = 0
 
-    def commit(self) -> None:
-        """Make everything so far durable (fsync even when sync=False)."""
+    def commit(self, *, flush: bool = True) -> None:
+        """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
+        only; ``flush()`` then makes it power-safe, from any thread."""
         if self._env is None:
             return
         self._commit()
-        if not self._sync:
+        if flush and not self._sync:
+            self._env.sync(True)
+
+    def flush(self) -> None:
+        """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
+        if self._env is not None:
             self._env.sync(True)
 
     def close(self) -> None:

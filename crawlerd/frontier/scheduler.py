@@ -615,13 +615,15 @@ class Frontier:
 
     # == complete ================================================================
     def complete(self, lease_id: int, *, outcome: Outcome, status: int = 0, response_time_s: float = 0.0,
-                 retry_after_s: float | None = None, requeue: bool = False) -> bool:
+                 retry_after_s: float | None = None, requeue: bool = False, unfetched: bool = False) -> bool:
         """Release a lease. False if the id is unknown, expired or already completed.
 
         The host's next start is at least now + the gap rule (ARCHITECTURE.md invariant 1);
         failures back off (429/503 honour Retry-After); a retryable failure
         returns the URL to the front of its queue, or dead-letters it after
         ``max_attempts``. ``requeue`` returns it without counting an attempt.
+        ``unfetched``: no request was made for the lease (robots.txt disallows the URL): the host
+        and its IP are released without a politeness gap (their due times stay as they were).
         Durable at the next commit (add, commit, or lease's group commit), or at
         once when it set a wait longer than a restart's grace: after a crash a
         completion that was not durable is fetched again (at least once).
@@ -629,20 +631,24 @@ class Frontier:
         o = self._leases.pop(lease_id, None)
         if o is None:
             return False
-        self._release(o, self._clock(), outcome, status, response_time_s, retry_after_s, requeue)
+        self._release(o, self._clock(), outcome, status, response_time_s, retry_after_s, requeue, unfetched)
         return True
 
     def _release(self, o: _Out, now: float, outcome: Outcome, status: int, response_time_s: float,
-                 retry_after_s: float | None, requeue: bool) -> None:
+                 retry_after_s: float | None, requeue: bool, unfetched: bool = False) -> None:
         H, ips, pol = self._hosts, self._ips, self._pol
         s, lease = o.slot, o.lease
         if self._shared is not None:
-            self._shared.release(ip_key(ips.names[o.ip]), now, self._ip_delay_s)
-        ips.finish(o.ip, now)
+            # unfetched: nothing was sent, so the shared due is not pushed past its acquire-time gap
+            self._shared.release(ip_key(ips.names[o.ip]), now, 0.0 if unfetched else self._ip_delay_s)
+        if unfetched:
+            ips.cancel(o.ip)            # nothing was sent: the IP's own gap does not move
+        else:
+            ips.finish(o.ip, now)
         ips.detach(o.ip)
         self._wake_ip(o.ip)
         H.out[s] -= 1
-        gap = pol.gap_s(response_time_s, H.crawl_delay[s], H.demote[s])
+        gap = 0.0 if unfetched else pol.gap_s(response_time_s, H.crawl_delay[s], H.demote[s])
         if not requeue and is_failure(outcome, status):
             fails = min(H.fails[s] + 1, 0xFFFF)
             H.fails[s] = fails
@@ -852,6 +858,12 @@ class Frontier:
     def is_blocked(self, host: str) -> bool:
         return self._blocklist.matches(host)
 
+    def has_queued(self, host_key: str) -> bool:
+        """Whether the host has URLs queued (not counting those leased): its connection is worth keeping."""
+        H = self._hosts
+        s = H.slot_of.get(host_key)
+        return s is not None and H.mask[s] != 0
+
     def demote_host(self, host_key: str, levels: int = 1) -> None:
         """Near-duplicate trap feedback: see ``FrontierOps.demote_host``."""
         self._book.demote_host(host_key, levels)
@@ -938,13 +950,18 @@ class Frontier:
                       if name is not None and ips.due[i] > now}
         self._journal.rewrite(out, ip_end)
 
-    def commit(self) -> None:
-        """Make everything so far durable (fsync even when sync=False)."""
+    def commit(self, *, flush: bool = True) -> None:
+        """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
+        only (``kill -9``-safe); ``flush()`` then makes it power-safe, from any thread."""
         self._store.txn()
         self._commit()
         st = self._store
-        if not st.sync:
+        if flush and not st.sync:
             st.flush()
+
+    def flush(self) -> None:
+        """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
+        self._store.flush()
 
     def close(self) -> None:
         """Commit and close. Leases still out go back to their queues on the next open.

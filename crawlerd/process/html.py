@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser
 
-from crawlerd.url import normalize
+from crawlerd.url.canonical import normalize
 
 __all__ = ["PageInfo", "extract", "decode_html", "charset_from_content_type", "parse_robots_directives",
            "parse_x_robots_tag", "canonical_from_link_header"]

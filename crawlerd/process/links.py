@@ -5,9 +5,9 @@ case avoids the general RFC 3986 path: an href that is already an absolute,
 network-path (``//host/...``), root-relative, plain relative, query-only
 (``?q``) or fragment-only (``#f``) reference made only of characters that need
 no escaping, with no dot segments, is assembled directly from the page's
-normalised base; its authority goes through :func:`crawlerd.url.normalize_authority`,
+normalised base; its authority goes through :func:`crawlerd.url.canonical.normalize_authority`,
 whose per-process LRU cache makes repeat hosts a dictionary hit. Everything
-else takes :func:`crawlerd.url.normalize`. Both paths give the same string
+else takes :func:`crawlerd.url.canonical.normalize`. Both paths give the same string
 (a property test checks it).
 """
 
@@ -18,7 +18,8 @@ import re
 from xxhash import xxh3_64_intdigest
 
 from crawlerd.records import Link
-from crawlerd.url import PATH_CHARS, QUERY_CHARS, host_key, normalize, normalize_authority, parse_base
+from crawlerd.url.canonical import PATH_CHARS, QUERY_CHARS, normalize, normalize_authority, parse_base
+from crawlerd.url.hosts import host_key
 
 __all__ = ["links_from_page"]
 

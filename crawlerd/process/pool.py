@@ -1,13 +1,30 @@
 """Processing worker pool: N processes do the CPU work on fetched responses.
 
 Each worker is a ``python -m crawlerd.process.pool --fd N`` child joined to the
-crawl process by a Unix socketpair carrying length-prefixed pickles. The first
-frame configures its :class:`PageProcessor` and its own WARC writer (segment
-files named with the worker's tag ``<shard>_w<index>``, so workers never share
-a file). A worker handles its jobs one at a time in the order sent and answers
-in that order. Jobs that arrive together are handled as a batch: their records
-are flushed once and their answers sent in one write (fewer syscalls under
-load).
+crawl process by a Unix socketpair carrying length-prefixed pickles of plain
+tuples. The first frame configures its :class:`PageProcessor` and its own WARC
+writer (segment files named with the worker's tag ``<shard>_w<index>``, so
+workers never share a file). A job's response body does not go through the
+socket: it is copied once into a shared-memory ring (:mod:`crawlerd.process.ring`)
+and the frame names its offset. Frames queued during one loop iteration go out
+in one write. A worker handles its jobs one at a time in the order sent and
+answers in that order. Jobs that arrive together are handled as a batch: their
+records are flushed once and their answers sent in one frame (fewer syscalls
+and wake-ups under load); the crawl process reads answers in a protocol
+callback, every complete frame of a read at once.
+
+Exact duplicates. For a 200 (``lookup``) the worker takes the payload digest
+(one pass over the entity) and, just before writing the job's records, looks
+it up itself: in a read-only view of the digest set (``init["digest_dir"]``,
+LMDB: many readers, the crawl process the one writer) and in the captures it
+archived itself since start (so a copy later in the same batch is a revisit of
+an earlier one). A match is written as an identical-payload-digest revisit
+naming the first capture's URL, date and record id; the crawl process records
+a first capture (with its record id) in the digest set once its answer is
+back. A capture archived by another worker in the last moments can be missed:
+the page is then archived in full instead of as a revisit (never a revisit of
+a record that does not exist). For a 304 the crawl process, which holds the
+recrawl state, passes ``prior``: the capture it confirms.
 
 Key: job id -> job. Invariant: a submitted job is in exactly one worker's
 ``outstanding`` map (a live worker's, or a dead one's until its death is
@@ -38,10 +55,12 @@ a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); the shard keeps the lease slot of a response until it is processed, and
-stops leasing while ``waiting`` reaches ``capacity`` (``behind``), so a slow pool
-stops new fetches instead of growing a queue of fetched, unarchived responses (RAM,
-and the work a kill -9 makes the crawl redo).
+worker); ``calls`` counts the calls waiting or in a worker. The shard keeps the
+lease of a response until it is processed (its transfer slot is free once the
+transfer ends) and stops leasing while ``waiting`` reaches ``capacity``
+(``behind``), so a slow pool stops new fetches instead of growing a queue of
+fetched, unarchived responses (RAM, and the work a kill -9 makes the crawl redo);
+no answer is dropped.
 
 Testing hook: when the environment variable ``CRAWLERD_TEST_CRASH_PATTERN`` is
 set (tests only), a worker exits (``os._exit``) on any job whose URL matches
@@ -70,6 +89,7 @@ from dataclasses import dataclass, field
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome, storage_error
+from crawlerd.process.ring import BodyRing
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.recover import recover_segment
@@ -86,6 +106,7 @@ _RESPAWN_DELAY_S = (0.0, 0.1, 0.3, 1.0, 3.0)       # after deaths in a row with 
 _STARTED = struct.Struct("<q")      # the progress page: id of the job the worker is working on (0: none)
 _MAX_BATCH = 32                     # jobs answered together at most
 MAX_START_DEATHS = 3                # workers dying in a row before starting any job: the pool has failed
+RING_BYTES = 32 << 20               # shared-memory body ring per worker (bodies that do not fit go inline)
 
 
 class PoolFailed(RuntimeError):
@@ -106,7 +127,51 @@ class _Job:
     prior: PriorCapture | None
     future: asyncio.Future
     digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
+    lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
     crashes: int = 0            # workers that died while working on this job
+
+
+class _Answers(asyncio.Protocol):
+    """The crawl process's end of one worker's socket: parses every complete frame of each read.
+
+    Invariant: ``buf[pos:]`` is the unparsed tail (a partial frame at most)."""
+
+    def __init__(self, on_frame) -> None:
+        self.on_frame = on_frame
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.error: Exception | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, len(buf)
+        try:
+            while n - pos >= _LEN.size:
+                (size,) = _LEN.unpack_from(buf, pos)
+                if size > MAX_FRAME:
+                    raise pickle.UnpicklingError(f"frame of {size} bytes")
+                end = pos + _LEN.size + size
+                if end > n:
+                    break
+                msg = pickle.loads(memoryview(buf)[pos + _LEN.size:end])
+                pos = end
+                self.on_frame(msg)
+        except (pickle.UnpicklingError, EOFError, ValueError) as e:
+            self.error = e
+            del buf[:]
+            if self.transport is not None:
+                self.transport.close()
+            return
+        del buf[:pos]
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(exc or self.error)
 
 
 @dataclass
@@ -114,22 +179,24 @@ class _Worker:
     index: int
     generation: int
     proc: subprocess.Popen
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    transport: asyncio.Transport
+    answers: _Answers
     progress: mmap.mmap          # the worker's progress page (see module doc)
+    ring: BodyRing
     outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
     alive: bool = True
     segment: str = ""          # .open segment named in the last answer
     acked_bytes: int = 0       # its size once that answer's records were flushed
     answered: int = 0
     reader_task: asyncio.Task | None = None
+    out: list[bytes] = field(default_factory=list)       # frames waiting for this iteration's write
 
 
 class WorkerPool:
     """``workers`` processing processes; ``init`` configures each (see ``worker_main``)."""
 
-    def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 8, max_job_attempts: int = 2,
-                 on_worker_death=None, near_duplicate=None):
+    def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 32, max_job_attempts: int = 2,
+                 on_worker_death=None, near_duplicate=None, ring_bytes: int = RING_BYTES):
         if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
             raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
         self.n = workers
@@ -138,10 +205,13 @@ class WorkerPool:
         self.max_job_attempts = max_job_attempts
         self.on_worker_death = on_worker_death
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
+        self.ring_bytes = ring_bytes
+        self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
         self._slots = asyncio.Semaphore(workers * jobs_per_worker)
         self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
         self.waiting = 0                              # process() calls waiting for one of those slots
+        self.held = 0                                 # process() calls holding one (in a worker or its backlog)
         self.answered = 0                             # process() calls answered so far
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
@@ -168,22 +238,32 @@ class WorkerPool:
 
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        init = dict(self.init, worker_tag=self.tag(index), near_duplicates=self.near_duplicate is not None)
+        init = dict(self.init, worker_tag=self.tag(index), ring_bytes=self.ring_bytes,
+                    near_duplicates=self.near_duplicate is not None)
         page_fd = os.memfd_create(f"crawlerd-{self.tag(index)}-progress")
+        ring = BodyRing(self.ring_bytes, f"crawlerd-{self.tag(index)}-ring")
         try:
             os.ftruncate(page_fd, _STARTED.size)
             progress = mmap.mmap(page_fd, _STARTED.size)
             # -P and PYTHONPATH: the worker imports this very package, never a crawlerd/ in the cwd
             proc = subprocess.Popen(python_argv("crawlerd.process.pool", "--fd", str(child.fileno()),
-                                                "--progress-fd", str(page_fd)),
-                                    pass_fds=[child.fileno(), page_fd], stdin=subprocess.DEVNULL, env=child_env())
+                                                "--progress-fd", str(page_fd), "--ring-fd", str(ring.fd)),
+                                    pass_fds=[child.fileno(), page_fd, ring.fd], stdin=subprocess.DEVNULL,
+                                    env=child_env())
+        except BaseException:
+            ring.close()
+            raise
         finally:
             os.close(page_fd)
             child.close()
-        reader, writer = await asyncio.open_unix_connection(sock=parent, limit=1 << 20)
-        w = _Worker(index, generation, proc, reader, writer, progress)
-        _send(writer, ("init", init))
-        w.reader_task = asyncio.ensure_future(self._read_results(w))
+        loop = asyncio.get_running_loop()
+        holder: list[_Worker] = []
+        transport, answers = await loop.create_unix_connection(
+            lambda: _Answers(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
+        w = _Worker(index, generation, proc, transport, answers, progress, ring)
+        holder.append(w)
+        transport.write(_frame(("init", init)))
+        w.reader_task = asyncio.ensure_future(self._watch(w))
         return w
 
     def raise_if_failed(self) -> None:
@@ -209,6 +289,11 @@ class WorkerPool:
         return out
 
     @property
+    def calls(self) -> int:
+        """``process()`` calls not returned yet: waiting for a slot or in a worker (the processing queue)."""
+        return self.waiting + self.held
+
+    @property
     def behind(self) -> bool:
         """More fetched responses wait for a worker than the workers hold: fetch no more for now."""
         return self.waiting >= self.capacity
@@ -218,21 +303,24 @@ class WorkerPool:
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
     async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
-                      digest: str = "") -> ProcessResult:
+                      digest: str = "", lookup: bool = False) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
+        ``lookup``: ignore ``prior``; the worker looks the digest up (``init["digest_dir"]`` and its
+        own captures) and the result's ``duplicate_of`` tells what it found.
         """
         self.waiting += 1
         try:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
+        self.held += 1
         try:
             loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest)
+            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)
@@ -241,6 +329,7 @@ class WorkerPool:
                 del self._jobs[job.job_id]
                 self.answered += 1
         finally:
+            self.held -= 1
             self._slots.release()
 
     def _dispatch(self, job: _Job) -> None:
@@ -250,28 +339,48 @@ class WorkerPool:
             return
         w = min(live, key=lambda w: len(w.outstanding))
         w.outstanding[job.job_id] = job
-        _send(w.writer, ("job", job.job_id, job.result, job.prior, job.digest))
+        r = job.result
+        body = r.body
+        offset = w.ring.put(job.job_id, body)
+        meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
+                r.response_head, r.headers, r.error, b"" if offset >= 0 else body)
+        w.out.append(_frame(("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup)))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
 
-    async def _read_results(self, w: _Worker) -> None:
-        try:
-            while True:
-                msg = await _recv(w.reader)
-                if msg is None:
-                    break
-                if msg[0] == "near":
-                    self._answer_near(w, msg[1])
-                    continue
-                _kind, job_id, packed, segment, size = msg
-                pr = unpack_result(packed)
-                w.segment, w.acked_bytes = segment, size
-                w.answered += 1
-                self._quick_deaths = 0
-                self._start_deaths = 0
-                job = w.outstanding.pop(job_id, None)
-                if job is not None and not job.future.done():
-                    job.future.set_result(pr)
-        except (ConnectionError, asyncio.IncompleteReadError, pickle.UnpicklingError, EOFError) as e:
-            log.warning("worker %d connection lost: %r", w.index, e)
+    def _flush_out(self) -> None:
+        """Write each worker's queued frames in one go (one syscall per worker per loop iteration)."""
+        self._flush_scheduled = False
+        for w in self._workers:
+            if w is not None and w.out:
+                data = b"".join(w.out)
+                w.out.clear()
+                if w.alive and not w.transport.is_closing():
+                    w.transport.write(data)
+
+    def _on_answer(self, w: _Worker, msg) -> None:
+        """One frame from a worker: a near-duplicate question, or a batch of (job id, packed result)
+        answered after its records were flushed."""
+        if msg[0] == "near":
+            self._answer_near(w, msg[1])
+            return
+        _kind, answers, segment, size = msg
+        w.segment, w.acked_bytes = segment, size
+        self._quick_deaths = 0
+        self._start_deaths = 0
+        for job_id, packed in answers:
+            w.answered += 1
+            w.ring.release(job_id)
+            job = w.outstanding.pop(job_id, None)
+            if job is not None and not job.future.done():
+                job.future.set_result(unpack_result(packed))
+
+    async def _watch(self, w: _Worker) -> None:
+        """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""
+        exc = await w.answers.closed
+        if exc is not None:
+            log.warning("worker %d connection lost: %r", w.index, exc)
         if w.alive:
             await self._restart(w)
 
@@ -286,12 +395,14 @@ class WorkerPool:
                 except Exception:       # the worker waits for an answer: give one, say why
                     log.exception("near-duplicate check failed for %s", url)
             answers[job_id] = near
-        _send(w.writer, ("near", answers))
+        if w.alive and not w.transport.is_closing():
+            w.transport.write(_frame(("near", answers)))     # now: the worker waits for it
 
     async def _restart(self, dead: _Worker) -> None:
         dead.alive = False
+        dead.out.clear()
         with contextlib.suppress(Exception):
-            dead.writer.close()
+            dead.transport.close()
         loop = asyncio.get_running_loop()
         rc = await loop.run_in_executor(None, _reap, dead.proc)
         self.restarts += 1
@@ -301,6 +412,7 @@ class WorkerPool:
             self.on_worker_death(dead.index, dead.segment)
         started = _STARTED.unpack_from(dead.progress)[0]
         dead.progress.close()
+        dead.ring.close()
         jobs = list(dead.outstanding.values())
         dead.outstanding.clear()
         suspect = next((j for j in jobs if j.job_id == started), None)    # None: died between jobs
@@ -383,9 +495,9 @@ class WorkerPool:
             cpu = proc_cpu_s(w.proc.pid)
             if cpu is not None:
                 self.final_cpu_s[w.proc.pid] = cpu
+            self._flush_out()
             with contextlib.suppress(Exception):
-                _send(w.writer, ("close",))
-                await w.writer.drain()
+                w.transport.write(_frame(("close",)))
         loop = asyncio.get_running_loop()
         for w in ws:
             try:
@@ -401,8 +513,9 @@ class WorkerPool:
                 if self.on_worker_death is not None:
                     self.on_worker_death(w.index, w.segment)
             with contextlib.suppress(Exception):
-                w.writer.close()
+                w.transport.close()
             w.progress.close()
+            w.ring.close()
         for job in list(self._jobs.values()):
             _resolve_unprocessed(job, "pool closed before a worker answered")
         self._backlog.clear()
@@ -455,20 +568,9 @@ def _reap(proc: subprocess.Popen) -> int:
         return proc.wait()
 
 
-def _send(writer: asyncio.StreamWriter, obj) -> None:
+def _frame(obj) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    writer.write(_LEN.pack(len(data)) + data)
-
-
-async def _recv(reader: asyncio.StreamReader):
-    try:
-        head = await reader.readexactly(_LEN.size)
-    except asyncio.IncompleteReadError:
-        return None
-    (n,) = _LEN.unpack(head)
-    if n > MAX_FRAME:
-        raise pickle.UnpicklingError(f"frame of {n} bytes")
-    return pickle.loads(await reader.readexactly(n))
+    return _LEN.pack(len(data)) + data
 
 
 # -- the worker process ---------------------------------------------------------------------
@@ -525,10 +627,53 @@ class _FrameReader:
         return True
 
 
-def worker_main(fd: int, progress_fd: int = -1) -> int:
+class _Captures:
+    """The duplicate owner as a worker sees it: the digest set (committed by the crawl process)
+    and, in front of it, the first captures this worker archived itself (not committed yet).
+    Key: payload digest string; value: the first capture, with its record id. Invariant: an
+    entry names a record already written (an own entry is added after ``archive``; it dies
+    with the process, as do the records a crash cuts). Bounded: oldest own entry forgotten first."""
+
+    def __init__(self, digest_dir: str, max_entries: int = 1 << 16) -> None:
+        from crawlerd.store.digest_set import DigestView
+        self.view = DigestView(digest_dir) if digest_dir else None
+        self.own: dict[str, PriorCapture] = {}
+        self.max_entries = max_entries
+
+    def owner(self, digest: str) -> PriorCapture | None:
+        """The first archived capture of ``digest`` known here, or None."""
+        hit = self.own.get(digest)
+        if hit is None and self.view is not None:
+            prev = self.view.owner(digest)
+            if prev is not None:
+                hit = PriorCapture(prev[0], float(prev[1]), prev[2])
+        return hit
+
+    def archived(self, digest: str, pr: ProcessResult, fetched_at: float) -> None:
+        """``pr`` was archived as a response (the first capture of ``digest`` as far as we know)."""
+        if len(self.own) >= self.max_entries:
+            del self.own[next(iter(self.own))]
+        self.own[digest] = PriorCapture(pr.url, fetched_at, pr.warc_record_id, digest)
+
+    def forget(self, digest: str, url: str) -> None:
+        """The capture of ``url`` with ``digest`` was not archived after all (its flush failed)."""
+        hit = self.own.get(digest)
+        if hit is not None and hit.url == url:
+            del self.own[digest]
+
+
+def _fetch_result(meta: tuple, body: bytes) -> FetchResult:
+    url, outcome, status, ip, started_at, elapsed_s, request_head, response_head, headers, error, _ = meta
+    return FetchResult(url=url, outcome=Outcome(outcome), status=status, ip=ip, started_at=started_at,
+                       elapsed_s=elapsed_s, request_head=request_head, response_head=response_head, body=body,
+                       headers=headers, error=error)
+
+
+def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     """Serve jobs on socket ``fd`` until it closes or a ``close`` frame comes; return the exit status."""
     import signal
 
+    from crawlerd.process.ring import RingReader
     from crawlerd.process.worker import PageProcessor
     from crawlerd.store import linesort
     from crawlerd.store.warc import WarcWriter
@@ -540,6 +685,7 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
     progress = mmap.mmap(progress_fd, _STARTED.size) if progress_fd >= 0 else None
     sock = socket.socket(fileno=fd)
     frames = _FrameReader(sock)
+    ring: RingReader | None = None
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
@@ -579,26 +725,31 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                     init = msg[1]
                     segment_max_bytes = init["segment_max_bytes"]
                     ask_near = bool(init.get("near_duplicates"))
+                    if ring_fd >= 0:
+                        ring = RingReader(ring_fd, init["ring_bytes"])
                     # the writer never rotates by itself: this loop rotates after answering (module doc)
                     warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=1 << 62,
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
                                       index_dir=init.get("index_dir") or None,
                                       index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
                                       or linesort.DEFAULT_BUFFER_BYTES)
+                    captures = _Captures(init.get("digest_dir") or "")
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
                                               max_decoded_bytes=init["max_decoded_bytes"],
                                               max_links=init["max_links"])
                 elif msg[0] == "job":
-                    _, job_id, result, prior, digest = msg
+                    _, job_id, meta, offset, length, prior, digest, lookup = msg
+                    result = _fetch_result(meta, ring.get(offset, length) if offset >= 0 else meta[-1])
                     if progress is not None:
                         _STARTED.pack_into(progress, 0, job_id)
                     try:
-                        done.append((job_id, result, processor.analyse(result, prior=prior, digest=digest)))
+                        a = processor.analyse(result, prior=None if lookup else prior, digest=digest)
+                        done.append((job_id, result, a, lookup))
                     except Exception as e:  # a bug must not take the page with it: record it by name
-                        done.append((job_id, result, e))
+                        done.append((job_id, result, e, False))
             # near duplicates are decided by the crawl process before the records are written,
             # so each capture's metadata record can name the page it nearly duplicates
-            queries = [(job_id, a.pr.simhash, result.url) for job_id, result, a in done
+            queries = [(job_id, a.pr.simhash, result.url) for job_id, result, a, _ in done
                        if not isinstance(a, Exception) and a.asks_near] if ask_near else []
             near: dict = {}
             if queries:
@@ -612,14 +763,18 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                     break             # the crawl process is gone: close the segment and exit quietly
                 near = got
             answers = []
-            for job_id, result, a in done:
+            for job_id, result, a, lookup in done:
                 if progress is not None:
                     _STARTED.pack_into(progress, 0, job_id)
                 if isinstance(a, Exception):
                     pr = processor.archive_failed(result, f"{type(a).__name__}: {a}")
                 else:
                     try:
+                        if lookup:      # decided here, in order: an earlier job of the batch may own it
+                            processor.revisit_of(a, captures.owner(a.pr.digest))
                         pr = processor.archive(a, near.get(job_id, ""))
+                        if lookup and not pr.duplicate_of and pr.warc_file:
+                            captures.archived(pr.digest, pr, result.started_at)
                     except OSError as e:    # the WARC could not be written (disk full, read-only, EIO)
                         pr = not_archived(ProcessResult(url=result.url, outcome=Outcome.PROCESS_ERROR,
                                                         status=result.status), e, init["warc_dir"])
@@ -634,16 +789,16 @@ def worker_main(fd: int, progress_fd: int = -1) -> int:
                     warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 except OSError as e:
                     # the writer cut its segment back and closed it: none of this batch is known archived
+                    for _job_id, pr in answers:
+                        if captures is not None and pr.digest:
+                            captures.forget(pr.digest, pr.url)      # its record was cut back
                     answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = os.path.getsize(segment) if segment else 0
-                frames_out = []
-                for job_id, pr in answers:
-                    data = pickle.dumps(("result", job_id, pack_result(pr), segment, size),
-                                        protocol=pickle.HIGHEST_PROTOCOL)
-                    frames_out += (_LEN.pack(len(data)), data)
+                data = pickle.dumps(("results", [(job_id, pack_result(pr)) for job_id, pr in answers], segment, size),
+                                    protocol=pickle.HIGHEST_PROTOCOL)
                 try:
-                    sock.sendall(b"".join(frames_out))
+                    sock.sendall(_LEN.pack(len(data)) + data)
                 except (ConnectionResetError, BrokenPipeError):
                     break             # the crawl process is gone: close the segment and exit quietly
                 if progress is not None:
@@ -663,8 +818,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="crawlerd processing worker (started by the crawl process)")
     ap.add_argument("--fd", type=int, required=True, help="socket to the crawl process")
     ap.add_argument("--progress-fd", type=int, default=-1, help="memfd of the progress page")
+    ap.add_argument("--ring-fd", type=int, default=-1, help="memfd of the body ring")
     args = ap.parse_args()
-    return worker_main(args.fd, args.progress_fd)
+    return worker_main(args.fd, args.progress_fd, args.ring_fd)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ DigestSeen = Callable[[str, str, float], "PriorCapture | tuple[str, float] | Non
 NearDuplicate = Callable[[int, str], str]
 
 
-_ASK = object()
+_ASK = object()     # process(prior=_ASK): ask the digest_seen callback for the duplicate owner
 
 # glibc malloc tuning (mallopt parameters from <malloc.h>), see tune_allocator().
 _M_TRIM_THRESHOLD = -1
@@ -158,12 +158,17 @@ class PageProcessor:
         pr.noindex, pr.nofollow = noindex, nofollow
         if prior is _ASK:
             prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
+        self.revisit_of(a, prior)
+        return a
+
+    def revisit_of(self, a: Analysis, prior: PriorCapture | tuple[str, float] | None) -> None:
+        """Make an analysed capture a revisit of ``prior`` (for a 200, its exact-duplicate owner;
+        for a 304, the capture it confirms), or of nothing; decided any time before ``archive``."""
         if isinstance(prior, tuple):
             prior = PriorCapture(prior[0], float(prior[1]))
-        if prior is not None and res.status == 200:
-            pr.duplicate_of = prior.url
-        a.prior = prior if res.status in (200, 304) else None
-        return a
+        status = a.res.status
+        a.pr.duplicate_of = prior.url if prior is not None and status == 200 else ""
+        a.prior = prior if status in (200, 304) else None
 
     def archive(self, a: Analysis, near_duplicate_of: str = "") -> ProcessResult:
         """Write the capture's records (request, response or revisit, metadata); fill in where."""

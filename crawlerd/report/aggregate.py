@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 
-from crawlerd import url as urlmod
+from crawlerd.url.hosts import host_key, host_of, registered_domain
 
 MAX_BUCKETS = 360
 # gap histogram bin edges, seconds: 0, then 16 per decade from 1 ms to ~1 h (politeness gaps span that)
@@ -254,7 +254,7 @@ class CrawlAggregate:
         fetch_ms = float(ev.get("fetch_ms") or 0.0)
         url = str(ev.get("url", ""))
         if kind in NETWORK_KINDS and at > 0 and (status or fetch_ms):
-            self.audit.add(urlmod.host_key(url) if "://" in url else url, at, fetch_ms / 1000.0)
+            self.audit.add(host_key(url) if "://" in url else url, at, fetch_ms / 1000.0)
             self.fetch_ms[histogram_bin(FETCH_EDGES_MS, fetch_ms)] += 1
         if kind == "robots":
             self.robots[_robots_class(status, outcome)] += 1
@@ -268,7 +268,7 @@ class CrawlAggregate:
                 self.statuses[status] += 1
                 self.bytes += nbytes
                 series += (("pages", 1), ("bytes", nbytes), (f"status:{status // 100}xx", 1))
-                self.domains.add(urlmod.registered_domain(urlmod.host_of(url)) if "://" in url else url)
+                self.domains.add(registered_domain(host_of(url)) if "://" in url else url)
                 if ev.get("content_type"):
                     self.content_types.add(str(ev["content_type"]).split(";")[0].strip().lower())
             if status == 200:

@@ -24,15 +24,11 @@ call of the next job, so before any later ``results()`` (DRUM's ack covers
 everything handed out so far). A crash before the ack redelivers from the
 first unacknowledged answer (at-least-once across restarts).
 
-Intake log (``intake.<n>`` in the DRUM directory, guarded by DRUM's lock):
-a key submitted but not yet handed to DRUM is in RAM only, and a merge can
-hold the thread for tens of seconds; so ``submit`` first appends one record
-per call (header ``magic u32, flags u32, n u32, aux bytes u32, first seq u64,
-crc32 u32, pad u32``, then keys u64, aux lengths u32, aux bytes), one write
-into the page cache, which survives ``kill -9`` as DRUM's journal does. The
-segment of a batch is deleted once DRUM journalled that batch. On open, the
-records with seq at or past DRUM's ``next_seq`` are replayed into DRUM; a
-torn last record (a submit that never returned) is cut off.
+Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
+is in RAM only, and a merge can hold the thread for tens of seconds; so
+``submit`` first appends one record per call there (one write into the page
+cache, which survives ``kill -9``); on open the records DRUM has not journalled
+are replayed into it.
 """
 
 from __future__ import annotations
@@ -40,25 +36,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
-import struct
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from crawlerd.seen.drum import Drum, DrumCorrupt, DrumError, DrumResult
+from crawlerd.seen.drum import Drum
+from crawlerd.seen.drum_answers import DrumResult
+from crawlerd.seen.drum_files import DrumCorrupt, DrumError
+from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
 
 log = logging.getLogger("crawlerd.seen")
 
 CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
-_INTAKE = re.compile(r"^intake\.(\d{12})$")
-_REC = struct.Struct("<IIIIQII")   # magic, flags, n, aux bytes, first seq, crc32, pad
-_REC_MAGIC = 0x4B415449            # "ITAK"
-_AUX = 1                           # flags: aux lengths and bytes follow the keys
 
 
 class SeenSetError(DrumError):
@@ -123,9 +115,7 @@ class AsyncSeenSet:
         self._acked_seq = self._handed_seq     # everything before it was acknowledged in an earlier life
         self._drum_pending = d.pending
         self._ready = d.ready
-        self._segment_no = last_segment
-        self._segment_fd = -1
-        self._segment: str | None = None
+        self._intake = IntakeWriter(self.path, last_segment)
         self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
         self._batch_keys = 0
         self._inflight_keys = 0
@@ -177,7 +167,7 @@ class AsyncSeenSet:
             auxl = list(aux)
             if len(auxl) != n:
                 raise ValueError("aux must have one entry per key")
-        self._log_intake(karr, auxl)
+        self._intake.append(self._next_seq, karr, auxl)
         self._batch.append((karr, auxl))
         self._batch_keys += n
         self._next_seq += n
@@ -231,9 +221,8 @@ class AsyncSeenSet:
         job = None
         if self._error is None:
             job = self._take(poll=False, fetch=False)
-        elif self._segment_fd >= 0:
-            os.close(self._segment_fd)       # its records are replayed at the next start
-            self._segment_fd = -1
+        else:
+            self._intake.close()             # its records are replayed at the next start
         try:
             await loop.run_in_executor(self._exec, self._close_drum, job)
         finally:
@@ -306,7 +295,7 @@ class AsyncSeenSet:
     def _take(self, *, poll: bool, fetch: bool) -> _Job:
         # Hand the batch and its intake segment over; later submits start a new segment.
         job = _Job(ack=self._ack_due, chunks=self._batch, nkeys=self._batch_keys,
-                   first_seq=self._next_seq - self._batch_keys, segment=self._segment,
+                   first_seq=self._next_seq - self._batch_keys, segment=self._intake.take_segment(),
                    flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
                    waiters=self._flush_new)
         self._ack_due = False
@@ -316,10 +305,6 @@ class AsyncSeenSet:
         self._batch = []
         self._inflight_keys = self._batch_keys
         self._batch_keys = 0
-        if self._segment_fd >= 0:
-            os.close(self._segment_fd)
-            self._segment_fd = -1
-            self._segment = None
         return job
 
     def _finish(self, job: _Job, done: _Done) -> None:
@@ -363,23 +348,6 @@ class AsyncSeenSet:
             if not fut.done():
                 fut.set_exception(err)
         self._flush_new, self._flush_wait = [], []
-
-    def _log_intake(self, karr: np.ndarray, aux: list[bytes] | None) -> None:
-        if self._segment_fd < 0:
-            self._segment_no += 1
-            self._segment = os.path.join(self.path, f"intake.{self._segment_no:012d}")
-            self._segment_fd = os.open(self._segment, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        n = len(karr)
-        parts = [karr.astype("<u8", copy=False).tobytes()]
-        flags = auxb = 0
-        if aux is not None:
-            flags = _AUX
-            parts.append(np.fromiter(map(len, aux), dtype="<u4", count=n).tobytes())
-            parts.append(b"".join(aux))
-            auxb = len(parts[-1])
-        crc = _crc(_REC.pack(_REC_MAGIC, flags, n, auxb, self._next_seq, 0, 0), parts)
-        parts.insert(0, _REC.pack(_REC_MAGIC, flags, n, auxb, self._next_seq, crc, 0))
-        _write_all(self._segment_fd, parts)
 
     # -- DRUM thread ---------------------------------------------------------------------------------
 
@@ -426,11 +394,11 @@ class AsyncSeenSet:
         # Open DRUM (its own recovery), then replay the intake records it has not journalled.
         d = Drum(self.path, auto_ack=False, **kw)
         try:
-            segs = sorted(int(m.group(1)) for m in map(_INTAKE.match, os.listdir(self.path)) if m)
+            segs = segments(self.path)
             replayed = 0
             for s in segs:
-                seg = os.path.join(self.path, f"intake.{s:012d}")
-                for first, keys, aux in _read_intake(seg):
+                seg = segment_path(self.path, s)
+                for first, keys, aux in read_intake(seg):
                     skip = d.next_seq - first
                     if skip < 0:
                         raise DrumCorrupt(f"{seg}: intake starts at seq {first}, DRUM ends at {d.next_seq}")
@@ -444,7 +412,7 @@ class AsyncSeenSet:
                 d.sync()
                 log.warning("seen-set %s: %d submitted keys replayed from the intake log", self.path, replayed)
             for s in segs:
-                os.unlink(os.path.join(self.path, f"intake.{s:012d}"))
+                os.unlink(segment_path(self.path, s))
         except BaseException:
             d.close()
             raise
@@ -461,62 +429,3 @@ def _calls(chunks) -> Iterator[tuple[np.ndarray, list[bytes] | None]]:
             aux.extend(a if a is not None else [b""] * len(k))
     for i in range(0, len(keys), CALL_KEYS):
         yield keys[i:i + CALL_KEYS], None if aux is None else aux[i:i + CALL_KEYS]
-
-
-def _crc(head: bytes, parts: list[bytes]) -> int:
-    c = zlib.crc32(head)
-    for p in parts:
-        c = zlib.crc32(p, c)
-    return c
-
-
-def _write_all(fd: int, parts: list[bytes]) -> None:
-    views = [memoryview(p) for p in parts if p]
-    while views:
-        w = os.writev(fd, views)
-        while views and w >= len(views[0]):
-            w -= len(views[0])
-            views.pop(0)
-        if views and w:
-            views[0] = views[0][w:]
-
-
-def _read_intake(path: str) -> Iterator[tuple[int, np.ndarray, list[bytes] | None]]:
-    """Records of one intake segment: (first seq, keys, aux or None); stops at a torn tail."""
-    with open(path, "rb") as f:
-        data = f.read()
-    off, size = 0, len(data)
-    while off < size:
-        torn = None
-        if size - off < _REC.size:
-            torn = "short header"
-        else:
-            magic, flags, n, auxb, first, crc, _ = _REC.unpack_from(data, off)
-            end = off + _REC.size + n * 8 + (n * 4 + auxb if flags & _AUX else 0)
-            if magic != _REC_MAGIC or flags & ~_AUX:
-                torn = "bad header"
-            elif end > size:
-                torn = "short record"
-            else:
-                body = data[off + _REC.size:end]
-                if _crc(_REC.pack(magic, flags, n, auxb, first, 0, 0), [body]) != crc:
-                    torn = "checksum mismatch"
-        if torn is not None:
-            # A submit cut short by kill -9, or a tail that never reached the disk (zeros, garbage last record).
-            short = torn in ("short header", "short record")
-            if short or (torn == "checksum mismatch" and end == size) or data.count(0, off) == size - off:
-                log.warning("seen-set intake %s: torn tail at offset %d cut off (%s)", path, off, torn)
-                return
-            raise DrumCorrupt(f"{path}: bad intake record at offset {off} ({torn})")
-        body = memoryview(data)[off + _REC.size:end]
-        keys = np.frombuffer(body[:n * 8], dtype="<u8").astype(np.uint64)
-        aux = None
-        if flags & _AUX:
-            lens = np.frombuffer(body[n * 8:n * 12], dtype="<u4").tolist()
-            blob = bytes(body[n * 12:])
-            aux, p = [], 0
-            for ln in lens:
-                aux.append(blob[p:p + ln])
-                p += ln
-        yield first, keys, aux
-        off = end

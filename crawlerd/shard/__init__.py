@@ -4,7 +4,7 @@ A URL's life in the shard (``crawlerd/frontier/__init__.py`` tells the frontier'
 
 Born
     as a seed, a redirect target, an outlink or a sitemap entry. The **intake**
-    (``intake.Intake``) normalises and filters it (``url.UrlFilter``; each drop is counted
+    (``intake.Intake``) normalises and filters it (``url.filter.UrlFilter``; each drop is counted
     under its reason), fingerprints it and submits it to the DRUM seen-set with its record
     (depth, hops, priority, URL) as aux data.
 Unique

@@ -1,13 +1,16 @@
 """What the shard does with an answer: archive it, decide duplicates, keep recrawl state, follow links.
 
 An answer (2xx, 3xx, 4xx, 304) is archived by a worker of the pool (WARC records, CDXJ line,
-text, links, simhash). Before that, its payload digest (SHA-1 of the entity without transfer
-coding) is looked up among archived captures and captures being archived right now: a match
-makes the worker write an identical-payload-digest revisit naming the first capture (its URL,
-date and record id). A 304 is written as a server-not-modified revisit naming the capture it
-confirms (:meth:`Answers.confirmed_capture`). While archiving, the worker asks
-:meth:`Answers.near_duplicate` about a page with text, so the capture's metadata record can
-name the page it nearly duplicates. After it:
+text, links, simhash). The worker also takes its payload digest (SHA-1 of the entity without
+transfer coding, in the same pass) and looks it up among archived captures (a read-only view
+of ``digests``) and its own recent ones: a match makes it write an identical-payload-digest
+revisit naming the first capture (its URL, date and record id; see
+``crawlerd/process/pool.py``). A 304 is written as a server-not-modified revisit naming the
+capture it confirms (:meth:`Answers.confirmed_capture`, asked here: the recrawl state lives in
+this process). With several shards (``owners``) the digest is taken here instead and the
+digest's owner shard is asked first (``crawlerd.dedup.owners``): the first capture is decided
+across shards, and the worker is given it. While archiving, the worker asks :meth:`Answers.near_duplicate` about a page
+with text, so the capture's metadata record can name the page it nearly duplicates. After it:
 
 - only an archived answer may own a digest or carry validators for a conditional re-fetch
   (recrawl bookkeeping), since a revisit of, or a 304 against, a record that does not exist
@@ -25,49 +28,37 @@ name the page it nearly duplicates. After it:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
-from crawlerd.fetch.codec import DecodeError, dechunk
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
+from crawlerd.process.worker import entity_digest
 from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
 from crawlerd.shard.storage import StorageFailure
 from crawlerd.store import recover_segment, sha1_base32
+from crawlerd.store.digest_set import DigestSet, digest_key
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_key as host_key_of
 
 log = logging.getLogger("crawlerd.shard")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
-def payload_sha1(res: FetchResult) -> bytes:
-    """Raw SHA-1 of the entity with transfer coding removed: the exact-duplicate key (WARC payload digest)."""
-    body = res.body
-    if res.chunked:
-        try:
-            body = dechunk(body, len(body) + 1)
-        except DecodeError:
-            pass
-    return hashlib.sha1(body).digest()
-
-
 class Answers:
     """Archive, dedup and follow one answer at a time (many concurrently, on the loop).
 
-    Key/invariant of ``pending``: payload SHA-1 → the first capture (url, date) being archived
-    now; an entry lives exactly while that capture's worker call runs, so a concurrent copy is
-    a revisit of it, and once archived the owner (with its record id) is in ``digests``."""
+    Invariant: an entry of ``digests`` names an archived first capture (added with its record
+    id after its worker answered with a WARC location, never overwritten)."""
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
@@ -84,7 +75,6 @@ class Answers:
         self.events = events
         self.metrics = metrics
         self.budgets = budgets
-        self.pending: dict[bytes, PriorCapture] = {}
         # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
         self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
 
@@ -92,42 +82,39 @@ class Answers:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
-        sha1 = payload_sha1(res) if res.status == 200 else None
-        prior, first = None, False
-        if sha1 is not None and self.owners is not None:
-            prior = await self.owners.claim(sha1, url, res.started_at)     # the digest's owner decides
-            first = prior is None
-        elif sha1 is not None:
-            prior = self.digest_owner(sha1)
-            if prior is None:               # this capture will be the first: others wait on it
-                first = True
-                self.pending[sha1] = PriorCapture(url, res.started_at)
+        prior, claimed, digest = None, None, ""
+        if res.status == 200 and self.owners is not None:
+            # several shards: the digest's owner shard decides the first capture before archiving
+            digest = entity_digest(res)
+            prior = await self.owners.claim(digest_key(digest), url, res.started_at)
+            if prior is None:               # this capture is the first: confirmed or released below
+                claimed = digest_key(digest)
         elif res.status == 304:             # a server-not-modified revisit of the capture it confirms
             prior = self.confirmed_capture(fp)
-        digest = ("sha1:" + sha1_base32(sha1)) if sha1 is not None else ""
         try:
-            pr = await self.pool.process(res, prior, digest=digest)
+            # one shard: a 200's digest and duplicate owner are found in the worker (no pass
+            # over the body here)
+            pr = await self.pool.process(res, prior, digest=digest,
+                                         lookup=res.status == 200 and self.owners is None)
         except BaseException:
-            if first and self.owners is not None:
-                self.owners.release(sha1, url)
+            if claimed is not None:
+                self.owners.release(claimed, url)
             raise
-        finally:
-            if first and self.owners is None:
-                self.pending.pop(sha1, None)
         if pr.storage_error:
             # not archived (disk full, read-only, I/O error): nothing of it is kept, the caller
             # returns the URL to its queue and the crawl pauses until the storage is usable again
             raise StorageFailure(pr.storage_error, self.cfg.path("warc"))
+        sha1 = digest_key(pr.digest) if res.status == 200 and pr.digest else None
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
-            if first and self.owners is not None:
-                self.owners.confirm(sha1, url, res.started_at, pr.warc_record_id)
-            elif first:
+            if claimed is not None:
+                self.owners.confirm(claimed, url, res.started_at, pr.warc_record_id)
+            elif self.owners is None and sha1 is not None and not pr.duplicate_of:
                 self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
-        elif first and self.owners is not None:
-            self.owners.release(sha1, url)
+        elif claimed is not None:
+            self.owners.release(claimed, url)
         if self.evidence is not None and pr.warc_file and sha1 is not None:
             self.evidence(url, fp, host_key, sha1, pr, depth)      # DUST: evidence, rel=canonical
         if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
@@ -141,7 +128,7 @@ class Answers:
             if loc:
                 if hops + 1 > self.cfg.fetch.max_redirects:
                     self.metrics.dropped[Outcome.TOO_MANY_REDIRECTS.value] += 1
-                    self.events.dropped(urlmod.normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
+                    self.events.dropped(normalize(loc, url) or loc, Outcome.TOO_MANY_REDIRECTS.value)
                 else:
                     self.intake.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
                                             priority=item.priority if item else None)
@@ -171,13 +158,6 @@ class Answers:
         if res.status == 304:
             self.metrics.counters["not_modified"] += 1
 
-    def digest_owner(self, digest: bytes) -> PriorCapture | None:
-        """Exact-duplicate owner: the first capture of this payload, archived or in progress."""
-        prev = self.digests.owner(digest)
-        if prev is not None:
-            return PriorCapture(prev[0], float(prev[1]), prev[2])
-        return self.pending.get(digest)
-
     def confirmed_capture(self, fp: int) -> PriorCapture | None:
         """The archived capture a 304 confirms: the record holding the payload whose validators
         were sent (its digest owner, so a replay engine finds the payload even when the URL's
@@ -197,7 +177,7 @@ class Answers:
         """The pool's question before a worker archives a page with text: the stored page within
         the simhash distance, or "". Feeds the host's trap window (demoted when mostly near
         duplicates)."""
-        host_key = urlmod.host_key(url)
+        host_key = host_key_of(url)
         near = self.near.check_and_add(simhash, url, host_key)
         if self.near.should_demote(host_key):   # mostly near-duplicates lately: a trap, slow it down
             self.frontier.demote_host(host_key)

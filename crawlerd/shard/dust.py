@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.frontier import Frontier, Lease, QueuedURL
 from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SKIP, Decision, DustLearner
@@ -29,6 +28,8 @@ from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake, decode_aux, encode_aux
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_key as host_key_of
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -74,7 +75,7 @@ class DustGate:
                 out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
                 counters["dust_deferred"] += 1
             elif action == SKIP:
-                self._skipped(item[5], urlmod.host_key(item[5]), d, item[1])
+                self._skipped(item[5], host_key_of(item[5]), d, item[1])
             elif action == PROBE:
                 out.append(item[:4] + (0, item[5]))
                 counters["dust_probes"] += 1
@@ -116,8 +117,8 @@ class DustGate:
             items = []
             for aux in ch.requeue:
                 d, hops, priority, u = decode_aux(aux)
-                items.append(QueuedURL(url=u, host_key=urlmod.host_key(u), priority=priority, depth=d, hops=hops,
-                                       fp=urlmod.fingerprint(u)))
+                items.append(QueuedURL(url=u, host_key=host_key_of(u), priority=priority, depth=d, hops=hops,
+                                       fp=fingerprint(u)))
             self.frontier.add(items)        # committed before the learner's log forgets them
             counters["dust_requeued"] += len(items)
         if ch.promote:
@@ -130,7 +131,7 @@ class DustGate:
                 limit=1, max_scan=PROBE_SCAN)
         canonical = pr.canonical
         if canonical and canonical != url and depth < self.cfg.crawl.max_depth:
-            link = Link(canonical, urlmod.fingerprint(canonical), urlmod.host_key(canonical))
+            link = Link(canonical, fingerprint(canonical), host_key_of(canonical))
             if self.intake.submit_links([link], depth=depth):
                 counters["dust_canonical_fed"] += 1
 

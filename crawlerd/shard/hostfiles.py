@@ -19,7 +19,6 @@ import asyncio
 import email.utils
 from collections.abc import Awaitable, Callable
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
 from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.fetch.robots import RobotsCache, RobotsEntry, RobotsFollow, RobotsState, robots_decision
@@ -31,6 +30,9 @@ from crawlerd.process.sitemaps import parse_sitemap
 from crawlerd.records import FetchRequest, FetchResult
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.outbound import Outbound
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_key as host_key_of
+from crawlerd.url.hosts import host_of
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
@@ -86,7 +88,7 @@ class HostFiles:
         rc = self.cfg.robots
         total_s = 0.0
         for hops in range(self.cfg.fetch.max_redirects + 2):
-            same_host = urlmod.host_key(url) == host_key
+            same_host = host_key_of(url) == host_key
             req = self.outbound.request(url, lease.ip) if same_host else await self.outbound.request_elsewhere(url)
             if req is None:
                 res = FetchResult(url=url, outcome=Outcome.BLOCKED_ADDRESS)
@@ -114,7 +116,7 @@ class HostFiles:
                 agent_token=rc.agent_token, cache_ttl_s=rc.cache_ttl_s, error_retry_s=rc.error_retry_s,
                 max_bytes=rc.max_bytes)
             if isinstance(decision, RobotsFollow):
-                nxt = urlmod.normalize(decision.url, url)
+                nxt = normalize(decision.url, url)
                 if nxt is None:
                     break
                 url = nxt
@@ -156,8 +158,8 @@ class HostFiles:
         same-host sitemaps are read (sitemaps.org: a sitemap vouches for its
         own host); index children are followed up to ``sitemaps.max_fetches_per_host`` files."""
         sm = self.cfg.sitemaps
-        queue = [u for u in (urlmod.normalize(x) for x in [*rules.sitemaps, *sm.urls])
-                 if u is not None and urlmod.host_key(u) == host_key]
+        queue = [u for u in (normalize(x) for x in [*rules.sitemaps, *sm.urls])
+                 if u is not None and host_key_of(u) == host_key]
         done: set[str] = set()
         crawl_delay = min(rules.crawl_delay or 0.0, self.cfg.robots.crawl_delay_cap_s)
         fetches = 0
@@ -170,7 +172,7 @@ class HostFiles:
             if deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
                 break                     # never outlive the lease: the rest waits for the next reading
             await asyncio.sleep(gap)
-            if self.stopping() or self.frontier.is_blocked(urlmod.host_of(host_key)):
+            if self.stopping() or self.frontier.is_blocked(host_of(host_key)):
                 break                     # the operator blocklist wins at once
             req = self.outbound.request(url, ip)
             if req is None:

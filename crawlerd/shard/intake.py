@@ -1,18 +1,20 @@
 """The shard's intake: the only way a URL enters the frontier.
 
 Seeds, redirect targets, outlinks and sitemap URLs are normalised and filtered
-(``url.UrlFilter``; every drop is counted under its reason in ``metrics.dropped``), then
+(``url.filter.UrlFilter``; every drop is counted under its reason in ``metrics.dropped``), then
 submitted to the DRUM seen-set with their record (depth, hops, priority, URL) as aux data.
 DRUM's answers come back on the loop: duplicates end there; unique URLs pass the BEAST domain
 budget (over budget: deferred on disk, not dropped) and are added to the frontier, and only
-then are the answers acknowledged. Two other doors lead past the seen-set: deferred URLs
+then are the answers acknowledged. robots.txt decides at admission: a unique URL its host's
+current rules (RFC 9309) disallow is dropped here (counted as ``robots_denied``, one event),
+not queued to cost its host a lease and a politeness gap later. Two other doors lead past the seen-set: deferred URLs
 readmitted when their domain's budget grows, and recrawl revisits that are due.
 
 Order of durability everywhere: the frontier commits before the source of a URL (DRUM's
 acknowledgement, the budget deferral table, the recrawl schedule) forgets it, so a crash
 repeats a URL and never loses one.
 
-With several shards (``crawl.shards``), a URL whose host another shard owns (``url.shard_of``)
+With several shards (``crawl.shards``), a URL whose host another shard owns (``url.hosts.shard_of``)
 is not filtered here but staged in the hand-off outbox for its owner, which filters it and
 submits it to its own DRUM (``take_handoff``); STAR edges to another shard's domains go to that
 shard too (a vouch is counted in its target's shard: ``DomainGraph.export``); a lease
@@ -22,17 +24,24 @@ log holds its records.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
-from crawlerd import url as urlmod
 from crawlerd.config import Config
+from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
 from crawlerd.frontier.budgets import Budgets, domain_name
 from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.filter import UrlFilter
+from crawlerd.url.hosts import host_key, host_of, shard_of
+
+SEEN_SLICE = 1024       # DRUM answers admitted per loop iteration (LMDB puts: ~1-3 ms a slice)
 
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
@@ -50,10 +59,12 @@ def decode_aux(aux: bytes) -> tuple[int, int, int, str]:
 class Intake:
     """URLs in: filter → seen-set → (budgets) → frontier; revisits and readmissions → frontier."""
 
-    def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: urlmod.UrlFilter,
+    def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, url_filter: UrlFilter,
                  recrawl: Recrawl, metrics: Metrics, wake: Callable[[], None],
                  budgets: Budgets | None = None, wall: Callable[[], float],
                  free_slots: Callable[[], int] = lambda: 0, paused: Callable[[], bool] = lambda: False,
+                 robots: RobotsCache | None = None, clock: Callable[[], float] | None = None,
+                 on_dropped: Callable[[str, str], None] | None = None,
                  shard: int = 0, shards: int = 1, outbox=None):
         """``outbox``: the hand-off outbox (``crawlerd.handoff``) when ``shards`` > 1."""
         if shards > 1 and outbox is None:
@@ -72,10 +83,15 @@ class Intake:
         if budgets is not None and shards > 1:
             budgets.graph.export = self._hand_vouch      # STAR: a vouch counts where its target lives
         self.wall = wall
-        self.free_slots = free_slots        # leases the lease window has room for now, for BEAST's reader
+        self.free_slots = free_slots        # transfers the lease window has room for now, for BEAST's reader
         self.paused = paused
         # the DUST gate's intake hook (crawlerd.shard.dust), set by the shard: new URLs -> those to queue
         self.admission: Callable[[list[tuple]], list[tuple]] | None = None
+        self.robots = robots
+        self.clock = clock
+        self.on_dropped = on_dropped
+        # durable(then): run ``then`` once the frontier's commits are on disk (None: they already are)
+        self.durable: Callable[[Callable[[], None]], None] | None = None
         self._last_flush = 0.0
         self._last_readmit = 0.0
         self._last_recrawl = 0.0
@@ -86,11 +102,11 @@ class Intake:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         links = []
         for raw in urls:
-            norm = urlmod.normalize(raw, base)
+            norm = normalize(raw, base)
             if norm is None:
                 self.metrics.dropped["bad_url"] += 1
             else:
-                links.append(Link(norm, urlmod.fingerprint(norm), ""))
+                links.append(Link(norm, fingerprint(norm), ""))
         return self.submit_links(links, depth=depth, hops=hops, priority=priority)
 
     def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None) -> int:
@@ -115,7 +131,7 @@ class Intake:
     def _route(self, links: list[Link], depth: int, hops: int, priority: int) -> list[Link]:
         """Stage the links other shards own in the outbox; return this shard's own."""
         mine, away = [], {}
-        me, n, shard_of, host_of = self.shard, self.shards, urlmod.shard_of, urlmod.host_of
+        me, n = self.shard, self.shards
         for ln in links:
             owner = shard_of(host_of(ln.url), n)
             if owner == me:
@@ -132,7 +148,7 @@ class Intake:
         another shard (True). A hashed domain key (an unusable name) stays here."""
         if dst[:1] == b"#":
             return False
-        owner = urlmod.shard_of(domain_name(dst), self.shards)
+        owner = shard_of(domain_name(dst), self.shards)
         if owner == self.shard:
             return False
         self.outbox.stage(owner, [(0, VOUCH_TAG + src + b"\0" + dst)])
@@ -190,14 +206,35 @@ class Intake:
         """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
-        ``frontier.add`` commits before ``ack``, so a unique URL is never lost between the two, and
+        ``frontier.add`` commits before ``ack`` (and with ``durable`` set, the commit is synced
+        to disk on the sync thread first), so a unique URL is never lost between the two, and
         it commits the position after the answers (``seen_mark``) with them, so an answer
         delivered again is not added (and fetched) a second time.
+        A delivery (up to a DRUM call of 8,192 answers) is admitted ``SEEN_SLICE`` answers per
+        loop iteration, each slice committed with its mark, and acknowledged after the last: no
+        iteration holds the loop for all of it (at most one delivery is outstanding, so slices
+        never interleave).
         """
+        self._admit_slice(results, 0)
+
+    def _admit_slice(self, results: list, start: int) -> None:
+        end = start + SEEN_SLICE
+        self._admit(results[start:end] if start or end < len(results) else results)
+        if end < len(results):
+            asyncio.get_running_loop().call_soon(self._admit_slice, results, end)
+            return
+        if self.durable is not None:
+            self.durable(self.seen.ack)         # acknowledged once the commits are on disk
+            return
+        self.seen.ack()
+
+    def _admit(self, results: list) -> None:
+        """Admit unique answers to the frontier (robots, budgets) and commit; no ack."""
         added = []
         dup = again = 0
         mark = self.frontier.seen_mark
         fresh = []
+        robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -205,7 +242,14 @@ class Intake:
             if not r.unique:
                 dup += 1
                 continue
-            fresh.append((r.key, r.aux, *decode_aux(r.aux)))
+            decoded = decode_aux(r.aux)         # (depth, hops, priority, url)
+            url = decoded[3]
+            if robots is not None:
+                entry = robots.get(host_key(url), now)
+                if entry is not None and entry.ok and not entry.rules.allowed(url):
+                    self.denied(url)            # robots.txt decides at admission
+                    continue
+            fresh.append((r.key, r.aux, *decoded))
         if self.admission is not None and fresh:
             fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
         for key, aux, depth, hops, priority, url in fresh:
@@ -215,7 +259,7 @@ class Intake:
                 elif not self.budgets.offer(url, aux, key):
                     self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
                     continue
-            added.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority,
+            added.append(QueuedURL(url=url, host_key=host_key(url), priority=priority,
                                    depth=depth, hops=hops, fp=key))
         self.metrics.counters["seen_duplicate"] += dup
         if again:
@@ -227,7 +271,12 @@ class Intake:
             self.frontier.add(added, seen_mark=results[-1].seq + 1)
         if added:
             self.wake()
-        self.seen.ack()
+
+    def denied(self, url: str) -> None:
+        """A unique URL its host's robots.txt disallows: dropped at admission, counted, one event."""
+        self.metrics.dropped[Outcome.ROBOTS_DENIED.value] += 1
+        if self.on_dropped is not None:
+            self.on_dropped(url, Outcome.ROBOTS_DENIED.value)
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:
@@ -248,8 +297,8 @@ class Intake:
             items = []
             for rec in recs:
                 depth, hops, priority, url = decode_aux(rec)
-                items.append(QueuedURL(url=url, host_key=urlmod.host_key(url), priority=priority, depth=depth,
-                                       hops=hops, fp=urlmod.fingerprint(url)))
+                items.append(QueuedURL(url=url, host_key=host_key(url), priority=priority, depth=depth,
+                                       hops=hops, fp=fingerprint(url)))
             self.frontier.add(items)
             b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)

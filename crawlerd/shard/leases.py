@@ -13,7 +13,11 @@ address the guard allows, or with the DNS outcome (the host's URLs then end with
 
 The lease is completed only after its answer is processed (archived, links in the seen-set
 journal), so a crash fetches the URL again instead of losing it, and the host's politeness gap
-starts at the end of processing: never shorter than the gap after the transfer.
+starts at the end of processing: never shorter than the gap after the transfer. The lease does
+not hold a transfer slot while it waits for processing: ``fetch.max_in_flight`` bounds
+transfers on the wire (the fetcher's count plus leases not started yet; ``LeaseWindow`` keeps
+fewer while the workers' answer rate needs fewer), and the processing queue has its own bound
+(``WorkerPool.behind``, the shard's backpressure).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 
-from crawlerd import url as urlmod
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, Lease
 from crawlerd.frontier.recrawl import Recrawl
@@ -35,6 +38,8 @@ from crawlerd.shard.hostfiles import HostFiles, parse_retry_after
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageFailure
 from crawlerd.shard.tasks import Tasks
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_of
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -43,16 +48,28 @@ BLOCKED_ADDRESS_WARNINGS = 10       # say why hosts are refused a few times, not
 
 class LeaseTable:
     """The leases this shard is working on. Key: lease id. Invariant: a lease is here from
-    ``LeaseRunner.start`` until its task ends (or shutdown abandons it)."""
+    ``LeaseRunner.start`` until its task ends (or shutdown abandons it); it is in ``unstarted``
+    from then until its task first runs (it has not reached the fetcher yet, so the fetcher's
+    count of transfers does not include it)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, Lease] = {}
+        self._unstarted: set[int] = set()
 
     def add(self, lease: Lease) -> None:
         self._by_id[lease.lease_id] = lease
+        self._unstarted.add(lease.lease_id)
+
+    def started(self, lease_id: int) -> None:
+        self._unstarted.discard(lease_id)
+
+    @property
+    def unstarted(self) -> int:
+        return len(self._unstarted)
 
     def discard(self, lease_id: int) -> None:
         self._by_id.pop(lease_id, None)
+        self._unstarted.discard(lease_id)
 
     def host_busy(self, host_key: str) -> bool:
         """Whether any lease of ``host_key`` is running (a linear scan: only robots redirects ask)."""
@@ -63,13 +80,16 @@ class LeaseTable:
 
     def clear(self) -> None:
         self._by_id.clear()
+        self._unstarted.clear()
 
     def __len__(self) -> int:
         return len(self._by_id)
 
 
 class LeaseWindow:
-    """How many leases may be out at once: enough to keep the processing workers busy, no more.
+    """How many transfers may be going at once (on the wire, queued in the fetcher, or leased and
+    not started): enough to keep the processing workers busy, no more. A lease whose answer waits
+    for a worker is not counted (``WorkerPool.behind`` bounds those).
 
     Little's law: feeding the pool at its rate ``R`` (answers per second, the best second of
     about the last minute) when a fetch takes ``L`` seconds (moving average) needs ``R x L``
@@ -144,7 +164,7 @@ class LeaseRunner:
 
     async def _resolve_host(self, host_key: str) -> None:
         try:
-            res, ip = await self.outbound.lookup(urlmod.host_of(host_key))
+            res, ip = await self.outbound.lookup(host_of(host_key))
             if res.outcome is not Outcome.OK:
                 self.metrics.counters[res.outcome.value] += 1
                 self.frontier.set_host_ip(host_key, None, outcome=res.outcome)
@@ -174,6 +194,7 @@ class LeaseRunner:
         self.table.clear()
 
     async def _run(self, lease: Lease) -> None:
+        self.table.started(lease.lease_id)      # from here its transfer is the fetcher's to count
         try:
             if lease.kind == "robots":
                 await self.host_files.fetch_robots(lease)
@@ -185,9 +206,9 @@ class LeaseRunner:
     async def fetch_url(self, lease: Lease) -> None:
         """One URL lease: check blocklist and robots, fetch (conditionally), process, complete."""
         host_key, url, item = lease.host_key, lease.url, lease.item
-        fp = (item.fp if item is not None else 0) or urlmod.fingerprint(url)
+        fp = (item.fp if item is not None else 0) or fingerprint(url)
         now = self.clock()
-        if self.frontier.is_blocked(urlmod.host_of(host_key)):
+        if self.frontier.is_blocked(host_of(host_key)):
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED)
             self.metrics.outcomes[Outcome.BLOCKED.value] += 1
             self.events.dropped(url, Outcome.BLOCKED.value)
@@ -209,8 +230,10 @@ class LeaseRunner:
             self.metrics.counters["robots_deferred"] += 1
             return
         if not entry.rules.allowed(url):
+            # queued before the rules said so (or they changed): no request was made, so the
+            # host is not charged a politeness gap for it
             self.recrawl.forget(fp)
-            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED)
+            self.frontier.complete(lease.lease_id, outcome=Outcome.ROBOTS_DENIED, unfetched=True)
             self.metrics.outcomes[Outcome.ROBOTS_DENIED.value] += 1
             self.events.fetched(url, FetchResult(url=url, outcome=Outcome.ROBOTS_DENIED))
             return
@@ -218,7 +241,7 @@ class LeaseRunner:
         conditional = [("If-None-Match", etag)] if etag else []
         if last_modified:
             conditional.append(("If-Modified-Since", last_modified))
-        req = self.outbound.request(url, lease.ip, conditional)
+        req = self.outbound.request(url, lease.ip, conditional, keep_alive=self.frontier.has_queued(host_key))
         if req is None:     # network.allow narrowed since DNS: the whole host goes, with a reason
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self.metrics.outcomes[Outcome.BLOCKED_ADDRESS.value] += 1

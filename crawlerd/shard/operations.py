@@ -12,7 +12,6 @@ import logging
 import os
 
 from crawlerd.config import Config
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.frontier import Frontier
@@ -25,6 +24,7 @@ from crawlerd.seen import AsyncSeenSet
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.leases import LeaseTable
 from crawlerd.shard.tasks import Tasks
+from crawlerd.store.digest_set import DigestSet
 
 log = logging.getLogger("crawlerd.shard")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from crawlerd import url as urlmod
 from crawlerd.fetch.dns import Resolution
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.frontier import Frontier
 from crawlerd.records import FetchRequest
+from crawlerd.url.hosts import host_key, host_of, port_of
 
 OTHER_HOST_WAIT_ROUNDS = 100        # x OTHER_HOST_WAIT_S: how long a redirect waits for a busy host
 OTHER_HOST_WAIT_S = 0.2
@@ -34,11 +34,14 @@ class Outbound:
         self.resolve = resolve
         self.host_busy = host_busy
 
-    def request(self, url: str, ip: str, headers=None) -> FetchRequest | None:
-        """A request for ``url`` to ``ip``, or None if the guard no longer allows the address."""
+    def request(self, url: str, ip: str, headers=None, *, keep_alive: bool = True) -> FetchRequest | None:
+        """A request for ``url`` to ``ip``, or None if the guard no longer allows the address.
+        ``keep_alive``: keep the connection for the host's next request (it has more queued);
+        otherwise it is closed after the answer rather than left idle in curl's cache."""
         if not ip or not self.guard.allowed(ip):     # network.allow may have narrowed since DNS (SIGHUP)
             return None
-        return FetchRequest(url=url, ip=ip, port=urlmod.port_of(url), headers=list(headers or ()))
+        return FetchRequest(url=url, ip=ip, port=port_of(url), headers=list(headers or ()),
+                            keep_alive=keep_alive)
 
     async def lookup(self, host: str) -> tuple[Resolution, str | None]:
         """The resolution of ``host`` and its first address the guard allows (None: none is)."""
@@ -52,8 +55,8 @@ class Outbound:
 
         The target host may have leases of its own: wait (bounded) until it has none, so two
         requests never overlap. (Its gap after its own last request is not known here.)"""
-        hk = urlmod.host_key(url)
-        if self.frontier.is_blocked(urlmod.host_of(url)):
+        hk = host_key(url)
+        if self.frontier.is_blocked(host_of(url)):
             return None
         for _ in range(OTHER_HOST_WAIT_ROUNDS):
             if not self.host_busy(hk):
@@ -61,5 +64,5 @@ class Outbound:
             await asyncio.sleep(OTHER_HOST_WAIT_S)
         else:
             return None
-        _res, ip = await self.lookup(urlmod.host_of(url))
+        _res, ip = await self.lookup(host_of(url))
         return None if ip is None else self.request(url, ip)

@@ -16,9 +16,7 @@ import time
 import lmdb
 
 from crawlerd import layout
-from crawlerd import url as urlmod
 from crawlerd.config import Config
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
 from crawlerd.fetch.curl import Fetcher
@@ -44,6 +42,9 @@ from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageHealth, free_bytes
 from crawlerd.shard.tasks import Tasks
 from crawlerd.shard.view import operator_view
+from crawlerd.store.digest_set import DigestSet
+from crawlerd.store.syncer import SyncThread
+from crawlerd.url.filter import UrlFilter
 
 log = logging.getLogger("crawlerd.shard")
 
@@ -98,12 +99,13 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True)
+            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True,
+            sync=False)      # fdatasync on the sync thread
         rc = cfg.recrawl
         self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
-                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes)
+                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False)
         bu = cfg.budgets
         self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
@@ -113,7 +115,7 @@ class Shard:
                                    map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
                                    edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
-                                   clock=clock)
+                                   clock=clock, sync=False)     # fdatasync on the sync thread
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -127,7 +129,7 @@ class Shard:
                                   agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
                                   clock=clock, wall=wall)
         uf = cfg.url_filter
-        url_filter = urlmod.UrlFilter(
+        url_filter = UrlFilter(
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
@@ -135,6 +137,7 @@ class Shard:
                                   on_error=self.storage.failed, name=layout.events_name(index))
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
+            "digest_dir": self._state("dedup", "digests"),
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
@@ -148,9 +151,10 @@ class Shard:
         self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             wall=wall, free_slots=lambda: self.window.size - len(self.leases),
-                             paused=lambda: self.paused or self.storage.paused, shard=index, shards=shards,
-                             outbox=outbox)
+                             wall=wall, free_slots=self._free_transfers,
+                             paused=lambda: self.paused or self.storage.paused,
+                             robots=self.robots, clock=clock, on_dropped=self.events.dropped,
+                             shard=index, shards=shards, outbox=outbox)
         self.owners: DigestOwners | None = None
         self.owner_server: DigestOwnerServer | None = None
         if shards > 1:      # one owner per payload digest across the shards (dedup/owners.py)
@@ -176,7 +180,9 @@ class Shard:
         self.resolver: Resolver | None = None
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
-        self.loop_lag = LoopLag()       # operator's view: how late this loop runs a periodic timer
+        self.syncer: SyncThread | None = None
+        # operator's view and the bench: how late this loop runs a 10 ms timer (its stalls)
+        self.loop_lag = LoopLag(interval_s=0.01)
 
     def _state(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -189,8 +195,12 @@ class Shard:
 
     def status(self, detail: bool = True) -> dict:
         """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
-        st = {**self.ops.status(paused=self.paused),
-              **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
+        st = self.ops.status(paused=self.paused)
+        # in_flight: transfers on the wire; leases also counts those being processed or between fetches
+        st["leases"] = st["in_flight"]
+        st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
+        st["processing"] = self.pool.calls
+        st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
         if self.owners is not None:
@@ -232,7 +242,8 @@ class Shard:
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
-                               max_connections=f.max_connections, verify_tls=f.verify_tls)
+                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file,
+                               max_transfers=f.max_in_flight, on_done=self._wake.set)
         outbound = Outbound(guard=self.guard, frontier=self.frontier, resolve=self.resolver.resolve,
                             host_busy=self.leases.host_busy)
         host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,
@@ -246,6 +257,10 @@ class Shard:
                                   storage_failed=self.storage.failed, window=self.window)
         if self.dust is not None:
             self.runner.lease_gate = self.dust.lease_skip
+        # group commit: the loop commits without fdatasync; this thread syncs, and DRUM's answers are
+        # acknowledged only once the frontier holding them is on disk
+        self.syncer = SyncThread(loop)
+        self.intake.durable = self._when_durable
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -271,6 +286,12 @@ class Shard:
             self.loop_lag.stop()
             await self._shutdown()
 
+    def _when_durable(self, then) -> None:
+        """Run ``then`` on the loop once the frontier and budget state committed so far are on disk."""
+        if self.budgets is not None:
+            self.syncer.request(self.budgets.sync)
+        self.syncer.request(self.frontier.flush, then)
+
     def _archive(self, res: FetchResult) -> None:
         """A robots.txt or sitemap answer: archived by a worker in the background (no dedup, no links)."""
         self.tasks.spawn(self._archive_one(res))
@@ -287,7 +308,7 @@ class Shard:
         self.storage.step(now)
         runner.resolve_hosts()
         self.window.tick(now, self.pool.answered)
-        free = self.window.size - len(self.leases)
+        free = self._free_transfers()
         # fencing: no request starts unless this process still owns the shard
         halted = self.paused or self.storage.paused or not (self.ownership is None or self.ownership.held(now))
         # processing behind: more fetches would only wait, unarchived, for a worker
@@ -305,9 +326,12 @@ class Shard:
         if now - self._last_commit > COMMIT_INTERVAL_S:
             self._last_commit = now
             self.ops.drain_frontier_drops()
-            self.recrawl.commit()
+            self.recrawl.commit(flush=False)
             self.frontier.expire_leases(now)
-            self.frontier.commit()
+            self.frontier.commit(flush=False)
+            if self.syncer is not None:
+                self.syncer.request(self.recrawl.flush)
+                self.syncer.request(self.frontier.flush)
             if self.dust is not None:
                 self.dust.commit()
             self.events.flush()
@@ -317,11 +341,19 @@ class Shard:
                 self._save_dns()
         self.metrics.tick()
 
+    def _free_transfers(self) -> int:
+        """Transfer slots free: the lease window (``fetch.max_in_flight`` at most) less transfers on
+        the wire or waiting for one, less leases whose task has not reached the fetcher yet. A lease
+        waiting for a worker holds no slot: ``pool.behind`` bounds that queue."""
+        f = self.fetcher
+        busy = f.in_flight + f.waiting if f is not None else 0
+        return self.window.size - busy - self.leases.unstarted
+
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()
         now = self.clock()
-        if self.paused or self.storage.paused or self.pool.behind or len(self.leases) >= self.window.size:
-            nd = None                 # nothing can be leased now: wait for a finished task or a tick
+        if self.paused or self.storage.paused or self.pool.behind or self._free_transfers() <= 0:
+            nd = None                 # nothing can be leased now: wait for a transfer or task to end, or a tick
         tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
         timeout = tick if nd is None else min(tick, max(0.0, nd - now))
         self._wake.clear()
@@ -362,6 +394,9 @@ class Shard:
             await self.seen.close()     # before the frontier closes: no delivery after this
         except STORE_ERRORS as e:
             self.storage.fatal(e, "seen-set")
+        if self.syncer is not None:
+            self.syncer.close()     # after the seen-set: its last acks wait for a sync
+            await asyncio.sleep(0)  # run the acks it queued on the loop
         if self.budgets is not None:
             self.ops.keep_final_stats("budgets")
             try:

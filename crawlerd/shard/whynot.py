@@ -9,19 +9,20 @@ The verdict is the first of those that holds the URL, in the order a URL travels
 
 from __future__ import annotations
 
-from crawlerd import url as urlmod
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.hosts import host_key, host_of, registered_domain
 
 
 async def explain(shard, raw_url: str) -> dict:
     """The parts' answers for one URL and a one-line verdict (``shard`` is the running Shard)."""
-    url = urlmod.normalize(raw_url)
+    url = normalize(raw_url)
     if url is None:
         raise ValueError(f"not a valid http(s) URL: {raw_url!r}")
-    fp, hk = urlmod.fingerprint(url), urlmod.host_key(url)
+    fp, hk = fingerprint(url), host_key(url)
     now = shard.clock()
-    out: dict = {"url": url, "host": hk, "domain": urlmod.registered_domain(urlmod.host_of(url))}
+    out: dict = {"url": url, "host": hk, "domain": registered_domain(host_of(url))}
     out["filter"] = shard.intake.url_filter.peek(url)
-    out["blocked"] = shard.frontier.is_blocked(urlmod.host_of(hk))
+    out["blocked"] = shard.frontier.is_blocked(host_of(hk))
     seen = await shard.seen.contains([fp])
     out["seen"] = {"in_seen_set": seen[0], "waiting_for_merge": shard.seen.pending}
     fr = shard.frontier.explain(url, hk, now)

@@ -16,7 +16,7 @@ import sys
 from crawlerd.simweb.farm import FarmShape
 from crawlerd.simweb.netns import check_bind
 from crawlerd.simweb.server import SimServer, log
-from crawlerd.simweb.site import Site
+from crawlerd.simweb.site import PROFILE_UNIFORM, PROFILES, Site
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-out", default="", help="on SIGTERM, write the ledger here (JSON lines)")
     p.add_argument("--ledger-max", type=int, default=0,
                    help="keep at most this many most recent ledger entries (0: all; long benchmarks)")
+    p.add_argument("--profile", choices=PROFILES, default=PROFILE_UNIFORM,
+                   help="page shapes: uniform (5-30 KB, 10-60 links) or web (log-normal sizes and link "
+                        "counts, a robots.txt on every ordinary host)")
+    p.add_argument("--tls", action="store_true",
+                   help="serve every host over HTTPS with certificates from a throwaway test CA made at "
+                        "start (its certificate is announced as ca_file); needs the cryptography package")
     p.add_argument("--variants", type=float, default=0.0, metavar="SHARE",
                    help="share of ordinary hosts serving URL variants of their pages (simweb.variants)")
     p.add_argument("--farm-domains", type=int, default=0,
@@ -54,8 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> int:
     shape = FarmShape(domains=args.farm_domains, hosts_per_domain=args.farm_hosts, in_rate=args.farm_in_rate,
                       giants=args.giants, giant_hosts=args.giant_hosts, one_domain=args.one_domain)
-    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages, shape=shape, variant_share=args.variants)
-    server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max)
+    site = Site(args.hosts, args.seed, args.min_pages, args.max_pages, profile=args.profile, shape=shape,
+                variant_share=args.variants)
+    tls = None
+    if args.tls:
+        from crawlerd.simweb.tls import TestCA
+        tls = TestCA([h.name for h in site.hosts])
+    server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max, tls=tls)
     await server.start(args.bind, args.port, args.control_port)
     announcement = server.announcement()
     dns = None
@@ -75,6 +86,8 @@ async def _run(args: argparse.Namespace) -> int:
     await server.close()
     if dns is not None:
         dns.close()
+    if tls is not None:
+        tls.close()
     if args.ledger_out:
         server.ledger.write_jsonl(args.ledger_out)
         log(f"ledger: {len(server.ledger.entries)} entries -> {args.ledger_out}")

@@ -100,11 +100,12 @@ class Handler:
     Invariant: the cache holds at most ``cache_bytes`` of bodies (least recently used evicted).
     """
 
-    def __init__(self, site: S.Site, port: int, cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, site: S.Site, port: int, cache_bytes: int = 64 << 20, scheme: str = "http") -> None:
         self.site = site
         self.port = port
+        self.scheme = scheme
         self.variants = Variants(site.seed, port)
-        self.pages = PageRenderer(site, ParagraphPool(site.seed), port, self.variants)
+        self.pages = PageRenderer(site, ParagraphPool(site.seed), port, self.variants, scheme)
         self.cache: OrderedDict[tuple, Entity] = OrderedDict()
         self.cache_bytes = cache_bytes
         self.cached_bytes = 0
@@ -175,10 +176,10 @@ class Handler:
             return Reply(0, action=ACTION_RESET)
         if spec.variant == S.ROBOTS_REDIRECT and path != spec.paths[-1]:
             nxt = spec.paths[spec.paths.index(path) + 1]
-            return Reply(301, b"moved\n", "text/plain", (("Location", f"http://{authority}{nxt}"),))
+            return Reply(301, b"moved\n", "text/plain", (("Location", f"{self.scheme}://{authority}{nxt}"),))
         if spec.variant == S.ROBOTS_ALLOW_ALL:
             # RFC 9309 §2.3.5 / sitemaps.org: an absolute Sitemap: line; the index points at a gzipped urlset
-            text = spec.text + f"Sitemap: http://{authority}{S.SITEMAP_INDEX_PATH}\n"
+            text = spec.text + f"Sitemap: {self.scheme}://{authority}{S.SITEMAP_INDEX_PATH}\n"
             return Reply(200, text.encode(), "text/plain; charset=utf-8")
         if spec.status == 200 or spec.variant == S.ROBOTS_REDIRECT:
             return Reply(200, spec.text.encode(), "text/plain; charset=utf-8")
@@ -186,7 +187,7 @@ class Handler:
 
     def _sitemap(self, host: S.HostSpec, path: str) -> Reply:
         """Sitemap index -> one gzipped urlset of /sm/k.html pages, which nothing else links to."""
-        base = f"http://{host.name}:{self.port}"
+        base = f"{self.scheme}://{host.name}:{self.port}"
         if path == S.SITEMAP_INDEX_PATH:
             body = ('<?xml version="1.0" encoding="UTF-8"?>\n'
                     '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'

@@ -9,6 +9,7 @@ root), absolute, protocol-relative, with fragments; some point across hosts, to 
 
 from __future__ import annotations
 
+import math
 import random
 from itertools import accumulate
 
@@ -36,19 +37,31 @@ def _with_sid(href: str) -> str:
 class PageRenderer:
     """Renders bodies for one bound port (absolute links carry it). Holds no per-request state."""
 
-    __slots__ = ("site", "pool", "port", "seed", "variants", "farm")
+    __slots__ = ("site", "pool", "port", "seed", "variants", "farm", "scheme")
 
-    def __init__(self, site: S.Site, pool: ParagraphPool, port: int, variants=None) -> None:
+    def __init__(self, site: S.Site, pool: ParagraphPool, port: int, variants=None, scheme: str = "http") -> None:
         self.site = site
         self.pool = pool
         self.port = port
         self.seed = site.seed
         self.variants = variants      # simweb.variants.Variants: links to URL variants (hosts that have them)
         self.farm = FarmLinks(site.shape, site.hosts, site.hosts[:site.n_hosts]) if site.shape.active else None
+        self.scheme = scheme            # of absolute links: the web is all http or all https
 
     # --- helpers ---
     def authority(self, host: S.HostSpec) -> str:
-        return host.name if self.port == 80 else f"{host.name}:{self.port}"
+        default = 443 if self.scheme == "https" else 80
+        return host.name if self.port == default else f"{host.name}:{self.port}"
+
+    def _shape(self, rng: random.Random) -> tuple[int, int]:
+        """(target body bytes, links) of one /p/ page, drawn from the site's profile."""
+        if self.site.profile == S.PROFILE_WEB:
+            lo, hi = S.WEB_SIZE_RANGE_BYTES
+            size = int(rng.lognormvariate(math.log(S.WEB_SIZE_MEDIAN_BYTES), S.WEB_SIZE_SIGMA))
+            llo, lhi = S.WEB_LINKS_RANGE
+            links = int(rng.lognormvariate(math.log(S.WEB_LINKS_MEDIAN), S.WEB_LINKS_SIGMA))
+            return min(hi, max(lo, size)), min(lhi, max(llo, links))
+        return rng.randint(5 * 1024, 30 * 1024), rng.randint(10, 60)
 
     def _rng(self, host: S.HostSpec, key: str) -> random.Random:
         return random.Random(f"simweb-page/{self.seed}/{host.index}/{key}")
@@ -113,7 +126,7 @@ class PageRenderer:
             elif kind == "dotdot":
                 href = (f"../p/{k}.html", f"./{k}.html", f"../../p/{k}.html")[int(rand() * 3)]
             elif kind == "abs":
-                href = f"http://{self.authority(host)}/p/{k}.html"
+                href = f"{self.scheme}://{self.authority(host)}/p/{k}.html"
             elif kind == "frag":
                 href = f"/p/{k}.html#s{int(rand() * 8)}"
             else:
@@ -132,7 +145,7 @@ class PageRenderer:
         rand = rng.random
         if kind in ("cross_abs", "cross_proto"):
             other = self.site.hosts[int(rand() * self.site.n_hosts)]
-            scheme = "http:" if kind == "cross_abs" else ""
+            scheme = f"{self.scheme}:" if kind == "cross_abs" else ""
             return f"{scheme}//{self.authority(other)}{self.entry_path(other, rng)}", False
         if kind == "private":
             sub = "open/" if rand() < 0.5 else ""
@@ -160,8 +173,7 @@ class PageRenderer:
             return self.page(host, src).replace(b"<h1>", marked, 1)
         rng = self._rng(host, f"p/{k}")
         title = sentence(rng, rng.randint(3, 7))[:-1]
-        target = rng.randint(5 * 1024, 30 * 1024)
-        n_links = rng.randint(10, 60)
+        target, n_links = self._shape(rng)
         if k in host.meta_nofollow:
             # only reachable from here: a crawler that ignores <meta name=robots> fetches /mnf/
             items = [f'<li><a href="/mnf/{int(rng.random() * S.LEAF_PAGES)}.html">'
@@ -173,7 +185,7 @@ class PageRenderer:
             if self.farm is not None:        # links into the giants and the farm (farm.py)
                 items += [f'<li><a href="{h}">{" ".join(words(rng, 2))}</a></li>\n'
                           for h in self.farm.extra_hrefs(host, rng, self.authority)]
-        paras = self._paragraphs(rng, target - 60 * n_links)
+        paras = self._paragraphs(rng, max(256, target - 60 * n_links))
         parts: list[bytes] = []
         per = max(1, len(items) // max(1, len(paras)))
         li = 0
@@ -212,7 +224,7 @@ class PageRenderer:
             links = [(f"/p/{k}.html", " ".join(words(rng, 2)), False) for k in range(min(host.pages, 30))]
             for _ in range(3):
                 other = self.site.hosts[int(rng.random() * self.site.n_hosts)]
-                href = f"http://{self.authority(other)}{self.entry_path(other, rng)}"
+                href = f"{self.scheme}://{self.authority(other)}{self.entry_path(other, rng)}"
                 links.append((href, other.name, False))
             links += [("/private/0.html", "private", False), ("/private/open/0.html", "open", False),
                       ("/nf/0.html", "nofollow", True), ("/files/0.txt", "notes", False)]

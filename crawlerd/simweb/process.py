@@ -37,7 +37,8 @@ class SimWebProcess:
 
     def __init__(self, hosts: int = 200, seed: int = 1, bind: str = "127.0.0.1", port: int = 0,
                  ledger_out: str = "", min_pages: int | None = None, max_pages: int | None = None,
-                 dns_port: int | None = None, extra_args: list[str] | None = None,
+                 dns_port: int | None = None, profile: str | None = None, tls: bool = False,
+                 extra_args: list[str] | None = None,
                  stderr: IO | int | None = None) -> None:
         args = ["--hosts", str(hosts), "--seed", str(seed), "--bind", bind, "--port", str(port)]
         if ledger_out:
@@ -48,6 +49,10 @@ class SimWebProcess:
             args += ["--max-pages", str(max_pages)]
         if dns_port is not None:
             args += ["--dns-port", str(dns_port)]
+        if profile is not None:
+            args += ["--profile", profile]
+        if tls:
+            args.append("--tls")
         self.args = args + list(extra_args or [])
         self.stderr = stderr
         self.proc: subprocess.Popen | None = None
@@ -135,6 +140,11 @@ class SimWebProcess:
     @property
     def static_hosts(self) -> dict[str, str]:
         return self.info["static_hosts"]
+
+    @property
+    def ca_file(self) -> str | None:
+        """The throwaway CA's certificate (PEM) when serving HTTPS, else None."""
+        return self.info.get("ca_file")
 
     @property
     def dns_port(self) -> int | None:

@@ -370,8 +370,11 @@ class ControlProtocol(asyncio.Protocol):
 class SimServer:
     """The running synthetic web: site model, handler, ledger, and the two listening sockets."""
 
-    def __init__(self, site: Site, cache_bytes: int = 64 << 20, ledger_max_entries: int = 0) -> None:
+    def __init__(self, site: Site, cache_bytes: int = 64 << 20, ledger_max_entries: int = 0,
+                 tls=None) -> None:
         self.site = site
+        self.tls = tls                        # a simweb.tls.TestCA: serve HTTPS (else plain HTTP)
+        self.scheme = "https" if tls is not None else "http"
         self.cache_bytes = cache_bytes
         self.ledger = Ledger(ledger_max_entries)
         self.clock = _Clock()
@@ -391,12 +394,13 @@ class SimServer:
     async def start(self, bind: str, port: int = 0, control_port: int = 0,
                     control_bind: str = "127.0.0.1") -> None:
         loop = asyncio.get_running_loop()
+        ssl_ctx = self.tls.server_context() if self.tls is not None else None
         server = await loop.create_server(lambda: SimHttpProtocol(self), bind, port, reuse_address=True,
-                                          backlog=1024)
+                                          backlog=1024, ssl=ssl_ctx)
         self._servers.append(server)
         self.bind = bind
         self.port = server.sockets[0].getsockname()[1]
-        self.handler = Handler(self.site, self.port, self.cache_bytes)
+        self.handler = Handler(self.site, self.port, self.cache_bytes, scheme=self.scheme)
         control = await loop.create_server(lambda: ControlProtocol(self), control_bind, control_port,
                                            reuse_address=True)
         self._servers.append(control)
@@ -425,11 +429,15 @@ class SimServer:
 
     def announcement(self) -> dict:
         """The one JSON line printed on stdout once listening."""
-        authority = "" if self.port == 80 else f":{self.port}"
-        return {"port": self.port, "bind": self.bind, "control_port": self.control_port,
-                "hosts": {h.name: h.ip for h in self.site.hosts},
-                "seeds": [f"http://{h.name}{authority}/" for h in self.site.hosts if h.role != ROLE_FARM],
-                "static_hosts": self.static_hosts(), "pid": os.getpid()}
+        default = 443 if self.scheme == "https" else 80
+        authority = "" if self.port == default else f":{self.port}"
+        out = {"port": self.port, "bind": self.bind, "control_port": self.control_port, "scheme": self.scheme,
+               "hosts": {h.name: h.ip for h in self.site.hosts},
+               "seeds": [f"{self.scheme}://{h.name}{authority}/" for h in self.site.hosts if h.role != ROLE_FARM],
+               "static_hosts": self.static_hosts(), "pid": os.getpid()}
+        if self.tls is not None:
+            out["ca_file"] = self.tls.ca_file
+        return out
 
     async def close(self) -> None:
         if self._sweeper is not None:

@@ -69,6 +69,22 @@ _SPECIAL_FEATURES: tuple[tuple[str, str], ...] = (
 )
 _EVERYDAY_ROBOTS = ((ROBOTS_DISALLOW_PRIVATE, 40), (ROBOTS_ALLOW_ALL, 20), (ROBOTS_ABSENT, 20),
                     (ROBOTS_CRAWL_DELAY, 10), (ROBOTS_AGENT_GROUPS, 10))
+# profile "web": every ordinary host serves a robots.txt (no 404s), as the hosts of a research crawl do
+_EVERYDAY_ROBOTS_WEB = ((ROBOTS_DISALLOW_PRIVATE, 55), (ROBOTS_ALLOW_ALL, 25), (ROBOTS_CRAWL_DELAY, 10),
+                        (ROBOTS_AGENT_GROUPS, 10))
+
+# Page shapes. "uniform": 5-30 KB, 10-60 links, uniformly drawn (the shape tests were written for).
+# "web": log-normal sizes and link counts, as measured on the real web (HTML transfer sizes and
+# outlink counts are heavy-tailed: most pages are small, a few are very large or very link-rich).
+PROFILE_UNIFORM = "uniform"
+PROFILE_WEB = "web"
+PROFILES = (PROFILE_UNIFORM, PROFILE_WEB)
+WEB_SIZE_MEDIAN_BYTES = 16 * 1024
+WEB_SIZE_SIGMA = 0.7                 # ln-space: the middle 68% of pages are 8-32 KB
+WEB_SIZE_RANGE_BYTES = (1024, 256 * 1024)
+WEB_LINKS_MEDIAN = 32
+WEB_LINKS_SIGMA = 0.7
+WEB_LINKS_RANGE = (2, 400)
 
 
 def ip_for_slot(slot: int) -> str:
@@ -186,20 +202,25 @@ class Site:
     """All hosts of one synthetic web. Key: host name. Invariant: pure function of the arguments."""
 
     def __init__(self, n_hosts: int = 200, seed: int = 1, min_pages: int = 20, max_pages: int = 500,
-                 variant_share: float = 0.0, shape: FarmShape | None = None) -> None:
+                 profile: str = PROFILE_UNIFORM, variant_share: float = 0.0,
+                 shape: FarmShape | None = None) -> None:
         if n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
         if not 1 <= min_pages <= max_pages:
             raise ValueError("need 1 <= min_pages <= max_pages")
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
         self.seed = seed
         self.n_hosts = n_hosts                   # ordinary hosts: indices below n_hosts (see farm.py for the rest)
+        self.profile = profile
         self.variant_share = variant_share
         self.shape = shape or FarmShape()
         rng = random.Random(f"simweb-site/{seed}/{n_hosts}")
         candidates = list(range(1, n_hosts))
         rng.shuffle(candidates)
         special = dict(zip(candidates, _SPECIAL_FEATURES, strict=False))
-        variants, weights = zip(*_EVERYDAY_ROBOTS, strict=True)
+        variants, weights = zip(*(_EVERYDAY_ROBOTS_WEB if profile == PROFILE_WEB else _EVERYDAY_ROBOTS),
+                                strict=True)
         hosts: list[HostSpec] = []
         for i in range(n_hosts):
             hrng = random.Random(f"simweb-host/{seed}/{i}")
@@ -246,7 +267,7 @@ class Site:
     def describe(self, port: int | None = None) -> dict:
         """The site description served at GET /site (JSON-ready)."""
         return {
-            "seed": self.seed, "n_hosts": self.n_hosts, "port": port, "agent_token": AGENT_TOKEN,
+            "seed": self.seed, "n_hosts": self.n_hosts, "port": port, "profile": self.profile, "agent_token": AGENT_TOKEN,
             "nofollow_prefixes": list(NOFOLLOW_PREFIXES), "retry_after_s": RETRY_AFTER_S,
             "crawl_delay_s": CRAWL_DELAY_S, "slow_delay_range_s": list(SLOW_DELAY_RANGE_S),
             "robots_hold_s": ROBOTS_HOLD_S, "leaf_pages": LEAF_PAGES, "media_files": MEDIA_FILES,

@@ -55,8 +55,10 @@ class TestJudge:
                    _e(2, "a.sim", "/p/2.html", 102.4, 102.5, status=0),     # no answer: not a page
                    _e(3, "a.sim", "/p/3.html", 103.6, 103.7),
                    _e(4, "a.sim", "/p/4.html", 110.0, 110.1, status=404)]   # after the window
-        j = e2e.judge(entries, site, t_launch=100.0, seconds=5.0)
+        j = e2e.judge(entries, site, t_launch=100.0, seconds=5.0, warmup_s=2.0)
         assert j["requests"] == 5
+        assert j["steady_pages"] == 1 and j["steady_pages_per_s"] == pytest.approx(1 / 3)   # starts in [102, 105)
+        assert j["refetches"] == 0
         assert j["robots_requests"] == 1
         assert j["pages"] == 3
         assert j["pages_2xx"] == 2
@@ -78,7 +80,9 @@ class TestJudge:
             _e(7, "c.sim", "/p/2.html", 3.0, 3.1, status=429, retry_after=5.0),
             _e(8, "c.sim", "/p/3.html", 4.5, 4.6),              # inside Retry-After
         ]
-        j = e2e.judge(entries, site, t_launch=0.0, seconds=10.0)
+        j = e2e.judge(entries + [_e(9, "c.sim", "/p/3.html", 9.0, 9.1)], site, t_launch=0.0, seconds=10.0,
+                      warmup_s=0.0)
+        assert j["refetches"] == 1                          # /p/3.html asked twice
         assert j["politeness"][HOST_GAP] == 2
         assert j["politeness"][HOST_OVERLAP] == 1
         assert j["robots"] == {"robots_disallowed": 1, "robots_not_first": 1}
@@ -89,7 +93,7 @@ class TestJudge:
         site = _site(**{"a.sim": ALLOW_ALL, "b.sim": ALLOW_ALL})
         entries = [_e(0, "a.sim", "/robots.txt", 0.0, 0.1, ip="127.1.1.1"),
                    _e(1, "b.sim", "/robots.txt", 0.05, 0.2, ip="127.1.1.1")]
-        j = e2e.judge(entries, site, t_launch=0.0, seconds=1.0)
+        j = e2e.judge(entries, site, t_launch=0.0, seconds=1.0, warmup_s=0.0)
         assert j["politeness"][IP_CONCURRENCY] == 1
 
 
@@ -144,7 +148,7 @@ class TestPeerPlumbing:
 def _result(crawler, pages, window, cpu, rss_kib, gaps=0, robots=None, warc_ok=True):
     j = {"pages": pages, "pages_in_window": window, "pages_per_s": window / 10.0,
          "politeness": {HOST_OVERLAP: 0, HOST_GAP: gaps, IP_CONCURRENCY: 0}, "robots": robots or {},
-         "retry_after": 0}
+         "retry_after": 0, "refetches": 0, "refetch_share": 0.0}
     return e2e.CrawlResult(crawler=crawler, rc=0, judged=j, cpu_by_process_s={"crawl": cpu / 2, "workers": cpu / 2},
                            cpu_total_s=cpu, simweb_cpu_s=cpu / 10, peak_rss_kib=rss_kib, hwm_kib={},
                            warc={"valid": warc_ok})
@@ -172,12 +176,12 @@ class TestSummary:
         assert s["cpu_ms_per_page"] == 100.0                 # the run with no pages has no ratio
 
     def test_table_prints_both_crawlers_and_the_ratio(self, capsys):
-        summary = {"crawlerd": e2e.summarize([_result("crawlerd", 100, 90, 1.0, 1024)]),
-                   "scrapy": e2e.summarize([_result("scrapy", 100, 45, 4.0, 2048, gaps=7)])}
-        summary["scrapy"]["warc_valid"] = None
+        summary = {"crawlerd/http": e2e.summarize([_result("crawlerd", 100, 90, 1.0, 1024)]),
+                   "scrapy/http": e2e.summarize([_result("scrapy", 100, 45, 4.0, 2048, gaps=7)])}
+        summary["scrapy/http"]["warc_valid"] = None
         e2e.print_table(summary, runs=1, hosts=10, seconds=10.0)
         out = capsys.readouterr().out
-        assert "crawlerd / scrapy: pages/s x2.00, CPU per page x0.25, peak RSS x0.50" in out
+        assert "http: crawlerd / scrapy: pages/s x2.00, CPU per page x0.25, peak RSS x0.50" in out
         assert "7 (o0 g7 ip0)" in out
 
 
@@ -219,7 +223,7 @@ def test_short_crawlerd_run_in_a_private_namespace(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "crawlerd" in r.stdout and "scrapy" not in r.stdout.split("===")[-1].split("pages:")[0]
     rep = json.loads(out.read_text())
-    (res,) = rep["results"]["crawlerd"]
+    (res,) = rep["results"]["crawlerd/http"]
     assert res["rc"] == 0
     assert res["judged"]["pages"] > 0
     assert res["warc"]["valid"] is True and res["warc"]["records"] > 0

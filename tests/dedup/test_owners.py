@@ -3,8 +3,8 @@
 import asyncio
 import hashlib
 
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer, owner_of
+from crawlerd.store.digest_set import DigestSet
 
 
 def digest_owned_by(shard: int, shards: int = 2) -> bytes:

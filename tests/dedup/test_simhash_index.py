@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from crawlerd._native.simhash import BlockTables, merge_tables
+from crawlerd._native.blocktables import BlockTables, merge_tables
 from crawlerd.dedup.simhash_index import SimhashIndex
 
 

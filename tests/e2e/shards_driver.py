@@ -25,8 +25,8 @@ IP_DELAY_S = 0.3
 
 
 def owner_of(url: str) -> int:
-    from crawlerd import url as urlmod
-    return urlmod.shard_of_url(url, 2)
+    from crawlerd.url.hosts import shard_of_url
+    return shard_of_url(url, 2)
 
 
 def crawlerd(*args: str) -> list[str]:

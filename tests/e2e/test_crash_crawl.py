@@ -124,7 +124,10 @@ def test_kills_hit_the_moments_they_aim_at(crash):
         st = runs[name]["stats_before_kill"]
         assert runs[name].get("t_ready"), f"{name}: status never answered before the kill"
         assert st["pages"] > 0, f"{name}: nothing fetched before the kill"
-        assert runs[name]["worker_pids"], f"{name}: no worker found to kill"
+        # the drain closes the workers as soon as no lease needs them (the transfers still going
+        # are short): by the drain's kill they may have exited in order, nothing left to kill
+        if name != "drain":
+            assert runs[name]["worker_pids"], f"{name}: no worker found to kill"
     # the drain kill lands inside the ordered shutdown, the start-up kill before READY
     assert "stop requested reason=SIGTERM" in runs["drain"]["stderr"]
     assert "stopped pages=" not in runs["drain"]["stderr"]

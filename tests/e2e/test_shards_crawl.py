@@ -15,8 +15,9 @@ from collections import Counter, defaultdict
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlerd import url as urlmod
 from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_violations, robots_violations
+from crawlerd.url.canonical import normalize
+from crawlerd.url.hosts import host_of, shard_of
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
 HOSTS, SECONDS = 120, 50.0
@@ -37,7 +38,7 @@ def crawl(tmp_path_factory):
 
 
 def owner(host: str) -> int:
-    return urlmod.shard_of(host, 2)
+    return shard_of(host, 2)
 
 
 def test_exits_cleanly(crawl):
@@ -118,7 +119,7 @@ def test_each_host_fetched_by_its_owner_only(crawl):
             for line in f:
                 ev = json.loads(line)
                 if ev.get("url", "").startswith("http"):
-                    by_shard[shard].add(urlmod.host_of(ev["url"]))
+                    by_shard[shard].add(host_of(ev["url"]))
     assert by_shard[0] and by_shard[1]
     for shard, hosts in by_shard.items():
         assert all(owner(h) == shard for h in hosts), [h for h in hosts if owner(h) != shard][:5]
@@ -155,7 +156,7 @@ def test_warc_holds_every_answer_once(crawl):
     lost = answered - captures
     settled = []
     for u, n in lost.items():
-        host = urlmod.host_of(u)
+        host = host_of(u)
         in_flight = [e for e in answers if f"http://{e['host']}:{port}{e['target']}" == u and owner(host) == 1
                      and t - IN_FLIGHT_S <= e["t_end"] <= t + 1.0]
         if len(in_flight) < n:
@@ -227,4 +228,4 @@ def test_url_why_is_answered_by_the_urls_owner(crawl):
         replies.append(obj)
         text = text[end:].strip()
     assert [r["shard"] for r in replies] == [0, 1]
-    assert all(r["ok"] and r["url"] == urlmod.normalize(u) for r, u in zip(replies, why["urls"], strict=True))
+    assert all(r["ok"] and r["url"] == normalize(u) for r, u in zip(replies, why["urls"], strict=True))

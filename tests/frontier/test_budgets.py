@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlerd import url as urlmod
 from crawlerd.frontier.budgets import (
     Beast,
     BudgetRule,
@@ -28,6 +27,7 @@ from crawlerd.frontier.budgets import (
 )
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
+from crawlerd.url.hosts import registered_domain
 
 RULE = dict(base_budget=2, per_inlink=3, max_budget=50)
 
@@ -46,7 +46,7 @@ class Parts:
 
     def link(self, src, targets):
         """One page's links, mapped to registered domains the way the shard does."""
-        self.edges.add(urlmod.registered_domain(src), [urlmod.registered_domain(t) for t in targets])
+        self.edges.add(registered_domain(src), [registered_domain(t) for t in targets])
 
     def offer(self, pld, records):
         return [r for r in records if self.beast.offer(pld, r)]
@@ -190,8 +190,8 @@ def test_long_names_get_a_hashed_key():
 
 def test_simweb_hosts_are_their_own_registered_domains():
     # The public suffix list's default rule ("*") makes an unknown TLD a suffix: hN.sim is a PLD.
-    assert urlmod.registered_domain("h3.sim") == "h3.sim"
-    assert urlmod.registered_domain("www.h3.sim") == "h3.sim"
+    assert registered_domain("h3.sim") == "h3.sim"
+    assert registered_domain("www.h3.sim") == "h3.sim"
 
 
 # -- the edge DRUM's schedule -------------------------------------------------------------------

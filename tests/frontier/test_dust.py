@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from crawlerd.frontier import dust_rules as R
 from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, ClassTable, DustLearner
 from crawlerd.frontier.dust_evidence import TRUSTED
-from crawlerd.url import fingerprint, normalize
+from crawlerd.url.canonical import fingerprint, normalize
 
 H = "http://shop.example"
 

@@ -7,7 +7,9 @@ import ipaddress
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from crawlerd.url import UrlFilter, fingerprint, host_key, host_of, normalize, port_of, registered_domain
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.filter import UrlFilter
+from crawlerd.url.hosts import host_key, host_of, port_of, registered_domain
 from tests.fuzz.conftest import budget
 
 _CHARS = list("aZ09-._~:/?#[]@!$&'()*+,;=% \t\n\r\\\"<>^`{|}\x00\x7f\x85\xa0ü€ß\u3002\uff0e\ufffd\u200d\U0001f600")

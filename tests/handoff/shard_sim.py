@@ -26,13 +26,14 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from crawlerd import url as urlmod
 from crawlerd._native.ipslots import IPSlots, create
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.handoff import SpoolInbox, SpoolOutbox
 from crawlerd.outcome import Outcome
 from crawlerd.seen.drum import Drum
 from crawlerd.shard.intake import decode_aux, encode_aux
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.hosts import host_key, shard_of_url
 
 EPS = 1e-9
 PARAMS = dict(priority_levels=2, delay_factor=10.0, min_delay_s=1.0, max_delay_s=5.0, per_ip_concurrency=1,
@@ -103,8 +104,8 @@ class SimShard:
     def submit(self, urls: list[str], depth: int) -> None:
         mine, away = [], {}
         for u in urls:
-            owner = urlmod.shard_of_url(u, self.sim.n)
-            rec = (urlmod.fingerprint(u), encode_aux(depth, 0, 1, u))
+            owner = shard_of_url(u, self.sim.n)
+            rec = (fingerprint(u), encode_aux(depth, 0, 1, u))
             if owner == self.index:
                 mine.append(rec)
             else:
@@ -129,8 +130,8 @@ class SimShard:
             for r in res:
                 if r.unique:
                     depth, hops, prio, u = decode_aux(r.aux)
-                    assert urlmod.shard_of_url(u, self.sim.n) == self.index, f"{u} reached shard {self.index}"
-                    items.append(QueuedURL(u, urlmod.host_key(u), priority=prio, depth=depth, fp=r.key))
+                    assert shard_of_url(u, self.sim.n) == self.index, f"{u} reached shard {self.index}"
+                    items.append(QueuedURL(u, host_key(u), priority=prio, depth=depth, fp=r.key))
                     self.sim.queued_by[u] = self.sim.queued_by.get(u, set()) | {self.index}
             if items:
                 self.frontier.add(items)        # committed before DRUM forgets them
@@ -170,7 +171,7 @@ class SimShard:
                 self.frontier.set_robots(lease.host_key, expires_at=now + 1e6, crawl_delay_s=None)
                 self.frontier.complete(lease.lease_id, outcome=Outcome.OK, status=200, response_time_s=rt)
                 continue
-            assert urlmod.shard_of_url(lease.url, sim.n) == self.index, f"{lease.url} fetched by shard {self.index}"
+            assert shard_of_url(lease.url, sim.n) == self.index, f"{lease.url} fetched by shard {self.index}"
             self.submit(sim.links(lease.url), (lease.item.depth if lease.item else 0) + 1)
             self.waiting.append((lease, rt))
 
@@ -219,7 +220,7 @@ class ShardWeb:
             self.hosts[hk] = f"127.20.{i // 250}.{i % 250 + 1}"
         # shared addresses: groups of hosts from different shards' partitions on one IP
         sharing = self.rng.sample(names, int(hosts * shared_share))
-        sharing.sort(key=lambda hk: urlmod.shard_of_url(hk + "/", shards))
+        sharing.sort(key=lambda hk: shard_of_url(hk + "/", shards))
         width = len(sharing) // ip_group
         self.shared_ips: dict[str, list[str]] = {}
         for g in range(width):
@@ -284,7 +285,7 @@ class ShardWeb:
     async def hand_seeds(self) -> None:
         out = SpoolOutbox(self.spool, self.n, range(self.n))
         for u in self.seeds:
-            out.stage(urlmod.shard_of_url(u, self.n), [(urlmod.fingerprint(u), encode_aux(0, 0, 0, u))])
+            out.stage(shard_of_url(u, self.n), [(fingerprint(u), encode_aux(0, 0, 0, u))])
         await out.flush()
         self.handed.update(self.seeds)
         self.discovered.update(self.seeds)

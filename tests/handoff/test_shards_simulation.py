@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from crawlerd import url as urlmod
+from crawlerd.url.hosts import shard_of_url
 
 from .shard_sim import ShardWeb
 
@@ -29,7 +29,7 @@ def fast_dir(tmp_path):
 def test_three_shards_polite_across_partitions_and_nothing_handed_off_is_lost(fast_dir):
     web = ShardWeb(fast_dir, shards=3, hosts=10_000, shared_share=0.1, seeds=600)
     # the shared addresses really straddle partitions
-    straddling = [ip for ip, hs in web.shared_ips.items() if len({urlmod.shard_of_url(h + "/", 3) for h in hs}) > 1]
+    straddling = [ip for ip, hs in web.shared_ips.items() if len({shard_of_url(h + "/", 3) for h in hs}) > 1]
     assert len(straddling) >= 0.9 * len(web.shared_ips) and len(web.shared_ips) >= 200
     asyncio.run(web.run(kills=6))
     L = web.ledger
@@ -39,13 +39,13 @@ def test_three_shards_polite_across_partitions_and_nothing_handed_off_is_lost(fa
     assert sum(s.frontier.shared_ip_waits for s in web.shards) > 0      # shards did wait for each other
     # every URL is owned by exactly one shard: only its owner ever queued or fetched it
     assert all(len(owners) == 1 for owners in web.queued_by.values())
-    assert all(set(by) == {urlmod.shard_of_url(u, 3)} for u, by in web.fetched.items())
+    assert all(set(by) == {shard_of_url(u, 3)} for u, by in web.fetched.items())
     # everything discovered (handed off or not) was fetched: nothing lost across the kills
     assert len(web.discovered) == 2 * 10_000       # every host reached: page 0 and page 1 of each
     assert web.handed and web.handed <= web.discovered
     missing = web.discovered - set(web.fetched)
     assert not missing, sorted(missing)[:10]
-    handed_by_owner = Counter(urlmod.shard_of_url(u, 3) for u in web.handed)
+    handed_by_owner = Counter(shard_of_url(u, 3) for u in web.handed)
     assert min(handed_by_owner.values()) > 1000
     for s in web.shards:
         s.frontier.check_invariants(deep=True)

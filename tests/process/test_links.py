@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from crawlerd.process.links import links_from_page
 from crawlerd.records import Link
-from crawlerd.url import fingerprint, host_key, normalize
+from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.hosts import host_key
 
 BASE = "https://www.example.com/news/world/article-1.html?page=2"
 

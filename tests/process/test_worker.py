@@ -10,13 +10,14 @@ from collections import Counter, deque
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlerd import url as urlmod
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.outcome import Outcome
 from crawlerd.process.worker import PageProcessor, entity_digest
 from crawlerd.records import FetchResult
 from crawlerd.store.encoding import payload_digest
 from crawlerd.store.warc import WarcWriter
+from crawlerd.url.canonical import fingerprint
+from crawlerd.url.filter import UrlFilter
 
 T0 = 1_700_000_000.0
 PAGE = (b"<html><head><title>t</title>%s</head><body><p>%s</p>"
@@ -62,7 +63,7 @@ def test_html_page_links_digest_simhash(warc):
     assert pr.outcome is Outcome.OK and pr.content_type == "text/html"
     assert [(ln.url, ln.nofollow, ln.host_key) for ln in pr.links] == [
         ("http://t.test/a", False, "http://t.test"), ("http://t.test/dir/b.html", True, "http://t.test")]
-    assert pr.links[0].fp == urlmod.fingerprint("http://t.test/a")
+    assert pr.links[0].fp == fingerprint("http://t.test/a")
     assert pr.digest == payload_digest(page()) and pr.simhash != 0
     assert (pr.warc_offset, pr.warc_length) != (-1, 0)
 
@@ -161,7 +162,7 @@ def crawl_host(sim, host: str, entry: str, tmp_path, *, max_param_values: int, b
     """Breadth-first over one host's links through process -> UrlFilter -> seen set; bounded by ``budget``."""
     authority = f"{host}:{sim.port}"
     conn = http.client.HTTPConnection(sim.static_hosts[host], sim.port, timeout=10)
-    uf = urlmod.UrlFilter(max_param_values=max_param_values)
+    uf = UrlFilter(max_param_values=max_param_values)
     start = f"http://{authority}{entry}"
     seen, queue, fetched = {start}, deque([start]), 0
     demoted = 0

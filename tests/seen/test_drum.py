@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from crawlerd._native import drum as native
 from crawlerd._native import drum_ref as ref
-from crawlerd.seen.drum import HEADER_BYTES, Drum, DrumError, Op
+from crawlerd.seen.drum import Drum
+from crawlerd.seen.drum_answers import Op
+from crawlerd.seen.drum_files import HEADER_BYTES, DrumError
 
 KERNELS = [pytest.param(native, id="native"), pytest.param(ref, id="ref")]
 

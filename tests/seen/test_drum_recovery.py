@@ -15,13 +15,16 @@ import numpy as np
 import pytest
 
 from crawlerd._native import drum as native
-from crawlerd.seen.drum import HEADER_BYTES, Drum, DrumCorrupt, DrumError
+from crawlerd.seen.drum import Drum
+from crawlerd.seen.drum_files import HEADER_BYTES, DrumCorrupt, DrumError
 
 # The child crawls a deterministic stream: the key of submission seq is KEY(seq), so the
 # expected answer of every seq is known whatever the crashes did.
 CHILD = r"""
 import os, signal, sys, random, zlib
 import crawlerd.seen.drum as drum_mod
+import crawlerd.seen.drum_answers as answers_mod
+import crawlerd.seen.drum_files as files_mod
 from crawlerd.seen.drum import Drum
 
 d, log, crash_at, batches, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -46,7 +49,7 @@ class FaultyOs:
             return f(*a, **k)
         return wrapped
 
-drum_mod.os = FaultyOs(os)
+drum_mod.os = answers_mod.os = files_mod.os = FaultyOs(os)   # one count over every DRUM module
 rng = random.Random(seed)
 logfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 dr = Drum(d, buckets=4, bucket_buffer_bytes=64, merge_bytes=4 * 400, cache_entries=64, max_age_s=1e9)

@@ -13,7 +13,7 @@ import pytest
 import uvloop
 
 from crawlerd.seen import AsyncSeenSet, SeenSetError
-from crawlerd.seen.drum import DrumCorrupt
+from crawlerd.seen.drum_files import DrumCorrupt
 
 SMALL = dict(buckets=4, bucket_buffer_bytes=4096, merge_bytes=1 << 15, cache_entries=256, max_results=50,
              poll_interval_s=0.01)

@@ -7,8 +7,6 @@ import glob
 import time
 
 from crawlerd import config
-from crawlerd import url as urlmod
-from crawlerd.dedup.digest_set import DigestSet
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.frontier import Frontier
 from crawlerd.frontier.recrawl import Recrawl
@@ -18,7 +16,9 @@ from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
+from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.events import read_events
+from crawlerd.url.filter import UrlFilter
 
 T0 = 1_700_000_000.0
 
@@ -38,7 +38,7 @@ class Parts:
         self.digests = DigestSet(cfg.path("dedup", "digests"), map_size_bytes=1 << 24)
         self.near = NearDuplicates(cfg.path("dedup"))
         self.events = FetchEvents(cfg.path("events"), wall=time.time)
-        self.url_filter = urlmod.UrlFilter(max_path_depth=cfg.url_filter.max_path_depth)
+        self.url_filter = UrlFilter(max_path_depth=cfg.url_filter.max_path_depth)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=self.url_filter,
                              recrawl=self.recrawl, metrics=self.metrics, wake=self._wake, wall=time.time)
 

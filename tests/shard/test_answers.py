@@ -1,6 +1,9 @@
 """Answers with a real worker pool: exact duplicates, links back to the intake, redirect limits, recrawl."""
 
 import asyncio
+from pathlib import Path
+
+from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.frontier import QueuedURL
 from crawlerd.outcome import Outcome
@@ -17,7 +20,8 @@ def make(p: Parts) -> Answers:
     pool = WorkerPool(1, {
         "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": "t",
         "segment_max_bytes": 1 << 30, "shard": "0", "user_agent": "crawlerd-test/0.1",
-        "agent_token": "crawlerd", "max_decoded_bytes": 1 << 20, "max_links": 100},
+        "agent_token": "crawlerd", "max_decoded_bytes": 1 << 20, "max_links": 100,
+        "digest_dir": cfg.path("dedup", "digests")},
         on_worker_death=on_worker_death(p.metrics, cfg.path("index")))
     return Answers(cfg, pool=pool, digests=p.digests, near=p.near, recrawl=p.recrawl, frontier=p.frontier,
                    intake=p.intake, events=p.events, metrics=p.metrics)
@@ -34,12 +38,12 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
         await ans.pool.start()
         p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
         try:
-            # two copies at once: the first registers as pending, the other becomes its revisit
+            # two copies at once: the worker archives the first, the other becomes its revisit
             await asyncio.gather(ans.process("http://a.test/one", 1, "http://a.test", item("http://a.test/one"),
                                              answer("http://a.test/one", PAGE)),
                                  ans.process("http://b.test/two", 2, "http://b.test", item("http://b.test/two"),
                                              answer("http://b.test/two", PAGE)))
-            # and one later, once the first is archived
+            # and one later, once the first is archived (found in the digest set's committed view)
             await ans.process("http://a.test/three", 3, "http://a.test", item("http://a.test/three"),
                               answer("http://a.test/three", PAGE))
             # a redirect one hop over the limit ends with a reason, not in the seen-set
@@ -47,7 +51,7 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
                               answer("http://a.test/r", b"", status=302, headers=[("Location", "/s")]))
             await p.seen.flush()
             queued = p.frontier.queued()
-            assert not ans.pending
+            assert len(p.digests) == 1                  # the first capture owns the digest
             return p.event_lines(), dict(p.metrics.counters), dict(p.metrics.dropped), queued, p
         finally:
             await ans.pool.close()
@@ -65,3 +69,15 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
     assert any(e["kind"] == "dropped" and e["url"] == "http://a.test/s" for e in events)
     assert dropped["nofollow"] == 3                 # one per page, never followed
     assert queued == 2                              # a.test/next and b.test/next, once each
+    # both revisits name the first capture's record (WARC-Refers-To), found in the worker
+    ids, refers = {}, {}
+    warc_dir = Path(p.cfg.path("warc"))
+    for seg in sorted(warc_dir.glob("*.warc.gz")):
+        with open(seg, "rb") as f:
+            for rec in ArchiveIterator(f):
+                uri = rec.rec_headers.get_header("WARC-Target-URI")
+                if rec.rec_type == "response":
+                    ids[uri] = rec.rec_headers.get_header("WARC-Record-ID")
+                elif rec.rec_type == "revisit":
+                    refers[uri] = rec.rec_headers.get_header("WARC-Refers-To")
+    assert set(refers) == set(dups) and set(refers.values()) == {ids[firsts[0]]}

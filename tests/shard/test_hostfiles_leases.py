@@ -2,7 +2,6 @@
 
 import time
 
-from crawlerd import url as urlmod
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import KIND_ROBOTS, KIND_URL, QueuedURL
@@ -13,6 +12,7 @@ from crawlerd.shard.hostfiles import HostFiles
 from crawlerd.shard.leases import LeaseRunner, LeaseTable
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.tasks import Tasks
+from crawlerd.url.canonical import fingerprint
 from tests.frontier.sim import FakeClock
 from tests.shard.parts import Parts, answer, run
 
@@ -65,7 +65,7 @@ def lease_one(p: Parts, kind: str):
 
 
 def queue_host(p: Parts, *paths: str) -> None:
-    p.frontier.add([QueuedURL(url=HOST + path, host_key=HOST, fp=urlmod.fingerprint(HOST + path))
+    p.frontier.add([QueuedURL(url=HOST + path, host_key=HOST, fp=fingerprint(HOST + path))
                     for path in paths])
     assert p.frontier.hosts_needing_dns() == [HOST]
     p.frontier.set_host_ip(HOST, "127.0.0.1")

@@ -2,7 +2,8 @@
 
 import asyncio
 
-from crawlerd.url import PATH_TOO_DEEP
+from crawlerd.shard.intake import SEEN_SLICE
+from crawlerd.url.filter import PATH_TOO_DEEP
 from tests.shard.parts import Parts, run
 
 
@@ -41,10 +42,41 @@ def test_priority_falls_one_level_every_three_hops(tmp_path):
     assert run(go()) == [0, 1, 1, 1, 2, 2, 2, 2, 2]
 
 
+def test_a_large_delivery_is_admitted_in_slices_and_acknowledged_after_the_last(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path))
+        sizes, acks_before_done = [], []
+        real_add, real_ack = p.frontier.add, p.seen.ack
+
+        def add(items, **kw):
+            items = list(items)
+            sizes.append(len(items))
+            return real_add(items, **kw)
+
+        def ack():
+            acks_before_done.append(p.frontier.queued())
+            real_ack()
+
+        p.frontier.add, p.seen.ack = add, ack
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = 3 * SEEN_SLICE + 7
+            assert p.intake.submit_urls([f"http://h{i % 50}.test/p{i}" for i in range(n)], depth=0) == n
+            await p.seen.flush()
+            return n, sizes, acks_before_done, p.frontier.queued()
+        finally:
+            await p.close()
+
+    n, sizes, acks, queued = run(go())
+    assert queued == n and sum(sizes) == n
+    assert max(sizes) <= SEEN_SLICE and len(sizes) >= 4
+    assert acks and all(q == n for q in acks[-1:])     # the ack came once every slice was in
+
+
 def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     """DRUM delivers at least once; the frontier commits the position after each delivery with its adds."""
     from crawlerd.frontier import Frontier
-    from crawlerd.seen.drum import DrumResult, Op
+    from crawlerd.seen.drum_answers import DrumResult, Op
     from crawlerd.shard.intake import encode_aux
 
     def answers(first):

@@ -3,17 +3,17 @@ the outbox; the owner takes both (URLs into its seen-set, vouches into its edge 
 
 import asyncio
 
-from crawlerd import url as urlmod
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.handoff import SpoolInbox, SpoolOutbox
 from crawlerd.shard.intake import Intake
+from crawlerd.url.hosts import shard_of
 from tests.shard.parts import Parts, run
 
 
 def two_domains(n=2):
     """A host of shard 0 and one of shard 1."""
     hosts = [f"d{i}.test" for i in range(100)]
-    return next(h for h in hosts if urlmod.shard_of(h, n) == 0), next(h for h in hosts if urlmod.shard_of(h, n) == 1)
+    return next(h for h in hosts if shard_of(h, n) == 0), next(h for h in hosts if shard_of(h, n) == 1)
 
 
 def budgets(path):

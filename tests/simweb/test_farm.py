@@ -4,12 +4,12 @@ import re
 
 import pytest
 
-from crawlerd import url as urlmod
 from crawlerd.simweb.__main__ import main as simweb_main
 from crawlerd.simweb.farm import FARM_OUT_LINKS, ROLE_FARM, ROLE_GIANT, FarmShape
 from crawlerd.simweb.handler import Handler
 from crawlerd.simweb.server import SimServer
 from crawlerd.simweb.site import Site
+from crawlerd.url.hosts import registered_domain
 
 SHAPE = FarmShape(domains=20, hosts_per_domain=3, in_rate=0.01, giants=3, giant_hosts=4)
 HREF = re.compile(rb'href="http://([^/:"]+)')
@@ -28,9 +28,9 @@ def test_farm_and_giant_hosts_are_added_after_the_ordinary_ones_and_marked(web):
     roles = [desc["hosts"][h.name]["role"] for h in site.hosts]
     assert roles[80:92] == [ROLE_GIANT] * 12 and roles[92:] == [ROLE_FARM] * 60
     assert desc["shape"]["farm_domains"] == 20
-    plds = {urlmod.registered_domain(h.name) for h in site.hosts if h.role == ROLE_FARM}
+    plds = {registered_domain(h.name) for h in site.hosts if h.role == ROLE_FARM}
     assert plds == {f"spam{f}.sim" for f in range(20)}
-    assert {urlmod.registered_domain(h.name) for h in site.with_role(ROLE_GIANT)} == {"giant0.sim", "giant1.sim",
+    assert {registered_domain(h.name) for h in site.with_role(ROLE_GIANT)} == {"giant0.sim", "giant1.sim",
                                                                                          "giant2.sim"}
     assert all(h.role != ROLE_FARM for h in site.hosts[:80])
     assert Site(80, seed=3, shape=SHAPE).describe(8000) == desc           # a pure function of the arguments
@@ -44,7 +44,7 @@ def test_farm_pages_are_endless_and_link_mostly_to_other_farm_domains(web):
         assert r.status == 200
         names = [n.decode() for n in HREF.findall(r.body)]
         farm = [n for n in names if ".spam" in n]
-        other = {urlmod.registered_domain(n) for n in farm} - {urlmod.registered_domain(host.name)}
+        other = {registered_domain(n) for n in farm} - {registered_domain(host.name)}
         assert len(farm) >= FARM_OUT_LINKS and len(other) >= FARM_OUT_LINKS // 2
     assert handler.handle(f"{host.name}:8000", "/f/01.html")[1].status == 404
     assert handler.handle(f"{host.name}:8000", "/p/1.html")[1].status == 404
@@ -78,7 +78,7 @@ def test_seeds_leave_the_farm_out():
 
 def test_one_domain_puts_every_ordinary_host_under_one_registered_domain():
     plain, one = Site(40, seed=2), Site(40, seed=2, shape=FarmShape(one_domain="uni.sim"))
-    assert {urlmod.registered_domain(h.name) for h in one.hosts} == {"uni.sim"}
+    assert {registered_domain(h.name) for h in one.hosts} == {"uni.sim"}
     assert [h.ip for h in one.hosts] == [h.ip for h in plain.hosts]
     assert [h.pages for h in one.hosts] == [h.pages for h in plain.hosts]
 

@@ -1,6 +1,6 @@
 """STAR (Spam Tracking and Avoidance through Reputation, IRLbot §7): reputation from links between domains.
 
-A pay-level domain's (PLD, ``url.registered_domain``) reputation is its in-degree in the PLD graph:
+A pay-level domain's (PLD, ``url.hosts.registered_domain``) reputation is its in-degree in the PLD graph:
 how many *other* domains link to it. Hostnames and pages under one PLD cost a spammer nothing,
 links from domains he does not own do, so links inside a PLD never count. The unique
 (source PLD, target PLD) edges come from a DRUM (IRLbot §4, ``edges``), so RAM does not grow with

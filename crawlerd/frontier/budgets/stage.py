@@ -18,13 +18,14 @@ from functools import lru_cache
 
 import lmdb
 
-from crawlerd import url as urlmod
 from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.url.hosts import host_key as host_key_of
+from crawlerd.url.hosts import host_of, registered_domain
 
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
 _OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
@@ -78,12 +79,12 @@ def _import_old_layout(old: str, beast: Beast, store: BudgetStore) -> int:
 
 def pld_of(url_or_host_key: str) -> str:
     """Registered domain of a normalised URL or host key (``scheme://host[:port]``)."""
-    return _pld_of_host_key(urlmod.host_key(url_or_host_key))
+    return _pld_of_host_key(host_key_of(url_or_host_key))
 
 
 @lru_cache(maxsize=1 << 16)
 def _pld_of_host_key(host_key: str) -> str:
-    return urlmod.registered_domain(urlmod.host_of(host_key))
+    return registered_domain(host_of(host_key))
 
 
 class Budgets:
@@ -176,6 +177,10 @@ class Budgets:
 
     def commit(self) -> None:
         self.store.commit()
+
+    def sync(self) -> None:
+        """fdatasync the committed state (thread-safe beside the loop's write transactions)."""
+        self.store.flush()
 
     def request_flush(self) -> None:
         self.edges.request_flush()

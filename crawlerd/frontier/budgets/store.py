@@ -107,6 +107,12 @@ class BudgetStore:
         txn.commit()
         self.commits += 1
 
+    def flush(self) -> None:
+        """fdatasync what is committed (any thread; LMDB allows it beside a write transaction)."""
+        env = self.env
+        if env is not None:
+            env.sync(True)
+
     def close(self) -> None:
         if self.env is None:
             return

@@ -1,9 +1,9 @@
-"""URLs: resolve, normalise, fingerprint, host keys, registered domains, trap filters.
+"""URL normalisation: resolve a reference, give one resource one spelling and one fingerprint.
 
 Every URL that enters the crawl passes :func:`normalize` first, so one resource
-has one spelling, one :func:`fingerprint` (the DRUM key) and one
-:func:`host_key` (the politeness key). The helpers below it (``host_key``,
-``host_of``, ``port_of``) expect a URL that ``normalize`` returned.
+has one spelling, one :func:`fingerprint` (the DRUM key) and one host key (the
+politeness key, ``crawlerd.url.hosts``, whose helpers expect a URL that
+``normalize`` returned).
 
 Normalisation is the *safe* set of RFC 3986 §6.2.2 plus the parsing rules
 browsers apply to http(s) links (WHATWG URL Standard, "basic URL parser"), so
@@ -44,19 +44,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import Counter, OrderedDict
 from functools import lru_cache
 from typing import NamedTuple
 from urllib.parse import unquote
 
 import idna
 import xxhash
-from publicsuffixlist import PublicSuffixList
 
 __all__ = [
     "MAX_INPUT_CHARS", "DEFAULT_PORTS", "PATH_CHARS", "QUERY_CHARS", "BaseUrl", "normalize",
-    "normalize_authority", "parse_base", "fingerprint", "host_key", "host_of", "port_of",
-    "registered_domain", "UrlFilter",
+    "normalize_authority", "parse_base", "fingerprint",
 ]
 
 # Longer inputs are refused outright: bounds the work done per hostile href. The
@@ -240,7 +237,6 @@ def _norm_host(host: str) -> str | None:
     return host
 
 
-
 @lru_cache(maxsize=1 << 16)
 def normalize_authority(scheme: str, authority: str) -> str | None:
     """Normalised ``host[:port]`` of a raw authority, or None when it is not a valid http(s) one.
@@ -366,226 +362,3 @@ def normalize(url: str, base: str | None = None) -> str | None:
 def fingerprint(url: str) -> int:
     """64-bit unsigned fingerprint (xxh3_64) of a URL as given: pass ``normalize``'s result."""
     return xxhash.xxh3_64_intdigest(url.encode("utf-8", "surrogatepass"))
-
-
-def _netloc(url: str) -> str:
-    start = url.find("://")
-    if start < 0 or url[:start] not in DEFAULT_PORTS:
-        raise ValueError(f"not a normalised http(s) URL: {url!r}")
-    start += 3
-    end = url.find("/", start)
-    return url[start:] if end < 0 else url[start:end]
-
-
-def host_key(url: str) -> str:
-    """``scheme://host[:port]`` of a normalised URL: the politeness key (one queue per key)."""
-    start = url.find("://")
-    end = url.find("/", start + 3) if start >= 0 else -1
-    if start < 0 or url[:start] not in DEFAULT_PORTS:
-        raise ValueError(f"not a normalised http(s) URL: {url!r}")
-    return url if end < 0 else url[:end]
-
-
-def host_of(url: str) -> str:
-    """Host of a normalised URL, without port; an IPv6 literal without its brackets (for DNS)."""
-    netloc = _netloc(url)
-    if netloc.startswith("["):
-        return netloc[1:netloc.index("]")]
-    return netloc.partition(":")[0]
-
-
-def port_of(url: str) -> int:
-    """TCP port of a normalised URL: the explicit one, else 80/443 by scheme."""
-    netloc = _netloc(url)
-    tail = netloc[netloc.index("]") + 1:] if netloc.startswith("[") else netloc
-    _, colon, port = tail.partition(":")
-    return int(port) if colon else DEFAULT_PORTS[url[:url.index(":")]]
-
-
-_PSL: PublicSuffixList | None = None
-
-
-@lru_cache(maxsize=1 << 16)
-def registered_domain(host: str) -> str:
-    """Registrable domain (public suffix + one label) of a host; IPs and suffixes return themselves.
-
-    Uses the list bundled with ``publicsuffixlist`` (offline), private section
-    included, so ``alice.github.io`` is its own domain: its owner differs from
-    ``bob.github.io``'s, and per-domain budgets follow owners.
-    """
-    global _PSL
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        ipaddress.ip_address(bare)
-        return host
-    except ValueError:
-        pass
-    if _PSL is None:
-        _PSL = PublicSuffixList()
-    return _PSL.privatesuffix(host.lower()) or host.lower()
-
-
-
-def shard_of(host: str, shards: int) -> int:
-    """The crawl shard that owns ``host``: xxh3_64 of its registered domain, mod ``shards``.
-
-    The one partition function of the crawl (seeds, sitemap entries, redirects, outlinks,
-    ``seed add``, the hand-off): a registered domain's hosts, their politeness, robots and
-    budget all live in one shard. ``shards`` is fixed for the life of a crawl (``crawl.json``).
-    """
-    if shards == 1:
-        return 0
-    return _domain_hash(host) % shards
-
-
-@lru_cache(maxsize=1 << 16)
-def _domain_hash(host: str) -> int:
-    return xxhash.xxh3_64_intdigest(registered_domain(host).encode("utf-8", "surrogateescape"))
-
-
-def shard_of_url(url: str, shards: int) -> int:
-    """``shard_of`` the host of a normalised URL."""
-    return 0 if shards == 1 else shard_of(host_of(url), shards)
-
-# Drop reasons of UrlFilter.check, counted in UrlFilter.drops.
-URL_TOO_LONG = "url_too_long"
-PATH_TOO_DEEP = "path_too_deep"
-REPEATED_SEGMENTS = "repeated_segments"
-TOO_MANY_PARAMS = "too_many_params"
-PARAM_VALUES = "param_values"
-
-
-def _has_repeated_run(segs: list[str], max_repeats: int) -> bool:
-    """True when some run of 1+ consecutive segments occurs more than ``max_repeats`` times in a row."""
-    n = len(segs)
-    if len(set(segs)) == n:
-        return False
-    reps = max_repeats + 1
-    for size in range(1, n // reps + 1):
-        for start in range(0, n - size * reps + 1):
-            run = segs[start:start + size]
-            if all(segs[start + k * size:start + (k + 1) * size] == run for k in range(1, reps)):
-                return True
-    return False
-
-
-class _HostParams:
-    """One host's query-parameter patterns: (path, name) -> set of hash(value) seen, each set <= cap."""
-
-    __slots__ = ("patterns", "values")
-
-    def __init__(self) -> None:
-        self.patterns: dict[tuple[str, str], set[int]] = {}
-        self.values = 0         # sum of the set sizes: the memory this host holds
-
-
-class UrlFilter:
-    """Crawler-trap defences applied to normalised URLs before they are queued.
-
-    ``check(url)`` returns a drop reason (one of the module's reason strings) or
-    None, and counts drops by reason in ``drops``. Checks: URL length, path
-    depth, a run of path segments repeated more than ``max_repeated_segments``
-    times in a row (``/a/b/a/b/a/b/``: relative-link loops), too many query
-    parameters, and per host a cap on distinct values of one parameter at one
-    path (calendars, session ids: IRLbot §5 discusses such infinite spaces).
-
-    State: ``host -> _HostParams`` in LRU order. Invariant: the total number of
-    remembered values is at most ``max_tracked_values`` and at most
-    ``max_hosts`` hosts are kept; the least recently checked host is forgotten
-    first (it then starts counting afresh, so memory stays bounded and a
-    forgotten trap costs at most another ``max_param_values`` URLs).
-    """
-
-    def __init__(self, *, max_url_length: int = 2048, max_path_depth: int = 32,
-                 max_repeated_segments: int = 2, max_query_params: int = 20,
-                 max_param_values: int = 1000, max_hosts: int = 4096,
-                 max_tracked_values: int = 500_000):
-        if min(max_url_length, max_path_depth, max_repeated_segments, max_query_params,
-               max_param_values, max_hosts, max_tracked_values) < 1:
-            raise ValueError("UrlFilter limits must be >= 1")
-        self.max_url_length = max_url_length
-        self.max_path_depth = max_path_depth
-        self.max_repeated_segments = max_repeated_segments
-        self.max_query_params = max_query_params
-        self.max_param_values = max_param_values
-        self.max_hosts = max_hosts
-        self.max_tracked_values = max_tracked_values
-        self.drops: Counter[str] = Counter()
-        self._hosts: OrderedDict[str, _HostParams] = OrderedDict()
-        self._tracked = 0
-
-    @property
-    def tracked_values(self) -> int:
-        return self._tracked
-
-    @property
-    def tracked_hosts(self) -> int:
-        return len(self._hosts)
-
-    def check(self, url: str) -> str | None:
-        reason = self._reason(url)
-        if reason is not None:
-            self.drops[reason] += 1
-        return reason
-
-    def peek(self, url: str) -> str | None:
-        """The reason ``check`` would drop ``url`` now, without counting it or remembering its values."""
-        return self._reason(url, record=False)
-
-    def _reason(self, url: str, record: bool = True) -> str | None:
-        if len(url) > self.max_url_length:
-            return URL_TOO_LONG
-        key = host_key(url)
-        path, _, query = url[len(key):].partition("?")
-        segs = [s for s in path.split("/") if s]
-        if len(segs) > self.max_path_depth:
-            return PATH_TOO_DEEP
-        if len(segs) > self.max_repeated_segments and _has_repeated_run(segs, self.max_repeated_segments):
-            return REPEATED_SEGMENTS
-        if not query:
-            return None
-        params = [p.partition("=") for p in query.split("&") if p]
-        if len(params) > self.max_query_params:
-            return TOO_MANY_PARAMS
-        return self._count_values(key, path, params, record)
-
-    def _count_values(self, key: str, path: str, params: list[tuple[str, str, str]], record: bool) -> str | None:
-        state = self._hosts.get(key)
-        if not record:
-            for name, _, value in params if state is not None else ():
-                seen = state.patterns.get((path, name))
-                if seen is not None and hash(value) not in seen and len(seen) >= self.max_param_values:
-                    return PARAM_VALUES
-            return None
-        if state is None:
-            state = self._hosts[key] = _HostParams()
-        else:
-            self._hosts.move_to_end(key)
-        new: list[tuple[set[int], int]] = []
-        for name, _, value in params:
-            seen = state.patterns.get((path, name))
-            if seen is None:
-                seen = state.patterns[(path, name)] = set()
-            h = hash(value)
-            if h in seen:
-                continue
-            if len(seen) >= self.max_param_values:
-                return PARAM_VALUES
-            new.append((seen, h))
-        for seen, h in new:       # only a URL that passes consumes value slots
-            if h not in seen:
-                seen.add(h)
-                state.values += 1
-                self._tracked += 1
-        self._evict(keep=key)
-        return None
-
-    def _evict(self, keep: str) -> None:
-        while self._hosts and (self._tracked > self.max_tracked_values or len(self._hosts) > self.max_hosts):
-            oldest = next(iter(self._hosts))
-            if oldest == keep and len(self._hosts) == 1:
-                # One host alone over the budget: forget its patterns, keep the entry.
-                self._tracked -= self._hosts[oldest].values
-                self._hosts[oldest] = _HostParams()
-                return
-            self._tracked -= self._hosts.pop(oldest).values

@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from crawlerd.dedup.digest_set import DigestSet, digest_key
+from crawlerd.store.digest_set import DigestSet, digest_key
 
 
 def test_first_capture_wins_and_notations_agree(tmp_path):

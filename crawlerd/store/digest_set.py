@@ -2,14 +2,16 @@
 
 A payload whose SHA-1 digest was seen before is written as a ``revisit``
 record (WARC 1.1 §6.7.2, profile identical-payload-digest) that refers to the
-first capture: its URL (WARC-Refers-To-Target-URI) and date
-(WARC-Refers-To-Date). This set remembers that first capture per digest.
+first capture: its URL (WARC-Refers-To-Target-URI), date (WARC-Refers-To-Date)
+and record id (WARC-Refers-To). This set remembers that first capture per digest.
 
 It lives in an LMDB environment in its own directory, owned by one process
 (an exclusive flock on ``owner.lock``; a second opener gets a clear error).
 Each ``add`` is its own committed transaction, so ``kill -9`` loses nothing
 that ``add`` returned for; ``durable=False`` (the default) skips the fsync per
 commit, and ``flush()`` at checkpoints makes everything survive a power loss.
+Other processes (the processing workers) read it through :class:`DigestView`:
+LMDB serves any number of read-only openers beside its one writer.
 """
 
 from __future__ import annotations
@@ -120,9 +122,10 @@ class DigestSet:
         with self._env.begin(write=True) as txn:
             return txn.put(key, value, overwrite=False)
 
-    def add_many(self, items: list[tuple[bytes | str, str, str]]) -> list[bool]:
-        """``add`` for several captures in one transaction (in order, so a repeat within the batch is False)."""
-        encoded = [(digest_key(d), _encode(u, t)) for d, u, t in items]
+    def add_many(self, items: list[tuple]) -> list[bool]:
+        """``add`` for several (digest, url, date[, record id]) in one transaction (in order, so a
+        repeat within the batch is False)."""
+        encoded = [(digest_key(d), _encode(*rest)) for d, *rest in items]
         with self._env.begin(write=True) as txn:
             return [txn.put(k, v, overwrite=False) for k, v in encoded]
 
@@ -150,3 +153,33 @@ class DigestSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DigestView:
+    """A read-only view of a :class:`DigestSet` from another process (opened on first use, so the
+    owner may create the set after the view is made). Sees every entry the owner committed."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self._dir = Path(directory)
+        self._env: lmdb.Environment | None = None
+
+    def get(self, digest: bytes | str) -> tuple[str, str] | None:
+        """(first URL, first date) for a committed digest, else None (also while the set does not exist)."""
+        got = self.owner(digest)
+        return None if got is None else got[:2]
+
+    def owner(self, digest: bytes | str) -> tuple[str, str, str] | None:
+        """(first URL, first date, its WARC-Record-ID or "") for a committed digest, else None."""
+        if self._env is None:
+            if not (self._dir / "data.mdb").exists():
+                return None
+            self._env = lmdb.open(str(self._dir), readonly=True, subdir=True, max_dbs=0, lock=True,
+                                  readahead=False)
+        with self._env.begin() as txn:
+            value = txn.get(digest_key(digest))
+        return None if value is None else _decode(value)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None

@@ -1,0 +1,268 @@
+"""DRUM's answers: handing out merged epochs' results in submission order, acknowledged by a cursor.
+
+A merged epoch keeps its journal (the calls, with their keys and aux bytes)
+and its ``results.<epoch>`` file (one answer per bucketed key); answers are
+read back by walking both sequentially. Handing a result out does not make
+it delivered: only ``ack`` moves the ``cursor`` file past it, and fully
+acknowledged epochs' files are deleted then. A crash before the ack hands
+the same results out again (same ``seq``, same answer): at-least-once.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from crawlerd.seen.drum_files import DrumCorrupt, DrumFiles, JournalBlock
+
+
+class Op(enum.IntEnum):
+    CHECK = 0
+    UPDATE = 1
+    CHECK_UPDATE = 2
+
+
+@dataclass(slots=True)
+class DrumResult:
+    key: int
+    op: Op
+    unique: bool             # key absent just before this operation
+    value: bytes | None      # value stored just before it (None if absent or value_size 0)
+    aux: bytes | None        # the caller's aux bytes for this key, as submitted
+    seq: int                 # global submission number, stable across restarts
+
+
+class ReadyEpoch:
+    """A merged epoch whose results are being handed out: journal + answers, read sequentially.
+
+    Invariant: ``seq`` is the next result to hand out; ``ordinal`` counts the
+    bucketed keys before it; ``pos`` is the offset of the block holding it.
+    """
+
+    __slots__ = ("epoch", "journal", "results", "seq", "end_seq", "ordinal", "pos", "offset_in_block",
+                 "unique", "values", "block", "_f")
+
+    def __init__(self, epoch: int, journal: str, results: str, first_seq: int, end_seq: int):
+        self.epoch = epoch
+        self.journal = journal
+        self.results = results
+        self.seq = first_seq
+        self.end_seq = end_seq
+        self.ordinal = 0
+        self.pos = 0
+        self.offset_in_block = 0
+        self.unique: np.ndarray | None = None
+        self.values: np.ndarray | None = None
+        self.block: JournalBlock | None = None
+        self._f = None
+
+    def journal_file(self):
+        """The journal, opened on first use (buffered, read sequentially)."""
+        if self._f is None:
+            self._f = open(self.journal, "rb", buffering=1 << 20)
+        return self._f
+
+    def fileno(self) -> int:
+        return self.journal_file().fileno()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+class AnswerQueue:
+    """The merged epochs not yet fully acknowledged, oldest first.
+
+    Key: seq. Invariant: ``ready`` holds consecutive epochs in order;
+    ``handed_seq`` is the seq of the next result to hand out and ``handed``
+    its (epoch, seq) position; ``acked`` is what the cursor file holds, never
+    past ``handed``. ``done`` epochs were handed out entirely and lose their
+    files at the next ack.
+    """
+
+    def __init__(self, files: DrumFiles, kernels, cursor_fd: int, ready: list[ReadyEpoch],
+                 cursor: tuple[int, int], handed_seq: int):
+        self.files = files
+        self.value_size = files.value_size
+        self.kern = kernels
+        self.cursor_fd = cursor_fd
+        self.ready = ready
+        self.done: list[ReadyEpoch] = []
+        self.handed_seq = handed_seq
+        self.handed = self.acked = cursor
+
+    def add(self, r: ReadyEpoch) -> None:
+        """A freshly merged epoch (its answers already in ``r.unique``/``r.values``)."""
+        self.ready.append(r)
+
+    @property
+    def available(self) -> int:
+        """Results dispatched by merges and not yet handed out."""
+        return sum(r.end_seq - r.seq for r in self.ready)
+
+    def results(self, limit: int) -> list[DrumResult]:
+        out: list[DrumResult] = []
+        V = self.value_size
+        while len(out) < limit:
+            r = self.next_block()
+            if r is None:
+                break
+            blk = r.block
+            i0 = r.offset_in_block
+            n = min(len(blk.keys) - i0, limit - len(out))
+            unique, vals = self.answers(r, blk)
+            keys = blk.keys[i0:i0 + n].tolist()
+            uniq = unique[i0:i0 + n].tolist()
+            op = Op(blk.op)
+            if blk.aux_lens is not None:
+                ends = np.cumsum(blk.aux_lens, dtype=np.int64).tolist()
+                starts = [0] + ends[:-1]
+                auxs = [blk.aux[starts[i]:ends[i]] for i in range(i0, i0 + n)]
+            else:
+                auxs = [None] * n
+            seq = blk.first_seq + i0
+            for j in range(n):
+                value = None
+                if V and not uniq[j]:
+                    value = vals[(i0 + j) * V:(i0 + j + 1) * V].tobytes()
+                out.append(DrumResult(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
+            self.advance(r, n)
+        return out
+
+    def results_arrays(self, limit: int):
+        V = self.value_size
+        avail = min(limit, self.available)
+        keys = np.empty(avail, np.uint64)
+        unique = np.empty(avail, np.uint8)
+        values = np.empty(avail * V, np.uint8)
+        first_seq = self.handed_seq
+        got = 0
+        while got < avail:
+            r = self.next_block()
+            if r is None:
+                break
+            blk = r.block
+            if r.offset_in_block < len(blk.keys):
+                # Rest of a block begun by results(), or one too big for the output or a read.
+                n = min(len(blk.keys) - r.offset_in_block, avail - got)
+                u, v = self.answers(r, blk)
+                i0 = r.offset_in_block
+                keys[got:got + n] = blk.keys[i0:i0 + n]
+                unique[got:got + n] = u[i0:i0 + n]
+                if V:
+                    values[got * V:(got + n) * V] = v[i0 * V:(i0 + n) * V]
+                got += n
+                self.advance(r, n)
+                if r.offset_in_block < len(blk.keys):
+                    continue
+            # Whole blocks from here on, decoded natively straight from the journal.
+            r.pos = blk.end
+            r.ordinal += int(len(blk.keys) - int(blk.hit.sum()))
+            r.block = None
+            while got < avail and r.seq < r.end_seq:
+                chunk = os.pread(r.fileno(), 1 << 22, r.pos)
+                try:
+                    off, nk, nord = self.kern.decode_blocks(chunk, V, r.unique, r.values, r.ordinal, r.seq,
+                                                            keys, unique, values, got)
+                except ValueError as e:
+                    raise DrumCorrupt(f"{r.journal}: {e}") from None
+                if nk == 0:
+                    break
+                r.pos += off
+                r.ordinal += nord
+                got += nk
+                r.seq += nk
+                self.handed_seq += nk
+                self.handed = (r.epoch, r.seq)
+            if r.seq < r.end_seq and got < avail:
+                r.block = self.read_block(r)
+                r.offset_in_block = 0
+        return first_seq, keys[:got], unique[:got].view(bool), values[:got * V].reshape(got, V)
+
+    def next_block(self) -> ReadyEpoch | None:
+        """The ready epoch, positioned on the block holding the next result to hand out, or None."""
+        while self.ready:
+            r = self.ready[0]
+            if r.seq >= r.end_seq:
+                r.close()
+                self.ready.pop(0)
+                self.done.append(r)
+                continue
+            if r.unique is None:
+                r.unique, r.values = self.files.load_results(r.results, r.epoch)
+            if r.block is None or r.offset_in_block >= len(r.block.keys):
+                if r.block is not None:
+                    r.pos = r.block.end
+                    r.ordinal += int(len(r.block.keys) - int(r.block.hit.sum()))
+                r.block = self.read_block(r)
+                r.offset_in_block = 0
+                if r.block.first_seq > r.seq:
+                    raise DrumCorrupt(f"{r.journal}: sequence gap at {r.seq}")
+                if r.block.first_seq + len(r.block.keys) <= r.seq:
+                    # A block entirely before the cursor (resuming after a restart).
+                    r.offset_in_block = len(r.block.keys)
+                    continue
+                r.offset_in_block = r.seq - r.block.first_seq
+            return r
+        return None
+
+    def read_block(self, r: ReadyEpoch) -> JournalBlock:
+        f = r.journal_file()
+        f.seek(r.pos)
+        blk = self.files.parse_block(f, r.pos, os.fstat(f.fileno()).st_size)
+        if blk is None:
+            raise DrumCorrupt(f"{r.journal}: journal ends before result {r.seq}")
+        return blk
+
+    def answers(self, r: ReadyEpoch, blk: JournalBlock):
+        """unique flags and values for every key of the block (cache hits answered as duplicates)."""
+        V = self.value_size
+        m = int(len(blk.keys) - int(blk.hit.sum()))
+        if r.ordinal + m > len(r.unique):
+            raise DrumCorrupt(f"{r.results}: fewer answers than journalled keys")
+        if m == len(blk.keys):
+            unique = r.unique[r.ordinal:r.ordinal + m]
+            vals = r.values[r.ordinal * V:(r.ordinal + m) * V] if V else None
+            return unique, vals
+        miss = blk.hit == 0
+        unique = np.zeros(len(blk.keys), np.uint8)
+        unique[miss] = r.unique[r.ordinal:r.ordinal + m]
+        vals = None
+        if V:
+            v2 = blk.hitvals.reshape(-1, V).copy()
+            v2[miss] = r.values[r.ordinal * V:(r.ordinal + m) * V].reshape(-1, V)
+            vals = v2.reshape(-1)
+        return unique, vals
+
+    def advance(self, r: ReadyEpoch, n: int) -> None:
+        r.offset_in_block += n
+        r.seq += n
+        self.handed_seq += n
+        self.handed = (r.epoch, r.seq)
+
+    def ack(self) -> None:
+        """Persist the cursor past everything handed out so far; drop fully delivered epochs."""
+        if self.handed == self.acked:
+            return
+        e, s = self.handed
+        self.files.write_cursor(self.cursor_fd, e, s)
+        self.acked = self.handed
+        while self.ready and self.ready[0].seq >= self.ready[0].end_seq:
+            r = self.ready.pop(0)
+            r.close()
+            self.done.append(r)
+        for r in self.done:
+            for p in (r.journal, r.results):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        self.done = []
+
+    def close(self) -> None:
+        for r in self.ready:
+            r.close()
