@@ -51,6 +51,8 @@ def test_status_lists_both_shards_and_one_on_its_own(crawl):
     assert st is not None, "status --json never showed two running shards"
     assert [s["shard"] for s in st["shards"]] == ["0", "1"]
     assert all(s["pid"] and s["state"] == "running" for s in st["shards"])
+    # each shard process runs its own loop: its lag histogram and its transfer/lease split are listed
+    assert all(s["loop_lag"]["count"] > 0 and "leases" in s and "processing" in s for s in st["shards"])
     assert st["pages"] == sum(s["pages"] for s in st["shards"]) or st["pages"] >= max(s["pages"] for s in st["shards"])
     one = crawl["one"]
     assert one is not None and one["shard"] == 1 and one["pid"] == st["shards"][1]["pid"]
