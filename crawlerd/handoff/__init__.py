@@ -1,6 +1,6 @@
 """Hand-off: URLs found by one shard for a host another shard owns, carried in batches.
 
-A crawl of N shards partitions hosts by registered domain (``url.shard_of``). A shard that
+A crawl of N shards partitions hosts by registered domain (``url.hosts.shard_of``). A shard that
 finds a URL (outlink, redirect target, sitemap entry) for a host of shard *j* stages it in its
 **outbox**; ``seed add`` and the seeds file go through an outbox too (source N: the supervisor).
 Shard *j* takes batches from its **inbox**, runs them through its intake (URL filter, DRUM) and

@@ -1,7 +1,7 @@
 """Several shards on one virtual clock: real Frontiers, real DRUMs, the real spool hand-off and the
 real shared IP slot table, against simulated servers that keep their own ledger.
 
-Each shard owns the hosts ``url.shard_of`` gives it. A fetched page links to pages of other
+Each shard owns the hosts ``url.hosts.shard_of`` gives it. A fetched page links to pages of other
 hosts; links to hosts of another shard are staged in the shard's outbox, and its lease is
 completed only after the outbox flushed them (as ``Answers.process`` waits for the barrier).
 A shard takes its inbox's batches into its DRUM and acknowledges each after DRUM journalled it
