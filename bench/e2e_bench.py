@@ -738,14 +738,14 @@ def bench(args: argparse.Namespace) -> dict:
     return out
 
 
-def reexec_in_netns(argv: list[str]) -> int:
-    """Run this script again inside a fresh network namespace with only ``lo`` up."""
+def reexec_in_netns(argv: list[str], script: str | None = None) -> int:
+    """Run this script (or ``script``) again inside a fresh network namespace with only ``lo`` up."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
         print("e2e_bench: needs root with unshare(1) and ip(8) for a private network namespace; "
               "refusing to run outside one", file=sys.stderr)
         return 2
     cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-           sys.executable, os.path.abspath(__file__), *argv, "--inside-netns"]
+           sys.executable, script or os.path.abspath(__file__), *argv, "--inside-netns"]
     try:
         return subprocess.call(cmd)
     except KeyboardInterrupt:

@@ -263,7 +263,8 @@ def _median(runs: list[dict], key: str) -> float:
 
 
 def _load_fetcher(path: str):
-    """The Fetcher class of another copy of curl.py (an older version to measure against)."""
+    """The Fetcher class of another copy of curl.py (an older version to measure against); the modules
+    it imports (crawlerd.fetch.transfer, crawlerd.fetch.http_head) come from this tree."""
     spec = importlib.util.spec_from_file_location("fetch_bench_baseline", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

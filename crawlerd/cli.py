@@ -70,9 +70,26 @@ def cmd_run(args) -> int:
     if problem:
         raise UsageError(f"{cfg.source}: {problem}")
     configmod.check_map_sizes(cfg)
-    setup_logging(cfg.log.level)
-    sup = Supervisor(cfg, seeds_files=[args.seeds] if args.seeds else [], duration_s=duration,
-                     config_path=args.config, overrides=list(args.set or []))
+    if args.member is not None:         # one shard of a family, started by the family supervisor
+        setup_logging(cfg.log.level, tag=f"shard={args.member}")
+        sup = Supervisor(cfg, config_path=args.config, overrides=list(args.set or []), member=args.member)
+    else:
+        from crawlerd import layout
+        try:
+            n = layout.resolve_shards(cfg.crawl.data_dir, cfg.crawl.shards)
+        except layout.LayoutError as e:
+            raise UsageError(str(e)) from None
+        if n != cfg.crawl.shards:
+            cfg = _load_config(args, [f"crawl.shards={n}"])
+        setup_logging(cfg.log.level)
+        seeds = [args.seeds] if args.seeds else []
+        if n > 1:
+            from crawlerd.family import Family
+            sup = Family(cfg, seeds_files=seeds, duration_s=duration, config_path=args.config,
+                         overrides=list(args.set or []))
+        else:
+            sup = Supervisor(cfg, seeds_files=seeds, duration_s=duration, config_path=args.config,
+                             overrides=list(args.set or []))
     try:
         return sup.run()
     finally:
@@ -87,8 +104,12 @@ def cmd_demo(args) -> int:
     return run_demo(args)
 
 
+def _shard_arg(args) -> dict:
+    return {"shard": args.shard} if getattr(args, "shard", None) is not None else {}
+
+
 def cmd_status(args) -> int:
-    s = _ask(args, "status")
+    s = _ask(args, "status", **_shard_arg(args))
     if args.json:
         _print_json(s)
         return EXIT_OK
@@ -97,6 +118,13 @@ def cmd_status(args) -> int:
     print(f"queued    {s['queued']} URLs  {s['hosts_active']} hosts active  {s['in_flight']} in flight")
     print(f"outcomes  {_fmt_counts(s['outcomes'])}")
     print(f"statuses  {_fmt_counts(s['statuses'])}")
+    if len(s.get("shards", [])) > 1:
+        for sh in s["shards"]:
+            ho = sh.get("handoff", {})
+            waiting = sum(v.get("batches", 0) for v in ho.get("out", {}).values())
+            print(f"shard {sh['shard']:<3} {sh['state']:<9} pid {sh['pid']}  {sh['pages']} pages  "
+                  f"{sh['pages_per_s_10s']:.1f}/s  {sh['queued']} queued  {sh['in_flight']} in flight  "
+                  f"restarts {sh['restarts']}  hand-off out {waiting} batches, in {ho.get('in_batches', 0)}")
     from crawlerd.metrics import lag_quantile_s
     for sh in s.get("shards", []):
         ll = sh.get("loop_lag") or {}
@@ -110,10 +138,10 @@ def cmd_status(args) -> int:
 def cmd_stats(args) -> int:
     _seconds(str(args.interval), "--interval")
     if args.prometheus:
-        sys.stdout.write(_ask(args, "metrics")["text"])
+        sys.stdout.write(_ask(args, "metrics", **_shard_arg(args))["text"])
         return EXIT_OK
     while True:
-        s = _ask(args, "stats")
+        s = _ask(args, "stats", **_shard_arg(args))
         if args.json:
             _print_json(s)
         else:
@@ -381,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seeds", metavar="FILE", help="seed URLs, one per line")
     r.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir")
     r.add_argument("--duration", metavar="SECONDS", help="stop after this many seconds (> 0; default: run until stopped)")
+    r.add_argument("--member", type=int, metavar="I", help=argparse.SUPPRESS)    # a family's shard I
 
     d = add("demo", cmd_demo, "start the bundled synthetic web on loopback and crawl it, with live progress")
     d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl, seconds (> 0)")
@@ -392,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = add("status", cmd_status, "one screen: state, uptime, rates, queues, errors")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    st.add_argument("--shard", type=int, metavar="I", help="one shard's own status (crawl.shards > 1)")
     ss = add("stats", cmd_stats, "detailed counters: outcomes, statuses, drops, top hosts")
     ss.add_argument("--json", action="store_true", help="machine-readable output")
     ss.add_argument("--watch", action="store_true", help="repeat until interrupted")
@@ -399,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print the Prometheus text exposition (for a textfile collector)")
     ss.add_argument("--interval", type=float, default=2.0,  help="seconds between --watch updates")
     ss.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir (locates the control socket)")
+    ss.add_argument("--shard", type=int, metavar="I", help="one shard's own stats (crawl.shards > 1)")
 
     tp = add("top", cmd_top, "live terminal view of a running crawl (q or Ctrl-C quits)")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")

@@ -66,8 +66,24 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_pages", int, 0, "Stop after this many pages fetched (0: no limit).", min=0, max=1 << 62),
         _k("max_depth", int, 64, "Links further than this many hops from a seed are not queued.", min=0,
            max=100000),
-        _k("shards", int, 1, "Crawl shards (host partitions, one process each). Only 1 is supported today.",
-           min=1, max=1),
+        _k("shards", int, 0,
+           "Crawl shards: hosts partitioned by registered domain, each shard its own process (one "
+           "event loop, curl multi, frontier, DRUM, budgets and workers) when more than one. 0: "
+           "chosen at the crawl's first start from the core count (cores // 8, at least 1: one "
+           "shard loop keeps about 7 cores of processing workers busy, bench/shards_bench.py). "
+           "Fixed for the life of a crawl: recorded in <data_dir>/crawl.json, and a run asking for "
+           "another count is refused.", min=0, max=256),
+    ]),
+    "handoff": ("URLs found by one shard for hosts another shard owns, handed over in batches.", [
+        _k("max_pending_batches", int, 256,
+           "Batches one shard may have waiting for another; at this many the sender waits "
+           "(its leases complete only once their links are handed over).", min=1, max=1_000_000),
+        _k("batch_records", int, 4096, "URLs per hand-off batch at most.", min=1, max=1_000_000),
+        _k("flush_interval_s", float, 0.1, "Staged URLs are written as a batch at least this often, seconds.",
+           min=0.001, max=10.0),
+        _k("fsync", bool, False,
+           "fsync every batch (survives power loss; without it a batch survives kill -9 of either "
+           "side, like the seen-set's intake log)."),
     ]),
     "robots": ("robots.txt (RFC 9309).", [
         _k("agent_token", str, "crawlerd",
@@ -112,6 +128,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("ip_delay_s", float, 0.0,
            "Smallest gap between requests to one IP address (on top of each host's own gap), seconds.", min=0.0,
            max=DAY),
+        _k("shared_ip_slots", int, 1 << 20,
+           "Entries of the per-IP slot table the shards of one machine share (a power of two; two "
+           "addresses hashed to one entry only wait for each other).", min=1024, max=1 << 26),
         _k("backoff_base_s", float, 30.0, "First backoff after a 429/503/timeout/reset without Retry-After, seconds.",
            min=0.0, max=DAY),
         _k("backoff_max_s", float, 3600.0, "Largest backoff, seconds.", min=0.0, max=30 * DAY),
@@ -344,7 +363,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "sort beyond this), bytes.", min=64 * KiB, max=4 * GiB),
     ]),
     "process": ("Processing of fetched pages.", [
-        _k("workers", int, 0, "Processing worker processes (0: cores - 1, at least 1).", min=0, max=256),
+        _k("workers", int, 0,
+           "Processing worker processes in all, shared out evenly among the shards (0: cores - "
+           "shards, at least one per shard).", min=0, max=256),
         _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0, max=1_000_000),
     ]),
     "control": ("Control socket and status.", [
@@ -647,6 +668,9 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
     if not r["min_interval_s"] <= r["initial_interval_s"] <= r["max_interval_s"]:
         raise ConfigError(f"{source}: recrawl.initial_interval_s = {r['initial_interval_s']!r}: expected "
                           f"min_interval_s ({r['min_interval_s']!r}) <= it <= max_interval_s ({r['max_interval_s']!r})")
+    n = values["politeness"]["shared_ip_slots"]
+    if n & (n - 1):
+        raise ConfigError(f"{source}: politeness.shared_ip_slots = {n!r}: expected a power of two")
     f = values["fetch"]
     if f["connect_timeout_s"] > f["timeout_s"]:
         raise ConfigError(f"{source}: fetch.connect_timeout_s = {f['connect_timeout_s']!r}: expected a value "

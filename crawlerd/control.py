@@ -3,8 +3,9 @@
 The daemon listens on ``control.socket`` (mode 0600, so only its user can
 drive it). A request is ``{"cmd": NAME, ...args}``; the reply is
 ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Commands are
-registered by the shard/supervisor as plain callables, so this module knows
-nothing about crawling.
+registered by the shard/supervisor as plain callables (a handler may return an awaitable:
+a family supervisor asks its shards before it answers), so this module knows nothing about
+crawling. ``ask`` is the client for a process that runs a loop itself.
 """
 
 from __future__ import annotations
@@ -128,6 +129,27 @@ class ControlServer:
         except Exception as e:
             log.error("control command failed cmd=%s error=%r", req["cmd"], e)
             return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+
+
+async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
+    """``request`` from a running loop: one command to another crawlerd process's socket."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=64 << 20), timeout_s)
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise NoDaemon(f"nothing answers on {path}") from None
+    except (OSError, TimeoutError) as e:
+        raise ControlError(f"cannot connect to {path}: {e}") from None
+    try:
+        writer.write(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        line = await asyncio.wait_for(reader.readline(), timeout_s)
+    except (OSError, TimeoutError, asyncio.LimitOverrunError, ValueError) as e:
+        raise ControlError(f"no answer on {path}: {e!r}") from None
+    finally:
+        writer.close()
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise ControlError(f"garbled reply from {path}") from None
 
 
 def _claim_socket_path(path: str) -> None:

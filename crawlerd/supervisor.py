@@ -12,6 +12,13 @@ segments closed → control socket removed → exit 0.
 
 SIGHUP re-reads the config file's runtime keys (blocklist, network.allow).
 SIGQUIT dumps every thread's stack to stderr.
+
+With ``crawl.shards`` = 1 the one shard runs in this process. With more, ``family.Family``
+supervises one process per shard, and each of them is this class in *member* mode
+(``crawlerd run --member i``): it takes its shard's ownership lease instead of the data dir's
+lock, opens its hand-off channels and the shared per-IP slot table (``shard.member``), serves
+its own control socket under ``shards/<i>/`` and writes its ``last-run.json`` there; it reads
+no seeds (the family hands them over) and ends when the family does.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import time
 import lmdb
 
 from crawlerd import config as configmod
-from crawlerd import control
+from crawlerd import control, layout
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.metrics import Metrics, process_usage
@@ -40,6 +47,7 @@ from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
+from crawlerd.shard.member import MemberError, MemberParts, open_member
 from crawlerd.store.recover import recover as recover_warc
 from crawlerd.url.canonical import normalize
 from crawlerd.url.hosts import host_key
@@ -56,7 +64,8 @@ NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outco
 
 
 # per-shard fields in `status` (`stats` has each shard's whole dict)
-SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "queued", "hosts_active")
+SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "leases", "processing", "queued",
+                 "hosts_active")
 
 
 class StartupError(Exception):
@@ -64,21 +73,26 @@ class StartupError(Exception):
 
 
 class KeyValueFormatter(logging.Formatter):
-    """One event per line: ``ts level logger msg key=value...``."""
+    """One event per line: ``ts level logger msg key=value...`` (``tag``: after the logger name)."""
+
+    def __init__(self, tag: str = ""):
+        super().__init__()
+        self.tag = f" {tag}" if tag else ""
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = f"{ts}.{int(record.msecs):03d}Z {record.levelname.lower()} {record.name} {record.getMessage()}"
+        line = (f"{ts}.{int(record.msecs):03d}Z {record.levelname.lower()} {record.name}{self.tag} "
+                f"{record.getMessage()}")
         if record.exc_info:
             line += " exc=" + repr(record.exc_info[1])
         return line
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, tag: str = "") -> None:
     root = logging.getLogger()
     if not any(isinstance(h.formatter, KeyValueFormatter) for h in root.handlers):
         h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(KeyValueFormatter())
+        h.setFormatter(KeyValueFormatter(tag))
         root.addHandler(h)
     root.setLevel(level.upper())
 
@@ -106,8 +120,11 @@ def read_seeds(path: str) -> tuple[list[str], int]:
 class Supervisor:
     def __init__(self, cfg: Config, *, seeds_files: list[str] = (), duration_s: float | None = None,
                  notifier: Notifier | None = None, on_tick=None, config_path: str | None = None,
-                 overrides: list[str] = ()):
+                 overrides: list[str] = (), member: int | None = None):
+        """``member``: this process runs shard ``member`` of a family (``crawl.shards`` > 1)."""
         self.cfg = cfg
+        self.member = member
+        self.parts: MemberParts | None = None
         self.seeds_files = list(seeds_files)
         self.duration_s = duration_s
         self.notifier = notifier or Notifier()
@@ -127,6 +144,13 @@ class Supervisor:
         problem = data_dir_problem(self.cfg.crawl.data_dir)
         if problem:
             raise StartupError(problem)
+        if self.member is not None:
+            try:
+                self.parts = open_member(self.cfg, self.member)
+            except MemberError as e:
+                raise StartupError(str(e)) from None
+            self.reserve_last_run()
+            return []
         problem = free_space_problem(self.cfg.crawl.data_dir, self.cfg.storage.min_free_bytes)
         self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -139,6 +163,11 @@ class Supervisor:
             good, bad = read_seeds(path)
             seeds += good
             self.seeds_invalid += bad
+        try:
+            for line in layout.prepare(self.cfg.crawl.data_dir, self.cfg.crawl.shards):
+                log.info("data dir: %s", line)
+        except (layout.LayoutError, OSError) as e:
+            raise StartupError(str(e)) from None
         try:
             os.makedirs(self.cfg.path("warc"), exist_ok=True)
             # recovery only cuts torn tails and writes indexes: it can work on a full disk
@@ -161,21 +190,29 @@ class Supervisor:
     async def _main(self, seeds: list[str]) -> int:
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
+        if self.parts is not None:
+            _die_with_parent()
         try:
-            self.shard = Shard(self.cfg, self.metrics)
+            if self.parts is not None:
+                self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
+                                   **self.parts.kwargs())
+            else:
+                self.shard = Shard(self.cfg, self.metrics)
         except STORE_ERRORS as e:
             raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
                                f"{e}") from None
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        if self.member is not None:
+            roots = []                  # the family hands seeds and sitemap hosts to their owners
         if seeds or roots:
             self.shard.submit_urls(seeds + roots, depth=0, priority=0)
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
-        server = control.ControlServer(self.cfg.control_socket, self._handlers())
+        server = control.ControlServer(self.control_path, self._handlers())
         try:
             await server.start()
         except (control.ControlError, OSError) as e:
@@ -184,9 +221,9 @@ class Supervisor:
             if self.shard.budgets is not None:
                 await self.shard.budgets.close()
             raise StartupError(str(e) if isinstance(e, control.ControlError) else
-                               f"cannot listen on control socket {self.cfg.control_socket}: {e.strerror}") from None
+                               f"cannot listen on control socket {self.control_path}: {e.strerror}") from None
         endpoint = None
-        if self.cfg.metrics.listen:
+        if self.cfg.metrics.listen and self.member is None:    # a family serves its shards' endpoint
             endpoint = MetricsServer(self.cfg.metrics.listen, lambda accept: render(self.stats(), accept))
             try:
                 await endpoint.start()
@@ -208,7 +245,8 @@ class Supervisor:
         ticker = asyncio.ensure_future(self._ticker())
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
         try:
-            await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages)
+            # a family counts crawl.max_pages over all its shards
+            await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages if self.member is None else 0)
         except STORE_ERRORS as e:     # a storage failure during shutdown: one line, never a traceback
             self.shard.storage.fatal(e, "shutdown")
         finally:
@@ -229,6 +267,11 @@ class Supervisor:
             return 1                  # a store could not be written: systemd's Restart= may try again
         return 0
 
+    @property
+    def control_path(self) -> str:
+        return self.cfg.control_socket if self.member is None else layout.shard_socket(self.cfg.crawl.data_dir,
+                                                                                      self.member)
+
     async def _ticker(self) -> None:
         wd = self.notifier.watchdog_interval_s
         last_wd = 0.0
@@ -238,6 +281,8 @@ class Supervisor:
             if wd and now - last_wd >= wd:
                 self.notifier.watchdog()
                 last_wd = now
+            if not self.notifier.enabled and self.on_tick is None:
+                continue                # a family's member: the family asks for status itself
             try:
                 s = self.status()
                 state = f"{s['state']}; " if s["state"] != "running" else ""
@@ -288,8 +333,11 @@ class Supervisor:
             "in_flight": total("in_flight"), "leases": total("leases"), "processing": total("processing"),
             "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),
+            "shard": self.member or 0,
             "shards": [{k: v.get(k) for k in SHARD_SUMMARY} | {"loop_lag": v["loop_lag"],
                                                                "loop_lag_recent_max_s": v["loop_lag"]["recent_max_s"]}
+                       | {"state": self._state(), "restarts": 0, "pages_per_s_60s": snap["pages_per_s_60s"],
+                          "handoff": v.get("handoff", {})}
                        for v in views],
         }
 
@@ -381,57 +429,83 @@ class Supervisor:
         }
 
     def _write_last_run(self) -> None:
-        """<data_dir>/last-run.json: the final stats of this run (temp name, fsync, rename).
+        """<data_dir>/last-run.json (a member's: shards/<i>/last-run.json): see ``write_last_run``."""
+        write_last_run(self.last_run_path, self.stats())
 
-        On a full disk the rename way has no room: the file is then overwritten in place, in the
-        blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
-        path = self.cfg.path("last-run.json")
-        data = json.dumps(self.stats(), indent=1, sort_keys=True, default=str).encode()
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        try:
-            with open(path, "r+b") as f:
-                size = os.fstat(f.fileno()).st_size
-                if len(data) > size:
-                    raise OSError(28, f"the {size} bytes set aside are too few")
-                f.write(data + b" " * (size - len(data)))
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
+    @property
+    def last_run_path(self) -> str:
+        if self.member is None:
+            return self.cfg.path("last-run.json")
+        return os.path.join(layout.shard_dir(self.cfg.crawl.data_dir, self.member), "last-run.json")
 
     def reserve_last_run(self) -> None:
-        """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see _write_last_run)."""
-        path = self.cfg.path("last-run.json")
-        try:
-            with open(path, "rb") as f:
-                old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
-        except OSError:
-            old = b"{}"
-        if len(old) >= LAST_RUN_RESERVE_BYTES:
-            return
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            log.warning("cannot set aside room for %s: %s", path, e.strerror)
+        reserve_last_run(self.last_run_path)
 
     def close(self) -> None:
+        if self.parts is not None:
+            self.parts.close()
+            self.parts = None
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             self._lock_fd = None
         self.notifier.close()
+
+
+def write_last_run(path: str, stats: dict) -> None:
+    """The final stats of a run (temp name, fsync, rename).
+
+    On a full disk the rename way has no room: the file is then overwritten in place, in the
+    blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
+    data = json.dumps(stats, indent=1, sort_keys=True, default=str).encode()
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+    try:
+        with open(path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(data) > size:
+                raise OSError(28, f"the {size} bytes set aside are too few")
+            f.write(data + b" " * (size - len(data)))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        log.error("cannot write %s: %s", path, e.strerror)
+
+
+def reserve_last_run(path: str) -> None:
+    """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see write_last_run)."""
+    try:
+        with open(path, "rb") as f:
+            old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
+    except OSError:
+        old = b"{}"
+    if len(old) >= LAST_RUN_RESERVE_BYTES:
+        return
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("cannot set aside room for %s: %s", path, e.strerror)
+
+
+def _die_with_parent() -> None:
+    """A member shard gets SIGTERM (an ordered drain) when its family supervisor dies (Linux)."""
+    import ctypes
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)       # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os.kill(os.getpid(), signal.SIGTERM)      # the parent died before prctl

@@ -295,3 +295,19 @@ def test_host_helpers():
 ])
 def test_registered_domain(host, domain):
     assert registered_domain(host) == domain
+
+
+def test_shard_of_partitions_by_registered_domain():
+    from crawlerd.url.hosts import shard_of, shard_of_url
+    assert shard_of("www.example.co.uk", 1) == 0
+    n = 7
+    # every host of a registered domain lands in one shard
+    assert len({shard_of(h, n) for h in ("example.co.uk", "a.example.co.uk", "b.c.example.co.uk")}) == 1
+    assert shard_of_url("https://a.example.co.uk:8443/x?y", n) == shard_of("example.co.uk", n)
+    # private suffixes are owners: alice.github.io and bob.github.io are partitioned separately
+    owners = {shard_of(f"u{i}.github.io", n) for i in range(200)}
+    assert owners == set(range(n))
+    spread = [0] * n
+    for i in range(7000):
+        spread[shard_of(f"h{i}.sim", n)] += 1
+    assert min(spread) > 800 and max(spread) < 1200       # xxh3: an even spread

@@ -21,16 +21,12 @@ later, with a cap). Redirects are not followed: a 3xx is a result and the
 frontier handles the hop.
 
 The request head. We set every header curl sends, so for an ordinary URL
-(:func:`_request_head`) the fetcher writes the head itself and
+the fetcher writes the head itself (:mod:`crawlerd.fetch.http_head`) and
 ``CURLINFO_REQUEST_SIZE`` confirms that curl sent exactly that many bytes;
-a URL or header we do not model exactly (userinfo, unusual characters,
-headers curl manages) switches that one transfer to curl's debug stream,
-which reports the head as sent. Verbose mode on every transfer cost curl
-its info-text formatting plus about nine Python callbacks per transfer.
-
-Per-transfer Python work is kept off the byte path: curl appends header
-lines and body chunks straight into lists (``list.append`` as the callback,
-no Python frame per chunk), joined once when the transfer ends.
+any other transfer takes the head from curl's debug stream. Verbose mode on
+every transfer cost curl its info-text formatting plus about nine Python
+callbacks per transfer. Per-transfer state and error classification live in
+:mod:`crawlerd.fetch.transfer`.
 
 Limits. Connect and total timeouts, a low-speed cut-off (drip -> too_slow),
 a raw body cap (curl's ``MAXFILESIZE``: refused early on a declared
@@ -39,8 +35,9 @@ header block cap checked when the transfer ends (headers_too_large; curl's
 own 300 KB header limit bounds what arrives before that). Every transfer
 ends in exactly one :class:`Outcome`; network trouble never raises.
 
-Sockets. curl opens them through ``_on_open_socket`` (the address guard
-checks the connected address again, ARCHITECTURE.md invariant 5) and closes them itself.
+Sockets. curl opens them through the transfer's open-socket callback
+(:mod:`crawlerd.fetch.transfer`: the address guard checks the connected
+address again, ARCHITECTURE.md invariant 5) and closes them itself.
 No close-socket callback: pycurl can only run it while the easy handle that
 opened the connection is in the multi handle, and curl closes idle pooled
 connections (dead, too old, over ``MAXCONNECTS``) long after that handle
@@ -60,26 +57,28 @@ curl opens the socket, and must be the pinned one.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import re
 import select
-import socket
 import time
 from collections import deque
 
 import pycurl
 
 from crawlerd.fetch.guard import AddressGuard
+from crawlerd.fetch.http_head import (
+    CURL_MANAGED,
+    HEADER_TOKEN,
+    final_head,
+    parse_headers,
+    request_head,
+    status_of,
+)
+from crawlerd.fetch.transfer import Transfer, classify_error
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest, FetchResult
 
 log = logging.getLogger(__name__)
 
-_INFOTYPE_HEADER_OUT = 2
-_BUFFER_BYTES = 64 * 1024          # receive buffer per transfer (curl shares one per multi)
-_E_TOO_LARGE = 100                 # CURLE_TOO_LARGE (curl >= 8.6): its own header size limit
-_TLS_ERRORS = frozenset({35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98})
 _POLL_IN, _POLL_OUT, _POLL_REMOVE = pycurl.POLL_IN, pycurl.POLL_OUT, pycurl.POLL_REMOVE
 _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
@@ -90,175 +89,6 @@ _TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl'
 # declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
 _MIN_LIBCURL = 0x080400
 
-# An ordinary absolute URL whose request line and Host header curl sends exactly as written
-# (checked byte for byte against curl's debug stream in tests/fetch/test_curl_head.py): lowercase
-# http(s) scheme, no userinfo, a plain host name or IPv4 literal, a port without leading zeros, RFC
-# 3986 pchars in the path and query with well-formed %-escapes. Anything else goes the debug way.
-_PCHARS = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})"
-_SIMPLE_URL = re.compile(
-    r"(https?)://([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(?::([1-9][0-9]{0,4}))?"
-    rf"(/{_PCHARS}*)?((?:\?(?:{_PCHARS}|\?)+)?)(?:#.*)?\Z", re.S)
-_DEFAULT_PORT = {"http": 80, "https": 443}
-# Request headers curl writes or rewrites itself: a request naming one is not built by us.
-_CURL_MANAGED = frozenset({"host", "user-agent", "accept", "authorization", "cookie", "range", "referer", "te",
-                           "connection", "content-length", "content-type", "transfer-encoding", "expect",
-                           "proxy-authorization", "proxy-connection", "upgrade", "http2-settings"})
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
-
-
-def _status_of(line: bytes) -> int:
-    parts = line.split(None, 2)
-    if len(parts) >= 2 and parts[1].isdigit():
-        return int(parts[1])
-    return 0
-
-
-def _final_head(raw: bytes) -> bytes:
-    """The last response head in ``raw`` (every header line curl saw): 1xx interim heads dropped
-    (RFC 9110 §15.2), cut after its blank line."""
-    k = raw.rfind(b"\nHTTP/")                        # a header line can never contain "\n"
-    if k >= 0:
-        raw = raw[k + 1:]
-    end = raw.find(b"\n\r\n")
-    end2 = raw.find(b"\n\n")
-    if end2 >= 0 and (end < 0 or end2 < end):
-        return raw[:end2 + 2]
-    return raw[:end + 3] if end >= 0 else raw
-
-
-def _parse_headers(head: bytes) -> list[tuple[str, str]]:
-    """Header fields of one head (status line first), in order; obs-fold lines join the previous value."""
-    out: list[tuple[str, str]] = []
-    lines = head.decode("latin-1").split("\n")
-    for line in lines[1:]:
-        if line[:1] in (" ", "\t"):
-            if out:
-                k, v = out[-1]
-                out[-1] = (k, f"{v} {line.strip()}")
-            continue
-        name, sep, value = line.partition(":")
-        if sep:
-            out.append((name.strip(), value.strip()))
-        elif not line.strip():
-            break
-    return out
-
-
-def _request_head(url: str, ua_line: bytes, extra: list[bytes]) -> bytes | None:
-    """The request head curl sends for ``url`` with our headers, or None when we do not model it exactly.
-
-    curl's order (lib/http.c): request line, Host, User-Agent, Accept (curl's default */*), then the
-    custom headers in the order given, then the blank line.
-    """
-    m = _SIMPLE_URL.match(url)
-    if m is None:
-        return None
-    scheme, host, port, path, query = m.groups()
-    if port is not None and int(port) != _DEFAULT_PORT[scheme]:
-        if int(port) > 65535:
-            return None
-        host = f"{host}:{port}"
-    target = f"{path or '/'}{query}"
-    parts = [f"GET {target} HTTP/1.1\r\nHost: {host}\r\n".encode("ascii"), ua_line, b"Accept: */*\r\n"]
-    for line in extra:
-        parts.append(line)
-        parts.append(b"\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
-
-
-class _Transfer:
-    """One reusable easy handle plus the state of the request it runs.
-
-    Invariant: ``fut`` is set iff the handle is in the multi handle (in
-    flight); an idle transfer holds no request data (``head``, ``body``
-    and ``debug`` are empty). ``head`` and ``body`` are the very lists curl
-    appends to (their ``append`` is the callback), so they are cleared,
-    never replaced. ``opt_*`` mirror what is set on the handle, so a
-    setting that did not change is not set again.
-    """
-
-    __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "head", "debug",
-                 "req_head", "verbose", "abort", "detail", "max_body", "opt_connect_to", "opt_headers",
-                 "opt_max_body", "opt_forbid_reuse")
-
-    def __init__(self, fetcher: Fetcher, share: pycurl.CurlShare):
-        self.fetcher = fetcher
-        self.fut: asyncio.Future[FetchResult] | None = None
-        self.req: FetchRequest | None = None
-        self.body: list[bytes] = []
-        self.head: list[bytes] = []
-        self.debug: list[bytes] = []
-        self.pinned = ""
-        self.started_at = 0.0
-        self.t0 = 0.0
-        self.req_head = b""
-        self.verbose = False
-        self.abort: Outcome | None = None
-        self.detail = ""
-        self.max_body = 0
-        self.opt_connect_to = ""
-        self.opt_headers: list[bytes] | None = None
-        self.opt_max_body = -1
-        self.opt_forbid_reuse = False
-        c = self.curl = pycurl.Curl()
-        f = fetcher
-        c.setopt(pycurl.SHARE, share)
-        c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.PROXY, "")                       # never an environment proxy
-        c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
-        c.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
-        c.setopt(pycurl.FOLLOWLOCATION, 0)
-        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)   # raw HTTP/1.1 bytes go to WARC
-        c.setopt(pycurl.HTTP_TRANSFER_DECODING, 0)
-        c.setopt(pycurl.PATH_AS_IS, 1)                   # request the URL the frontier normalised, as is
-        # curl never resolves a name (CONNECT_TO pins an address literal), so its DNS cache holds
-        # only those literals; with a timeout it prunes the whole cache on every transfer.
-        c.setopt(pycurl.DNS_CACHE_TIMEOUT, 0)
-        c.setopt(pycurl.USERAGENT, f.user_agent)
-        c.setopt(pycurl.CONNECTTIMEOUT_MS, int(f.connect_timeout_s * 1000))
-        c.setopt(pycurl.TIMEOUT_MS, int(f.timeout_s * 1000))
-        c.setopt(pycurl.LOW_SPEED_LIMIT, f.low_speed_bytes_per_s)
-        c.setopt(pycurl.LOW_SPEED_TIME, f.low_speed_time_s)
-        c.setopt(pycurl.BUFFERSIZE, _BUFFER_BYTES)
-        c.setopt(pycurl.TCP_NODELAY, 1)
-        c.setopt(pycurl.SSL_VERIFYPEER, 1 if f.verify_tls else 0)
-        c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
-        if f.ca_file:
-            c.setopt(pycurl.CAINFO, f.ca_file)            # a private CA instead of the system store
-        c.setopt(pycurl.WRITEFUNCTION, self.body.append)
-        c.setopt(pycurl.HEADERFUNCTION, self.head.append)
-        c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
-        c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)
-
-    # -- curl callbacks (run inside socket_action) -------------------------
-    def _on_debug(self, kind: int, data: bytes) -> None:
-        if kind == _INFOTYPE_HEADER_OUT:
-            if data.startswith(b"GET "):
-                self.debug.clear()                       # curl may resend on a dead reused connection
-            self.debug.append(data)
-
-    def _on_open_socket(self, purpose: int, address):
-        ip = address.addr[0]
-        f = self.fetcher
-        if ip != self.pinned and not _same_ip(ip, self.pinned):
-            self.abort = Outcome.BLOCKED_ADDRESS
-            self.detail = f"curl tried {ip}, not the pinned {self.pinned}"
-            return pycurl.SOCKET_BAD
-        if not f.guard.allowed(ip):
-            self.abort = Outcome.BLOCKED_ADDRESS
-            self.detail = f"address {ip} is {f.guard.reason(ip)}"
-            return pycurl.SOCKET_BAD
-        try:
-            fd = socket.socket(address.family, address.socktype, address.protocol).detach()
-        except OSError as e:                             # e.g. EMFILE: an outcome, never a traceback on stderr
-            self.abort = Outcome.NETWORK_ERROR
-            self.detail = f"cannot open a socket: {e}"
-            return pycurl.SOCKET_BAD
-        f.forget_fd(fd)                                  # records left by a socket curl closed on its own
-        f.sockets_opened += 1
-        return fd                                        # pycurl hands an int to curl as is; curl closes it
-
 
 def _quiet(op, fd: int, *args) -> None:
     """An epoll_ctl call that may find the fd already closed (curl closes sockets on its own)."""
@@ -266,50 +96,6 @@ def _quiet(op, fd: int, *args) -> None:
         op(fd, *args)
     except OSError:
         pass
-
-
-def _same_ip(a: str, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
-    except ValueError:
-        return False
-
-
-def _classify_error(t: _Transfer, code: int, msg: str) -> Outcome:
-    if t.abort is not None:
-        return t.abort
-    low = msg.lower()
-    if code == pycurl.E_OPERATION_TIMEDOUT:
-        if "too slow" in low:
-            return Outcome.TOO_SLOW
-        if "connection timed out" in low or ("connect" in low and "timed out" in low):
-            return Outcome.CONNECT_TIMEOUT
-        return Outcome.TIMEOUT
-    if code == pycurl.E_COULDNT_CONNECT:
-        return Outcome.CONNECT_REFUSED
-    if code == pycurl.E_FILESIZE_EXCEEDED:
-        return Outcome.TOO_LARGE
-    if code == _E_TOO_LARGE:
-        return Outcome.HEADERS_TOO_LARGE if "header" in low else Outcome.TOO_LARGE
-    if code in (pycurl.E_RECV_ERROR, pycurl.E_SEND_ERROR):
-        if "chunk" in low:
-            return Outcome.BAD_RESPONSE
-        if "header" in low and ("large" in low or "size" in low):
-            return Outcome.HEADERS_TOO_LARGE
-        if "reset" in low or "broken pipe" in low or "closed" in low:
-            return Outcome.CONNECTION_RESET
-        return Outcome.NETWORK_ERROR
-    if code in (pycurl.E_PARTIAL_FILE, pycurl.E_GOT_NOTHING):
-        return Outcome.CONNECTION_RESET                  # closed before the answer was complete
-    if code in (pycurl.E_UNSUPPORTED_PROTOCOL, 8):       # 8: CURLE_WEIRD_SERVER_REPLY; 1: HTTP/0.9
-        return Outcome.BAD_RESPONSE
-    if code in _TLS_ERRORS:
-        return Outcome.TLS_ERROR
-    if code == pycurl.E_URL_MALFORMAT:
-        return Outcome.BAD_URL
-    if code == pycurl.E_COULDNT_RESOLVE_HOST:
-        return Outcome.DNS_ERROR
-    return Outcome.NETWORK_ERROR
 
 
 class Fetcher:
@@ -322,8 +108,8 @@ class Fetcher:
     then it is in the private epoll set with that mask; a ``_parked`` fd is
     an idle keep-alive socket left in the set, or a number curl has since
     closed (the kernel dropped it from the set; the entry goes when the
-    number comes back through ``_on_open_socket`` or ``_on_socket``, so
-    both maps stay bounded by the fd numbers in use); the loop timer, when
+    number comes back through the transfer's open-socket callback or
+    ``_on_socket``, so both maps stay bounded by the fd numbers in use); the loop timer, when
     armed, fires no later than curl's current deadline (``_due``).
     """
 
@@ -368,8 +154,8 @@ class Fetcher:
         m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         m.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         m.setopt(pycurl.M_MAXCONNECTS, max_connections)   # the keep-alive connection cache
-        self._idle: list[_Transfer] = []
-        self._active: dict[pycurl.Curl, _Transfer] = {}
+        self._idle: list[Transfer] = []
+        self._active: dict[pycurl.Curl, Transfer] = {}
         # curl's sockets live in a private epoll set; the loop watches only its fd (see module doc)
         self._ep = select.epoll()
         self._watched: dict[int, int] = {}                  # fd -> POLL_* mask curl asked for, in _ep
@@ -419,7 +205,7 @@ class Fetcher:
             if self._closed:
                 self._count(Outcome.ABORTED)
                 return self._early(req, Outcome.ABORTED, "fetcher closed")
-        t = self._idle.pop() if self._idle else _Transfer(self, self._share)
+        t = self._idle.pop() if self._idle else Transfer(self, self._share)
         c = t.curl
         url = req.url
         try:
@@ -444,12 +230,12 @@ class Fetcher:
                     headers.append(f"{k}: {v}".encode("latin-1"))
                 except UnicodeEncodeError:
                     continue                              # not sendable as HTTP/1.1 field bytes
-                if modelled and (k.lower() in _CURL_MANAGED or not v.strip() or not _TOKEN.match(k)):
+                if modelled and (k.lower() in CURL_MANAGED or not v.strip() or not HEADER_TOKEN.match(k)):
                     modelled = False                      # curl rewrites or drops it: take its debug stream
         if headers != t.opt_headers:
             c.setopt(pycurl.HTTPHEADER, headers)
             t.opt_headers = headers
-        head = _request_head(url, self._ua_line, headers) if modelled else None
+        head = request_head(url, self._ua_line, headers) if modelled else None
         if head is None:
             if not t.verbose:
                 c.setopt(pycurl.VERBOSE, 1)               # the debug stream carries the request head as sent
@@ -655,12 +441,12 @@ class Fetcher:
         if code == 0:
             self._complete(c, t, Outcome.OK, "", c.getinfo(pycurl.RESPONSE_CODE))
         else:
-            outcome = _classify_error(t, code, msg)
+            outcome = classify_error(t, code, msg)
             if outcome is Outcome.TOO_LARGE and code == pycurl.E_FILESIZE_EXCEEDED:
                 t.detail = f"body exceeds {t.max_body} bytes"
             self._complete(c, t, outcome, t.detail or msg or f"curl error {code}")
 
-    def _request_head_sent(self, c: pycurl.Curl, t: _Transfer) -> bytes:
+    def _request_head_sent(self, c: pycurl.Curl, t: Transfer) -> bytes:
         """The request head as it went out: ours confirmed by curl's byte count, or curl's debug stream."""
         if t.verbose:
             self.heads_debug += 1
@@ -679,7 +465,7 @@ class Fetcher:
             self.heads_built += 1
         return head
 
-    def _complete(self, c: pycurl.Curl, t: _Transfer, outcome: Outcome, error: str, status: int = 0) -> None:
+    def _complete(self, c: pycurl.Curl, t: Transfer, outcome: Outcome, error: str, status: int = 0) -> None:
         del self._active[c]
         req = t.req
         lines = t.head
@@ -698,10 +484,10 @@ class Fetcher:
                 raw = raw[:cap]
                 status = 0
                 body_parts.clear()
-            head = _final_head(raw)
+            head = final_head(raw)
             if status == 0:
-                status = _status_of(head)
-            headers = _parse_headers(head)
+                status = status_of(head)
+            headers = parse_headers(head)
         else:
             head = b""
             headers = []

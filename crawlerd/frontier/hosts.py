@@ -11,6 +11,7 @@ dry it is written back as a :class:`HostRecord` under its host key in the LMDB
 
 from __future__ import annotations
 
+import math
 import struct
 from array import array
 from dataclasses import dataclass
@@ -70,6 +71,18 @@ class HostRecord:
     @classmethod
     def decode(cls, raw: bytes) -> HostRecord:
         return cls(*_REC.unpack_from(raw), raw[_REC.size:].decode())
+
+
+def wall_of(t: float, off: float) -> float:
+    """Clock time ``t`` as wall-clock time, rounded up: ``wall_of(t, off) - off >= t``.
+
+    ``t + off`` rounds to the grid of the larger wall-clock number (about 0.2 us near 1.7e9), so
+    a due converted there and back may come out a few ns early; a gap end must never come early
+    (ARCHITECTURE.md invariant 1)."""
+    w = t + off
+    while w - off < t:
+        w = math.nextafter(w, math.inf)
+    return w
 
 
 def wall_record(rec: HostRecord, now_wall: float) -> HostRecord:
@@ -151,7 +164,7 @@ class HostTable:
         """Slot ``s`` as a wall-clock record; ``off`` is wall minus clock for this session."""
         rexp = self.robots_exp[s]
         return HostRecord(self.hid[s], self.mask[s], self.picks[s], self.fails[s],
-                          self.demote[s], FLAG_WALL, session, now + off, self.due[s] + off,
+                          self.demote[s], FLAG_WALL, session, now + off, wall_of(self.due[s], off),
                           rexp + off if rexp > 0 else 0.0, self.crawl_delay[s], self.ip_exp[s] + off, ip)
 
     def release(self, s: int) -> None:

@@ -7,11 +7,13 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
+import xxhash
+
 from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier import journal
 from crawlerd.frontier.blocklist import Blocklist
-from crawlerd.frontier.hosts import HostRecord, HostTable, wall_record
+from crawlerd.frontier.hosts import HostRecord, HostTable, wall_of, wall_record
 from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
     KIND_ROBOTS,
@@ -47,6 +49,15 @@ class _Out:
         self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
 
 
+# A lease put off because another shard holds its IP looks again this much later, seconds.
+SHARED_IP_RETRY_S = 0.02
+
+
+def ip_key(ip: str) -> int:
+    """The shared IP slot table's key of an address (xxh3_64 of its text)."""
+    return xxhash.xxh3_64_intdigest(ip.encode())
+
+
 # Upper bound on the time between the frontier's last commit and a crash: the shard commits at
 # least every 2 s, and group commits add at most commit_interval_s (1 s by default). Used only
 # when the in-flight journal is gone (an OS crash): then every host waits a whole grace.
@@ -74,7 +85,7 @@ class Frontier:
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
-                 commit_interval_s: float = 1.0, deferred_level: bool = False):
+                 commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
@@ -86,6 +97,9 @@ class Frontier:
         may lose (it is redone, never lost). ``host_concurrency``: hosts allowed
         more than one lease at a time (still under per_ip_concurrency).
         ``blocklist``: patterns added to the persisted blocklist.
+        ``shared_ips``: the per-IP slot table shared with the other shards of this machine
+        (``crawlerd._native.ipslots.IPSlots``, attached): a lease also takes a cell of its IP
+        there, so per-IP limits hold across shards (ARCHITECTURE.md invariant 1).
         ``deferred_level``: one more level, after ``priority_levels``, that a host serves only
         when its other levels are empty (suspected duplicate URLs, ``crawlerd.frontier.dust``).
         """
@@ -117,6 +131,9 @@ class Frontier:
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync)
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
+        self._shared = shared_ips
+        self._ip_delay_s = ip_delay_s
+        self.shared_ip_waits = 0         # leases put off because another shard held the IP
         self._heap = DueHeap(1024)
         self._leases: dict[int, _Out] = {}
         self._min_deadline = math.inf
@@ -155,7 +172,7 @@ class Frontier:
         self._book.recovered = self._recover(now, replay, crashed, last)
         self._commit()
         self._journal = journal.InflightJournal(
-            path, self._session, {ip: t - self._ips.delay_s + self._off for ip, t in self._ip_floor.items()})
+            path, self._session, {ip: wall_of(t - self._ips.delay_s, self._off) for ip, t in self._ip_floor.items()})
 
     # == recovery ===========================================================
     def _recover(self, now: float, replay: journal.Replay, crashed: bool, last_wall: float) -> int:
@@ -225,7 +242,7 @@ class Frontier:
         if not replay.usable:
             return
         st, txn, off = self._store, self._store.txn(), self._off
-        now_wall = now + off
+        now_wall = wall_of(now, off)
         for hk in replay.ended.keys() | replay.inflight.keys():
             kb = hk.encode("utf-8", "surrogateescape")
             raw = txn.get(kb, db=st.hosts)
@@ -236,13 +253,14 @@ class Frontier:
             t0 = replay.inflight.get(hk)
             if t0 is not None:
                 end = max(t0, min(now_wall, t0 + self._lease_timeout_s))
-                due = max(due, end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote))
+                # one step up: the sum rounded on the wall-clock grid must not end the gap early
+                due = max(due, math.nextafter(end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote), math.inf))
             if due > rec.due:
                 rec.due = due
                 txn.put(kb, rec.encode(), db=st.hosts)
         if self._ips.delay_s > 0:
             for ip, end in replay.ip_end.items():
-                floor = min(end, now_wall) + self._ips.delay_s - off
+                floor = (min(end, now_wall) - off) + self._ips.delay_s    # wall minus off is exact (Sterbenz)
                 if floor > now:
                     self._ip_floor[ip] = floor
 
@@ -520,6 +538,16 @@ class Frontier:
         if ips.due[ip] > now:
             self._heap.push(s, ips.due[ip])
             return None
+        if self._shared is not None:
+            if H.robots_exp[s] <= now and H.out[s]:
+                H.state[s] = hs.BUSY     # robots expired while URL leases are out: wait for them
+                return None
+            wait = self._shared.try_acquire(ip_key(ips.names[ip]), now, self._ip_delay_s)
+            if wait:
+                # another shard's request to this IP (or its gap): look again then, or soon
+                self.shared_ip_waits += 1
+                self._heap.push(s, wait if wait > now else now + SHARED_IP_RETRY_S)
+                return None
         hk = H.keys[s]
         self._c["lease_seq"] += 1
         lid = self._c["lease_seq"]
@@ -610,6 +638,9 @@ class Frontier:
                  retry_after_s: float | None, requeue: bool, unfetched: bool = False) -> None:
         H, ips, pol = self._hosts, self._ips, self._pol
         s, lease = o.slot, o.lease
+        if self._shared is not None:
+            # unfetched: nothing was sent, so the shared due is not pushed past its acquire-time gap
+            self._shared.release(ip_key(ips.names[o.ip]), now, 0.0 if unfetched else self._ip_delay_s)
         if unfetched:
             ips.cancel(o.ip)            # nothing was sent: the IP's own gap does not move
         else:
@@ -638,7 +669,7 @@ class Frontier:
         if lease.kind == KIND_URL and self._finish_url(o, outcome, status, requeue):
             done_key = o.key
         # until the next commit the journal holds this due and, for a completed URL, that it is done
-        self._journal.ended(lease.lease_id, now + self._off, H.due[s] + self._off, done_key)
+        self._journal.ended(lease.lease_id, wall_of(now, self._off), wall_of(H.due[s], self._off), done_key)
         self._dirty.add(s)
         if H.state[s] == hs.ROBOTS:
             H.state[s] = hs.BUSY
@@ -915,7 +946,7 @@ class Frontier:
         ips, now = self._ips, self._clock()
         ip_end = {}
         if ips.delay_s > 0:
-            ip_end = {name: ips.due[i] - ips.delay_s + off for i, name in enumerate(ips.names)
+            ip_end = {name: wall_of(ips.due[i] - ips.delay_s, off) for i, name in enumerate(ips.names)
                       if name is not None and ips.due[i] > now}
         self._journal.rewrite(out, ip_end)
 

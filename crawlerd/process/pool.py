@@ -44,6 +44,10 @@ answering for anything in it is removed. A worker rotates its segment only
 after answering, so an answered record never sits in a segment that was closed
 before the answer.
 
+A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row is not started
+again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
+reason instead of restarting workers in a loop while it reports "running".
+
 Near duplicates. A worker first parses every job of a batch, then (if the pool
 has a ``near_duplicate`` callback) sends one ``("near", [(job id, simhash, url)])``
 frame and waits for the crawl process's answers before it writes any record, so
@@ -79,10 +83,10 @@ import re
 import socket
 import struct
 import subprocess
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 
+from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.ring import BodyRing
@@ -101,14 +105,19 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")      # as the WARC writer cleans s
 _RESPAWN_DELAY_S = (0.0, 0.1, 0.3, 1.0, 3.0)       # after deaths in a row with no answer in between
 _STARTED = struct.Struct("<q")      # the progress page: id of the job the worker is working on (0: none)
 _MAX_BATCH = 32                     # jobs answered together at most
+MAX_START_DEATHS = 3                # workers dying in a row before starting any job: the pool has failed
 RING_BYTES = 32 << 20               # shared-memory body ring per worker (bodies that do not fit go inline)
 
 
-def default_workers(configured: int) -> int:
-    """``process.workers``: 0 means cores - 1, at least 1."""
-    if configured > 0:
-        return configured
-    return max(1, (os.cpu_count() or 2) - 1)
+class PoolFailed(RuntimeError):
+    """The processing workers keep dying before they start any job."""
+
+
+def default_workers(configured: int, shards: int = 1) -> int:
+    """One shard's workers: ``process.workers`` in all (0: cores - shards, at least one per
+    shard) shared out evenly among ``shards``."""
+    total = configured if configured > 0 else max(shards, (os.cpu_count() or 2) - shards)
+    return max(1, round(total / shards))
 
 
 @dataclass
@@ -209,6 +218,8 @@ class WorkerPool:
         self._next_id = 0
         self._closing = False
         self._quick_deaths = 0
+        self._start_deaths = 0
+        self.failed = ""                # why the pool gave up (workers that cannot start), or ""
         self.restarts = 0
         self.crashed_jobs = 0
         self.final_cpu_s: dict[int, float] = {}     # worker pid -> CPU s, read just before it exits
@@ -234,9 +245,11 @@ class WorkerPool:
         try:
             os.ftruncate(page_fd, _STARTED.size)
             progress = mmap.mmap(page_fd, _STARTED.size)
-            proc = subprocess.Popen([sys.executable, "-m", "crawlerd.process.pool", "--fd", str(child.fileno()),
-                                     "--progress-fd", str(page_fd), "--ring-fd", str(ring.fd)],
-                                    pass_fds=[child.fileno(), page_fd, ring.fd], stdin=subprocess.DEVNULL)
+            # -P and PYTHONPATH: the worker imports this very package, never a crawlerd/ in the cwd
+            proc = subprocess.Popen(python_argv("crawlerd.process.pool", "--fd", str(child.fileno()),
+                                                "--progress-fd", str(page_fd), "--ring-fd", str(ring.fd)),
+                                    pass_fds=[child.fileno(), page_fd, ring.fd], stdin=subprocess.DEVNULL,
+                                    env=child_env())
         except BaseException:
             ring.close()
             raise
@@ -252,6 +265,11 @@ class WorkerPool:
         transport.write(_frame(("init", init)))
         w.reader_task = asyncio.ensure_future(self._watch(w))
         return w
+
+    def raise_if_failed(self) -> None:
+        """PoolFailed when the workers cannot start (see ``failed``)."""
+        if self.failed:
+            raise PoolFailed(self.failed)
 
     @property
     def workers(self) -> list[_Worker]:
@@ -350,6 +368,7 @@ class WorkerPool:
         _kind, answers, segment, size = msg
         w.segment, w.acked_bytes = segment, size
         self._quick_deaths = 0
+        self._start_deaths = 0
         for job_id, packed in answers:
             w.answered += 1
             w.ring.release(job_id)
@@ -410,6 +429,15 @@ class WorkerPool:
             self._dispatch(job)         # to a live worker, else the backlog
         if self._closing:
             return                      # close() answers the backlog
+        if dead.answered == 0 and started == 0:
+            # died before starting any job (cannot import its modules, ...): a broken start, and
+            # restarting it forever would only hide that; its jobs stay queued, unanswered
+            self._start_deaths += 1
+            if self._start_deaths >= MAX_START_DEATHS:
+                self.failed = (f"processing workers keep dying at start ({self._start_deaths} in a row, last "
+                               f"exit status {rc}; the worker's own error is logged above)")
+                log.error("worker pool failed: %s", self.failed)
+                return
         if dead.answered == 0:
             # died again before answering anything (broken start or poison pages): don't spin
             self._quick_deaths += 1

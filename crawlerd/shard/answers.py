@@ -7,7 +7,9 @@ of ``digests``) and its own recent ones: a match makes it write an identical-pay
 revisit naming the first capture (its URL, date and record id; see
 ``crawlerd/process/pool.py``). A 304 is written as a server-not-modified revisit naming the
 capture it confirms (:meth:`Answers.confirmed_capture`, asked here: the recrawl state lives in
-this process). While archiving, the worker asks :meth:`Answers.near_duplicate` about a page
+this process). With several shards (``owners``) the digest is taken here instead and the
+digest's owner shard is asked first (``crawlerd.dedup.owners``): the first capture is decided
+across shards, and the worker is given it. While archiving, the worker asks :meth:`Answers.near_duplicate` about a page
 with text, so the capture's metadata record can name the page it nearly duplicates. After it:
 
 - only an archived answer may own a digest or carry validators for a conditional re-fetch
@@ -17,7 +19,8 @@ with text, so the capture's metadata record can name the page it nearly duplicat
   duplicate (decided during archiving, above); a host whose pages are mostly near duplicates is
   demoted one level (a trap);
 - a redirect's Location and a page's followable outlinks go back to the intake (redirect hops
-  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets.
+  are bounded by ``fetch.max_redirects``), and unique domain → domain edges feed STAR budgets;
+  ``process`` returns only once the links handed to other shards are durable in the outbox.
 
 ``on_worker_death`` closes a dead worker's open WARC segment (torn tail cut) so no file stays
 ``.open``.
@@ -36,6 +39,7 @@ from crawlerd.frontier.recrawl import Recrawl
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
+from crawlerd.process.worker import entity_digest
 from crawlerd.records import FetchResult, PriorCapture
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
@@ -58,8 +62,10 @@ class Answers:
 
     def __init__(self, cfg: Config, *, pool: WorkerPool, digests: DigestSet, near: NearDuplicates,
                  recrawl: Recrawl, frontier: Frontier, intake: Intake, events: FetchEvents,
-                 metrics: Metrics, budgets: Budgets | None = None):
+                 metrics: Metrics, budgets: Budgets | None = None, owners=None):
+        """``owners``: with several shards, the digests' owners (``dedup.owners.DigestOwners``)."""
         self.cfg = cfg
+        self.owners = owners
         self.pool = pool
         self.digests = digests
         self.near = near
@@ -76,9 +82,24 @@ class Answers:
         """Archive an answer in a worker, decide duplicates, and send its links to the seen-set."""
         depth = item.depth if item is not None else 0
         hops = item.hops if item is not None else 0
-        prior = self.confirmed_capture(fp) if res.status == 304 else None
-        # a 200's digest and duplicate owner are found in the worker (no pass over the body here)
-        pr = await self.pool.process(res, prior, lookup=res.status == 200)
+        prior, claimed, digest = None, None, ""
+        if res.status == 200 and self.owners is not None:
+            # several shards: the digest's owner shard decides the first capture before archiving
+            digest = entity_digest(res)
+            prior = await self.owners.claim(digest_key(digest), url, res.started_at)
+            if prior is None:               # this capture is the first: confirmed or released below
+                claimed = digest_key(digest)
+        elif res.status == 304:             # a server-not-modified revisit of the capture it confirms
+            prior = self.confirmed_capture(fp)
+        try:
+            # one shard: a 200's digest and duplicate owner are found in the worker (no pass
+            # over the body here)
+            pr = await self.pool.process(res, prior, digest=digest,
+                                         lookup=res.status == 200 and self.owners is None)
+        except BaseException:
+            if claimed is not None:
+                self.owners.release(claimed, url)
+            raise
         if pr.storage_error:
             # not archived (disk full, read-only, I/O error): nothing of it is kept, the caller
             # returns the URL to its queue and the crawl pauses until the storage is usable again
@@ -87,9 +108,13 @@ class Answers:
         # only an archived answer may name a capture (digest owner) or carry validators (recrawl):
         # otherwise a refetch would be a revisit of, or a 304 against, a record that does not exist
         if pr.warc_file:
-            if sha1 is not None and not pr.duplicate_of:
+            if claimed is not None:
+                self.owners.confirm(claimed, url, res.started_at, pr.warc_record_id)
+            elif self.owners is None and sha1 is not None and not pr.duplicate_of:
                 self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
+        elif claimed is not None:
+            self.owners.release(claimed, url)
         if self.evidence is not None and pr.warc_file and sha1 is not None:
             self.evidence(url, fp, host_key, sha1, pr, depth)      # DUST: evidence, rel=canonical
         if pr.near_duplicate_of:            # decided by near_duplicate() before the records were written
@@ -115,6 +140,9 @@ class Answers:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
                 self.budgets.record_links(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
+        durable = self.intake.handoff_barrier()
+        if durable is not None:
+            await durable       # links for other shards are in the outbox before the lease completes
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
                      depth: int) -> None:

@@ -36,11 +36,12 @@ log = logging.getLogger("crawlerd.shard")
 PROBE_SCAN = 64             # deferred URLs looked at for one probe
 
 
-def open_learner(cfg: Config) -> DustLearner | None:
+def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | None:
+    """The DUST learner on ``directory`` (the shard's own ``dust/``; default: under the data dir)."""
     d = cfg.dust
     if not d.enabled:
         return None
-    return DustLearner(cfg.path("dust"), confirmations=d.confirmations, sample_share=d.sample_share,
+    return DustLearner(directory or cfg.path("dust"), confirmations=d.confirmations, sample_share=d.sample_share,
                        probe_share=d.probe_share, defer=d.defer_suspects, window=d.evidence_per_host,
                        max_bytes=d.max_bytes, max_host_bytes=d.max_host_bytes, class_entries=d.class_entries,
                        cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,

@@ -23,12 +23,13 @@ class FetchEvents:
     ``lost`` (the events of its buffer are gone); the crawl pauses on it, the archive is unharmed."""
 
     def __init__(self, path: str | None, *, wall: Callable[[], float],
-                 on_error: Callable[[BaseException, str], None] | None = None):
+                 on_error: Callable[[BaseException, str], None] | None = None, name: str = "events"):
+        """``name``: the log's file name prefix (one per shard: two logs never share a file)."""
         self.wall = wall
         self.path = path
         self.on_error = on_error
         self.lost = 0
-        self.log = EventLog(path) if path is not None else None
+        self.log = EventLog(path, name=name) if path is not None else None
 
     def fetched(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         """A fetch of ``url`` (``res``), with its processing result ``pr`` for an archived answer."""

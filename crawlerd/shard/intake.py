@@ -13,6 +13,13 @@ readmitted when their domain's budget grows, and recrawl revisits that are due.
 Order of durability everywhere: the frontier commits before the source of a URL (DRUM's
 acknowledgement, the budget deferral table, the recrawl schedule) forgets it, so a crash
 repeats a URL and never loses one.
+
+With several shards (``crawl.shards``), a URL whose host another shard owns (``url.hosts.shard_of``)
+is not filtered here but staged in the hand-off outbox for its owner, which filters it and
+submits it to its own DRUM (``take_handoff``); STAR edges to another shard's domains go to that
+shard too (a vouch is counted in its target's shard: ``DomainGraph.export``); a lease
+completes only once the outbox holds its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
+log holds its records.
 """
 
 from __future__ import annotations
@@ -23,17 +30,20 @@ from collections.abc import Callable
 from crawlerd.config import Config
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
-from crawlerd.frontier.budgets import Budgets
+from crawlerd.frontier.budgets import Budgets, domain_name
 from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
-from crawlerd.url.hosts import host_key
+from crawlerd.url.hosts import host_key, host_of, shard_of
 
 SEEN_SLICE = 1024       # DRUM answers admitted per loop iteration (LMDB puts: ~1-3 ms a slice)
+
+VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
 
 def encode_aux(depth: int, hops: int, priority: int, url: str) -> bytes:
@@ -54,8 +64,15 @@ class Intake:
                  budgets: Budgets | None = None, wall: Callable[[], float],
                  free_slots: Callable[[], int] = lambda: 0, paused: Callable[[], bool] = lambda: False,
                  robots: RobotsCache | None = None, clock: Callable[[], float] | None = None,
-                 on_dropped: Callable[[str, str], None] | None = None):
+                 on_dropped: Callable[[str, str], None] | None = None,
+                 shard: int = 0, shards: int = 1, outbox=None):
+        """``outbox``: the hand-off outbox (``crawlerd.handoff``) when ``shards`` > 1."""
+        if shards > 1 and outbox is None:
+            raise ValueError("a shard of several needs a hand-off outbox")
         self.cfg = cfg
+        self.shard = shard
+        self.shards = shards
+        self.outbox = outbox
         self.frontier = frontier
         self.seen = seen
         self.url_filter = url_filter
@@ -63,6 +80,8 @@ class Intake:
         self.metrics = metrics
         self.wake = wake
         self.budgets = budgets
+        if budgets is not None and shards > 1:
+            budgets.graph.export = self._hand_vouch      # STAR: a vouch counts where its target lives
         self.wall = wall
         self.free_slots = free_slots        # transfers the lease window has room for now, for BEAST's reader
         self.paused = paused
@@ -95,6 +114,8 @@ class Intake:
         keys, aux = [], []
         if priority is None:
             priority = self.priority_for_depth(depth)
+        if self.shards > 1:
+            links = self._route(links, depth, hops, priority)
         check, dropped = self.url_filter.check, self.metrics.dropped
         for ln in links:
             reason = check(ln.url)
@@ -106,6 +127,60 @@ class Intake:
         if keys:
             self.seen.submit(keys, aux)
         return len(keys)
+
+    def _route(self, links: list[Link], depth: int, hops: int, priority: int) -> list[Link]:
+        """Stage the links other shards own in the outbox; return this shard's own."""
+        mine, away = [], {}
+        me, n = self.shard, self.shards
+        for ln in links:
+            owner = shard_of(host_of(ln.url), n)
+            if owner == me:
+                mine.append(ln)
+            else:
+                away.setdefault(owner, []).append((ln.fp, encode_aux(depth, hops, priority, ln.url)))
+        for dest, records in away.items():
+            self.outbox.stage(dest, records)
+            self.metrics.counters["handoff_staged"] += len(records)
+        return mine
+
+    def _hand_vouch(self, src: bytes, dst: bytes) -> bool:
+        """A vouch of this shard's domain ``src`` for ``dst``: handed to ``dst``'s owner when that is
+        another shard (True). A hashed domain key (an unusable name) stays here."""
+        if dst[:1] == b"#":
+            return False
+        owner = shard_of(domain_name(dst), self.shards)
+        if owner == self.shard:
+            return False
+        self.outbox.stage(owner, [(0, VOUCH_TAG + src + b"\0" + dst)])
+        self.metrics.counters["handoff_vouches"] += 1
+        return True
+
+    def handoff_barrier(self):
+        """None when every link handed to other shards is durable in the outbox, else an awaitable."""
+        return self.outbox.barrier() if self.outbox is not None else None
+
+    def take_handoff(self, batches: list[Batch], ack: Callable[[Batch], None]) -> int:
+        """Batches other shards handed to this one: filtered and sent to the seen-set like any
+        link; each is acknowledged once DRUM's intake log holds it. Returns records taken."""
+        n = 0
+        for batch in batches:
+            groups: dict[tuple[int, int, int], list[Link]] = {}
+            vouches: list[tuple[bytes, bytes]] = []
+            for fp, aux in batch.records:
+                if aux[:2] == VOUCH_TAG:        # a STAR vouch for a domain of this shard
+                    src, _, dst = aux[2:].partition(b"\0")
+                    vouches.append((src, dst))
+                    continue
+                depth, hops, priority, url = decode_aux(aux)
+                groups.setdefault((depth, hops, priority), []).append(Link(url, fp, ""))
+            for (depth, hops, priority), links in groups.items():
+                self.submit_links(links, depth=depth, hops=hops, priority=priority)
+            if vouches and self.budgets is not None:
+                self.budgets.record_vouches(vouches)    # the edge DRUM's intake log holds them
+            ack(batch)          # after submit: the seen-set's intake log holds the records
+            n += len(batch.records)
+        self.metrics.counters["handoff_received"] += n
+        return n
 
     def priority_for_depth(self, depth: int) -> int:
         """Seeds at level 0; then one level lower every three link hops, down to the last level."""

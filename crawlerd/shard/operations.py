@@ -37,8 +37,10 @@ class Operations:
     def __init__(self, cfg: Config, *, frontier: Frontier, seen: AsyncSeenSet, recrawl: Recrawl,
                  digests: DigestSet, near: NearDuplicates, pool: WorkerPool, guard: AddressGuard,
                  table: LeaseTable, tasks: Tasks, events: FetchEvents, metrics: Metrics,
-                 budgets: Budgets | None = None):
+                 budgets: Budgets | None = None, state_dir: str | None = None):
+        """``state_dir``: where this shard keeps its own files (default: the data dir)."""
         self.cfg = cfg
+        self.state_dir = state_dir or cfg.crawl.data_dir
         self.frontier = frontier
         self.seen = seen
         self.recrawl = recrawl
@@ -76,7 +78,7 @@ class Operations:
     def apply_config_blocklist(self, hosts: list[str]) -> None:
         """Make the config file's blocklist entries effective, keeping entries added at run time.
 
-        The entries that came from the file are remembered in ``<data_dir>/blocklist-config.json``
+        The entries that came from the file are remembered in ``<shard dir>/blocklist-config.json``
         (temp, fsync, rename), so an entry deleted from the file is unblocked by the next SIGHUP
         or restart, while ``crawlerd block add`` entries stay until ``crawlerd block remove``.
         """
@@ -86,7 +88,7 @@ class Operations:
                 wanted.add(Blocklist.normalise(h))
             except ValueError as e:
                 log.error("blocklist entry ignored: %s", e)
-        path = self.cfg.path(CONFIG_BLOCKLIST_FILE)
+        path = os.path.join(self.state_dir, CONFIG_BLOCKLIST_FILE)
         try:
             with open(path) as f:
                 before = set(json.load(f))

@@ -15,8 +15,10 @@ import time
 
 import lmdb
 
+from crawlerd import layout
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
+from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
@@ -52,16 +54,29 @@ COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event 
 DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
 DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
+INBOX_POLL_S = 0.1              # batches other shards handed to this one are looked for this often
 
 
 class Shard:
     """One host partition: DRUM, frontier, robots, DNS, fetcher, processing and storage, wired.
 
-    Public face (used by the supervisor): ``submit_urls``, ``run``, ``status``, ``reload``,
-    ``checkpoint``, ``paused``, and the stores ``frontier``, ``seen``, ``pool``."""
+    Public face (used by the supervisor or the shard process): ``submit_urls``, ``run``,
+    ``status``, ``reload``, ``checkpoint``, ``paused``, and the stores ``frontier``, ``seen``,
+    ``pool``. Shard ``index`` of ``shards`` keeps its state under ``data_dir/shards/<index>/``;
+    with ``shards`` > 1 it needs the hand-off ``outbox`` and ``inbox``, the shared per-IP slot
+    table ``ip_slots`` (attached) and its ``ownership`` lease (``crawlerd.handoff``)."""
 
-    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time):
+    def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time,
+                 index: int = 0, shards: int = 1, outbox=None, inbox=None, ip_slots=None, ownership=None):
         self.cfg = cfg
+        self.index = index
+        self.shards = shards
+        self.outbox = outbox
+        self.inbox = inbox
+        self.ownership = ownership
+        self.state_dir = layout.shard_dir(cfg.crawl.data_dir, index)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self._last_inbox = 0.0
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
@@ -76,7 +91,7 @@ class Shard:
         p = cfg.politeness
         fr = cfg.frontier
         self.frontier = Frontier(
-            cfg.path("frontier"), clock=clock, wall=wall, priority_levels=fr.priority_levels,
+            self._state("frontier"), clock=clock, wall=wall, priority_levels=fr.priority_levels,
             delay_factor=p.delay_factor, min_delay_s=p.min_delay_s, max_delay_s=p.max_delay_s,
             per_ip_concurrency=p.per_ip_concurrency, ip_delay_s=p.ip_delay_s,
             backoff_base_s=p.backoff_base_s, backoff_max_s=p.backoff_max_s,
@@ -84,17 +99,17 @@ class Shard:
             park_s=p.park_s, lease_timeout_s=fr.lease_timeout_s, max_attempts=fr.max_attempts,
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
-            host_concurrency=dict(p.host_concurrency), deferred_level=True,
+            host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True,
             sync=False)      # fdatasync on the sync thread
         rc = cfg.recrawl
-        self.recrawl = Recrawl(cfg.path("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
+        self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False)
         bu = cfg.budgets
         self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
-            self.budgets = Budgets(cfg.path("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+            self.budgets = Budgets(self._state("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
                                    max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio,
                                    queues=bu.queues, max_spread=bu.max_spread, cache_entries=bu.cache_entries,
                                    map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
@@ -103,14 +118,14 @@ class Shard:
                                    clock=clock, sync=False)     # fdatasync on the sync thread
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
-        self.seen = AsyncSeenSet(cfg.path("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
+        self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock)
-        self.digests = DigestSet(cfg.path("dedup", "digests"))
-        self.near = NearDuplicates(cfg.path("dedup"), distance_bits=cfg.dedup.simhash_distance,
+        self.digests = DigestSet(self._state("dedup", "digests"))
+        self.near = NearDuplicates(self._state("dedup"), distance_bits=cfg.dedup.simhash_distance,
                                    demote_ratio=cfg.dedup.near_dup_demote_ratio)
         # robots.txt copies outlive a restart (kept on disk with their expiry, RFC 9309 §2.4)
-        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), directory=cfg.path("robots"),
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), directory=self._state("robots"),
                                   agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
                                   clock=clock, wall=wall)
         uf = cfg.url_filter
@@ -119,11 +134,11 @@ class Shard:
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
             max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
-                                  on_error=self.storage.failed)
-        self.pool = WorkerPool(default_workers(cfg.process.workers), {
+                                  on_error=self.storage.failed, name=layout.events_name(index))
+        self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
-            "digest_dir": cfg.path("dedup", "digests"),
-            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": "0", "user_agent": cfg.crawl.user_agent,
+            "digest_dir": self._state("dedup", "digests"),
+            "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
             on_worker_death=on_worker_death(metrics, cfg.path("index")))
@@ -138,12 +153,19 @@ class Shard:
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
                              wall=wall, free_slots=self._free_transfers,
                              paused=lambda: self.paused or self.storage.paused,
-                             robots=self.robots, clock=clock, on_dropped=self.events.dropped)
+                             robots=self.robots, clock=clock, on_dropped=self.events.dropped,
+                             shard=index, shards=shards, outbox=outbox)
+        self.owners: DigestOwners | None = None
+        self.owner_server: DigestOwnerServer | None = None
+        if shards > 1:      # one owner per payload digest across the shards (dedup/owners.py)
+            owner = DigestOwner(self.digests)
+            self.owners = DigestOwners(index, shards, owner, lambda i: layout.dedup_socket(cfg.crawl.data_dir, i))
+            self.owner_server = DigestOwnerServer(layout.dedup_socket(cfg.crawl.data_dir, index), owner)
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
-                               budgets=self.budgets)
+                               budgets=self.budgets, owners=self.owners)
         self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
-        learner = open_learner(cfg)                                 # DUST rules (None: dust.enabled false)
+        learner = open_learner(cfg, self._state("dust"))                                 # DUST rules (None: dust.enabled false)
         self.dust = DustGate(cfg, learner, frontier=self.frontier, intake=self.intake, events=self.events,
                              metrics=metrics) if learner is not None else None
         if self.dust is not None:
@@ -152,7 +174,7 @@ class Shard:
         self.ops = Operations(cfg, frontier=self.frontier, seen=self.seen, recrawl=self.recrawl,
                               digests=self.digests, near=self.near, pool=self.pool, guard=self.guard,
                               table=self.leases, tasks=self.tasks, events=self.events, metrics=metrics,
-                              budgets=self.budgets)
+                              budgets=self.budgets, state_dir=self.state_dir)
         self.ops.apply_config_blocklist(cfg.blocklist.hosts)
         # need the running loop: made by run()
         self.resolver: Resolver | None = None
@@ -161,6 +183,9 @@ class Shard:
         self.syncer: SyncThread | None = None
         # operator's view and the bench: how late this loop runs a 10 ms timer (its stalls)
         self.loop_lag = LoopLag(interval_s=0.01)
+
+    def _state(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
 
     # -- the supervisor's calls -------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -175,8 +200,18 @@ class Shard:
         st["leases"] = st["in_flight"]
         st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
         st["processing"] = self.pool.calls
-        return {**st, **operator_view(self, closed="frontier" in self.ops.final, detail=detail),
-                **({"dust": self.dust_stats()} if detail else {})}
+        st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
+              **({"dust": self.dust_stats()} if detail else {})}
+        st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        if self.owners is not None:
+            st["digest_owners"] = self.owners.stats()
+        if self.outbox is not None and self.inbox is not None:
+            ob, ib = self.outbox, self.inbox
+            st["handoff"] = {"out": {str(d): v for d, v in ob.backlog().items()}, "in_batches": ib.backlog(),
+                             "batches_sent": ob.batches_sent, "records_sent": ob.records_sent,
+                             "bytes_sent": ob.bytes_sent, "batches_received": ib.batches_received,
+                             "records_received": ib.records_received, "blocked": sorted(ob.blocked)}
+        return st
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -199,7 +234,7 @@ class Shard:
                                  min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
                                  max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
                                  ipv6=self.cfg.network.ipv6)
-        n = self.resolver.load(self.cfg.path(DNS_CACHE_FILE), self.wall())     # answers still within their TTL
+        n = self.resolver.load(self._state(DNS_CACHE_FILE), self.wall())     # answers still within their TTL
         if n:
             log.info("dns cache: %d answers from the last run", n)
         self._last_dns_save = self.clock()
@@ -228,6 +263,10 @@ class Shard:
         self.intake.durable = self._when_durable
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
+        if self.outbox is not None:
+            self.outbox.start()
+        if self.owner_server is not None:
+            await self.owner_server.start()
         if self.budgets is not None:
             self.budgets.start(loop)
         self.loop_lag.start(loop)
@@ -265,14 +304,21 @@ class Shard:
     def _step(self, runner: LeaseRunner) -> None:
         now = self.clock()
         self.seen.raise_if_failed()
+        self.pool.raise_if_failed()
         self.storage.step(now)
         runner.resolve_hosts()
         self.window.tick(now, self.pool.answered)
         free = self._free_transfers()
-        halted = self.paused or self.storage.paused
+        # fencing: no request starts unless this process still owns the shard
+        halted = self.paused or self.storage.paused or not (self.ownership is None or self.ownership.held(now))
         # processing behind: more fetches would only wait, unarchived, for a worker
         if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
             runner.start(now, free)
+        if self.inbox is not None and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
+            self._last_inbox = now
+            batches = self.inbox.receive(self.cfg.drum.max_pending_keys // 4)
+            if batches:
+                self.intake.take_handoff(batches, self.inbox.ack)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
         if not halted:
@@ -308,7 +354,8 @@ class Shard:
         now = self.clock()
         if self.paused or self.storage.paused or self.pool.behind or self._free_transfers() <= 0:
             nd = None                 # nothing can be leased now: wait for a transfer or task to end, or a tick
-        timeout = IDLE_TICK_S if nd is None else min(IDLE_TICK_S, max(0.0, nd - now))
+        tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
+        timeout = tick if nd is None else min(tick, max(0.0, nd - now))
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
@@ -316,7 +363,7 @@ class Shard:
     def _save_dns(self) -> None:
         if self.resolver is not None:
             try:
-                self.resolver.save(self.cfg.path(DNS_CACHE_FILE), self.wall())
+                self.resolver.save(self._state(DNS_CACHE_FILE), self.wall())
             except OSError as e:      # only lookups are lost: they are asked again next run
                 log.warning("cannot save the dns cache: %s", e.strerror)
 
@@ -335,6 +382,9 @@ class Shard:
         self._safely("near-duplicate index", self.near.close)
         if self.runner is not None:
             self._safely("frontier", self.runner.abandon_all)
+        if self.owners is not None:
+            await self.owners.close()
+            await self.owner_server.close()
         self._safely("frontier", self.ops.drain_frontier_drops)
         try:
             await self.seen.flush()
@@ -353,6 +403,9 @@ class Shard:
                 await self.budgets.close()
             except STORE_ERRORS as e:
                 self.storage.fatal(e, "budgets")
+        if self.outbox is not None:
+            # what is staged: written (its leases completed; the vouches of the last edge merge)
+            await self.outbox.close()
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)

@@ -41,7 +41,7 @@ def operator_view(shard, *, shard_id: str = "0", closed: bool = False, detail: b
     procs += [process_usage("worker", pid, shard_id, cpu_s=cpu) for pid, cpu in sorted(worker_cpu.items())
               if pid in live]
     seen = shard.seen.stats()
-    seen["disk_bytes"] = dir_bytes(shard.cfg.path("drum"))
+    seen["disk_bytes"] = dir_bytes(os.path.join(shard.state_dir, "drum"))
     dedup = {"near": shard.near.stats()}
     if not closed:
         dedup["digests"] = len(shard.digests)

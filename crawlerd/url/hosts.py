@@ -2,7 +2,7 @@
 
 The URLs given here are ones ``crawlerd.url.canonical.normalize`` returned:
 ``host_key`` is the politeness key (one queue per key), ``registered_domain``
-the owner a per-domain budget follows.
+the owner a per-domain budget follows, ``shard_of`` the crawl shard that owns it.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
+import xxhash
 from publicsuffixlist import PublicSuffixList
 
 from crawlerd.url.canonical import DEFAULT_PORTS
 
-__all__ = ["host_key", "host_of", "port_of", "registered_domain"]
+__all__ = ["host_key", "host_of", "port_of", "registered_domain", "shard_of", "shard_of_url"]
 
 
 def _netloc(url: str) -> str:
@@ -72,3 +73,25 @@ def registered_domain(host: str) -> str:
     if _PSL is None:
         _PSL = PublicSuffixList()
     return _PSL.privatesuffix(host.lower()) or host.lower()
+
+
+def shard_of(host: str, shards: int) -> int:
+    """The crawl shard that owns ``host``: xxh3_64 of its registered domain, mod ``shards``.
+
+    The one partition function of the crawl (seeds, sitemap entries, redirects, outlinks,
+    ``seed add``, the hand-off): a registered domain's hosts, their politeness, robots and
+    budget all live in one shard. ``shards`` is fixed for the life of a crawl (``crawl.json``).
+    """
+    if shards == 1:
+        return 0
+    return _domain_hash(host) % shards
+
+
+@lru_cache(maxsize=1 << 16)
+def _domain_hash(host: str) -> int:
+    return xxhash.xxh3_64_intdigest(registered_domain(host).encode("utf-8", "surrogateescape"))
+
+
+def shard_of_url(url: str, shards: int) -> int:
+    """``shard_of`` the host of a normalised URL."""
+    return 0 if shards == 1 else shard_of(host_of(url), shards)

@@ -187,7 +187,7 @@ def read_events(data_dir: str) -> list[dict]:
 
 def post_mortem(data_dir: str) -> dict:
     """What the frontier holds after the run: dropped and dead-lettered URLs with reasons, counters."""
-    fr = Frontier(os.path.join(data_dir, "frontier"))
+    fr = Frontier(os.path.join(data_dir, "shards", "0", "frontier"))
     try:
         stats = fr.stats()
         dead = [[q.url, tag] for q, tag in fr.dead_letters(1000)]

@@ -11,8 +11,9 @@ import asyncio
 import pytest
 import uvloop
 
-from crawlerd.fetch.curl import Fetcher, _request_head
+from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.guard import AddressGuard
+from crawlerd.fetch.http_head import request_head
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest
 
@@ -133,10 +134,10 @@ def test_empty_user_agent_falls_back_to_curl():
 
 
 def test_request_head_builder_layout():
-    head = _request_head("http://h.test:8080/a?b=1#f", b"User-Agent: x\r\n", [b"Accept-Encoding: gzip"])
+    head = request_head("http://h.test:8080/a?b=1#f", b"User-Agent: x\r\n", [b"Accept-Encoding: gzip"])
     assert head == (b"GET /a?b=1 HTTP/1.1\r\nHost: h.test:8080\r\nUser-Agent: x\r\nAccept: */*\r\n"
                     b"Accept-Encoding: gzip\r\n\r\n")
-    assert _request_head("https://h.test:443", b"", []).startswith(b"GET / HTTP/1.1\r\nHost: h.test\r\n")
+    assert request_head("https://h.test:443", b"", []).startswith(b"GET / HTTP/1.1\r\nHost: h.test\r\n")
     for odd in ("http://u@h.test/", "http://h.test:0/", "http://h.test:08/", "http://h.test:99999/",
                 "http://h.test/\u00e9", "http://h.test/a b", "ftp://h.test/", "HTTP://h.test/", "http://h.test/%zz"):
-        assert _request_head(odd, b"", []) is None, odd
+        assert request_head(odd, b"", []) is None, odd

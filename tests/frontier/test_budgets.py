@@ -506,3 +506,52 @@ def test_state_of_the_first_layout_is_imported_without_losing_a_deferred_url(tmp
     b = Budgets(str(tmp_path / "b"), base_budget=2, per_inlink=2, max_budget=100)     # opens as the new layout
     assert b.beast.waiting == 0
     asyncio.run(b.close())
+
+
+def test_vouches_across_shards_count_where_their_target_lives_once_and_cascade(tmp_path):
+    """Two shards: each decides the edges of its own domains; a vouch for the other's domain is
+    handed over (delivered twice here, as a hand-off after a crash may), counted once, and lets
+    that domain vouch in turn. The in-degrees equal those of one graph holding every domain."""
+    owner = {"seed.org": 0, "a1.com": 0, "a2.com": 0, "seed2.org": 1, "b1.com": 1, "b2.com": 1}
+    pages = [("seed.org", ["b1.com", "a1.com"]), ("seed2.org", ["b1.com", "a1.com"]),
+             ("a1.com", ["b1.com"]), ("b1.com", ["a2.com"])]
+    one = Parts(tmp_path / "one")
+    for root in ("seed.org", "seed2.org"):
+        one.graph.add_root(root)
+    for src, dsts in pages:
+        one.edges.add(src, dsts)
+    one.edges.flush()
+    want = {d: one.graph.indegree(d) for d in owner}
+    one.check()
+    one.close()
+    assert want == {"seed.org": 0, "a1.com": 2, "a2.com": 1, "seed2.org": 0, "b1.com": 3, "b2.com": 0}
+
+    shards = [Parts(tmp_path / "s0"), Parts(tmp_path / "s1")]
+    outbox: list[list[tuple[bytes, bytes]]] = [[], []]
+    for i, p in enumerate(shards):
+        def export(src, dst, me=i):
+            dest = owner[dst.decode()]
+            if dest == me:
+                return False
+            outbox[dest].append((src, dst))
+            return True
+        p.graph.export = export
+    shards[0].graph.add_root("seed.org")
+    shards[1].graph.add_root("seed2.org")
+    for src, dsts in pages:
+        shards[owner[src]].edges.add(src, dsts)
+    for _ in range(10):
+        for p in shards:
+            p.edges.flush()
+        if not any(outbox):
+            break
+        for i, p in enumerate(shards):
+            got, outbox[i] = outbox[i], []
+            p.edges.add_vouches(got)
+            p.edges.add_vouches(got)        # delivered again: the DRUM absorbs it
+    got = {d: shards[owner[d]].graph.indegree(d) for d in owner}
+    assert got == want
+    assert shards[0].graph.stats()["vouches_handed"] > 0 and shards[1].graph.stats()["vouches_received"] > 0
+    for p in shards:
+        p.check()
+        p.close()

@@ -343,3 +343,33 @@ def test_backed_off_lists_failing_hosts_worst_first_with_their_wait(tmp_path):
     assert rows[0]["failures"] == 2 and rows[0]["parked"] and rows[0]["wait_s"] == pytest.approx(5000.0)
     assert rows[1]["failures"] == 1 and not rows[1]["parked"]
     assert h.f.backed_off(h.clock.t, n=1) == rows[:1]
+
+
+def test_unfetched_release_does_not_push_the_shared_ip_slot(tmp_path):
+    """Across shards (the shared per-IP slot table): a lease released unfetched (nothing sent)
+    frees its cell and leaves the IP's due time where its start put it; a fetched one pushes it
+    by ip_delay_s from its end."""
+    from crawlerd._native import ipslots
+    from crawlerd._native.ipslots import IPSlots
+    from crawlerd.frontier.scheduler import ip_key
+    path = str(tmp_path / "ipslots")
+    ipslots.create(path, 2, 1, 64)
+    slots = IPSlots(path)
+    slots.attach(0)
+    h = Harness(str(tmp_path / "f"), ip_delay_s=3.0, shared_ips=slots)
+    key = ip_key("127.0.0.7")
+    h.ready(A, 2, ip="127.0.0.7")
+    (first,) = h.lease()
+    start = h.clock.t
+    assert slots.held(0) == 1 and slots.due(key) == pytest.approx(start + 3.0)
+    h.clock.t += 1.0
+    assert h.done(first, unfetched=True)
+    assert slots.held(0) == 0 and slots.due(key) == pytest.approx(start + 3.0)
+    h.clock.t = start + 3.0
+    (second,) = h.lease()
+    h.clock.t += 0.5
+    end = h.clock.t
+    h.done(second)
+    assert slots.held(0) == 0 and slots.due(key) == pytest.approx(end + 3.0)
+    h.f.close()
+    slots.close()

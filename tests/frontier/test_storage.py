@@ -376,3 +376,19 @@ def test_completion_journaled_before_any_commit_is_not_fetched_again(tmp_path):
             urls.append(lease.url)
             h.done(lease)
     assert done.url not in urls and len(urls) == 2
+
+
+def test_a_due_stored_in_wall_clock_never_comes_back_early():
+    """Clock + (wall - clock) rounds on the wall-clock grid: the stored due is rounded up, so a host
+    deactivated and activated again (or restarted) never starts a few ns inside its gap."""
+    import random
+
+    from crawlerd.frontier.hosts import wall_of
+    rng = random.Random(7)
+    early = 0
+    for _ in range(20_000):
+        t, off = rng.uniform(0, 5000), 1_700_000_000.0 + rng.random()
+        early += (t + off) - off < t
+        assert wall_of(t, off) - off >= t
+        assert wall_of(t, off) - off - t < 1e-6
+    assert early > 1000          # the plain round trip does come back early

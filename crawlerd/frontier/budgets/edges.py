@@ -107,6 +107,14 @@ class EdgeDrum:
             self._drum.check_update(keys, aux=aux)
         return len(keys)
 
+    def add_vouches(self, pairs: Iterable[tuple[bytes, bytes]]) -> int:
+        """Vouches another shard cast for this one's domains (``DomainGraph.vouch_keys``)."""
+        keys, aux = self.graph.vouch_keys(pairs)
+        if keys:
+            self.timing.submitted(self._drum.next_seq, len(keys), self.clock())
+            self._drum.check_update(keys, aux=aux)
+        return len(keys)
+
     @property
     def pending(self) -> int:
         return self._drum.pending

@@ -15,6 +15,12 @@ Reputation then flows from the seeds along links and halves (at the default rati
 domain it passes through, as TrustRank's damping does (Gyöngyi et al., VLDB 2004): what a farm
 earns is bounded by the vouches honest domains give it, not by how many domains it owns. A link
 that cannot count yet waits in ``votes`` and counts as soon as its source may vouch for more.
+
+Across shards (``crawl.shards`` > 1) a domain's record lives in the shard that owns it, and the
+pages of a domain are fetched there, so an edge is decided where its *source* lives (its DRUM,
+its vouching limit). A vouch for a domain another shard owns is handed to that shard (``export``)
+and enters its edge DRUM as a vouch record (``vouch_keys``): counted once however often the
+hand-off delivers it, it raises the target's in-degree there and lets the target vouch for more.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ ROOT = 1                                   # GraphRecord.flags: a trust root (do
 _REC = struct.Struct("<QQQI")              # in-degree, vouches cast, votes pending, flags
 _SEQ = struct.Struct(">Q")
 _NO_LIMIT = 1 << 62
+VOUCH = b"\x01"                            # edge DRUM aux of a vouch another shard handed over
 
 
 class GraphCorrupt(Exception):
@@ -81,11 +88,14 @@ class DomainGraph:
         self._cache: OrderedDict[bytes, GraphRecord] = OrderedDict()
         self._dirty: dict[bytes, GraphRecord] = {}
         self._listeners: list[Callable[[list[bytes]], None]] = []
+        # (source key, target key) -> True when the target's owner is another shard, which the
+        # vouch was handed to (set by the shard of several; None: every domain is here)
+        self.export: Callable[[bytes, bytes], bool] | None = None
         meta = store.get_meta(b"graph")
         self._applied_seq: int = meta.get("applied_seq", 0)
         self._vseq: int = meta.get("vseq", 0)
         self._c = dict.fromkeys(("edges_submitted", "edges_unique", "edges_duplicate", "redelivered_skipped",
-                                 "vouches", "roots"), 0)
+                                 "vouches", "roots", "vouches_handed", "vouches_received"), 0)
         self._c.update(meta.get("counters", {}))
         self._top = TopK(top_n, meta.get("top"))
         self._saved_top: list | None = None
@@ -115,6 +125,17 @@ class DomainGraph:
             keys.append(h(a))
             aux.append(a)
         self._c["edges_submitted"] += len(keys)
+        return keys, aux
+
+    def vouch_keys(self, pairs: Iterable[tuple[bytes, bytes]]) -> tuple[list[int], list[bytes]]:
+        """DRUM keys and aux of vouches another shard handed over ((source key, target key)):
+        a key space of their own, so a vouch delivered twice counts once."""
+        keys, aux = [], []
+        h = xxhash.xxh3_64_intdigest
+        for src, dst in pairs:
+            a = VOUCH + src + b"\0" + dst
+            keys.append(h(a))
+            aux.append(a)
         return keys, aux
 
     def add_root(self, pld: str) -> bool:
@@ -148,11 +169,16 @@ class DomainGraph:
             if not res.unique:
                 self._c["edges_duplicate"] += 1
                 continue
-            src, sep, dst = res.aux.partition(b"\0")
+            vouch = res.aux[:1] == VOUCH
+            src, sep, dst = (res.aux[1:] if vouch else res.aux).partition(b"\0")
             if not sep or not src or not dst:
                 raise GraphCorrupt(f"edge answer {res.seq} has no source|target aux: {res.aux[:80]!r}")
             unique += 1
-            self._edge(src, dst, changed, work)
+            if vouch:               # cast where its source lives: only the target's side is here
+                self._c["vouches_received"] += 1
+                self._credit(dst, changed, work)
+            else:
+                self._edge(src, dst, changed, work)
         self._applied_seq = applied
         self._c["edges_unique"] += unique
         self._vouch_all(work, changed)
@@ -172,12 +198,18 @@ class DomainGraph:
     def _count(self, src: bytes, s: GraphRecord, dst: bytes, changed: dict, work: list[bytes]) -> None:
         s.cast += 1
         self._dirty[src] = s
+        self._c["vouches"] += 1
+        if self.export is not None and self.export(src, dst):
+            self._c["vouches_handed"] += 1
+            return
+        self._credit(dst, changed, work)
+
+    def _credit(self, dst: bytes, changed: dict, work: list[bytes]) -> None:
         d = self._rec(dst)
         d.indeg += 1
         self._dirty[dst] = d
         self._top.note(dst, d.indeg)
         changed[dst] = None
-        self._c["vouches"] += 1
         if d.pending and d.cast < self._limit(d):
             work.append(dst)
 
@@ -275,7 +307,10 @@ class DomainGraph:
             assert r.pending == waiting.pop(dk, 0), f"{name}: pending {r.pending} != stored votes"
             assert r.pending == 0 or r.cast >= self._limit(r), f"{name}: votes wait though it may vouch"
         assert not waiting, f"votes of domains without a record: {sorted(waiting)[:3]}"
-        assert indeg == cast, f"in-degrees add up to {indeg}, vouches cast to {cast}"
+        # vouches handed to other shards count there; those handed here were cast there
+        handed, received = self._c["vouches_handed"], self._c["vouches_received"]
+        assert indeg == cast - handed + received, \
+            f"in-degrees add up to {indeg}, vouches cast to {cast} ({handed} handed away, {received} received)"
 
     # -- records ------------------------------------------------------------------------------
     def _rec(self, dk: bytes) -> GraphRecord:

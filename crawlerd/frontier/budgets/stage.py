@@ -143,6 +143,15 @@ class Budgets:
             self.edges.submit(keys, aux)
         return len(keys)
 
+    def record_vouches(self, pairs: list[tuple[bytes, bytes]]) -> int:
+        """Vouches another shard cast for domains of this one ((source key, target key), see
+        ``DomainGraph.export``): into the edge DRUM, counted once each; returns records submitted."""
+        keys, aux = self.graph.vouch_keys(pairs)
+        if keys:
+            self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
+            self.edges.submit(keys, aux)
+        return len(keys)
+
     # -- the periodic step -------------------------------------------------------------------
     def step(self, now: float) -> None:
         """Ask for an edge merge when one is due (age, pending edges), without waiting for it."""
