@@ -55,7 +55,9 @@ def one(args, root: str, run: int, shards: int) -> dict:
         sets = [f"crawl.shards={shards}", f"crawl.max_pages={args.pages}", *(args.set or [])]
         if args.equal_processes:        # as many busy processes in every crawl: workers make up the rest
             sets.append(f"process.workers={args.equal_processes - shards}")
-        r = eb.run_crawlerd(sim, seeds, args.seconds, work, sets)
+        run_args = argparse.Namespace(seconds=args.seconds, warmup=min(30.0, args.seconds / 4),
+                                      crawlerd_python=sys.executable, py_spy=None)
+        r = eb.run_crawlerd(sim, seeds, run_args, work, sets, f"shards{shards}")
     with open(os.path.join(work, "crawlerd-data", "last-run.json")) as f:
         last = json.load(f)
     # per answered request (robots.txt and sitemaps included: 20,000 new hosts start with them)
