@@ -62,8 +62,23 @@ def _fmt_counts(d: dict) -> str:
 
 
 # -- verbs ----------------------------------------------------------------------------
+def _cluster_flags(args) -> None:
+    """``--cluster``, ``--shards``, ``--own``: the config keys they stand for, as ``-s`` overrides
+    (so a family passes them on to its shard processes)."""
+    extra = []
+    if getattr(args, "cluster", None):
+        servers = [s.strip() for s in args.cluster.split(",") if s.strip()]
+        extra.append(f"cluster.servers={json.dumps(servers)}")
+    if getattr(args, "shards", None) is not None:
+        extra.append(f"crawl.shards={args.shards}")
+    if getattr(args, "own", None):
+        extra.append(f"cluster.own={json.dumps(args.own)}")
+    args.set = list(args.set or []) + extra
+
+
 def cmd_run(args) -> int:
     from crawlerd.supervisor import Supervisor, setup_logging
+    _cluster_flags(args)
     cfg = _load_config(args)
     duration = _seconds(args.duration, "--duration")
     problem = cfg.contact_problem()
@@ -83,7 +98,7 @@ def cmd_run(args) -> int:
             cfg = _load_config(args, [f"crawl.shards={n}"])
         setup_logging(cfg.log.level)
         seeds = [args.seeds] if args.seeds else []
-        if n > 1:
+        if n > 1 or cfg.cluster.servers:
             from crawlerd.family import Family
             sup = Family(cfg, seeds_files=seeds, duration_s=duration, config_path=args.config,
                          overrides=list(args.set or []))
@@ -94,6 +109,34 @@ def cmd_run(args) -> int:
         return sup.run()
     finally:
         sup.close()
+
+
+def cmd_cluster_status(args) -> int:
+    import asyncio
+
+    from crawlerd.cluster.engine import ClusterError, Link, Names
+    from crawlerd.cluster.status import gather, render
+    _cluster_flags(args)
+    cfg = _load_config(args)
+    if not cfg.cluster.servers:
+        raise UsageError("cluster.servers is empty: name the NATS servers (--cluster nats://HOST:PORT[,...])")
+
+    async def ask() -> dict:
+        link = Link(cfg.cluster.servers, Names(cfg.cluster.crawl), name="crawlerd-status")
+        await link.open(timeout_s=args.timeout)
+        try:
+            return await gather(link, shards=cfg.crawl.shards or None)
+        finally:
+            await link.close()
+    try:
+        view = asyncio.run(ask())
+    except ClusterError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(view)
+    else:
+        print(render(view))
+    return EXIT_OK
 
 
 def cmd_demo(args) -> int:
@@ -410,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-dir", metavar="DIR", help="overrides crawl.data_dir")
     r.add_argument("--duration", metavar="SECONDS", help="stop after this many seconds (> 0; default: run until stopped)")
     r.add_argument("--member", type=int, metavar="I", help=argparse.SUPPRESS)    # a family's shard I
+    r.add_argument("--cluster", metavar="URL[,URL...]",
+                   help="run as a node of a cluster: NATS servers nats://HOST:PORT (cluster.servers)")
+    r.add_argument("--shards", type=int, metavar="N", help="the crawl's shard count (crawl.shards)")
+    r.add_argument("--own", metavar="SET", help="the shards this node runs, e.g. 0-3 or 0,2,4 (cluster.own)")
 
     d = add("demo", cmd_demo, "start the bundled synthetic web on loopback and crawl it, with live progress")
     d.add_argument("--seconds", type=float, default=60.0, help="how long to crawl, seconds (> 0)")
@@ -496,6 +543,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write <DIR>/<segment>.cdxj (default: where verify looks for it, else beside the segment)")
     wi.add_argument("--stdout", action="store_true", help="print the sorted lines instead of writing a file")
     wi.set_defaults(func=cmd_warc_index)
+
+    cl = sub.add_parser("cluster", help="shards on several machines (NATS JetStream)", formatter_class=fmt)
+    cl_sub = cl.add_subparsers(dest="cluster_verb", metavar="ACTION", required=True)
+    cs = cl_sub.add_parser("status", help="every shard of the crawl: owner node, lease age, hand-off backlog, "
+                           "pages/s (read from the cluster; the same on any node)", parents=[common],
+                           formatter_class=fmt)
+    cs.add_argument("--json", action="store_true", help="machine-readable output")
+    cs.add_argument("--cluster", metavar="URL[,URL...]", help="NATS servers (cluster.servers)")
+    cs.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the cluster")
+    cs.set_defaults(func=cmd_cluster_status)
 
     c = sub.add_parser("config", help="configuration tools", formatter_class=fmt)
     c_sub = c.add_subparsers(dest="config_verb", metavar="ACTION", required=True)

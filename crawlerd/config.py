@@ -383,6 +383,43 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("level", str, "info", "Log level.", choices=("debug", "info", "warning", "error")),
         _k("events", bool, True, "Write one JSON line per fetch under <data_dir>/events/."),
     ]),
+    "cluster": ("Shards on several machines over NATS JetStream (the `cluster` extra). Every node of "
+                "a crawl names the same servers, crawl name and crawl.shards (given explicitly).", [
+        _k("servers", list, [],
+           "NATS servers, \"nats://HOST:PORT\" (any of them; the client finds the rest). Empty: "
+           "one machine, no cluster. `crawlerd run --cluster URL[,URL...]` sets it.", item_type=str),
+        _k("crawl", str, "crawl",
+           "Name of this crawl in the cluster (its stream, consumers and KV buckets; letters, "
+           "digits, _ and -)."),
+        _k("own", str, "",
+           "Shards this node runs: \"0-3\", \"0,2,4\" or \"1-2,5\" (`crawlerd run --own`). Empty: "
+           "all of crawl.shards."),
+        _k("node", str, "", "This node's name in leases and `cluster status`. Empty: the host name."),
+        _k("replicas", int, 3, "JetStream replicas of the hand-off stream and the KV buckets.", min=1, max=5),
+        _k("lease_ttl_s", float, 15.0,
+           "A shard lease expires this long after its owner's last renewal; a standby may take the "
+           "shard then. Longer than a stream leader election (nats-server's raft election timeout "
+           "is 4-9 s), so a killed NATS leader does not cost leases.", min=1.0, max=600.0),
+        _k("lease_fence_s", float, 10.0,
+           "A shard starts no request later than this after its last successful renewal was sent "
+           "(fencing; below lease_ttl_s, the difference covers clock rates and request start).",
+           min=0.5, max=600.0),
+        _k("lease_renew_interval_s", float, 1.0, "Renew the lease this often, seconds (below lease_fence_s).",
+           min=0.1, max=60.0),
+        _k("standby_wait_s", float, 0.0,
+           "A shard whose lease another node holds waits up to this long for it to be released or "
+           "to expire (a standby); then its process ends and the family tries again after "
+           "lease_ttl_s. 0: ask once.", min=0.0, max=86400.0),
+        _k("ack_wait_s", float, 30.0,
+           "A hand-off batch delivered and not acknowledged within this is delivered again (a "
+           "receiver killed mid-batch).", min=1.0, max=3600.0),
+        _k("max_backlog_batches", int, 4096,
+           "Batches the stream holds for one shard at most; at this many, senders keep further "
+           "batches in their own outbox (backpressure, nothing dropped).", min=1, max=10_000_000),
+        _k("dedup_window_s", float, 120.0,
+           "The stream drops a batch published again (same source and sequence) within this.",
+           min=1.0, max=86400.0),
+    ]),
 }
 
 
@@ -566,6 +603,16 @@ def _check_special(key: Key, where: str, value: Any) -> None:
     elif key.name == "ca_file" and value:
         if not os.path.isfile(value) or not os.access(value, os.R_OK):
             raise ConfigError(f"{name}: not a readable file (expected a PEM file of CA certificates)")
+    elif key.name == "servers":
+        for u in value:
+            rest = u.split("://", 1)[1] if u.startswith(("nats://", "tls://")) else ""
+            host, _, port = rest.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f"{name}: {u!r} is not \"nats://HOST:PORT\"")
+    elif key.name == "own" and value:
+        parse_shard_set(value, where=f"{where}: {key.name}")
+    elif key.name == "crawl" and not re.match(r"^[A-Za-z0-9_-]{1,64}$", value):
+        raise ConfigError(f"{name}: use 1-64 letters, digits, '_' or '-'")
     elif key.name == "listen" and value:
         try:
             parse_listen(value)
@@ -577,6 +624,20 @@ def _check_special(key: Key, where: str, value: Any) -> None:
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ConfigError(f"{name}: {host!r} maps to {ip!r}, which is not an IP address") from None
+
+
+def parse_shard_set(text: str, n: int | None = None, where: str = "cluster.own") -> list[int]:
+    """``"0-3"``, ``"0,2,4"``, ``"1-2,5"`` -> sorted shard indexes (each < ``n`` when given)."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        m = re.match(r"^(\d+)(?:-(\d+))?$", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ConfigError(f"{where}: {part!r} in {text!r}: expected I or I-J (e.g. \"0-3\" or \"0,2,4\")")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if n is not None and hi >= n:
+            raise ConfigError(f"{where}: shard {hi} in {text!r}: crawl.shards is {n} (shards 0-{n - 1})")
+        out.update(range(lo, hi + 1))
+    return sorted(out)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -671,6 +732,16 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
     n = values["politeness"]["shared_ip_slots"]
     if n & (n - 1):
         raise ConfigError(f"{source}: politeness.shared_ip_slots = {n!r}: expected a power of two")
+    c = values["cluster"]
+    if not c["lease_renew_interval_s"] < c["lease_fence_s"] < c["lease_ttl_s"]:
+        raise ConfigError(f"{source}: cluster.lease_fence_s = {c['lease_fence_s']!r}: expected "
+                          f"lease_renew_interval_s ({c['lease_renew_interval_s']!r}) < it < lease_ttl_s "
+                          f"({c['lease_ttl_s']!r})")
+    if c["servers"] and values["crawl"]["shards"] < 1:
+        raise ConfigError(f"{source}: crawl.shards = {values['crawl']['shards']!r}: a cluster crawl "
+                          "(cluster.servers set) needs the shard count given explicitly, the same on every node")
+    if c["own"] and values["crawl"]["shards"] >= 1:
+        parse_shard_set(c["own"], values["crawl"]["shards"])
     f = values["fetch"]
     if f["connect_timeout_s"] > f["timeout_s"]:
         raise ConfigError(f"{source}: fetch.connect_timeout_s = {f['connect_timeout_s']!r}: expected a value "

@@ -19,6 +19,12 @@ Control: ``status``/``stats``/``metrics`` add up every shard (``aggregate``) and
 their owners; ``pause``/``resume``/``checkpoint``/``block_*`` go to every shard. SIGHUP is
 validated here and passed to every shard, each re-reading the config file.
 
+In a cluster (``cluster.servers``; ``crawlerd run --cluster ... --own ...``) the family runs only
+the shards this node owns (``cluster.own``), after the cluster agreed to its N
+(``cluster.node.check_cluster``); seeds go to their owners over JetStream (``SeedSender``), and
+a shard whose lease another node holds, or took, ends with ``EXIT_NOT_OWNER``: it is no crash,
+its process is started again after ``cluster.lease_ttl_s`` to ask once more (a standby).
+
 Shutdown (SIGTERM, SIGINT, ``crawlerd stop``, ``--duration``, ``crawl.max_pages``): every shard
 is paused first (no new request anywhere), then each drains in its own ordered shutdown (its
 outbox flushed: what it handed over stays in the receivers' spools for their next start); a
@@ -49,7 +55,7 @@ from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
 from crawlerd.store.recover import recover as recover_warc
-from crawlerd.supervisor import StartupError, read_seeds, reserve_last_run, write_last_run
+from crawlerd.supervisor import EXIT_NOT_OWNER, StartupError, read_seeds, reserve_last_run, write_last_run
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.hosts import host_key, shard_of_url
 
@@ -76,6 +82,7 @@ class Member:
         self.last_at = 0.0
         self.ready = False
         self.stopping = False
+        self.standby = ""                       # why another node runs this shard now ("" if none)
         self.watcher: asyncio.Task | None = None
 
 
@@ -91,7 +98,13 @@ class Family:
         self.notifier = notifier or Notifier()
         self.config_path = config_path
         self.overrides = list(overrides)
-        self.members = [Member(i) for i in range(self.n)]
+        self.clustered = bool(cfg.cluster.servers)
+        # the shards this process runs: all of them, or this node's share of a cluster's
+        self.own = configmod.parse_shard_set(cfg.cluster.own, self.n) if self.clustered and cfg.cluster.own \
+            else list(range(self.n))
+        self.members = [Member(i) for i in self.own]
+        self._by_index = {m.index: m for m in self.members}
+        self._pending_seeds: list[str] = []     # a cluster's seeds, handed over once the loop runs
         self.state = "starting"
         self.fatal = ""
         self.started = time.monotonic()
@@ -139,6 +152,14 @@ class Family:
                self.cfg.politeness.shared_ip_slots)
         self._slots = IPSlots(layout.ipslots_path(d))
         roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]
+        if self.clustered:
+            from crawlerd.cluster.node import ClusterError, check_cluster
+            try:
+                asyncio.run(check_cluster(self.cfg))
+            except ClusterError as e:
+                raise StartupError(str(e)) from None
+            self._pending_seeds = seeds + roots
+            return 0
         return asyncio.run(self.hand_seeds(seeds + roots)) if seeds or roots else 0
 
     async def hand_seeds(self, urls: list[str]) -> int:
@@ -192,16 +213,26 @@ class Family:
                 raise StartupError(f"metrics.listen = {self.cfg.metrics.listen!r}: cannot listen: "
                                    f"{e.strerror}") from None
             log.info("metrics endpoint url=%s", endpoint.url)
-        self._seeds_out = outbox_for(self.cfg, self.n, range(self.n))
-        self._seeds_out.start()             # concurrent `seed add`s share one flusher
         try:
+            if self.clustered:
+                from crawlerd.cluster.node import ClusterError, SeedSender
+                try:
+                    self._seeds_out = await SeedSender(self.cfg).open()
+                except ClusterError as e:
+                    raise StartupError(str(e)) from None
+                if self._pending_seeds:
+                    log.info("seeds handed to their shards: %d", await self.hand_seeds(self._pending_seeds))
+            else:
+                self._seeds_out = outbox_for(self.cfg, self.n, range(self.n))
+                self._seeds_out.start()             # concurrent `seed add`s share one flusher
             for m in self.members:
                 await self._spawn(m)
             await self._wait_ready()
             if not self.stop_event.is_set():
                 self.state = "running"
-                self.notifier.ready(f"crawling; {self.n} shards")
-                log.info("started pid=%d data_dir=%s shards=%d", os.getpid(), self.cfg.crawl.data_dir, self.n)
+                self.notifier.ready(f"crawling; {len(self.members)} of {self.n} shards")
+                log.info("started pid=%d data_dir=%s shards=%d own=%s", os.getpid(), self.cfg.crawl.data_dir,
+                         self.n, ",".join(map(str, self.own)))
             ticker = asyncio.ensure_future(self._ticker())
             await self.stop_event.wait()
         finally:
@@ -211,7 +242,8 @@ class Family:
                 timer.cancel()
             if ticker:
                 ticker.cancel()
-            await self._seeds_out.close()
+            if self._seeds_out is not None:
+                await self._seeds_out.close()
             await self._drain()
             if endpoint is not None:
                 await endpoint.close()
@@ -253,6 +285,16 @@ class Family:
             self.retired.add(m.last)        # a death: its counters stay in the family's totals
             m.last = None
         lived = time.monotonic() - m.started_at
+        if rc == EXIT_NOT_OWNER:            # another node runs it: ask again once a lease could expire
+            m.standby = "held by another node"
+            log.warning("shard %d: another node holds its lease; asking again in %.0f s", m.index,
+                        self.cfg.cluster.lease_ttl_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_event.wait(), self.cfg.cluster.lease_ttl_s)
+            if not self.stop_event.is_set():
+                await self._spawn(m)
+            return
+        m.standby = ""
         log.error("shard %d died: exit status %s after %.1f s; restarting it alone", m.index, rc, lived)
         if self._slots is not None:     # its cut-off requests end now: their IPs' gaps start now
             self._slots.reclaim(m.index, time.monotonic(), self.cfg.politeness.ip_delay_s)
@@ -273,10 +315,10 @@ class Family:
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self.stop_event.is_set() and not all(m.ready for m in self.members):
+        while not self.stop_event.is_set() and not all(m.ready or m.standby for m in self.members):
             await self._poll()
             if time.monotonic() > deadline:
-                late = [m.index for m in self.members if not m.ready]
+                late = [m.index for m in self.members if not (m.ready or m.standby)]
                 self.fatal = f"shards {late} did not answer within {READY_TIMEOUT_S:g} s of starting"
                 self.request_stop("start timeout")
                 return
@@ -294,7 +336,7 @@ class Family:
             except control.ControlError:
                 return
             if r.get("ok"):
-                m.last, m.last_at, m.ready = r, time.monotonic(), True
+                m.last, m.last_at, m.ready, m.standby = r, time.monotonic(), True, ""
         await asyncio.gather(*(one(m) for m in self.members))
         if self.cfg.metrics.listen:
             self._stats_cache = self.status_view(await self._ask_all("stats"), kind="stats")
@@ -319,7 +361,7 @@ class Family:
             s = self.status_view()
             up = sum(1 for m in self.members if m.proc is not None and m.ready)
             self.notifier.status(f"{s['pages']} pages, {s['pages_per_s_10s']:.1f}/s, {s['queued']} queued, "
-                                 f"{up}/{self.n} shards up")
+                                 f"{up}/{len(self.members)} shards up")
             if self.cfg.crawl.max_pages and s["pages"] >= self.cfg.crawl.max_pages:
                 self.request_stop("max_pages")
 
@@ -363,7 +405,7 @@ class Family:
                 if m.proc is not None:
                     with contextlib.suppress(ProcessLookupError):
                         m.proc.send_signal(signal.SIGHUP)
-            log.info("reload passed to %d shards", self.n)
+            log.info("reload passed to %d shards", len(self.members))
         except ConfigError as e:
             log.error("reload failed, keeping current config: %s", e)
         finally:
@@ -375,6 +417,8 @@ class Family:
         for m in self.members:
             s = (m.last or {}).get("shards", [{}])[0] if m.last else {}
             state = s.get("state", "down") if m.proc is not None else ("stopped" if m.stopping else "down")
+            if m.standby and not m.ready:
+                state = "standby"
             out.append({"shard": str(m.index), "pid": m.proc.pid if m.proc is not None else None,
                         "state": state if m.ready or m.proc is None else "starting", "restarts": m.restarts,
                         **{k: s.get(k, 0) for k in ("pages", "pages_per_s_10s", "pages_per_s_60s", "in_flight",
@@ -398,6 +442,11 @@ class Family:
         v["dropped"] = dict(v.get("dropped", {}))
         if self.seeds_invalid:
             v["dropped"]["invalid_seed"] = v["dropped"].get("invalid_seed", 0) + self.seeds_invalid
+        if self.clustered:
+            from crawlerd.cluster.node import node_of
+            v["cluster"] = {"node": node_of(self.cfg), "crawl": self.cfg.cluster.crawl, "shards": self.n,
+                            "own": self.own, "standby": [m.index for m in self.members if m.standby],
+                            "seeds_sent": getattr(self._seeds_out, "records_sent", 0)}
         return v
 
     async def _ask_all(self, cmd: str, members=None, **kw) -> list[dict | None]:
@@ -422,7 +471,13 @@ class Family:
             return None
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n:
             raise ValueError(f"no shard {i!r}: this crawl has shards 0..{self.n - 1}")
-        return self.members[i]
+        return self._member(i)
+
+    def _member(self, i: int) -> Member:
+        if i not in self._by_index:
+            raise ValueError(f"shard {i} is run by another node of the cluster (this node runs "
+                             f"{','.join(map(str, self.own))}; `crawlerd cluster status` names its owner)")
+        return self._by_index[i]
 
     def _handlers(self) -> dict:
         async def forward(cmd: str, m: Member, **args) -> dict:
@@ -467,13 +522,14 @@ class Family:
             if url is None:
                 raise ValueError(f"not a valid http(s) URL: {raw!r}")
             m = self._one(req)
-            m = self.members[shard_of_url(url, self.n)] if m is None else m    # the URL's owner
+            m = self._member(shard_of_url(url, self.n)) if m is None else m    # the URL's owner
             return dict(await forward("url_why", m, url=raw), shard=m.index)
 
         def each(cmd: str, reply: dict):
             async def run(req):
-                answers = await self._broadcast(cmd, **({"pattern": req["pattern"]} if "pattern" in req else {}))
-                missing = [m.index for m, a in zip(self.members, answers, strict=True) if a is None]
+                active = [m for m in self.members if not m.standby]     # (a standby runs nothing)
+                answers = await self._broadcast(cmd, active, **({"pattern": req["pattern"]} if "pattern" in req else {}))
+                missing = [m.index for m, a in zip(active, answers, strict=True) if a is None]
                 if missing:
                     raise ValueError(f"{cmd}: shards {missing} did not answer (not running or restarting)")
                 return dict(reply, **({"blocked": answers[0].get("blocked", [])} if cmd.startswith("block") else {}))
@@ -500,9 +556,9 @@ class Family:
                     views.append(json.load(f))
             except (OSError, ValueError):
                 views.append(None)
-        for m in self.members:
-            if not views[m.index] and m.last:     # none, or only the room its start set aside
-                views[m.index] = m.last         # killed before it wrote its own: its last answer
+        for k, m in enumerate(self.members):
+            if not views[k] and m.last:         # none, or only the room its start set aside
+                views[k] = m.last               # killed before it wrote its own: its last answer
         self._final = self.status_view(views, kind="stats")
         write_last_run(self.cfg.path("last-run.json"), self._final)
 

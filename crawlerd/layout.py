@@ -42,6 +42,13 @@ def handoff_dir(data_dir: str) -> str:
     return os.path.join(data_dir, "handoff")
 
 
+def outbox_dir(data_dir: str, index: int | None = None) -> str:
+    """A cluster's local outbox: shard ``index``'s batches until JetStream holds them
+    (``shards/<i>/outbox/<dest>/``), or the supervisor's seeds (``outbox/<dest>/``)."""
+    return os.path.join(shard_dir(data_dir, index), "outbox") if index is not None else \
+        os.path.join(data_dir, "outbox")
+
+
 def ipslots_path(data_dir: str) -> str:
     return os.path.join(data_dir, "ipslots")
 

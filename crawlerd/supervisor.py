@@ -55,6 +55,9 @@ from crawlerd.url.hosts import host_key
 log = logging.getLogger("crawlerd")
 
 STORE_ERRORS = (OSError, lmdb.Error, DrumError)
+# a cluster member that may not run its shard (another node holds or took its lease; EX_TEMPFAIL):
+# not a crash, the family asks again after the lease TTL
+EXIT_NOT_OWNER = 75
 LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in place on a full disk
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
@@ -125,6 +128,7 @@ class Supervisor:
         self.cfg = cfg
         self.member = member
         self.parts: MemberParts | None = None
+        self.cluster = None             # a cluster member's ClusterParts (cluster.servers set)
         self.seeds_files = list(seeds_files)
         self.duration_s = duration_s
         self.notifier = notifier or Notifier()
@@ -146,7 +150,7 @@ class Supervisor:
             raise StartupError(problem)
         if self.member is not None:
             try:
-                self.parts = open_member(self.cfg, self.member)
+                self.parts = open_member(self.cfg, self.member, spool=not self.cfg.cluster.servers)
             except MemberError as e:
                 raise StartupError(str(e)) from None
             self.reserve_last_run()
@@ -192,10 +196,16 @@ class Supervisor:
         self.stop_event = asyncio.Event()
         if self.parts is not None:
             _die_with_parent()
+        kwargs = self.parts.kwargs() if self.parts is not None else {}
+        if self.parts is not None and self.cfg.cluster.servers:
+            refused = await self._join_cluster()
+            if refused:
+                return refused
+            kwargs.update(self.cluster.kwargs())
         try:
             if self.parts is not None:
                 self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
-                                   **self.parts.kwargs())
+                                   **kwargs)
             else:
                 self.shard = Shard(self.cfg, self.metrics)
         except STORE_ERRORS as e:
@@ -244,6 +254,8 @@ class Supervisor:
         log.info("started pid=%d data_dir=%s seeds=%d", os.getpid(), self.cfg.crawl.data_dir, len(seeds))
         ticker = asyncio.ensure_future(self._ticker())
         timer = loop.call_later(self.duration_s, self.request_stop, "duration") if self.duration_s else None
+        if self.cluster is not None:
+            self.cluster.start()
         try:
             # a family counts crawl.max_pages over all its shards
             await self.shard.run(self.stop_event, max_pages=self.cfg.crawl.max_pages if self.member is None else 0)
@@ -260,12 +272,40 @@ class Supervisor:
             await server.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
+            if self.cluster is not None:    # after the shard's drain: its outbox is published by now
+                await self.cluster.close()
             self.state = "stopped"
             self._write_last_run()
             log.info("stopped pages=%d", self.metrics.pages)
         if self.shard.storage.fatal_reason:
             return 1                  # a store could not be written: systemd's Restart= may try again
+        if self.cluster is not None and self.cluster.lease.lost:
+            return EXIT_NOT_OWNER     # another node runs this shard now: the family tries again later
         return 0
+
+    async def _join_cluster(self) -> int:
+        """A cluster member: link, N check, this shard's lease, JetStream hand-off (``self.cluster``).
+        Returns EXIT_NOT_OWNER when another node holds the lease, else 0."""
+        from crawlerd.cluster.engine import ClusterError
+        from crawlerd.cluster.member import MemberRefused, open_cluster_parts
+        h, d = self.cfg.handoff, self.cfg.crawl.data_dir
+        kw = {"max_pending": h.max_pending_batches, "batch_records": h.batch_records,
+              "flush_interval_s": h.flush_interval_s, "fsync": h.fsync}
+        try:
+            self.cluster = await open_cluster_parts(
+                self.cfg, self.member, outbox_root=layout.outbox_dir(d, self.member), outbox_kw=kw,
+                standby_wait_s=self.cfg.cluster.standby_wait_s, on_lost=self._lease_lost)
+        except MemberRefused as e:
+            log.warning("not running shard %d: %s", self.member, e)
+            return EXIT_NOT_OWNER
+        except ClusterError as e:
+            raise StartupError(str(e)) from None
+        log.info("shard %d: lease held; hand-off over JetStream (%s)", self.member, ", ".join(self.cfg.cluster.servers))
+        return 0
+
+    def _lease_lost(self, why: str) -> None:
+        # the fence has closed already (no request starts); the shard drains and this process ends
+        self.request_stop(f"lease lost: {why}")
 
     @property
     def control_path(self) -> str:
@@ -281,6 +321,8 @@ class Supervisor:
             if wd and now - last_wd >= wd:
                 self.notifier.watchdog()
                 last_wd = now
+            if self.cluster is not None:    # what `cluster status` shows of this shard, in its lease
+                self._lease_numbers()
             if not self.notifier.enabled and self.on_tick is None:
                 continue                # a family's member: the family asks for status itself
             try:
@@ -291,6 +333,14 @@ class Supervisor:
                     self.on_tick(self, s)
             except Exception as e:     # the watchdog pings above must go on whatever status does
                 log.error("status tick failed: %r", e)
+
+    def _lease_numbers(self) -> None:
+        try:
+            m = self.metrics
+            self.cluster.lease.numbers = {"pages": m.pages, "pages_per_s": round(m.rate(10.0), 2),
+                                          "outbox_batches": self.cluster.outbox.unpublished()}
+        except Exception as e:          # the numbers are a view; the lease renews without them
+            log.debug("lease numbers: %r", e)
 
     def request_stop(self, why: str = "") -> None:
         if self.stop_event is not None and not self.stop_event.is_set():

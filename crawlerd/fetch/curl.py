@@ -73,7 +73,7 @@ from crawlerd.fetch.http_head import (
     request_head,
     status_of,
 )
-from crawlerd.fetch.transfer import Transfer, classify_error
+from crawlerd.fetch.transfer import FENCED, Transfer, classify_error
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest, FetchResult
 
@@ -167,6 +167,9 @@ class Fetcher:
         self._closed = False
         self._released = False
         self._counts: dict[Outcome, int] = {}
+        # gate() -> bool, asked before a transfer starts and again once connected, before the
+        # request goes out; False ends it ABORTED (a shard's lease fence). None: always open.
+        self.gate = None
 
     @property
     def in_flight(self) -> int:
@@ -205,6 +208,8 @@ class Fetcher:
             if self._closed:
                 self._count(Outcome.ABORTED)
                 return self._early(req, Outcome.ABORTED, "fetcher closed")
+        if self.gate is not None and not self.gate():
+            return self._early(req, Outcome.ABORTED, FENCED)
         t = self._idle.pop() if self._idle else Transfer(self, self._share)
         c = t.curl
         url = req.url

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 _INFOTYPE_HEADER_OUT = 2
 _BUFFER_BYTES = 64 * 1024          # receive buffer per transfer (curl shares one per multi)
 _E_TOO_LARGE = 100                 # CURLE_TOO_LARGE (curl >= 8.6): its own header size limit
+FENCED = "fenced: this process no longer holds its shard's lease"
 _TLS_ERRORS = frozenset({35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98})
 
 
@@ -93,6 +94,7 @@ class Transfer:
         c.setopt(pycurl.HEADERFUNCTION, self.head.append)
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
         c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)
+        c.setopt(pycurl.PREREQFUNCTION, self._on_prereq)
 
     # -- curl callbacks (run inside socket_action) -------------------------
     def _on_debug(self, kind: int, data: bytes) -> None:
@@ -100,6 +102,16 @@ class Transfer:
             if data.startswith(b"GET "):
                 self.debug.clear()                       # curl may resend on a dead reused connection
             self.debug.append(data)
+
+    def _on_prereq(self, conn_primary_ip, conn_local_ip, conn_primary_port, conn_local_port) -> int:
+        # connected, request not sent yet: the last moment the fetcher's gate (a shard's lease
+        # fence) can stop a request that was queued before the gate closed
+        gate = self.fetcher.gate
+        if gate is not None and not gate():
+            self.abort = Outcome.ABORTED
+            self.detail = FENCED
+            return pycurl.PREREQFUNC_ABORT
+        return pycurl.PREREQFUNC_OK
 
     def _on_open_socket(self, purpose: int, address):
         ip = address.addr[0]

@@ -5,6 +5,11 @@ started by the family supervisor). Before it opens its stores it takes its owner
 (``shards/<i>/lock``: no two processes ever run one shard), then opens its hand-off channels
 (an outbox to every other shard, its inbox) and attaches to the machine's per-IP slot table,
 which frees the cells an earlier, dead process of this shard still held.
+
+In a cluster (``cluster.servers`` set) the local lock still keeps a second process of this
+machine off the shard, but the hand-off and the lease that fences fetching come from the
+cluster (``crawlerd.cluster.member``, opened on the shard's loop): ``open_member(...,
+spool=False)`` leaves ``outbox`` and ``inbox`` to it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ class MemberError(Exception):
 @dataclass
 class MemberParts:
     ownership: LocalShardLease
-    outbox: SpoolOutbox
-    inbox: SpoolInbox
+    outbox: SpoolOutbox | None
+    inbox: SpoolInbox | None
     ip_slots: object
 
     def kwargs(self) -> dict:
@@ -45,7 +50,8 @@ def outbox_for(cfg: Config, source: int, dests) -> SpoolOutbox:
                        batch_records=h.batch_records, flush_interval_s=h.flush_interval_s, fsync=h.fsync)
 
 
-def open_member(cfg: Config, index: int) -> MemberParts:
+def open_member(cfg: Config, index: int, *, spool: bool = True) -> MemberParts:
+    """The local lock, the per-IP slot table and (``spool``) the spool hand-off of shard ``index``."""
     from crawlerd._native.ipslots import IPSlots
     n = cfg.crawl.shards
     d = cfg.crawl.data_dir
@@ -59,6 +65,8 @@ def open_member(cfg: Config, index: int) -> MemberParts:
         lease.release()
         raise MemberError(f"cannot open the per-IP slot table: {e}") from None
     slots.attach(index, time.monotonic(), cfg.politeness.ip_delay_s)
+    if not spool:
+        return MemberParts(lease, None, None, slots)
     outbox = outbox_for(cfg, index, [j for j in range(n) if j != index])
     inbox = SpoolInbox(layout.handoff_dir(d), index)
     return MemberParts(lease, outbox, inbox, slots)

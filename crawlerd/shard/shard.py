@@ -244,6 +244,9 @@ class Shard:
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file,
                                max_transfers=f.max_in_flight, on_done=self._wake.set)
+        if self.ownership is not None:      # the fence again at the fetcher: a queued request too
+            own = self.ownership
+            self.fetcher.gate = lambda: own.held(self.clock())
         outbound = Outbound(guard=self.guard, frontier=self.frontier, resolve=self.resolver.resolve,
                             host_busy=self.leases.host_busy)
         host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,

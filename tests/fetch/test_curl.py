@@ -237,6 +237,38 @@ def test_socket_open_checks_the_address_again():
     assert connections == 0
 
 
+def test_closed_gate_refuses_before_connecting():
+    async def scenario(f, server, port):
+        f.gate = lambda: False
+        r = await f.fetch(req(port, "/ok"))
+        return r, server.connections
+    r, connections = run(scenario)
+    assert r.outcome is Outcome.ABORTED and "fenced" in r.error
+    assert connections == 0
+
+
+def test_gate_closed_while_connecting_stops_the_request_before_it_is_sent():
+    calls = []
+
+    def gate():                                   # open for the start, closed once connected
+        calls.append(1)
+        return len(calls) == 1
+
+    async def scenario(f, server, port):
+        f.gate = gate
+        r = await f.fetch(req(port, "/ok"))
+        await asyncio.sleep(0.05)
+        other = make_fetcher()
+        ok = await other.fetch(req(port, "/ok"))                   # the server itself answers
+        await other.close(0)
+        return r, ok, list(server.log)
+    r, ok, log = run(scenario)
+    assert len(calls) == 2
+    assert r.outcome is Outcome.ABORTED and "fenced" in r.error and r.status == 0
+    assert ok.outcome is Outcome.OK
+    assert len(log) == 1                          # only the second fetcher's request reached it
+
+
 def test_connect_refused():
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
