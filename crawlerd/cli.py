@@ -85,6 +85,9 @@ def cmd_run(args) -> int:
     if problem:
         raise UsageError(f"{cfg.source}: {problem}")
     configmod.check_map_sizes(cfg)
+    if cfg.cluster.servers and cfg.crawl.shards < 1:
+        raise UsageError(f"{cfg.source}: crawl.shards = {cfg.crawl.shards}: a cluster crawl (cluster.servers set) "
+                         "needs the shard count given explicitly, the same on every node (--shards N)")
     if args.member is not None:         # one shard of a family, started by the family supervisor
         setup_logging(cfg.log.level, tag=f"shard={args.member}")
         sup = Supervisor(cfg, config_path=args.config, overrides=list(args.set or []), member=args.member)

@@ -737,9 +737,6 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{source}: cluster.lease_fence_s = {c['lease_fence_s']!r}: expected "
                           f"lease_renew_interval_s ({c['lease_renew_interval_s']!r}) < it < lease_ttl_s "
                           f"({c['lease_ttl_s']!r})")
-    if c["servers"] and values["crawl"]["shards"] < 1:
-        raise ConfigError(f"{source}: crawl.shards = {values['crawl']['shards']!r}: a cluster crawl "
-                          "(cluster.servers set) needs the shard count given explicitly, the same on every node")
     if c["own"] and values["crawl"]["shards"] >= 1:
         parse_shard_set(c["own"], values["crawl"]["shards"])
     f = values["fetch"]

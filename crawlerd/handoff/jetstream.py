@@ -258,6 +258,7 @@ class JetStreamInbox:
         self.corrupt = 0
         self.redelivered = 0                # deliveries the server counted as a second or later
         self.repeats = 0                    # already applied here: acknowledged again, not handed out
+        self.applied_twice = 0              # batches whose records reached the intake twice (DRUM absorbs them)
         self.ack_retries = 0
         self.consumer = {"num_pending": 0, "num_ack_pending": 0, "num_redelivered": 0}
         self.latency_s: collections.deque = collections.deque(maxlen=_LATENCY_SAMPLES)
@@ -288,7 +289,10 @@ class JetStreamInbox:
 
     def ack(self, batch: Batch) -> None:
         """The batch's records are in the seen-set journal: acknowledge it to the stream."""
-        self._remember((batch.source, batch.seq))
+        key = (batch.source, batch.seq)
+        if key in self._recent:             # two copies of one batch both handed out (stored twice)
+            self.applied_twice += 1
+        self._remember(key)
         self.batches_received += 1
         self.records_received += len(batch.records)
         self._acks.put_nowait(batch.ref)
@@ -299,7 +303,8 @@ class JetStreamInbox:
 
     def stats(self) -> dict:
         return {"received": self.batches_received, "records": self.records_received, "corrupt": self.corrupt,
-                "redelivered": self.redelivered, "repeats": self.repeats, "buffered": len(self._buffer),
+                "redelivered": self.redelivered, "repeats": self.repeats, "applied_twice": self.applied_twice,
+                "buffered": len(self._buffer),
                 **{k: int(v) for k, v in self.consumer.items()}}
 
     async def close(self, timeout_s: float = 5.0) -> None:

@@ -211,6 +211,9 @@ class Shard:
                              "batches_sent": ob.batches_sent, "records_sent": ob.records_sent,
                              "bytes_sent": ob.bytes_sent, "batches_received": ib.batches_received,
                              "records_received": ib.records_received, "blocked": sorted(ob.blocked)}
+            for side, part in (("engine_out", ob), ("engine_in", ib)):
+                if hasattr(part, "stats"):      # a network transport's own numbers (retries, redeliveries)
+                    st["handoff"][side] = part.stats()
         return st
 
     def reload(self, cfg: Config) -> None:

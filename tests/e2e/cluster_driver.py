@@ -144,6 +144,13 @@ def main() -> int:
                 report[f"stderr_{n}"] = err[-30000:]
                 with open(os.path.join(dirs[n], "last-run.json")) as f:
                     report[f"last_run_{n}"] = json.load(f)
+                finals = {}                 # each shard's own final numbers (after its drain)
+                for i in range(SHARDS):
+                    path = os.path.join(dirs[n], "shards", str(i), "last-run.json")
+                    if os.path.exists(path):
+                        with open(path) as f:
+                            finals[i] = json.load(f)["shards"][0]["handoff"]
+                report[f"handoff_{n}"] = finals
             report["wall_s"] = time.monotonic() - t0
             report["final"] = cluster_status(nats.servers)
             report["leftovers"] = asyncio.run(stream_leftovers(nats.servers))
