@@ -182,18 +182,16 @@ def one_run(mode: str, a) -> dict:
 
 def ip_overlap(hosts: int, shards: int = N, nodes: int = NODES) -> dict:
     """How often per-IP politeness across machines matters on simweb: IPs whose hosts' shards
-    (``url.shard_of``) live on more than one node (node = shard // (shards / nodes))."""
-    from crawlerd import url as urlmod
+    (``url.hosts.shard_of``) live on more than one node (node = shard // (shards / nodes))."""
     from crawlerd.simweb.site import Site
-    if not hasattr(urlmod, "shard_of"):
-        raise SystemExit("--ip-overlap needs the registered-domain partition (crawlerd.url.shard_of)")
+    from crawlerd.url.hosts import shard_of
     site = Site(n_hosts=hosts)
     per_node = shards // nodes
     by_ip: dict[str, list] = {}
     for h in site.hosts:
         by_ip.setdefault(h.ip, []).append(h)
     shared = [ip for ip, hs in by_ip.items() if len(hs) > 1]
-    spread = {ip: {urlmod.shard_of(h.name, shards) // per_node for h in by_ip[ip]} for ip in shared}
+    spread = {ip: {shard_of(h.name, shards) // per_node for h in by_ip[ip]} for ip in shared}
     multi = [ip for ip in shared if len(spread[ip]) > 1]
     pages = sum(h.pages for h in site.hosts)
     return {"hosts": hosts, "ips": len(by_ip), "shared_ips": len(shared),
