@@ -211,6 +211,11 @@ class Supervisor:
         except STORE_ERRORS as e:
             raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
                                f"{e}") from None
+        if self.cluster is not None and self.shard.owners is not None:
+            # digest owners on other machines over NATS; this shard answers theirs
+            c, n = self.cfg.cluster, self.cfg.crawl.shards
+            local = configmod.parse_shard_set(c.own, n) if c.own else list(range(n))
+            await self.cluster.serve_digests(self.shard.owners, self.shard.owner_server.handle, local)
         self.metrics.dropped["invalid_seed"] += self.seeds_invalid
         # hosts of configured sitemaps are seeded, so their robots.txt (and with it the sitemaps) is read
         roots = [host_key(u) + "/" for u in (normalize(x) for x in self.cfg.sitemaps.urls) if u]

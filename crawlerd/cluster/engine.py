@@ -10,6 +10,7 @@ stream ``CRAWLERD_<crawl>_URLS``       the URL hand-off; subject ``crawlerd.<cra
 consumer ``shard-<i>``                 durable pull consumer of shard *i*, explicit acks
 KV ``crawlerd_<crawl>_leases``         ``shard.<i>``: who runs shard *i* (bucket TTL = lease TTL)
 KV ``crawlerd_<crawl>_meta``           ``shards``: N, fixed for the life of the crawl
+``crawlerd.<crawl>.dedup.<shard>``     core NATS request/reply: digest claims for shard *i*
 =====================================  ==========================================================
 
 ``Link`` is one client connection (``nats-py``, asyncio) with its JetStream context; a shard
@@ -70,6 +71,10 @@ class Names:
     @staticmethod
     def consumer(shard: int) -> str:
         return f"shard-{shard}"
+
+    def dedup_subject(self, shard: int) -> str:
+        """Request/reply subject of the digest owner ``shard`` (``cluster.dedup``)."""
+        return f"crawlerd.{self.crawl}.dedup.{shard}"
 
     @property
     def leases(self) -> str:

@@ -6,8 +6,10 @@ stream exists, check N against the cluster (``ClusterMeta``), take the shard's l
 as a standby for up to ``standby_wait_s``; ``MemberRefused`` names the holder otherwise), then
 open the outbox to every other shard (its local spool under ``outbox_root``) and the inbox.
 The result carries what a ``Shard`` takes (``ownership``, ``outbox``, ``inbox``) and the gate
-for its fetcher (``lease.held``). ``close()`` stops the hand-off, releases the lease, closes
-the link, in that order.
+for its fetcher (``lease.held``). ``serve_digests`` puts the payload-digest owners of shards on
+other machines behind NATS request/reply (``cluster.dedup``) and answers for this one.
+``close()`` stops the hand-off and the digest service, releases the lease, closes the link, in
+that order.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from crawlerd.cluster.dedup import OwnerPeer, OwnerService
 from crawlerd.cluster.engine import ClusterError, Link, Names
 from crawlerd.cluster.lease import ClusterMeta, KvShardLease, node_name
 from crawlerd.config import Config
@@ -31,6 +34,7 @@ class ClusterParts:
     lease: KvShardLease
     outbox: JetStreamOutbox
     inbox: JetStreamInbox
+    digests: OwnerService | None = None
 
     def kwargs(self) -> dict:
         """The Shard's keyword arguments for its ownership and hand-off."""
@@ -41,7 +45,18 @@ class ClusterParts:
         self.lease.start()
         self.inbox.start()
 
+    async def serve_digests(self, owners, handle: Callable[[bytes], bytes | None], local: list[int]) -> None:
+        """``owners`` (a ``DigestOwners``) asks the shards not in ``local`` over NATS; this
+        shard's claims from other machines are answered by ``handle``."""
+        for j in list(owners.peers):
+            if j not in local:
+                owners.use_peer(j, OwnerPeer(self.link, j))
+        self.digests = OwnerService(self.link, self.lease.shard, handle)
+        await self.digests.start()
+
     async def close(self, timeout_s: float = 5.0) -> None:
+        if self.digests is not None:
+            await self.digests.close()
         await self.inbox.close(timeout_s)
         await self.lease.release()
         await self.link.close()

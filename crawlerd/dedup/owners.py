@@ -15,8 +15,10 @@ deduplication is lost for it, never a record (a revisit always names a capture t
 is being written).
 
 The channel: one Unix socket per shard (``shards/<i>/dedup.sock``), JSON lines, requests
-pipelined on one connection per peer and answered in order. The same three calls over a
-network request/reply (a message bus) put the owner on another machine.
+pipelined on one connection per peer and answered in order. A peer is anything with
+``ask(msg, timeout_s)`` (→ ``(answered, payload)``), ``tell(msg)`` and ``close()``: the same
+messages over a network request/reply (``crawlerd.cluster.dedup``, NATS) put the owner on
+another machine (``DigestOwners.use_peer``), answered by ``DigestOwnerServer.handle``.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class DigestOwnerServer:
                 line = await reader.readline()
                 if not line:
                     break
-                out = self._handle(line)
+                out = self.handle(line)
                 if out is not None:
                     writer.write(out)
         except (ConnectionError, asyncio.LimitOverrunError, ValueError) as e:
@@ -132,14 +134,15 @@ class DigestOwnerServer:
             self._conns.discard(writer)
             writer.close()
 
-    def _handle(self, line: bytes) -> bytes | None:
+    def handle(self, line: bytes) -> bytes | None:
+        """One request (a JSON line) → its answer line (a claim) or None (confirm, release)."""
         req = json.loads(line)
         op, d = req["op"], bytes.fromhex(req["d"])
         o = self.owner
         if op == "claim":
             p = o.claim(d, req["u"], req["t"])
             body = None if p is None else [p.url, p.fetched_at, p.record_id]
-            return json.dumps({"id": req["id"], "p": body}).encode() + b"\n"
+            return json.dumps({"id": req.get("id", 0), "p": body}).encode() + b"\n"
         if op == "confirm":
             o.confirm(d, req["u"], req["t"], req.get("r", ""))
         elif op == "release":
@@ -156,6 +159,39 @@ class _Peer:
         self.writer: asyncio.StreamWriter | None = None
         self.waiting: dict[int, asyncio.Future] = {}
         self.task: asyncio.Task | None = None
+        self._next = 0
+
+    async def ask(self, msg: dict, timeout_s: float) -> tuple[bool, object]:
+        """Send a claim, wait for its answer: (False, None) when the owner did not answer."""
+        if not await self.connect(timeout_s):
+            return False, None
+        self._next += 1
+        msg = dict(msg, id=self._next)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[self._next] = fut
+        self.tell(msg)
+        try:
+            return True, await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            self.waiting.pop(msg["id"], None)
+            return False, None
+
+    def tell(self, msg: dict) -> None:
+        """A message without an answer (confirm, release); dropped when not connected."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.write(json.dumps(msg).encode() + b"\n")
+        except (ConnectionError, RuntimeError):
+            self.drop()
+
+    async def close(self) -> None:
+        task = self.task
+        self.drop()
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     async def connect(self, timeout_s: float) -> bool:
         if self.writer is not None:
@@ -202,8 +238,7 @@ class DigestOwners:
         self.shards = shards
         self.owner = owner
         self.timeout_s = timeout_s
-        self.peers = {i: _Peer(socket_of(i)) for i in range(shards) if i != me}
-        self._next = 0
+        self.peers: dict[int, object] = {i: _Peer(socket_of(i)) for i in range(shards) if i != me}
         self.remote_claims = 0
         self.unanswered = 0
 
@@ -214,19 +249,10 @@ class DigestOwners:
         dest = owner_of(digest, self.shards)
         if dest == self.me:
             return self.owner.claim(digest, url, fetched_at)
-        peer = self.peers[dest]
         self.remote_claims += 1
-        if not await peer.connect(self.timeout_s):
-            self.unanswered += 1
-            return None
-        self._next += 1
-        fut = asyncio.get_running_loop().create_future()
-        peer.waiting[self._next] = fut
-        self._send(peer, {"op": "claim", "id": self._next, "d": digest.hex(), "u": url, "t": fetched_at})
-        try:
-            got = await asyncio.wait_for(fut, self.timeout_s)
-        except TimeoutError:
-            peer.waiting.pop(self._next, None)
+        answered, got = await self.peers[dest].ask({"op": "claim", "d": digest.hex(), "u": url, "t": fetched_at},
+                                                   self.timeout_s)
+        if not answered:
             self.unanswered += 1
             return None
         if got is None:
@@ -243,31 +269,22 @@ class DigestOwners:
             self.owner.confirm(digest, url, fetched_at, record_id)
             return
         self.owner.digests.add(digest, url, repr(fetched_at), record_id)
-        peer = self.peers[dest]
-        if peer.writer is not None:
-            self._send(peer, {"op": "confirm", "d": digest.hex(), "u": url, "t": fetched_at, "r": record_id})
+        self.peers[dest].tell({"op": "confirm", "d": digest.hex(), "u": url, "t": fetched_at, "r": record_id})
 
     def release(self, digest: bytes, url: str) -> None:
         dest = owner_of(digest, self.shards)
         if dest == self.me:
             self.owner.release(digest, url)
-        elif self.peers[dest].writer is not None:
-            self._send(self.peers[dest], {"op": "release", "d": digest.hex(), "u": url})
+        else:
+            self.peers[dest].tell({"op": "release", "d": digest.hex(), "u": url})
 
-    def _send(self, peer: _Peer, msg: dict) -> None:
-        try:
-            peer.writer.write(json.dumps(msg).encode() + b"\n")
-        except (ConnectionError, RuntimeError):
-            peer.drop()
+    def use_peer(self, shard: int, peer) -> None:
+        """Reach shard ``shard``'s owner through ``peer`` (another channel: another machine)."""
+        self.peers[shard] = peer
 
     async def close(self) -> None:
         for peer in self.peers.values():
-            task = peer.task
-            peer.drop()
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await peer.close()
 
     def stats(self) -> dict:
         return {"remote_claims": self.remote_claims, "unanswered": self.unanswered,

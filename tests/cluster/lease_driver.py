@@ -13,6 +13,9 @@ with SIGSTOP: it takes the lease of shard 0 and logs ``wall held`` every 10 ms (
 - ``leader_kill``: SIGKILL of the lease bucket's stream leader: the holder keeps the lease
   (never lost), nobody else takes it.
 - ``shards``: N recorded by the first node; another N refused, naming both.
+- ``dedup``: one owner per payload digest across two machines over NATS request/reply: the
+  owner on the other machine decides the first capture, learns the confirm, forgets a released
+  claim; with the owner gone a claim is unanswered (archived in full).
 """
 
 from __future__ import annotations
@@ -235,13 +238,68 @@ async def member(nats: LocalNats, tmp: str) -> dict:
     return {"got": got, "held": held, "refusals": refusals}
 
 
+async def dedup(nats: LocalNats, tmp: str) -> dict:
+    import hashlib
+
+    from crawlerd.cluster.dedup import OwnerPeer, OwnerService
+    from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer, owner_of
+    from crawlerd.store.digest_set import DigestSet
+
+    def owned_by_1(tag: bytes) -> bytes:
+        return next(d for d in (hashlib.sha1(tag + bytes([i])).digest() for i in range(256)) if owner_of(d, 2) == 1)
+    links = [await Link(nats.servers[i:i + 1], Names("dd")).open() for i in (0, 1)]   # each machine its own server
+    sets = [DigestSet(os.path.join(tmp, f"dd{i}"), map_size_bytes=1 << 24) for i in (0, 1)]
+    owners = [DigestOwner(x) for x in sets]
+    services = [OwnerService(links[i], i, DigestOwnerServer(os.path.join(tmp, f"none{i}.sock"), owners[i]).handle)
+                for i in (0, 1)]
+    for sv in services:
+        await sv.start()
+    probe, deadline = owned_by_1(b"probe"), time.monotonic() + 10
+    while time.monotonic() < deadline:  # until the owner's subscription is known on the other server
+        answered, _p = await OwnerPeer(links[0], 1).ask({"op": "claim", "d": probe.hex(), "u": "http://p.test/",
+                                                         "t": 0.0}, 0.5)
+        if answered:
+            break
+    a, b = (DigestOwners(i, 2, owners[i], lambda j: os.path.join(tmp, f"none{j}.sock")) for i in (0, 1))
+    a.use_peer(1, OwnerPeer(links[0], 1))
+    b.use_peer(0, OwnerPeer(links[1], 0))
+    d, e, f = owned_by_1(b"d"), owned_by_1(b"e"), owned_by_1(b"f")
+    res: dict = {"first": await a.claim(d, "http://a.test/x", 10.0)}
+    p = await b.claim(d, "http://b.test/y", 11.0)          # the owner is b itself here: a's claim stands
+    res["second"] = [p.url, p.fetched_at] if p else None
+    a.confirm(d, "http://a.test/x", 10.0, "urn:uuid:1")
+    deadline = time.monotonic() + 5
+    while sets[1].owner(d) is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    res["owner_kept"] = list(sets[1].owner(d) or [])
+    res["released_first"] = await a.claim(e, "http://a.test/q", 1.0)
+    a.release(e, "http://a.test/q")
+    deadline = time.monotonic() + 5
+    while owners[1].claims and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    res["after_release"] = await b.claim(e, "http://b.test/q", 2.0)
+    res["answered_for_a"] = services[1].answered
+    await services[1].close()
+    res["gone"] = await a.claim(f, "http://a.test/r", 3.0)
+    res["unanswered"] = a.unanswered
+    for x in (a, b):
+        await x.close()
+    for sv in services:
+        await sv.close()
+    for link in links:
+        await link.close()
+    for x in sets:
+        x.close()
+    return res
+
+
 def main(out: str) -> None:
     tmp = tempfile.mkdtemp(prefix="crawlerd-lease-")
     results: dict = {}
     with LocalNats(os.path.join(tmp, "nats")) as nats:
         for name, coro in [("exclusive", lambda: exclusive(nats)), ("release", lambda: release(nats)),
                            ("shards", lambda: shards(nats)), ("status", lambda: status(nats)),
-                           ("member", lambda: member(nats, tmp)),
+                           ("member", lambda: member(nats, tmp)), ("dedup", lambda: dedup(nats, tmp)),
                            ("fencing", lambda: fencing(nats, tmp)),
                            ("leader_kill", lambda: leader_kill(nats))]:
             t = time.monotonic()

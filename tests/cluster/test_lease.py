@@ -75,3 +75,12 @@ def test_member_parts_from_config_hand_off_and_refuse_a_second_owner(res):
     held_elsewhere, other_n = r["refusals"]
     assert "held by node 'alpha'" in held_elsewhere
     assert "crawl.shards = 2" in other_n and "started with 3" in other_n
+
+
+def test_one_digest_owner_across_machines_over_nats(res):
+    r = scenario(res, "dedup")
+    assert r["first"] is None and r["second"] == ["http://a.test/x", 10.0]
+    assert r["owner_kept"] == ["http://a.test/x", "10.0", "urn:uuid:1"]
+    assert r["released_first"] is None and r["after_release"] is None and r["answered_for_a"] >= 2
+    # the owner gone: no answer, so the copy is archived in full (never a revisit of nothing)
+    assert r["gone"] is None and r["unanswered"] == 1
