@@ -299,13 +299,16 @@ class Supervisor:
         try:
             self.cluster = await open_cluster_parts(
                 self.cfg, self.member, outbox_root=layout.outbox_dir(d, self.member), outbox_kw=kw,
-                standby_wait_s=self.cfg.cluster.standby_wait_s, on_lost=self._lease_lost)
+                standby_wait_s=self.cfg.cluster.standby_wait_s, on_lost=self._lease_lost,
+                heir=True)      # this process holds shards/<i>/lock: no other of this node runs it
         except MemberRefused as e:
             log.warning("not running shard %d: %s", self.member, e)
             return EXIT_NOT_OWNER
         except ClusterError as e:
             raise StartupError(str(e)) from None
-        log.info("shard %d: lease held; hand-off over JetStream (%s)", self.member, ", ".join(self.cfg.cluster.servers))
+        log.info("shard %d: lease %s; hand-off over JetStream (%s)", self.member,
+                 "taken over from an earlier process of this node" if self.cluster.lease.inherited else "held",
+                 ", ".join(self.cfg.cluster.servers))
         return 0
 
     def _lease_lost(self, why: str) -> None:

@@ -5,7 +5,11 @@ key is removed that long after the stream stored it. Key ``shard.<i>``, value: J
 owner (node, pid, since) and its latest numbers (pages, pages/s) for ``cluster status``.
 
 - ``acquire()``: ``create`` (succeeds only when the key does not exist: never held, released,
-  or expired); False while another owner holds it.
+  or expired); False while another owner holds it. With ``heir=True`` (the caller holds this
+  machine's own lock on the shard, so no other process of this node runs it) a lease still held
+  under this node's name belongs to a dead process of this node: it is taken over at once by
+  compare-and-set on that revision (restart-in-place need not wait out the TTL). Node names must
+  be unique in a crawl.
 - renewal (a task): ``update`` with the revision this owner last wrote (compare-and-set), every
   ``renew_interval_s``. A CAS that fails means someone else holds the lease now: **lost**, for
   good (the shard stops; ``on_lost`` is called).
@@ -56,7 +60,7 @@ class KvShardLease:
 
     def __init__(self, link: Link, shard: int, *, node: str, ttl_s: float = 6.0, renew_interval_s: float = 1.0,
                  fence_s: float = 4.0, replicas: int = 3, clock=time.monotonic, wall=time.time,
-                 on_lost: Callable[[str], None] | None = None):
+                 on_lost: Callable[[str], None] | None = None, heir: bool = False):
         if not 0 < renew_interval_s < fence_s < ttl_s:
             raise ClusterError(f"lease timing: need 0 < renew_interval_s ({renew_interval_s}) < fence_s "
                                f"({fence_s}) < lease_ttl_s ({ttl_s})")
@@ -70,6 +74,8 @@ class KvShardLease:
         self.clock = clock
         self.wall = wall
         self.on_lost = on_lost
+        self.heir = heir
+        self.inherited = False              # taken over from a dead process of this node
         self.key = lease_key(shard)
         self.kv = None
         self.revision = 0
@@ -101,9 +107,18 @@ class KvShardLease:
             rev = await self.link.retry(lambda: self.kv.create(self.key, self._value()), what="lease create")
         except nats.js.errors.KeyWrongLastSequenceError:
             self.holder = await self.read_holder()
-            if not self._ours(self.holder):
+            if self._ours(self.holder):
+                rev = self.holder["revision"]   # our create was stored; its answer was lost
+            elif self.heir and self.holder and self.holder.get("node") == self.node:
+                try:                        # an earlier, dead process of this node: take it over
+                    rev = await self.link.retry(
+                        lambda: self.kv.update(self.key, self._value(), last=self.holder["revision"]),
+                        what="lease take-over")
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    return False            # it changed meanwhile (expired and taken): not ours
+                self.inherited = True
+            else:
                 return False
-            rev = self.holder["revision"]   # our create was stored; its answer was lost
         self.revision = rev
         self.valid_until = t0 + self.fence_s
         self.lost = ""

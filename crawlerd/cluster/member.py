@@ -2,8 +2,9 @@
 
 ``open_cluster_parts(cfg, index, outbox_root=..., outbox_kw=...)`` runs on the shard's own event
 loop (the connection belongs to it): connect to ``cluster.servers``, make sure the hand-off
-stream exists, check N against the cluster (``ClusterMeta``), take the shard's lease (or wait
-as a standby for up to ``standby_wait_s``; ``MemberRefused`` names the holder otherwise), then
+stream exists, check N against the cluster (``ClusterMeta``), take the shard's lease (``heir``:
+the caller holds this machine's lock on the shard, so a lease under this node's name is a dead
+process's, taken over at once; or wait as a standby for up to ``standby_wait_s``; ``MemberRefused`` names the holder otherwise), then
 open the outbox to every other shard (its local spool under ``outbox_root``) and the inbox.
 The result carries what a ``Shard`` takes (``ownership``, ``outbox``, ``inbox``) and the gate
 for its fetcher (``lease.held``). ``serve_digests`` puts the payload-digest owners of shards on
@@ -63,7 +64,7 @@ class ClusterParts:
 
 
 async def open_cluster_parts(cfg: Config, index: int, *, outbox_root: str, outbox_kw: dict | None = None,
-                             shards: int | None = None, standby_wait_s: float = 0.0,
+                             shards: int | None = None, standby_wait_s: float = 0.0, heir: bool = False,
                              on_lost: Callable[[str], None] | None = None) -> ClusterParts:
     c = cfg.cluster
     n = shards or cfg.crawl.shards
@@ -77,7 +78,7 @@ async def open_cluster_parts(cfg: Config, index: int, *, outbox_root: str, outbo
                                  dedup_window_s=c.dedup_window_s)
         lease = await KvShardLease(link, index, node=node, ttl_s=c.lease_ttl_s, fence_s=c.lease_fence_s,
                                    renew_interval_s=c.lease_renew_interval_s, replicas=c.replicas,
-                                   on_lost=on_lost).open()
+                                   on_lost=on_lost, heir=heir).open()
         got = await (lease.acquire_wait(standby_wait_s) if standby_wait_s > 0 else lease.acquire())
         if not got:
             h = lease.holder or {}

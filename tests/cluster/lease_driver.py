@@ -13,6 +13,9 @@ with SIGSTOP: it takes the lease of shard 0 and logs ``wall held`` every 10 ms (
 - ``leader_kill``: SIGKILL of the lease bucket's stream leader: the holder keeps the lease
   (never lost), nobody else takes it.
 - ``shards``: N recorded by the first node; another N refused, naming both.
+- ``heir``: a restarted process of the same node (holding the machine's lock) takes over the
+  lease its dead predecessor left at once; another node may not; the predecessor's next renewal
+  is refused (lost).
 - ``dedup``: one owner per payload digest across two machines over NATS request/reply: the
   owner on the other machine decides the first capture, learns the confirm, forgets a released
   claim; with the owner gone a claim is unanswered (archived in full).
@@ -238,6 +241,23 @@ async def member(nats: LocalNats, tmp: str) -> dict:
     return {"got": got, "held": held, "refusals": refusals}
 
 
+async def heir(nats: LocalNats) -> dict:
+    dead = await lease(nats.servers, "heir", 0, "A")
+    got_dead = await dead.acquire()          # then never renewed: its process is gone
+    other = await lease(nats.servers, "heir", 0, "B", heir=True)
+    t0 = time.monotonic()
+    again = await lease(nats.servers, "heir", 0, "A", heir=True)
+    res = {"dead": got_dead, "other_node": await other.acquire(), "heir": await again.acquire(),
+           "took_s": round(time.monotonic() - t0, 3), "inherited": again.inherited}
+    await dead.renew_once()
+    res["dead_lost"] = dead.lost
+    res["holder_pid_is_heir"] = (await again.read_holder() or {}).get("since") == again.since
+    await again.release()
+    for x in (dead, other, again):
+        await x.link.close()
+    return res
+
+
 async def dedup(nats: LocalNats, tmp: str) -> dict:
     import hashlib
 
@@ -300,6 +320,7 @@ def main(out: str) -> None:
         for name, coro in [("exclusive", lambda: exclusive(nats)), ("release", lambda: release(nats)),
                            ("shards", lambda: shards(nats)), ("status", lambda: status(nats)),
                            ("member", lambda: member(nats, tmp)), ("dedup", lambda: dedup(nats, tmp)),
+                           ("heir", lambda: heir(nats)),
                            ("fencing", lambda: fencing(nats, tmp)),
                            ("leader_kill", lambda: leader_kill(nats))]:
             t = time.monotonic()

@@ -84,3 +84,10 @@ def test_one_digest_owner_across_machines_over_nats(res):
     assert r["released_first"] is None and r["after_release"] is None and r["answered_for_a"] >= 2
     # the owner gone: no answer, so the copy is archived in full (never a revisit of nothing)
     assert r["gone"] is None and r["unanswered"] == 1
+
+
+def test_a_restarted_process_of_the_same_node_takes_its_lease_over_at_once(res):
+    r = scenario(res, "heir")
+    assert r["dead"] and not r["other_node"] and r["heir"] and r["inherited"]
+    assert r["took_s"] < 2.0                   # not the 3 s TTL
+    assert r["dead_lost"] and r["holder_pid_is_heir"]
