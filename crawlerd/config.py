@@ -737,6 +737,9 @@ def load(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{source}: cluster.lease_fence_s = {c['lease_fence_s']!r}: expected "
                           f"lease_renew_interval_s ({c['lease_renew_interval_s']!r}) < it < lease_ttl_s "
                           f"({c['lease_ttl_s']!r})")
+    if c["own"] and not c["servers"]:
+        raise ConfigError(f"{source}: cluster.own = {c['own']!r}: only a node of a cluster owns a share of the "
+                          "shards; name the NATS servers too (cluster.servers, --cluster)")
     if c["own"] and values["crawl"]["shards"] >= 1:
         parse_shard_set(c["own"], values["crawl"]["shards"])
     f = values["fetch"]

@@ -29,7 +29,7 @@ def test_help_lists_every_verb():
     r = cli("--help")
     assert r.returncode == 0
     for verb in ("run", "demo", "status", "stats", "seed", "block", "pause", "resume", "checkpoint", "stop",
-                 "robots", "url", "warc", "config", "top", "report"):
+                 "robots", "url", "warc", "config", "top", "report", "cluster"):
         assert verb in r.stdout
 
 
@@ -83,6 +83,10 @@ def test_bad_config_one_line_exit_2(tmp_path, args, fragment):
     (["--duration=-5"], "--duration '-5': expected a number of seconds > 0"),
     (["--duration=nan"], "--duration 'nan'"),
     (["--duration=inf"], "--duration 'inf'"),
+    (["--cluster", "nats://127.0.0.1:4222"], "crawl.shards = 0: a cluster crawl (cluster.servers set) needs"),
+    (["--own", "0-1", "--shards", "4"], "cluster.own = '0-1': only a node of a cluster owns a share"),
+    (["--cluster", "nats://127.0.0.1:4222", "--shards", "4", "--own", "3-5"], "shard 5 in '3-5': crawl.shards is 4"),
+    (["--cluster", "http://127.0.0.1:4222", "--shards", "2"], "is not \"nats://HOST:PORT\""),
 ])
 def test_bad_values_refused_before_crawling(tmp_path, args, fragment):
     ua = [] if any("user_agent" in a for a in args) else ["-s", f"crawl.user_agent={UA}"]

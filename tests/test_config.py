@@ -153,3 +153,25 @@ def test_map_sizes_beyond_the_address_space_are_refused():
     with pytest.raises(config.ConfigError, match=r"frontier.map_size_bytes = \d+: the LMDB maps need \d+ bytes"):
         config.check_map_sizes(cfg)
     config.check_map_sizes(config.load())       # the defaults fit
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (['cluster.servers=["http://127.0.0.1:4222"]'], "is not \"nats://HOST:PORT\""),
+    (['cluster.servers=["nats://127.0.0.1"]'], "is not \"nats://HOST:PORT\""),
+    (['cluster.crawl="a b"'], "use 1-64 letters, digits"),
+    (['cluster.servers=["nats://127.0.0.1:4222"]', 'cluster.own="3-1"'], "expected I or I-J"),
+    (['cluster.servers=["nats://127.0.0.1:4222"]', "crawl.shards=4", 'cluster.own="2-4"'],
+     "shard 4 in '2-4': crawl.shards is 4"),
+    (['cluster.own="0-1"'], "only a node of a cluster owns a share"),
+    (["cluster.lease_fence_s=20"], "cluster.lease_fence_s = 20.0: expected lease_renew_interval_s"),
+])
+def test_bad_cluster_keys_name_the_key(overrides, fragment):
+    with pytest.raises(config.ConfigError) as e:
+        config.load(None, overrides)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_shard_sets():
+    assert config.parse_shard_set("0-3") == [0, 1, 2, 3]
+    assert config.parse_shard_set("1-2,5, 0") == [0, 1, 2, 5]
+    assert config.parse_shard_set("4", 5) == [4]
