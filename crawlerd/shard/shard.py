@@ -316,15 +316,17 @@ class Shard:
         self.window.tick(now, self.pool.answered)
         free = self._free_transfers()
         # fencing: no request starts unless this process still owns the shard
-        halted = self.paused or self.storage.paused or not (self.ownership is None or self.ownership.held(now))
+        owned = self.ownership is None or self.ownership.held(now)
+        halted = self.paused or self.storage.paused or not owned
         # processing behind: more fetches would only wait, unarchived, for a worker
         if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
             runner.start(now, free)
-        if self.inbox is not None and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
+        # a fenced shard takes no hand-off: what it does not acknowledge goes to the lease's next owner
+        if self.inbox is not None and owned and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
             self._last_inbox = now
             batches = self.inbox.receive(self.cfg.drum.max_pending_keys // 4)
             if batches:
-                self.intake.take_handoff(batches, self.inbox.ack)
+                self.intake.take_handoff(batches, self._ack_handoff)
         self.intake.pace_seen_flush(now)
         self.intake.step_budgets(now)
         if not halted:
@@ -346,6 +348,12 @@ class Shard:
                 self._last_dns_save = now
                 self._save_dns()
         self.metrics.tick()
+
+    def _ack_handoff(self, batch) -> None:
+        """A received batch is in DRUM's intake log: acknowledge it, unless the lease was lost since
+        (then it is delivered again, to the shard's next owner; this copy is absorbed there)."""
+        if self.ownership is None or self.ownership.held(self.clock()):
+            self.inbox.ack(batch)
 
     def _free_transfers(self) -> int:
         """Transfer slots free: the lease window (``fetch.max_in_flight`` at most) less transfers on
