@@ -160,6 +160,7 @@ class _Peer:
         self.waiting: dict[int, asyncio.Future] = {}
         self.task: asyncio.Task | None = None
         self._next = 0
+        self._connecting: asyncio.Future | None = None     # one connect at a time (concurrent claims)
 
     async def ask(self, msg: dict, timeout_s: float) -> tuple[bool, object]:
         """Send a claim, wait for its answer: (False, None) when the owner did not answer."""
@@ -196,18 +197,29 @@ class _Peer:
     async def connect(self, timeout_s: float) -> bool:
         if self.writer is not None:
             return True
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._open(timeout_s))
+        fut = self._connecting
         try:
-            self.reader, self.writer = await asyncio.wait_for(
+            return await asyncio.shield(fut)
+        finally:
+            if fut.done() and self._connecting is fut:
+                self._connecting = None
+
+    async def _open(self, timeout_s: float) -> bool:
+        try:
+            reader, self.writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(self.path, limit=1 << 20), timeout_s)
         except (OSError, TimeoutError):
             return False
-        self.task = asyncio.ensure_future(self._read())
+        self.reader = reader
+        self.task = asyncio.ensure_future(self._read(reader))
         return True
 
-    async def _read(self) -> None:
+    async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                line = await self.reader.readline()
+                line = await reader.readline()
                 if not line:
                     break
                 msg = json.loads(line)

@@ -25,7 +25,10 @@ from crawlerd.simweb import SimWebProcess
 from tests.e2e.cluster_driver import crawlerd, frontier_check, status
 
 SHARDS = 4
-TTL = ["-s", "cluster.lease_ttl_s=6", "-s", "cluster.lease_fence_s=4", "-s", "cluster.lease_renew_interval_s=1"]
+# the standby drill waits out a short TTL; the restart drill's is long, so that a restart in
+# place that resumes well within it proves the take-over (not an expiry)
+TTL = {"standby": ["-s", "cluster.lease_ttl_s=6", "-s", "cluster.lease_fence_s=4"],
+       "restart": ["-s", "cluster.lease_ttl_s=40", "-s", "cluster.lease_fence_s=30"]}
 
 
 def sets(sim, crawl: str, node: str) -> list[str]:
@@ -34,7 +37,7 @@ def sets(sim, crawl: str, node: str) -> list[str]:
             "-s", 'network.allow=["127.0.0.0/8"]', "-s", f"dns.static_hosts={{{table}}}",
             "-s", "fetch.shutdown_grace_s=2.0", "-s", "politeness.max_delay_s=5.0",
             "-s", "robots.crawl_delay_cap_s=5.0", "-s", f"cluster.crawl={crawl}", "-s", f"cluster.node={node}",
-            "-s", "cluster.ack_wait_s=5.0", *TTL]
+            "-s", "cluster.ack_wait_s=5.0", "-s", "cluster.lease_renew_interval_s=1", *TTL[crawl]]
 
 
 def start(nats, sim, base, crawl, node, own, seeds, seconds, *extra) -> subprocess.Popen:
@@ -108,7 +111,7 @@ def restart_drill(nats, sim, base, seeds) -> dict:
     b.wait()
     res["killed"] = len(victims)
     res["t_restart"] = time.time()
-    b2 = start(nats, sim, base, crawl, "beta", "2-3", None, seconds)
+    b2 = start(nats, sim, base, crawl, "beta", "2-3", None, seconds + 60)   # it outlives alpha
     res["after"] = wait_running(os.path.join(base, crawl, "beta"), 40)
     res["t_resumed"] = time.time()
     res["alpha"] = finish(a, seconds + 60)
@@ -123,6 +126,7 @@ def restart_drill(nats, sim, base, seeds) -> dict:
             break
         time.sleep(1.0)
     res["drained"] = drained
+    res["last_rows"] = cs.get("shard_list")
     b2.send_signal(signal.SIGTERM)
     res["beta"] = finish(b2, 90)
     res["frontiers"] = {i: frontier_check(os.path.join(base, crawl, "beta"), i) for i in (2, 3)}
