@@ -108,7 +108,7 @@ def main() -> int:
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for n, own in NODES.items()}
             during = None
-            while time.monotonic() - t0 < seconds / 2:
+            while time.monotonic() - t0 < seconds * 0.3:     # the leader kill needs time left after it
                 time.sleep(1.0)
                 sts = {n: status(d) for n, d in dirs.items()}
                 if all(s and s["state"] == "running" and s["pages"] > 5 for s in sts.values()):
@@ -117,12 +117,8 @@ def main() -> int:
             report["during"] = during
             report["cluster_alpha"] = cluster_status(servers["alpha"])
             report["cluster_beta"] = cluster_status(servers["beta"])
-            # a node that asks for another shard count is refused, naming the cluster's
-            r = subprocess.run(crawlerd("run", "--cluster", nats.url("n2"), "--shards", "3", "--own", "0",
-                                        "--data-dir", os.path.join(base, "gamma"), "--duration", "30",
-                                        *sets(sim, "gamma")), capture_output=True, text=True, timeout=90)
-            report["mismatch"] = {"rc": r.returncode, "stderr": r.stderr[-3000:]}
-            # SIGKILL the hand-off stream's leader while URLs flow between the machines
+            # SIGKILL the hand-off stream's leader while URLs flow between the machines (first: the
+            # crawl must have time left after the election)
             leader = (report["cluster_alpha"].get("stream") or {}).get("leader")
             report["killed_leader"] = leader
             report["t_kill"] = time.time()
@@ -134,6 +130,11 @@ def main() -> int:
             if leader in nats.names:
                 nats.start(leader)          # back on its store: the stream has its three replicas again
             report["t_restart_leader"] = time.time()
+            # a node that asks for another shard count is refused, naming the cluster's
+            r = subprocess.run(crawlerd("run", "--cluster", nats.url("n2"), "--shards", "3", "--own", "0",
+                                        "--data-dir", os.path.join(base, "gamma"), "--duration", "30",
+                                        *sets(sim, "gamma")), capture_output=True, text=True, timeout=90)
+            report["mismatch"] = {"rc": r.returncode, "stderr": r.stderr[-3000:]}
             for n, p in procs.items():
                 try:
                     _o, err = p.communicate(timeout=seconds + 120)

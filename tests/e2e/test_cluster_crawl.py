@@ -20,7 +20,7 @@ from crawlerd.simweb.ledger import crawl_delays, entries_from_json, politeness_v
 from crawlerd.url.hosts import host_of, shard_of
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
-HOSTS, SECONDS = 100, 40.0
+HOSTS, SECONDS = 100, 50.0
 
 pytestmark = NETNS_MARKS
 
