@@ -83,11 +83,12 @@ import re
 import socket
 import struct
 import subprocess
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from crawlerd.child import child_env, python_argv
-from crawlerd.metrics import proc_cpu_s
+from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim, proc_cpu_s, tune_malloc
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.ring import BodyRing
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
@@ -689,6 +690,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
+    tune_malloc()
+    last_trim = time.monotonic()
     ask_near = False
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
 
@@ -785,6 +788,10 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
                 answers.append((job_id, pr))
             if answers:
+                now = time.monotonic()
+                if now - last_trim >= TRIM_INTERVAL_S:
+                    malloc_trim()   # parser and decoder buffers freed: give the pages back
+                    last_trim = now
                 try:
                     warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 except OSError as e:
