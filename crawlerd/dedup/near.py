@@ -216,6 +216,11 @@ class NearDuplicates:
         return {"stored": self.next_id, "checked": self.checked, "near_duplicates": self.near_found,
                 "demotions": self.demotions, "hosts_tracked": len(self._hosts)}
 
+    @property
+    def storage_fault(self) -> OSError | None:
+        """The index's last failed disk merge (disk full, I/O error), until a merge succeeds."""
+        return self._index.storage_fault
+
     def index_stats(self) -> dict[str, int | float]:
         """The index's layout, merges and bytes (RAM against its budget, disk)."""
         return self._index.stats()

@@ -23,6 +23,15 @@ published ``(ram runs, disk runs)`` tuple, so a swap never shows a pair twice
 or not at all. If the RAM runs reach ``2 * budget / 3`` because the thread is
 behind (a large disk merge), ``add`` waits for it: RAM stays within budget.
 
+Storage faults: a run file is allocated whole (``posix_fallocate``) before it
+is mapped for writing, so a full disk is an ``OSError`` at allocation, never a
+SIGBUS on a page of a sparse map. A merge that fails with an ``OSError`` is
+dropped (temp file removed, nothing published), kept as ``storage_fault`` for
+the owner (the shard pauses fetching, as for any failed write) and retried
+every ``retry_s``; meanwhile ``add`` does not wait for the thread, so RAM may
+pass the budget by what arrives while the disk is failing. Any other error
+stops the thread and is raised by the next ``add``.
+
 RAM: tail (16 B per slot) + RAM runs (40 B per pair, plus 2 MiB of bucket
 directory per run of 2**17 pairs or more) + one in-RAM merge output, which
 the thresholds above keep below ``ram_budget_bytes`` in all. Disk: 40 B per
@@ -109,7 +118,12 @@ def _write_run(path: Path, runs: list[BlockTables]) -> tuple[int, int]:
     n = sum(r.n for r in runs)
     has_dir = n >= OFFSETS_MIN
     total = _HEADER_WORDS + 5 * n + (_DIR_WORDS if has_dir else 0)
-    mm = np.memmap(path, dtype=np.uint64, mode="w+", shape=(total,))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 8 * total)    # ENOSPC here, not SIGBUS on a page of the map
+    finally:
+        os.close(fd)
+    mm = np.memmap(path, dtype=np.uint64, mode="r+", shape=(total,))
     try:
         a = _HEADER_WORDS
         parts = [mm[a + i * n: a + (i + 1) * n] for i in range(5)]
@@ -151,7 +165,7 @@ class NearIndex:
     """
 
     def __init__(self, directory: str | os.PathLike, *, ram_budget_bytes: int = 64 << 20,
-                 tail_capacity: int = 4096, merge_factor: int = 4) -> None:
+                 tail_capacity: int = 4096, merge_factor: int = 4, retry_s: float = 5.0) -> None:
         if ram_budget_bytes < MIN_BUDGET_BYTES:
             raise ValueError(f"ram_budget_bytes must be >= {MIN_BUDGET_BYTES}, got {ram_budget_bytes}")
         if not 1 <= tail_capacity <= ram_budget_bytes // 64:
@@ -172,6 +186,8 @@ class NearIndex:
         self._ram_bytes = 0            # RAM runs + the thread's in-RAM merge output (under _lock)
         self._busy = False             # the thread is working (under _lock)
         self._error: BaseException | None = None
+        self.storage_fault: OSError | None = None   # the last merge's OSError, until one succeeds
+        self._retry_s = retry_s
         self._closing = False
         self.stalls = 0                # adds that waited for the merge thread
         self.stall_s = 0.0
@@ -253,7 +269,8 @@ class NearIndex:
             if self._ram_bytes + size > self._stall_bytes:
                 t0 = time.monotonic()
                 self.stalls += 1
-                while self._ram_bytes + size > self._stall_bytes and self._error is None:
+                while (self._ram_bytes + size > self._stall_bytes and self._error is None
+                       and self.storage_fault is None):
                     self._lock.wait()
                 self.stall_s += time.monotonic() - t0
                 self._raise_error()
@@ -307,7 +324,17 @@ class NearIndex:
                 self._busy = True
             try:
                 self._step()
-            except BaseException as e:      # disk full, I/O error: the owner's next add raises it
+            except OSError as e:            # disk full, I/O error: nothing published; retried
+                log.warning("near-duplicate index merge failed, retrying in %g s: %r", self._retry_s, e)
+                with self._lock:
+                    self.storage_fault = e
+                    self._busy = False
+                    self._lock.notify_all()
+                    if self._closing:
+                        return
+                    self._lock.wait(self._retry_s)
+                continue
+            except BaseException as e:      # a bug: the owner's next add raises it
                 log.error("near-duplicate index merge failed: %r", e)
                 with self._lock:
                     self._error = e
@@ -316,6 +343,7 @@ class NearIndex:
                 return
             with self._lock:
                 self._busy = False
+                self.storage_fault = None
                 self._lock.notify_all()
 
     def _work(self) -> bool:
@@ -381,7 +409,12 @@ class NearIndex:
         new = _DiskRun.open(seq, self._dir / name, n, docs_max)
         runs = disk[:j] + (new,)
         docs_below = max(self.docs_below, max((int(r.doc_ids.max()) for r in ram if r.n), default=-1) + 1)
-        self._write_manifest(runs, docs_below)
+        try:
+            self._write_manifest(runs, docs_below)
+        except BaseException:
+            (self._dir / name).unlink(missing_ok=True)     # not published: the old manifest still holds
+            (self._dir / f".{_MANIFEST}.tmp").unlink(missing_ok=True)
+            raise
         with self._lock:
             now_ram, _ = self._state
             self._state = (now_ram[len(ram):], runs)
@@ -406,9 +439,12 @@ class NearIndex:
     def wait_idle(self) -> None:
         """Block until the merge thread has nothing to do (tests, benches, close)."""
         with self._lock:
-            while (self._busy or self._work()) and self._error is None and self._thread.is_alive():
+            while ((self._busy or self._work()) and self._error is None and self.storage_fault is None
+                   and self._thread.is_alive()):
                 self._lock.wait()
             self._raise_error()
+            if self.storage_fault is not None:
+                raise self.storage_fault
 
     def flush(self) -> None:
         """Move everything in RAM (tail included) to disk now, and wait for it (owner thread)."""

@@ -319,6 +319,8 @@ class Shard:
         now = self.clock()
         self.seen.raise_if_failed()
         self.pool.raise_if_failed()
+        if self.near.storage_fault is not None:      # the index's merge thread could not write
+            self.storage.failed(self.near.storage_fault, self._state("dedup", "near-index"))
         self.storage.step(now)
         runner.resolve_hosts()
         self.window.tick(now, self.pool.answered)

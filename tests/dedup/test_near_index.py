@@ -119,3 +119,44 @@ def test_bad_parameters(tmp_path):
     with pytest.raises(ValueError, match="k must be"):
         idx.query(1, 4)
     idx.close()
+
+
+def test_disk_full_merge_is_a_storage_fault_retried_not_a_crash(tmp_path, monkeypatch):
+    # the run file is allocated before it is mapped: ENOSPC is an OSError there, never a SIGBUS
+    import errno
+    import time
+
+    from crawlerd.dedup import near_index
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(near_index.os, "posix_fallocate", full)
+    rng = random.Random(4)
+    pairs = [(rng.getrandbits(64), d) for d in range(60_000)]      # > a third of the budget
+    idx = NearIndex(tmp_path, ram_budget_bytes=MIN_BUDGET_BYTES, tail_capacity=1024, retry_s=0.02)
+    try:
+        for fp, doc in pairs:
+            idx.add(fp, doc)                   # never waits for a merge that cannot write
+        with pytest.raises(OSError):
+            idx.wait_idle()
+        assert idx.storage_fault is not None and idx.storage_fault.errno == errno.ENOSPC
+        assert idx.stats()["disk_runs"] == 0
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp file left behind"
+        for fp, doc in pairs[::997]:
+            assert (doc, fp, 0) in idx.query(fp, 0)
+        monkeypatch.undo()                     # space again: the thread's next retry goes through
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                idx.wait_idle()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the merge was never retried"
+                time.sleep(0.01)           # the thread retries every retry_s
+        assert idx.storage_fault is None and idx.stats()["disk_runs"] >= 1
+        idx.check_invariant()
+        for fp, doc in pairs[::997]:
+            assert (doc, fp, 0) in idx.query(fp, 0)
+    finally:
+        idx.close()
