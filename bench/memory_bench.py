@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 
 from crawlerd.dedup.near_index import NearIndex  # noqa: E402
 from crawlerd.dedup.simhash_index import SimhashIndex  # noqa: E402
-from crawlerd.metrics import proc_rss  # noqa: E402
+from crawlerd.metrics import proc_rss_kinds  # noqa: E402
 
 CHUNK = 65_536
 SINGLE = 200_000
@@ -94,7 +94,7 @@ def drop_cache(directory: str) -> None:
 
 
 def anon() -> int:
-    return (proc_rss(os.getpid()) or {}).get("anon", 0)
+    return (proc_rss_kinds(os.getpid()) or {}).get("anon", 0)
 
 
 def checkpoints(n: int) -> list[int]:
