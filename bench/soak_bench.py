@@ -124,7 +124,7 @@ def daemon_stats(sock: str) -> dict | None:
     from crawlerd import control
     try:
         reply = control.request(sock, "stats", timeout_s=10.0)
-    except control.ControlError:
+    except (control.ControlError, OSError):      # not up yet, or going away (connection reset)
         return None
     return reply if reply.get("ok", True) else None
 

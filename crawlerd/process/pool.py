@@ -88,7 +88,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from crawlerd.child import child_env, python_argv
-from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim, proc_cpu_s, tune_malloc
+from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim, proc_cpu_s
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.ring import BodyRing
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
@@ -690,7 +690,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
-    tune_malloc()
+    # thresholds: PageProcessor's tune_allocator (for speed); the trim below gives freed pages back
     last_trim = time.monotonic()
     ask_near = False
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
