@@ -175,7 +175,7 @@ def crawl_command(data_dir: str, seeds: str, seconds: float, static_hosts: dict[
                 + "}\n")
     sets = ["crawl.user_agent=crawlerd-soak/0.1 (+soak; operator: test@localhost)",
             'network.allow=["127.0.0.0/8"]',
-            "fetch.shutdown_grace_s=2.0", f"process.workers={workers}",
+            "fetch.shutdown_grace_s=15.0", f"process.workers={workers}",
             *(SMALL_CAPS if caps == "small" else []), *extra]
     cmd = [sys.executable, "-m", "crawlerd", "run", "--config", conf, "--seeds", seeds, "--data-dir", data_dir,
            "--duration", str(seconds)]
