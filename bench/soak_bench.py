@@ -51,6 +51,7 @@ SMALL_CAPS = [
     "url_filter.state_bytes=4194304",       # parameter values remembered (trap guard)
     "dedup.near_index_ram_bytes=4194304",   # near-duplicate delta: flushed to disk every ~35,000 pages
     "dedup.host_windows_bytes=1048576",     # per-host near-duplicate windows
+    "dedup.worker_captures_bytes=1048576",  # a worker's own first captures, not yet in the digest set
     "robots.cache_bytes=4194304",           # parsed robots.txt rules
     "dns.cache_bytes=4194304",              # DNS answers
     # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s

@@ -303,6 +303,10 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "RAM for the near-duplicate index's recent fingerprints; the rest lives in sorted block-table "
            "files under the shard's dedup/near-index (40 bytes per page on disk), merged in by a background "
            "thread, bytes.", min=4 * MiB, max=1 << 40),
+        _k("worker_captures_bytes", int, 4 * MiB,
+           "RAM per processing worker for the first captures it archived itself and the crawl process "
+           "has not yet committed to the digest set (LRU, ~350 bytes per page), bytes.",
+           min=64 * KiB, max=1 << 40),
         _k("host_windows_bytes", int, 16 * MiB,
            "RAM for per-host near-duplicate windows (trap demotion; LRU, ~470 bytes per host), bytes.",
            min=64 * KiB, max=1 << 40),

@@ -142,7 +142,7 @@ class Shard:
                                   on_error=self.storage.failed, name=layout.events_name(index))
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
-            "digest_dir": self._state("dedup", "digests"),
+            "digest_dir": self._state("dedup", "digests"), "captures_bytes": cfg.dedup.worker_captures_bytes,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
