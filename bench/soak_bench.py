@@ -44,11 +44,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # RAM caps of the `small` profile: each fills within the warm-up of a few-minute soak
 SMALL_CAPS = [
-    "drum.cache_entries=65536",             # seen-set's recent-fingerprint cache
+    "drum.cache_entries=65536",             # seen-set's recent-fingerprint cache (512 KiB)
     "drum.bucket_buffer_bytes=65536",       # 64 buckets x 64 KiB of keys waiting for disk
     "budgets.edge_cache_entries=65536",     # recent domain edges
     "budgets.cache_entries=4096",           # domain budget LRU
-    "url_filter.max_tracked_values=50000",  # parameter values remembered (trap guard)
+    "url_filter.state_bytes=4194304",       # parameter values remembered (trap guard)
+    "dedup.near_index_ram_bytes=4194304",   # near-duplicate delta: flushed to disk every ~35,000 pages
+    "dedup.host_windows_bytes=1048576",     # per-host near-duplicate windows
+    "dedup.worker_captures_bytes=1048576",  # a worker's own first captures, not yet in the digest set
+    "robots.cache_bytes=4194304",           # parsed robots.txt rules
+    "dns.cache_bytes=4194304",              # DNS answers
+    # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s
+    # instead of 30 s keeps that transient batch, and so the noise on the fitted slopes, small
+    "drum.max_age_s=5",
+    "budgets.edge_max_age_s=5",
 ]
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 
@@ -116,7 +125,7 @@ def daemon_stats(sock: str) -> dict | None:
     from crawlerd import control
     try:
         reply = control.request(sock, "stats", timeout_s=10.0)
-    except control.ControlError:
+    except (control.ControlError, OSError):      # not up yet, or going away (connection reset)
         return None
     return reply if reply.get("ok", True) else None
 
@@ -139,7 +148,9 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
             "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
             "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
             "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
-            "mem": {k: v for k, v in mem.items() if v is not None},
+            "mem": {k: v for k, v in mem.items() if v is not None}, "malloc": st.get("malloc", {}),
+            "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
+                                for k, v in st.get("memory", {}).items()},
             "crawl_maps": smaps_groups(crawl_pid, data_dir) or {}}
 
 
@@ -158,12 +169,16 @@ def du_bytes(path: str) -> int:
 
 def crawl_command(data_dir: str, seeds: str, seconds: float, static_hosts: dict[str, str],
                   caps: str, workers: int, extra: list[str]) -> list[str]:
-    table = ", ".join(f'"{h}" = "{ip}"' for h, ip in static_hosts.items())
+    # the host table goes in a config file: for 20,000 hosts it is larger than one argv string may be
+    conf = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "soak-config.toml")
+    with open(conf, "w") as f:
+        f.write("[dns]\nstatic_hosts = {" + ", ".join(f'"{h}" = "{ip}"' for h, ip in static_hosts.items())
+                + "}\n")
     sets = ["crawl.user_agent=crawlerd-soak/0.1 (+soak; operator: test@localhost)",
-            'network.allow=["127.0.0.0/8"]', f"dns.static_hosts={{{table}}}",
-            "fetch.shutdown_grace_s=2.0", f"process.workers={workers}",
+            'network.allow=["127.0.0.0/8"]',
+            "fetch.shutdown_grace_s=15.0", f"process.workers={workers}",
             *(SMALL_CAPS if caps == "small" else []), *extra]
-    cmd = [sys.executable, "-m", "crawlerd", "run", "--seeds", seeds, "--data-dir", data_dir,
+    cmd = [sys.executable, "-m", "crawlerd", "run", "--config", conf, "--seeds", seeds, "--data-dir", data_dir,
            "--duration", str(seconds)]
     for s in sets:
         cmd += ["-s", s]

@@ -181,6 +181,26 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**20:.1f}"
+
+
+def _print_memory(s: dict) -> None:
+    """RAM by bounded component (estimated bytes held / cap, MiB) and resident memory by process and kind."""
+    mem = s.get("memory") or {}
+    if mem:
+        print("memory (MiB held/cap): " + ", ".join(
+            f"{k} {_mib(v.get('bytes', 0))}/{_mib(v.get('cap_bytes', 0))}" for k, v in sorted(mem.items())))
+    ni = s.get("near_index") or {}
+    if ni:
+        print(f"near index:     {ni.get('pairs', 0)} pages, {ni.get('disk_runs', 0)} run files, "
+              f"{_mib(ni.get('disk_bytes', 0))} MiB on disk, {ni.get('stalls', 0)} stalls")
+    for p in s.get("processes") or []:
+        if p.get("rss_anon_bytes") is not None:
+            print(f"rss {p['role']} {p['pid']}: anon {_mib(p['rss_anon_bytes'])} MiB, "
+                  f"file-backed {_mib(p['rss_file_bytes'])} MiB, shmem {_mib(p['rss_shmem_bytes'])} MiB")
+
+
 def cmd_stats(args) -> int:
     _seconds(str(args.interval), "--interval")
     if args.prometheus:
@@ -206,6 +226,7 @@ def cmd_stats(args) -> int:
             _print_budgets(s.get("budgets") or {})
             print("top hosts:      " + ", ".join(f"{h} {n}" for h, n in s["top_hosts"][:10]))
             _print_dust(s.get("dust") or {})
+            _print_memory(s)
             for e in s.get("recent_errors", []):
                 print("recent error:   " + e)
         if not args.watch:

@@ -97,6 +97,10 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            max=DAY),
         _k("max_bytes", int, 512 * KiB, "Robots.txt bytes parsed; the rest is ignored (RFC 9309 §2.5: >= 500 KiB).",
            min=500 * KiB, max=64 * MiB),
+        _k("cache_bytes", int, 64 * MiB,
+           "RAM for parsed robots.txt rules (LRU by host, charged by the rules' estimated size), bytes. "
+           "A host evicted from it is read back from the on-disk copy (or fetched again).",
+           min=64 * KiB, max=1 << 40),
     ]),
     "sitemaps": ("Sitemaps (sitemaps.org 0.9): read when their host's robots.txt is read.", [
         _k("enabled", bool, True, "Read the sitemaps robots.txt announces (Sitemap: lines)."),
@@ -262,6 +266,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_in_flight", int, 500, "DNS queries in flight at once.", min=1, max=100000),
         _k("static_hosts", dict, {},
            "Names answered locally without DNS, like /etc/hosts: { \"name\" = \"IP\" }.", item_type=str),
+        _k("cache_bytes", int, 32 * MiB, "RAM for cached DNS answers (LRU, ~570 bytes per name), bytes.",
+           min=64 * KiB, max=1 << 40),
     ]),
     "network": ("Where the fetcher may connect (ARCHITECTURE.md invariant 5).", [
         _k("allow", list, [],
@@ -293,6 +299,17 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=0, max=3),
         _k("near_dup_demote_ratio", float, 0.5,
            "A host whose recent pages are at least this share near-duplicates drops in priority.", min=0.0, max=1.0),
+        _k("near_index_ram_bytes", int, 64 * MiB,
+           "RAM for the near-duplicate index's recent fingerprints; the rest lives in sorted block-table "
+           "files under the shard's dedup/near-index (40 bytes per page on disk), merged in by a background "
+           "thread, bytes.", min=4 * MiB, max=1 << 40),
+        _k("worker_captures_bytes", int, 4 * MiB,
+           "RAM per processing worker for the first captures it archived itself and the crawl process "
+           "has not yet committed to the digest set (LRU, ~350 bytes per page), bytes.",
+           min=64 * KiB, max=1 << 40),
+        _k("host_windows_bytes", int, 16 * MiB,
+           "RAM for per-host near-duplicate windows (trap demotion; LRU, ~470 bytes per host), bytes.",
+           min=64 * KiB, max=1 << 40),
     ]),
     "dust": ("Per-host URL rewrite rules learned from archived pages (Bar-Yossef et al., WWW 2007; "
              "Dasgupta et al., KDD 2008): duplicate URL variants are not fetched.", [
@@ -351,8 +368,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_param_values", int, 1000,
            "Per host+path+parameter name, distinct values kept before new ones are dropped "
            "(calendars, session ids).", min=1, max=1 << 30),
-        _k("max_hosts", int, 4096, "Hosts whose parameter values are tracked (LRU).", min=1, max=1 << 24),
-        _k("max_tracked_values", int, 500000, "Parameter values remembered in all (bounds RAM).", min=1, max=1 << 30),
+        _k("state_bytes", int, 32 * MiB,
+           "RAM for the parameter values tracked per host (LRU by host, ~64 bytes per value), bytes.",
+           min=64 * KiB, max=1 << 40),
     ]),
     "storage": ("Storage faults: a full disk, a read-only or failing file system pause fetching, never lose a page.", [
         _k("min_free_bytes", int, 256 * MiB,

@@ -50,6 +50,7 @@ from crawlerd import config as configmod
 from crawlerd.child import child_env, python_argv
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
+from crawlerd.metrics import tune_malloc
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
@@ -183,6 +184,7 @@ class Family:
 
     def run(self) -> int:
         import uvloop
+        tune_malloc()
         handed = self.prepare()
         log.info("seeds handed to their shards: %d", handed)
         return uvloop.run(self._main())

@@ -9,6 +9,8 @@ these numbers lives in :mod:`crawlerd.exposition`.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import time
 from bisect import bisect_left
@@ -37,11 +39,68 @@ def proc_rss_bytes(pid: int) -> int | None:
         return None
 
 
+def proc_rss_kinds(pid: int) -> dict[str, int] | None:
+    """Resident memory of a live process by kind, bytes: anonymous (private heap: what grows if
+    something leaks), file-backed (mapped files: LMDB, index runs, libraries; the kernel can drop
+    these) and shared memory; None if it is gone (/proc/<pid>/status, proc(5))."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("RssAnon", "RssFile", "RssShmem"):
+            out[name] = int(rest.split()[0]) * 1024
+    return {"anon": out.get("RssAnon", 0), "file": out.get("RssFile", 0), "shmem": out.get("RssShmem", 0)}
+
+
 def process_usage(role: str, pid: int, shard: str = "", cpu_s: float | None = None) -> dict:
-    """One process's line for the operator's view: role, pid, CPU seconds and RSS (None when gone)."""
+    """One process's line for the operator's view: role, pid, CPU seconds, RSS and RSS by kind
+    (anonymous / file-backed / shared, bytes; None when gone)."""
+    kinds = proc_rss_kinds(pid) or {}
     return {"role": role, "pid": pid, "shard": shard,
             "cpu_s": round(proc_cpu_s(pid) if cpu_s is None else cpu_s, 3),
-            "rss_bytes": proc_rss_bytes(pid)}
+            "rss_bytes": proc_rss_bytes(pid), "rss_anon_bytes": kinds.get("anon"),
+            "rss_file_bytes": kinds.get("file"), "rss_shmem_bytes": kinds.get("shmem")}
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None      # not glibc: no tuning, no trim
+
+
+_LIBC = _libc()
+# mallopt(3) parameters (glibc malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+MMAP_THRESHOLD_BYTES = 256 << 10
+ARENA_MAX = 4
+TRIM_INTERVAL_S = 10.0          # how often a long-lived process returns freed C-heap pages
+
+
+def tune_malloc() -> None:
+    """Allocations of MMAP_THRESHOLD_BYTES and more get their own mapping, returned to the kernel
+    when freed (glibc otherwise raises the threshold after the first large free, and a crawl's
+    large, short-lived buffers then fragment the heap for good); at most ARENA_MAX malloc arenas
+    for the process's threads (each thread otherwise may get its own 64 MiB arena). Call once, at
+    process start."""
+    if _LIBC is not None:
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_BYTES)
+        _LIBC.mallopt(_M_ARENA_MAX, ARENA_MAX)
+
+
+def malloc_trim() -> None:
+    """Give free C-heap pages back to the kernel (glibc malloc_trim(0): top and interior pages), so
+    a process's private memory follows what is live, not its fragmentation high-water mark."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 # upper bounds of the loop-lag histogram, seconds (Prometheus `le` labels; +Inf is implied)

@@ -41,7 +41,7 @@ from crawlerd import config as configmod
 from crawlerd import control, layout
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
-from crawlerd.metrics import Metrics, process_usage
+from crawlerd.metrics import Metrics, process_usage, tune_malloc
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
@@ -187,6 +187,7 @@ class Supervisor:
 
     def run(self) -> int:
         import uvloop
+        tune_malloc()       # before the stores open: their buffers come from the tuned allocator
         seeds = self.prepare()
         return uvloop.run(self._main(seeds))
 
@@ -429,7 +430,8 @@ class Supervisor:
                 "budgets": sh.get("budgets", {}), "recrawl": sh.get("recrawl", {}),
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
-                "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {})}
+                "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {}),
+                "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):

@@ -80,17 +80,26 @@ def test_dropped_url_consumes_no_value_slots():
     assert f.check("http://a.com/p?x=1&y=2") is None
 
 
+def one_host_bytes(values: int) -> int:
+    probe = UrlFilter(max_param_values=100)
+    for i in range(values):
+        probe.check(f"http://h0.com/p?x={i}")
+    return probe.memory()["bytes"]
+
+
 def test_memory_bounded_by_hosts_lru():
-    f = UrlFilter(max_param_values=5, max_hosts=3)
+    f = UrlFilter(max_param_values=5, state_bytes=3 * one_host_bytes(1))
     for i in range(10):
         assert f.check(f"http://h{i}.com/p?x=1") is None
-        assert f.tracked_hosts <= 3
+        assert f.tracked_hosts <= 3 and f.memory()["bytes"] <= f.memory()["cap_bytes"]
     assert f.tracked_hosts == 3
     assert f.tracked_values == 3
 
 
 def test_memory_bounded_by_tracked_values_and_lru_order():
-    f = UrlFilter(max_param_values=100, max_tracked_values=10)
+    per_value = one_host_bytes(2) - one_host_bytes(1)
+    host = one_host_bytes(1) - per_value + 1          # a host with one pattern ("old.com": 1 char more)
+    f = UrlFilter(max_param_values=100, state_bytes=3 * host + 10 * per_value)
     for i in range(4):
         f.check(f"http://old.com/p?x={i}")
     for i in range(4):
@@ -107,10 +116,10 @@ def test_memory_bounded_by_tracked_values_and_lru_order():
 
 
 def test_single_host_over_budget_is_reset_not_grown():
-    f = UrlFilter(max_param_values=100, max_tracked_values=5)
+    f = UrlFilter(max_param_values=100, state_bytes=one_host_bytes(5))
     for i in range(50):
         assert f.check(f"http://a.com/p?x={i}") is None
-        assert f.tracked_values <= 5
+        assert f.tracked_values <= 5 and f.memory()["bytes"] <= f.memory()["cap_bytes"]
 
 
 def test_bad_limits_rejected():

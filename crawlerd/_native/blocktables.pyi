@@ -4,8 +4,10 @@ import numpy as np
 import numpy.typing as npt
 
 OFFSETS_MIN: int
+MAX_MERGE: int
 
 def rotl_array(fps: npt.NDArray[np.uint64], r: int) -> npt.NDArray[np.uint64]: ...
+def bucket_offsets(table: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]: ...
 
 class BlockTables:
     """One immutable sorted run of (fingerprint, doc id) pairs with four block tables."""
@@ -42,3 +44,11 @@ def scan_into(
     out: list[tuple[int, int, int]],
 ) -> int: ...
 def merge_tables(a: BlockTables, b: BlockTables) -> BlockTables: ...
+def merge_into(
+    runs: list[BlockTables],
+    fps_out: npt.NDArray[np.uint64],
+    docs_out: npt.NDArray[np.int64],
+    rot1_out: npt.NDArray[np.uint64],
+    rot2_out: npt.NDArray[np.uint64],
+    rot3_out: npt.NDArray[np.uint64],
+) -> int: ...

@@ -5,7 +5,11 @@ Manku, Jain, Das Sarma (WWW 2007, §3): a 64-bit fingerprint split into four
 at least one block, so each of four tables sorted by a rotation of the
 fingerprints finds the candidates of one block in one contiguous range.
 ``BlockTables`` is one immutable run, ``merge_tables`` merges two in linear
-time, ``scan_into`` answers the small unsorted tail. ``crawlerd.dedup.simhash_index``
+time, ``merge_into`` merges up to ``MAX_MERGE`` runs into caller-supplied
+buffers (a writable map of a run file: ``crawlerd.dedup.near_index``), one
+sequential pass per table with the GIL released, ``scan_into`` answers the
+small unsorted tail. The arrays of a run may be numpy arrays in RAM or
+read-only memory maps of run files. ``crawlerd.dedup.simhash_index``
 builds the index from them (see there for the runs and their merging);
 ``blocktables_ref.py`` is the pure-Python reference with the same API and answers.
 """
@@ -34,11 +38,39 @@ cdef extern from *:
         }
         return lo;
     }
+
+    /* k-way merge of m sorted arrays (m <= 64) into out; among equal keys the
+       lower input index comes first (older runs first), so the merge is stable.
+       dsrc/dout (doc ids riding along) may be NULL. A linear scan of the m heads
+       per output: m is the handful of runs merged at once. */
+    static void cd_kmerge(int m, const uint64_t *const *src, const int64_t *const *dsrc,
+                          const Py_ssize_t *len, uint64_t *out, int64_t *dout) {
+        Py_ssize_t pos[64];
+        Py_ssize_t o = 0;
+        for (int i = 0; i < m; i++) pos[i] = 0;
+        for (;;) {
+            int best = -1;
+            uint64_t bv = 0;
+            for (int i = 0; i < m; i++) {
+                if (pos[i] < len[i]) {
+                    uint64_t v = src[i][pos[i]];
+                    if (best < 0 || v < bv) { best = i; bv = v; }
+                }
+            }
+            if (best < 0) break;
+            out[o] = bv;
+            if (dout) dout[o] = dsrc[best][pos[best]];
+            o++;
+            pos[best]++;
+        }
+    }
     """
     uint64_t cd_rotl64(uint64_t x, int r) nogil
     int cd_popcount64(uint64_t x) nogil
     int cd_within(uint64_t d, int k) nogil
     Py_ssize_t cd_lower_bound(const uint64_t *a, Py_ssize_t n, uint64_t key) nogil
+    void cd_kmerge(int m, const uint64_t *const *src, const int64_t *const *dsrc,
+                   const Py_ssize_t *len, uint64_t *out, int64_t *dout) nogil
 
 
 cdef enum:
@@ -295,3 +327,55 @@ def merge_tables(BlockTables a not None, BlockTables b not None):
         with nogil:
             _merge_u64(a._tab[t], a.n, b._tab[t], b.n, &out[0])
     return BlockTables(fps, docs, *rots)
+
+
+MAX_MERGE = 64
+
+
+def merge_into(list runs not None, fps_out, docs_out, rot1_out, rot2_out, rot3_out):
+    """Merge ``runs`` (BlockTables, oldest first) into the five writable output buffers.
+
+    The outputs (1-d, length = the sum of the runs' lengths) receive table 0 with its
+    doc ids and the three rotated tables, each in one sequential pass with the GIL
+    released. Among equal fingerprints the older run's pairs come first. Returns the count.
+    """
+    cdef int m = len(runs), i, t
+    cdef Py_ssize_t total = 0
+    cdef const uint64_t* src[64]
+    cdef const int64_t* dsrc[64]
+    cdef Py_ssize_t lens[64]
+    cdef BlockTables r
+    if m < 1 or m > MAX_MERGE:
+        raise ValueError(f"merge_into merges 1..{MAX_MERGE} runs, got {m}")
+    for i in range(m):
+        r = runs[i]
+        total += r.n
+    cdef uint64_t[::1] out0 = fps_out
+    cdef int64_t[::1] outd = docs_out
+    cdef uint64_t[::1] out1 = rot1_out
+    cdef uint64_t[::1] out2 = rot2_out
+    cdef uint64_t[::1] out3 = rot3_out
+    if (out0.shape[0] != total or outd.shape[0] != total or out1.shape[0] != total
+            or out2.shape[0] != total or out3.shape[0] != total):
+        raise ValueError(f"output buffers must hold {total} elements")
+    if total == 0:
+        return 0
+    cdef uint64_t* outs[4]
+    outs[0] = &out0[0]
+    outs[1] = &out1[0]
+    outs[2] = &out2[0]
+    outs[3] = &out3[0]
+    for t in range(_BLOCKS):
+        for i in range(m):
+            r = runs[i]
+            src[i] = r._tab[t]
+            dsrc[i] = r._doc
+            lens[i] = r.n
+        with nogil:
+            cd_kmerge(m, src, dsrc, lens, outs[t], &outd[0] if t == 0 else NULL)
+    return total
+
+
+def bucket_offsets(table):
+    """The bucket directory of one sorted table: 65537 offsets (first index with top 16 bits >= b)."""
+    return _bucket_offsets(np.asarray(table))

@@ -11,6 +11,7 @@ import numpy as np
 
 BLOCKS = 4
 BUCKETS = 65536
+MAX_MERGE = 64
 OFFSETS_MIN = 1 << 17          # runs at least this long get a bucket directory (as the native kernel)
 _M64 = (1 << 64) - 1
 
@@ -155,3 +156,27 @@ def merge_tables(a: BlockTables, b: BlockTables) -> BlockTables:
     docs = np.concatenate([a.doc_ids, b.doc_ids])[order]
     rots = [np.sort(np.concatenate([x, y])) for x, y in ((a.rot1, b.rot1), (a.rot2, b.rot2), (a.rot3, b.rot3))]
     return BlockTables(fps[order], docs, *rots)
+
+
+def merge_into(runs: list[BlockTables], fps_out, docs_out, rot1_out, rot2_out, rot3_out) -> int:
+    """Merge ``runs`` (oldest first) into the five output buffers; older pairs first among equals."""
+    if not 1 <= len(runs) <= MAX_MERGE:
+        raise ValueError(f"merge_into merges 1..{MAX_MERGE} runs, got {len(runs)}")
+    total = sum(r.n for r in runs)
+    outs = (fps_out, docs_out, rot1_out, rot2_out, rot3_out)
+    if any(np.asarray(o).shape != (total,) for o in outs):
+        raise ValueError(f"output buffers must hold {total} elements")
+    if total == 0:
+        return 0
+    fps = np.concatenate([r.fps for r in runs])
+    order = np.argsort(fps, kind="stable")            # stable: older runs first among equals
+    fps_out[:] = fps[order]
+    docs_out[:] = np.concatenate([r.doc_ids for r in runs])[order]
+    for out, name in ((rot1_out, "rot1"), (rot2_out, "rot2"), (rot3_out, "rot3")):
+        out[:] = np.sort(np.concatenate([getattr(r, name) for r in runs]))
+    return total
+
+
+def bucket_offsets(table) -> np.ndarray:
+    """The bucket directory of one sorted table: 65537 offsets (first index with top 16 bits >= b)."""
+    return _bucket_offsets(np.asarray(table))

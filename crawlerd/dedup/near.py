@@ -13,7 +13,7 @@ index. A page whose closest stored neighbour has its own URL is a recrawl of
 that page, not a near duplicate.
 
 Trap feedback: per host, the last ``window_pages`` answers are kept as a bit
-window; :meth:`should_demote` says True once at least ``demote_min_pages`` are
+window (in a byte-bounded LRU of ``host_windows_bytes``); :meth:`should_demote` says True once at least ``demote_min_pages`` are
 in the window and at least ``demote_ratio`` of them were near duplicates, and
 then starts a fresh window, so each further demotion needs another window of
 mostly-duplicate pages (the shard lowers the host one level each time).
@@ -24,12 +24,13 @@ Persistence under ``directory`` (``data_dir/dedup``):
     LMDB: key = doc id (8 bytes, big endian), value = simhash (8 bytes, big
     endian) + URL (UTF-8). Each add is its own committed transaction (written
     before it returns; fsynced by ``save``), so ``kill -9`` loses no doc.
-``near-simhash-<next id>.idx``
-    The :class:`SimhashIndex` as of ``save``; the number is the first doc id
-    *not* in it. Written to a temp name, fsynced, renamed (ARCHITECTURE.md "On disk"); older
-    files are removed afterwards. On open the newest readable file is loaded
-    and the LMDB docs from its number on are replayed into the index, so the
-    index is whole again after a crash.
+``near-index/``
+    The :class:`NearIndex`: sorted block tables in run files on disk and a
+    delta in RAM of at most ``index_ram_bytes``. Its manifest names the
+    first doc id not on disk; on open the LMDB docs from there on are
+    replayed into the index, so it is whole again after a crash. (Index
+    files of the older in-RAM index, ``near-simhash-*.idx``, are removed;
+    the replay then rebuilds the index from LMDB.)
 """
 
 from __future__ import annotations
@@ -37,24 +38,19 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import re
 import struct
-from collections import OrderedDict
 from pathlib import Path
 
 import lmdb
 
-from crawlerd.dedup.simhash_index import SimhashIndex
+from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
+from crawlerd.dedup.near_index import NearIndex
 
 log = logging.getLogger("crawlerd.dedup.near")
 
 _KEY = struct.Struct(">Q")
 _FP = struct.Struct(">Q")
-_INDEX_NAME = re.compile(r"near-simhash-(\d{16})\.idx$")
-
-
-def _index_name(next_id: int) -> str:
-    return f"near-simhash-{next_id:016d}.idx"
+_WINDOW_BYTES = slots_bytes(6) + 5 * 32     # _HostWindow + its ints (the bit window up to ~48 bytes)
 
 
 class _HostWindow:
@@ -80,28 +76,28 @@ class NearDuplicates:
     ``next_id`` is in LMDB, and (after open and after each add) also in the
     index; no two stored docs are within ``distance_bits`` of each other at
     the time the later one was checked. Host windows: ``host_key ->
-    _HostWindow`` in LRU order, at most ``max_hosts`` (a forgotten host starts
-    counting afresh, so RAM is bounded whatever the number of hosts).
+    _HostWindow`` in a byte-bounded LRU of ``host_windows_bytes`` (a forgotten
+    host starts counting afresh, so RAM is bounded whatever the number of hosts).
     """
 
     def __init__(self, directory: str | os.PathLike, *, distance_bits: int = 3, demote_ratio: float = 0.5,
-                 demote_min_pages: int = 20, window_pages: int = 100, max_hosts: int = 100_000,
-                 map_size_bytes: int = 64 * 2**30, tail_capacity: int = 2048) -> None:
+                 demote_min_pages: int = 20, window_pages: int = 100, host_windows_bytes: int = 16 << 20,
+                 map_size_bytes: int = 64 * 2**30, index_ram_bytes: int = 64 << 20,
+                 tail_capacity: int = 4096) -> None:
         if not 0 <= distance_bits <= 3:
             raise ValueError(f"distance_bits must be 0..3, got {distance_bits}")
         if not 0.0 <= demote_ratio <= 1.0:
             raise ValueError(f"demote_ratio must be in [0, 1], got {demote_ratio}")
         if not 1 <= demote_min_pages <= window_pages:
             raise ValueError(f"need 1 <= demote_min_pages <= window_pages, got {demote_min_pages}, {window_pages}")
-        if max_hosts < 1:
-            raise ValueError(f"max_hosts must be >= 1, got {max_hosts}")
+        if host_windows_bytes < 0:
+            raise ValueError(f"host_windows_bytes must be >= 0, got {host_windows_bytes}")
         self.distance_bits = distance_bits
         self.demote_ratio = demote_ratio
         self.demote_min_pages = demote_min_pages
         self.window_pages = window_pages
-        self.max_hosts = max_hosts
         self._mask = (1 << window_pages) - 1
-        self._hosts: OrderedDict[str, _HostWindow] = OrderedDict()
+        self._hosts = ByteLRU(host_windows_bytes)
         self._dir = Path(directory)
         self._env_dir = self._dir / "near"
         self._env_dir.mkdir(parents=True, exist_ok=True)
@@ -111,15 +107,20 @@ class NearDuplicates:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise RuntimeError(f"near-duplicate store {self._env_dir} is already open by another owner") from None
-        for p in self._dir.glob(".near-simhash-*.tmp-*"):
-            p.unlink(missing_ok=True)       # temp file of a save that was killed
+        for p in [*self._dir.glob(".near-simhash-*.tmp-*"), *self._dir.glob("near-simhash-*.idx")]:
+            p.unlink(missing_ok=True)       # files of the in-RAM index this one replaces
         try:
             # sync=False: every commit reaches the file before it returns (a process crash
             # loses nothing); the fsync waits for save().
             self._env = lmdb.open(str(self._env_dir), map_size=map_size_bytes, subdir=True, max_dbs=0,
                                   sync=False, metasync=False, readahead=False, lock=True)
-            self._index, self._saved_id = self._load_index(tail_capacity)
-            self.next_id = self._replay()
+            self._index = NearIndex(self._dir / "near-index", ram_budget_bytes=index_ram_bytes,
+                                    tail_capacity=tail_capacity)
+            try:
+                self.next_id = self._replay()
+            except BaseException:
+                self._index.close(flush=False)
+                raise
         except BaseException:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -129,34 +130,17 @@ class NearDuplicates:
         self.demotions = 0          # True answers of should_demote since open
 
     # -- open -------------------------------------------------------------------------
-    def _index_files(self) -> list[tuple[int, Path]]:
-        found = []
-        for p in self._dir.iterdir():
-            m = _INDEX_NAME.match(p.name)
-            if m:
-                found.append((int(m.group(1)), p))
-        return sorted(found, reverse=True)
-
-    def _load_index(self, tail_capacity: int) -> tuple[SimhashIndex, int]:
-        """Newest readable index file (a damaged one is skipped: replay rebuilds from LMDB)."""
-        for next_id, path in self._index_files():
-            try:
-                return SimhashIndex.load(path), next_id
-            except (ValueError, OSError) as e:
-                log.warning("skipping near-duplicate index %s: %s", path, e)
-        return SimhashIndex(tail_capacity=tail_capacity), 0
-
     def _replay(self) -> int:
-        """Add the LMDB docs the loaded index lacks; return the next free doc id."""
-        next_id = self._saved_id
+        """Add the LMDB docs the index's disk part lacks; return the next free doc id."""
+        next_id = self._index.docs_below
         with self._env.begin(buffers=True) as txn:
             cur = txn.cursor()
-            if cur.set_range(_KEY.pack(self._saved_id)):
+            if cur.set_range(_KEY.pack(next_id)):
                 for key, value in cur:
                     doc = _KEY.unpack(key)[0]
                     self._index.add(_FP.unpack_from(value)[0], doc)
                     next_id = doc + 1
-        # LMDB behind the index file (lost or restored): next_id stays at the file's number,
+        # LMDB behind the index (lost or restored): next_id stays at the index's mark,
         # so an id the index holds is never reused
         return next_id
 
@@ -196,11 +180,8 @@ class NearDuplicates:
         hosts = self._hosts
         h = hosts.get(host_key)
         if h is None:
-            h = hosts[host_key] = _HostWindow()
-            if len(hosts) > self.max_hosts:
-                hosts.popitem(last=False)
-        else:
-            hosts.move_to_end(host_key)
+            h = _HostWindow()
+            hosts.put(host_key, h, str_bytes(host_key) + _WINDOW_BYTES)
         h.pages += 1
         h.near_total += near
         if h.n == self.window_pages:
@@ -212,7 +193,7 @@ class NearDuplicates:
 
     def should_demote(self, host_key: str) -> bool:
         """True when the host's recent pages are mostly near duplicates; a True starts a fresh window."""
-        h = self._hosts.get(host_key)
+        h = self._hosts.peek(host_key)
         if h is None or h.n < self.demote_min_pages or h.near < self.demote_ratio * h.n:
             return False
         h.bits = h.n = h.near = 0
@@ -222,7 +203,7 @@ class NearDuplicates:
 
     def host_counts(self, host_key: str) -> dict[str, int]:
         """Counters of one host (zeros when untracked): pages, near duplicates, window, demotions."""
-        h = self._hosts.get(host_key) or _HostWindow()
+        h = self._hosts.peek(host_key) or _HostWindow()
         return {"pages": h.pages, "near_duplicates": h.near_total, "window_pages": h.n,
                 "window_near_duplicates": h.near, "demotions": h.demotions}
 
@@ -235,29 +216,38 @@ class NearDuplicates:
         return {"stored": self.next_id, "checked": self.checked, "near_duplicates": self.near_found,
                 "demotions": self.demotions, "hosts_tracked": len(self._hosts)}
 
+    @property
+    def storage_fault(self) -> OSError | None:
+        """The index's last failed disk merge (disk full, I/O error), until a merge succeeds."""
+        return self._index.storage_fault
+
+    def index_stats(self) -> dict[str, int | float]:
+        """The index's layout, merges and bytes (RAM against its budget, disk)."""
+        return self._index.stats()
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Bytes held in RAM against each cap: the index delta and the host windows."""
+        return {"near_index": self._index.memory(), "near_host_windows": self._hosts.memory()}
+
     def __len__(self) -> int:
         return len(self._index)
 
     # -- persistence -----------------------------------------------------------------------
     def save(self) -> None:
-        """Checkpoint: fsync the LMDB, write the index (temp, fsync, rename), drop older index files."""
+        """Checkpoint: fsync the LMDB. The index's disk runs are durable as they are written, and
+        what it holds in RAM is replayed from the LMDB on open, so nothing else needs writing."""
         self._check_open()
         self._env.sync(True)
-        if self.next_id == self._saved_id and self._index_files():
-            return
-        self._index.save(self._dir / _index_name(self.next_id))
-        self._saved_id = self.next_id
-        for next_id, path in self._index_files():
-            if next_id != self._saved_id:
-                path.unlink(missing_ok=True)
 
     def close(self, *, save: bool = True) -> None:
-        """Save (unless ``save=False``), release the LMDB and the owner lock. Idempotent."""
+        """Save and move the index's RAM part to disk (unless ``save=False``), release the LMDB and
+        the owner lock. Idempotent."""
         if self._lock_fd < 0:
             return
         try:
             if save:
                 self.save()
+            self._index.close(flush=save)
         finally:
             self._env.close()
             os.close(self._lock_fd)

@@ -28,6 +28,7 @@ import pycares
 from aiodns.error import DNSError
 from pycares import errno as ares_errno
 
+from crawlerd.bytecache import INT_BYTES, TUPLE_BASE, ByteLRU, slots_bytes, str_bytes
 from crawlerd.outcome import Outcome
 
 RECEIVE_BUFFER_BYTES = 4 * 1024 * 1024    # bursts of answers must not overflow the UDP socket
@@ -45,6 +46,12 @@ class Resolution:
 class _Entry:
     expires_at: float
     resolution: Resolution
+
+
+def _entry_bytes(key: str, r: Resolution) -> int:
+    """Estimated bytes of a cache entry: key, _Entry, Resolution, the ips list and strs, a float."""
+    return (str_bytes(key) + slots_bytes(2) + INT_BYTES + slots_bytes(4) + TUPLE_BASE + 8 * len(r.ips)
+            + sum(str_bytes(ip) for ip in r.ips) + str_bytes(r.error) + INT_BYTES)
 
 
 @dataclass(slots=True)
@@ -124,22 +131,22 @@ class Resolver:
     Cache key: lower-case host name without trailing dot. Invariant: an entry
     is served only while ``clock() < expires_at``; positive entries live
     ``clamp(min record TTL, min_ttl_s, max_ttl_s)``, negative ones
-    ``negative_ttl_s``; at most ``max_entries`` entries are held (expired ones
-    are dropped first, then the oldest inserted). At most one query per name
-    is in flight, and at most ``max_in_flight`` in all.
+    ``negative_ttl_s``; the entries' estimated bytes (``_entry_bytes``) stay
+    within ``cache_bytes``, the least recently used evicted first in O(1) (an
+    expired entry goes when it is next asked for, or by age). At most one query
+    per name is in flight, and at most ``max_in_flight`` in all.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, nameservers: list[str], timeout_s: float, tries: int,
                  min_ttl_s: float, max_ttl_s: float, negative_ttl_s: float, max_in_flight: int,
                  static_hosts: dict[str, str], ipv6: bool, clock: Callable[[], float] = time.monotonic,
-                 max_entries: int = 200_000):
+                 cache_bytes: int = 32 << 20):
         self._loop = loop
         self._min_ttl_s = min_ttl_s
         self._max_ttl_s = max_ttl_s
         self._negative_ttl_s = negative_ttl_s
         self._ipv6 = ipv6
         self._clock = clock
-        self._max_entries = max_entries
         self._static = {self._key(k): str(ipaddress.ip_address(v)) for k, v in static_hosts.items()}
         self._resolver = aiodns.DNSResolver(
             nameservers or None, loop, timeout=timeout_s, tries=tries,
@@ -147,7 +154,7 @@ class Resolver:
             flags=pycares.ARES_FLAG_NOSEARCH,    # crawl names are absolute: never try search domains
         )
         self._gate = _Gate(max_in_flight)
-        self._cache: dict[str, _Entry] = {}
+        self._cache = ByteLRU(cache_bytes)
         self._pending: dict[str, asyncio.Future[Resolution]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._stats = _Stats()
@@ -173,7 +180,7 @@ class Resolver:
                 st.hits += 1
                 r = entry.resolution
                 return Resolution(r.outcome, list(r.ips), left, r.error)
-            del self._cache[key]
+            self._cache.pop(key)
         fut = self._pending.get(key)
         if fut is not None:
             st.coalesced += 1
@@ -251,23 +258,11 @@ class Resolver:
             return
         if life <= 0:
             return
-        if len(self._cache) >= self._max_entries:
-            self._evict()
-        self._cache[key] = _Entry(self._clock() + life, r)
-
-    def _evict(self) -> None:
-        now = self._clock()
-        for k in [k for k, e in self._cache.items() if e.expires_at <= now]:
-            del self._cache[k]
-        # still full: drop the oldest quarter (dicts keep insertion order)
-        excess = len(self._cache) - self._max_entries * 3 // 4
-        if excess > 0:
-            for k in list(self._cache)[:excess]:
-                del self._cache[k]
+        self._cache.put(key, _Entry(self._clock() + life, r), _entry_bytes(key, r))
 
     def cached(self, host: str) -> Resolution | None:
         """The cached answer for ``host`` if still fresh, without querying."""
-        entry = self._cache.get(self._key(host))
+        entry = self._cache.peek(self._key(host))
         if entry is None:
             return None
         left = entry.expires_at - self._clock()
@@ -321,8 +316,9 @@ class Resolver:
                 continue
             # never longer than this run's own limits allow
             left = min(left, self._max_ttl_s if outcome is Outcome.OK else self._negative_ttl_s)
-            if left > 0 and len(self._cache) < self._max_entries:
-                self._cache[self._key(key)] = _Entry(self._clock() + left, Resolution(outcome, ips, left))
+            if left > 0:        # the byte cap keeps the most recently saved answers
+                r = Resolution(outcome, ips, left)
+                self._cache.put(self._key(key), _Entry(self._clock() + left, r), _entry_bytes(self._key(key), r))
                 n += 1
         return n
 
@@ -344,6 +340,10 @@ class Resolver:
             "queries": st.queries, "in_flight": len(self._pending), "cache_entries": len(self._cache),
             "outcomes": dict(st.outcomes),
         }
+
+    def memory(self) -> dict[str, int]:
+        """The cache's estimated bytes against its cap."""
+        return self._cache.memory()
 
     async def close(self) -> None:
         """Cancel lookups in flight and release the c-ares channel."""

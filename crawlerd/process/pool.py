@@ -83,11 +83,13 @@ import re
 import socket
 import struct
 import subprocess
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.child import child_env, python_argv
-from crawlerd.metrics import proc_cpu_s
+from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim, proc_cpu_s
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.ring import BodyRing
 from crawlerd.records import FetchResult, Link, PriorCapture, ProcessResult
@@ -627,18 +629,24 @@ class _FrameReader:
         return True
 
 
-class _Captures:
+# Estimated bytes of one own capture beyond its strings (CPython 3.11, 64-bit; crawlerd.bytecache):
+# the PriorCapture (a slotted record of four fields) and its float.
+_CAPTURE_BYTES = slots_bytes(4) + 24
+
+
+class OwnCaptures:
     """The duplicate owner as a worker sees it: the digest set (committed by the crawl process)
     and, in front of it, the first captures this worker archived itself (not committed yet).
     Key: payload digest string; value: the first capture, with its record id. Invariant: an
     entry names a record already written (an own entry is added after ``archive``; it dies
-    with the process, as do the records a crash cuts). Bounded: oldest own entry forgotten first."""
+    with the process, as do the records a crash cuts). Bounded in bytes (``cap_bytes``, a
+    ``ByteLRU``): the oldest own entry is forgotten first; by then the crawl process has long
+    committed it to the digest set, where the view finds it."""
 
-    def __init__(self, digest_dir: str, max_entries: int = 1 << 16) -> None:
+    def __init__(self, digest_dir: str, cap_bytes: int = 4 << 20) -> None:
         from crawlerd.store.digest_set import DigestView
         self.view = DigestView(digest_dir) if digest_dir else None
-        self.own: dict[str, PriorCapture] = {}
-        self.max_entries = max_entries
+        self.own = ByteLRU(cap_bytes)
 
     def owner(self, digest: str) -> PriorCapture | None:
         """The first archived capture of ``digest`` known here, or None."""
@@ -651,15 +659,19 @@ class _Captures:
 
     def archived(self, digest: str, pr: ProcessResult, fetched_at: float) -> None:
         """``pr`` was archived as a response (the first capture of ``digest`` as far as we know)."""
-        if len(self.own) >= self.max_entries:
-            del self.own[next(iter(self.own))]
-        self.own[digest] = PriorCapture(pr.url, fetched_at, pr.warc_record_id, digest)
+        cap = PriorCapture(pr.url, fetched_at, pr.warc_record_id, digest)
+        self.own.put(digest, cap, _CAPTURE_BYTES + str_bytes(digest) + str_bytes(pr.url)
+                     + str_bytes(pr.warc_record_id))
+
+    def memory(self) -> dict[str, int]:
+        """Estimated bytes of the own entries against their cap."""
+        return self.own.memory()
 
     def forget(self, digest: str, url: str) -> None:
         """The capture of ``url`` with ``digest`` was not archived after all (its flush failed)."""
         hit = self.own.get(digest)
         if hit is not None and hit.url == url:
-            del self.own[digest]
+            self.own.pop(digest)
 
 
 def _fetch_result(meta: tuple, body: bytes) -> FetchResult:
@@ -689,6 +701,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
+    # thresholds: PageProcessor's tune_allocator (for speed); the trim below gives freed pages back
+    last_trim = time.monotonic()
     ask_near = False
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
 
@@ -733,7 +747,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                                       index_dir=init.get("index_dir") or None,
                                       index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
                                       or linesort.DEFAULT_BUFFER_BYTES)
-                    captures = _Captures(init.get("digest_dir") or "")
+                    captures = OwnCaptures(init.get("digest_dir") or "",
+                                         cap_bytes=init.get("captures_bytes") or 4 << 20)
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
                                               max_decoded_bytes=init["max_decoded_bytes"],
                                               max_links=init["max_links"])
@@ -785,6 +800,10 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
                 answers.append((job_id, pr))
             if answers:
+                now = time.monotonic()
+                if now - last_trim >= TRIM_INTERVAL_S:
+                    malloc_trim()   # parser and decoder buffers freed: give the pages back
+                    last_trim = now
                 try:
                     warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 except OSError as e:

@@ -27,7 +27,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import LoopLag, Metrics
+from crawlerd.metrics import TRIM_INTERVAL_S, LoopLag, Metrics, malloc_trim
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet, DrumError
@@ -85,6 +85,7 @@ class Shard:
         self._wake = asyncio.Event()
         self._last_commit = 0.0
         self._last_dns_save = 0.0
+        self._last_trim = 0.0
         self.storage = StorageHealth(cfg.crawl.data_dir, min_free_bytes=cfg.storage.min_free_bytes,
                                      probe_interval_s=cfg.storage.probe_interval_s, clock=clock,
                                      on_change=self._wake.set)
@@ -122,22 +123,26 @@ class Shard:
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock)
         self.digests = DigestSet(self._state("dedup", "digests"))
-        self.near = NearDuplicates(self._state("dedup"), distance_bits=cfg.dedup.simhash_distance,
-                                   demote_ratio=cfg.dedup.near_dup_demote_ratio)
+        dd = cfg.dedup
+        self.near = NearDuplicates(self._state("dedup"), distance_bits=dd.simhash_distance,
+                                   demote_ratio=dd.near_dup_demote_ratio, index_ram_bytes=dd.near_index_ram_bytes,
+                                   host_windows_bytes=dd.host_windows_bytes)
         # robots.txt copies outlive a restart (kept on disk with their expiry, RFC 9309 §2.4)
-        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), directory=self._state("robots"),
+        self.robots = RobotsCache(max_entries=max(1024, fr.max_active_hosts), cap_bytes=cfg.robots.cache_bytes,
+                                  directory=self._state("robots"),
                                   agent_token=cfg.robots.agent_token, max_bytes=cfg.robots.max_bytes,
                                   clock=clock, wall=wall)
         uf = cfg.url_filter
         url_filter = UrlFilter(
             max_url_length=cfg.fetch.max_url_length, max_path_depth=uf.max_path_depth,
             max_repeated_segments=uf.max_repeated_segments, max_query_params=uf.max_query_params,
-            max_param_values=uf.max_param_values, max_hosts=uf.max_hosts, max_tracked_values=uf.max_tracked_values)
+            max_param_values=uf.max_param_values, state_bytes=uf.state_bytes)
+        self.url_filter = url_filter
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
                                   on_error=self.storage.failed, name=layout.events_name(index))
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
-            "digest_dir": self._state("dedup", "digests"),
+            "digest_dir": self._state("dedup", "digests"), "captures_bytes": cfg.dedup.worker_captures_bytes,
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes},
@@ -203,6 +208,8 @@ class Shard:
         st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        st["memory"] = self.memory()
+        st["near_index"] = self.near.index_stats()
         if self.owners is not None:
             st["digest_owners"] = self.owners.stats()
         if self.outbox is not None and self.inbox is not None:
@@ -215,6 +222,13 @@ class Shard:
                 if hasattr(part, "stats"):      # a network transport's own numbers (retries, redeliveries)
                     st["handoff"][side] = part.stats()
         return st
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """Each bounded RAM component's estimated bytes against its cap (`crawlerd stats`)."""
+        out = {"robots_cache": self.robots.memory(), "url_filter": self.url_filter.memory(), **self.near.memory()}
+        if self.resolver is not None:
+            out["dns_cache"] = self.resolver.memory()
+        return out
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -236,7 +250,7 @@ class Shard:
         self.resolver = Resolver(loop, nameservers=list(dn.nameservers), timeout_s=dn.timeout_s, tries=dn.tries,
                                  min_ttl_s=dn.min_ttl_s, max_ttl_s=dn.max_ttl_s, negative_ttl_s=dn.negative_ttl_s,
                                  max_in_flight=dn.max_in_flight, static_hosts=dict(dn.static_hosts),
-                                 ipv6=self.cfg.network.ipv6)
+                                 ipv6=self.cfg.network.ipv6, cache_bytes=dn.cache_bytes)
         n = self.resolver.load(self._state(DNS_CACHE_FILE), self.wall())     # answers still within their TTL
         if n:
             log.info("dns cache: %d answers from the last run", n)
@@ -311,6 +325,8 @@ class Shard:
         now = self.clock()
         self.seen.raise_if_failed()
         self.pool.raise_if_failed()
+        if self.near.storage_fault is not None:      # the index's merge thread could not write
+            self.storage.failed(self.near.storage_fault, self._state("dedup", "near-index"))
         self.storage.step(now)
         runner.resolve_hosts()
         self.window.tick(now, self.pool.answered)
@@ -343,6 +359,9 @@ class Shard:
             if self.dust is not None:
                 self.dust.commit()
             self.events.flush()
+            if now - self._last_trim >= TRIM_INTERVAL_S:
+                self._last_trim = now
+                malloc_trim()       # freed C-heap pages (LMDB buffers, curl, merges) back to the kernel
             self.metrics.trim_hosts()
             if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
                 self._last_dns_save = now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 
+from crawlerd.bytecache import ENTRY_OVERHEAD, TUPLE_BASE, slots_bytes, str_bytes
 from crawlerd.url.hosts import host_key
 
 __all__ = ["URL_TOO_LONG", "PATH_TOO_DEEP", "REPEATED_SEGMENTS", "TOO_MANY_PARAMS", "PARAM_VALUES", "UrlFilter"]
@@ -30,14 +31,25 @@ def _has_repeated_run(segs: list[str], max_repeats: int) -> bool:
     return False
 
 
+# Estimated bytes (CPython 3.11, 64-bit; see crawlerd.bytecache): a remembered value is a set
+# slot (load <= 60 %) and an int; a pattern a set, its (path, name) tuple and a dict slot; a host
+# an LRU entry, its _HostParams and the patterns dict.
+_VALUE_BYTES = 64
+_PATTERN_BYTES = 216 + TUPLE_BASE + 16 + 48
+_HOST_BYTES = ENTRY_OVERHEAD + slots_bytes(3) + 232
+
+
 class _HostParams:
-    """One host's query-parameter patterns: (path, name) -> set of hash(value) seen, each set <= cap."""
+    """One host's query-parameter patterns: (path, name) -> set of hash(value) seen, each set <= cap.
 
-    __slots__ = ("patterns", "values")
+    Invariant: ``nbytes`` is the estimate of all this host holds (values, patterns, itself)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("patterns", "values", "nbytes")
+
+    def __init__(self, key: str) -> None:
         self.patterns: dict[tuple[str, str], set[int]] = {}
-        self.values = 0         # sum of the set sizes: the memory this host holds
+        self.values = 0         # sum of the set sizes
+        self.nbytes = _HOST_BYTES + str_bytes(key)
 
 
 class UrlFilter:
@@ -50,30 +62,29 @@ class UrlFilter:
     parameters, and per host a cap on distinct values of one parameter at one
     path (calendars, session ids: IRLbot §5 discusses such infinite spaces).
 
-    State: ``host -> _HostParams`` in LRU order. Invariant: the total number of
-    remembered values is at most ``max_tracked_values`` and at most
-    ``max_hosts`` hosts are kept; the least recently checked host is forgotten
-    first (it then starts counting afresh, so memory stays bounded and a
+    State: ``host -> _HostParams`` in LRU order. Invariant: the estimated
+    bytes of all hosts' state (``_HostParams.nbytes``) are at most
+    ``state_bytes``; the least recently checked host is forgotten first, in
+    O(1) (it then starts counting afresh, so memory stays bounded and a
     forgotten trap costs at most another ``max_param_values`` URLs).
     """
 
     def __init__(self, *, max_url_length: int = 2048, max_path_depth: int = 32,
                  max_repeated_segments: int = 2, max_query_params: int = 20,
-                 max_param_values: int = 1000, max_hosts: int = 4096,
-                 max_tracked_values: int = 500_000):
+                 max_param_values: int = 1000, state_bytes: int = 32 << 20):
         if min(max_url_length, max_path_depth, max_repeated_segments, max_query_params,
-               max_param_values, max_hosts, max_tracked_values) < 1:
+               max_param_values, state_bytes) < 1:
             raise ValueError("UrlFilter limits must be >= 1")
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
         self.max_repeated_segments = max_repeated_segments
         self.max_query_params = max_query_params
         self.max_param_values = max_param_values
-        self.max_hosts = max_hosts
-        self.max_tracked_values = max_tracked_values
+        self.state_bytes = state_bytes
         self.drops: Counter[str] = Counter()
         self._hosts: OrderedDict[str, _HostParams] = OrderedDict()
         self._tracked = 0
+        self._bytes = 0
 
     @property
     def tracked_values(self) -> int:
@@ -82,6 +93,10 @@ class UrlFilter:
     @property
     def tracked_hosts(self) -> int:
         return len(self._hosts)
+
+    def memory(self) -> dict[str, int]:
+        """Estimated bytes of the per-host state against its cap."""
+        return {"bytes": self._bytes, "cap_bytes": self.state_bytes, "entries": len(self._hosts)}
 
     def check(self, url: str) -> str | None:
         reason = self._reason(url)
@@ -119,7 +134,8 @@ class UrlFilter:
                     return PARAM_VALUES
             return None
         if state is None:
-            state = self._hosts[key] = _HostParams()
+            state = self._hosts[key] = _HostParams(key)
+            self._bytes += state.nbytes
         else:
             self._hosts.move_to_end(key)
         new: list[tuple[set[int], int]] = []
@@ -127,6 +143,9 @@ class UrlFilter:
             seen = state.patterns.get((path, name))
             if seen is None:
                 seen = state.patterns[(path, name)] = set()
+                grow = _PATTERN_BYTES + str_bytes(path) + str_bytes(name)
+                state.nbytes += grow
+                self._bytes += grow
             h = hash(value)
             if h in seen:
                 continue
@@ -137,16 +156,22 @@ class UrlFilter:
             if h not in seen:
                 seen.add(h)
                 state.values += 1
+                state.nbytes += _VALUE_BYTES
                 self._tracked += 1
+                self._bytes += _VALUE_BYTES
         self._evict(keep=key)
         return None
 
     def _evict(self, keep: str) -> None:
-        while self._hosts and (self._tracked > self.max_tracked_values or len(self._hosts) > self.max_hosts):
+        while self._hosts and self._bytes > self.state_bytes:
             oldest = next(iter(self._hosts))
             if oldest == keep and len(self._hosts) == 1:
                 # One host alone over the budget: forget its patterns, keep the entry.
-                self._tracked -= self._hosts[oldest].values
-                self._hosts[oldest] = _HostParams()
+                old = self._hosts[oldest]
+                fresh = self._hosts[oldest] = _HostParams(oldest)
+                self._tracked -= old.values
+                self._bytes += fresh.nbytes - old.nbytes
                 return
-            self._tracked -= self._hosts.pop(oldest).values
+            gone = self._hosts.pop(oldest)
+            self._tracked -= gone.values
+            self._bytes -= gone.nbytes

@@ -69,6 +69,27 @@ class TestBlockTables:
         with pytest.raises(AssertionError):
             bad.check_invariant()
 
+    def test_merge_into_many_runs_into_given_buffers(self, impl):
+        rng = np.random.default_rng(3)
+        fps = near_fps(rng, 900)
+        runs = [impl.BlockTables.build(fps[i:i + 300], np.arange(i, i + 300)) for i in range(0, 900, 300)]
+        outs = [np.empty(900, np.uint64), np.empty(900, np.int64)] + [np.empty(900, np.uint64) for _ in range(3)]
+        assert impl.merge_into(runs, *outs) == 900
+        merged = impl.BlockTables(*outs)
+        merged.check_invariant()
+        for q in fps[::37].tolist():
+            got: list = []
+            merged.query_into(int(q) ^ 1, 3, got)
+            assert sorted(got) == brute(fps.tolist(), list(range(900)), int(q) ^ 1, 3)
+        dup = int(fps[0])                       # equal fingerprints: older runs' docs first
+        same = [d for f, d in zip(merged.fps.tolist(), merged.doc_ids.tolist(), strict=True) if f == dup]
+        assert same == sorted(same)
+        assert impl.bucket_offsets(merged.rot1).shape == (65537,)
+        with pytest.raises(ValueError):
+            impl.merge_into(runs, *[o[:10] for o in outs])
+        with pytest.raises(ValueError):
+            impl.merge_into([], *[o[:0] for o in outs])
+
     def test_large_run_has_bucket_offsets(self, impl):
         rng = np.random.default_rng(9)
         fps = rng.integers(0, 2**64, impl.OFFSETS_MIN, dtype=np.uint64)

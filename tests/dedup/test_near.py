@@ -82,13 +82,14 @@ def test_save_reopen_gives_same_answers(tmp_path):
         for fp, url, host in items[:500]:
             assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["near", f"near-simhash-{len(model.docs):016d}.idx"]
+    assert files == ["near", "near-index"]
     with NearDuplicates(tmp_path, tail_capacity=32) as nd:
         assert len(nd) == len(model.docs)
+        st = nd.index_stats()
+        assert st["pairs_on_disk"] == len(model.docs) and st["ram_runs"] == 0     # close moved it to disk
         for fp, url, host in items[500:]:
             assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
-    # the older index file is gone, the newest stays
-    assert [p.name for p in tmp_path.glob("near-simhash-*")] == [f"near-simhash-{len(model.docs):016d}.idx"]
+    assert len(list((tmp_path / "near-index").glob("near-run-*.tbl"))) == 1
 
 
 def test_kill_after_adds_loses_nothing(tmp_path):
@@ -122,15 +123,15 @@ def test_damaged_index_is_rebuilt_from_lmdb(tmp_path):
     with NearDuplicates(tmp_path) as nd:
         for i, fp in enumerate(fps):
             nd.check_and_add(fp, f"http://a.test/{i}", "http://a.test")
-    (idx,) = tmp_path.glob("near-simhash-*.idx")
-    data = bytearray(idx.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    idx.write_bytes(bytes(data))
-    (tmp_path / ".near-simhash-0000000000000099.idx.tmp-1").write_bytes(b"torn")
+    (run,) = (tmp_path / "near-index").glob("near-run-*.tbl")
+    with open(run, "r+b") as f:
+        f.truncate(run.stat().st_size - 8)         # a torn run file
+    (tmp_path / "near-index" / ".near-run-000000000099.tbl.tmp").write_bytes(b"torn")
+    (tmp_path / "near-simhash-0000000000000099.idx").write_bytes(b"old in-RAM index file")
     with NearDuplicates(tmp_path) as nd:
         assert len(nd) == 50
         assert nd.check_and_add(fps[10] ^ 4, "http://b.test/x", "http://b.test") == "http://a.test/10"
-    assert not list(tmp_path.glob(".near-simhash-*"))
+    assert not list((tmp_path / "near-index").glob(".*")) and not list(tmp_path.glob("near-simhash-*"))
 
 
 def test_one_owner(tmp_path):
@@ -190,14 +191,20 @@ def test_window_slides_against_a_deque(tmp_path):
                 model.clear()
 
 
-def test_host_windows_are_lru_bounded(tmp_path):
-    with NearDuplicates(tmp_path, max_hosts=3) as nd:
+def test_host_windows_are_lru_bounded_in_bytes(tmp_path):
+    one = NearDuplicates(tmp_path / "probe")
+    one.check_and_add(1, "http://a.test/1", "http://a.test")
+    per_host = one.memory()["near_host_windows"]["bytes"]
+    one.close()
+    with NearDuplicates(tmp_path, host_windows_bytes=3 * per_host) as nd:
         rng = random.Random(6)
         for h in ["a", "b", "c", "a", "d", "e"]:
             nd.check_and_add(rng.getrandbits(64), f"http://{h}.test/{rng.random()}", f"http://{h}.test")
         assert nd.stats()["hosts_tracked"] == 3
         assert nd.host_counts("http://b.test")["pages"] == 0            # least recently used: forgotten
         assert nd.host_counts("http://c.test")["pages"] == 0
+        m = nd.memory()["near_host_windows"]
+        assert m["bytes"] <= m["cap_bytes"] == 3 * per_host
         assert nd.host_counts("http://a.test")["pages"] == 2
 
 

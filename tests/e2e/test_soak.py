@@ -1,14 +1,17 @@
-"""Soak: RAM stays flat while a long crawl piles URLs up on disk (ARCHITECTURE.md invariant 4), politely, with a valid WARC.
+"""Soak: RAM stays flat while a long crawl piles URLs and pages up on disk
+(ARCHITECTURE.md invariant 4), politely, with a valid WARC.
 
 `bench/soak_bench.py` runs simweb and `crawlerd run` in a private network namespace and samples
 /proc/<pid>/status of the crawl process and every worker, and the daemon's stats, every few
-seconds. After the warm-up (all hosts active, the RAM caps full), the private heap (RssAnon) is
-fitted against the unique URLs the seen-set admitted: keeping URLs in RAM would cost 100+ bytes
-each, so a slope of a few bytes per URL means they live on disk. The file-backed part of RSS is
+seconds. After the warm-up (all hosts active, the RAM caps full), the private memory (RssAnon) of
+every crawler process is fitted against the unique URLs the seen-set admitted and against the
+pages fetched: keeping URLs in RAM would cost 100+ bytes each, and the near-duplicate index in
+RAM cost 40 bytes per page, so at most 1 byte per URL and 2 bytes per page means everything that
+grows with the crawl lives on disk (a billion pages: at most 2 GB). The file-backed part of RSS is
 the page cache of the memory-mapped LMDB stores, which the kernel reclaims; it is bounded by the
 size of the state on disk.
 
-Long (`make test-long`): SOAK_SECONDS (default 300) and SOAK_HOSTS (default 2000) from the
+Long (`make test-long`): SOAK_SECONDS (default 900) and SOAK_HOSTS (default 20000) from the
 environment.
 """
 
@@ -18,11 +21,11 @@ import pytest
 
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
-SECONDS = float(os.environ.get("SOAK_SECONDS", "300"))
-HOSTS = int(os.environ.get("SOAK_HOSTS", "2000"))
-INTERVAL_S = 5.0
-MAX_SLOPE_B_PER_URL = 50.0      # far below a URL kept in RAM (its text alone is ~60 bytes, a str object 100+)
-MAX_SLOPE_B_PER_PAGE = 10.0     # a billion pages would still cost 10 GB
+SECONDS = float(os.environ.get("SOAK_SECONDS", "900"))
+HOSTS = int(os.environ.get("SOAK_HOSTS", "20000"))
+INTERVAL_S = 3.0          # many samples: the per-page slope is a few bytes against MiB of noise
+MAX_SLOPE_B_PER_URL = 1.0       # a URL kept in RAM costs 100+ bytes (its text ~60, a str object 100+)
+MAX_SLOPE_B_PER_PAGE = 2.0      # a billion pages: at most 2 GB
 MIN_FIT_URLS = 200_000          # the fit must span this many URLs, or the slope says nothing
 MIB = 1 << 20
 
@@ -68,21 +71,35 @@ def test_fit_spans_many_urls(soak):
     assert q_hi > q_lo, "the queue did not grow: nothing piled up on disk"
 
 
+# Measured (bench/RESULTS.md, 20,000 hosts, loaded 2-core box): crawl process +9.3 B/URL and +264 B/page
+# (15 min); workers +12.9 B/URL, +361 B/page before their own-captures map was bounded in bytes, +2.9 B/URL,
+# +101 B/page after (7 min). Still above the targets; the crawl process's C heap is not yet attributed.
+_NOT_YET = pytest.mark.xfail(strict=True, reason="private memory still grows per page and per URL in C "
+                             "heap not yet attributed (see the comment above and bench/RESULTS.md)")
+
+
+@_NOT_YET
 @pytest.mark.parametrize("proc", ["crawl", "workers"])
 def test_private_memory_slope_per_url_is_small(soak, proc):
     p = soak["analysis"]["procs"][proc]
     assert p["anon_slope_b_per_url"] is not None
-    assert p["anon_slope_b_per_url"] < MAX_SLOPE_B_PER_URL, p
+    assert p["anon_slope_b_per_url"] <= MAX_SLOPE_B_PER_URL, p
 
 
-@pytest.mark.xfail(strict=True, reason="the crawl process's private memory grows 50-130 B per page fetched: "
-                   "mostly the near-duplicate simhash index, in RAM by design (40 B per stored page, "
-                   "dedup/simhash_index.py), plus brk-heap growth that is not live Python objects "
-                   "(tracemalloc's total stays flat)")
-def test_private_memory_slope_per_page_is_small(soak):
-    # ARCHITECTURE.md invariant 4: RAM grows with active hosts only; pages fetched are URLs too
-    p = soak["analysis"]["procs"]["crawl"]
-    assert p["anon_slope_b_per_page"] < MAX_SLOPE_B_PER_PAGE, p
+@_NOT_YET
+@pytest.mark.parametrize("proc", ["crawl", "workers"])
+def test_private_memory_slope_per_page_is_small(soak, proc):
+    # RAM grows with active hosts only (capped by config); pages fetched and their
+    # fingerprints go to disk (WARC, LMDB, the near-duplicate index's run files)
+    p = soak["analysis"]["procs"][proc]
+    assert p["anon_slope_b_per_page"] is not None
+    assert p["anon_slope_b_per_page"] <= MAX_SLOPE_B_PER_PAGE, p
+
+
+def test_components_stay_within_their_caps(soak):
+    for s in soak["samples"]:
+        for name, held in s.get("components_full", {}).items():
+            assert held["bytes"] <= held["cap_bytes"], (name, held)
 
 
 def test_file_backed_memory_is_bounded_by_the_state_on_disk(soak):

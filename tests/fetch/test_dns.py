@@ -192,15 +192,19 @@ def test_prefetch_starts_one_lookup_that_resolve_then_uses():
     assert s.queries["warm.test"] == 1
 
 
-def test_cache_is_bounded():
+def test_cache_is_bounded_in_bytes_least_recent_out():
     s = DnsServer(lookup=lambda name: (["127.0.0.8"], 0))
+    cap = 20 * 400
 
     async def scenario(r):
         for i in range(50):
             await r.resolve(f"n{i}.test")
-        return r.stats()
-    stats = run(scenario, s, min_ttl_s=60.0, max_entries=20)
-    assert stats["cache_entries"] <= 20
+            await r.resolve("n0.test")          # kept warm: the least recently used go first
+            assert r.memory()["bytes"] <= cap
+        return r.stats(), r.memory(), r.cached("n0.test"), r.cached("n1.test")
+    stats, mem, warm, cold = run(scenario, s, min_ttl_s=60.0, cache_bytes=cap)
+    assert 5 <= stats["cache_entries"] < 50 and mem["cap_bytes"] == cap
+    assert warm is not None and cold is None
 
 
 def test_bad_name_is_dns_error_not_exception():

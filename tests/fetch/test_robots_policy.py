@@ -2,12 +2,14 @@
 
 import pytest
 
+from crawlerd.bytecache import ENTRY_OVERHEAD
 from crawlerd.fetch.robots import (
     RobotsCache,
     RobotsEntry,
     RobotsFollow,
     RobotsRules,
     RobotsState,
+    entry_bytes,
     robots_decision,
 )
 
@@ -136,7 +138,7 @@ def entry(expires_at: float, name: str = RobotsState.PARSED) -> RobotsEntry:
 
 
 def test_cache_get_expiry_and_stale():
-    c = RobotsCache(max_entries=4)
+    c = RobotsCache()
     assert c.get("https://a", 0.0) is None and c.stale("https://a") is None
     e = entry(100.0)
     c.put("https://a", e)
@@ -154,8 +156,9 @@ def test_cache_keys_are_host_keys():
     assert c.get("https://a", 0.0) is None and c.get("http://a:8080", 0.0) is None
 
 
-def test_cache_is_bounded_lru():
-    c = RobotsCache(max_entries=3)
+def test_cache_is_bounded_lru_in_bytes():
+    one = entry_bytes("h00", entry(1e9)) + ENTRY_OVERHEAD
+    c = RobotsCache(cap_bytes=3 * one)
     for k in "abc":
         c.put(k, entry(1e9))
     assert c.get("a", 0.0) is not None                 # a is now most recent
@@ -163,10 +166,22 @@ def test_cache_is_bounded_lru():
     assert c.stale("b") is None and c.stale("a") is not None
     for i in range(100):
         c.put(f"h{i}", entry(1e9))
-        assert len(c) <= 3
+        assert len(c) <= 3 and c.memory()["bytes"] <= 3 * one
     assert {k for k in ("h97", "h98", "h99") if k in c} == {"h97", "h98", "h99"}
+
+
+def test_cache_charges_large_rules_more():
+    big = RobotsRules.parse(b"User-agent: *\n" + b"".join(b"Disallow: /p%d/x\n" % i for i in range(2000)), "bot")
+    small = RobotsRules.parse(b"User-agent: *\nDisallow: /private\n", "bot")
+    assert big.nbytes() > 2000 * 100 > small.nbytes()
+    c = RobotsCache(cap_bytes=big.nbytes() * 3 // 2)
+    c.put("https://big", RobotsEntry(big, 0.0, 1e9, 200, RobotsState.PARSED, ""))
+    for i in range(1000):
+        c.put(f"https://s{i}", RobotsEntry(small, 0.0, 1e9, 200, RobotsState.PARSED, ""))
+    assert c.stale("https://big") is None          # pushed out by the bytes of the later ones
+    assert c.memory()["bytes"] <= c.memory()["cap_bytes"]
 
 
 def test_cache_rejects_empty_bound():
     with pytest.raises(ValueError):
-        RobotsCache(max_entries=0)
+        RobotsCache(cap_bytes=0)

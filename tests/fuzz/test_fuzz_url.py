@@ -80,7 +80,7 @@ def test_normalize_any_text(text, base):
 @given(st.lists(urls(), max_size=20))
 def test_filter_never_raises(batch):
     f = UrlFilter(max_url_length=2048, max_path_depth=8, max_repeated_segments=2, max_query_params=5,
-                  max_param_values=3, max_hosts=4, max_tracked_values=10)
+                  max_param_values=3, state_bytes=4096)
     for u in batch:
         n = normalize(u)
         if n is not None:

@@ -4,27 +4,35 @@ and kept on disk (``store``) so that a restart reuses every copy still fresh."""
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
+from crawlerd.bytecache import INT_BYTES, ByteLRU, slots_bytes, str_bytes
 from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
 from crawlerd.fetch.robots.rules import RobotsRules
 from crawlerd.fetch.robots.store import RobotsStore, StoredEntry
 
-__all__ = ["RobotsCache"]
+__all__ = ["RobotsCache", "entry_bytes"]
 
 _STATES = tuple(RobotsState)
 _STATE_INDEX = {s.value: i for i, s in enumerate(_STATES)}
 _KEEP_S = 30 * 86400.0          # no stale copy is used after this (robots_decision's stale_max_s)
+_ENTRY_BYTES = slots_bytes(7) + 3 * INT_BYTES     # RobotsEntry and its numbers, rules and strs apart
+
+
+def entry_bytes(host_key: str, entry: RobotsEntry) -> int:
+    """Estimated bytes of one cache entry in RAM: key, entry, rules, note."""
+    return (str_bytes(host_key) + _ENTRY_BYTES + entry.rules.nbytes() + str_bytes(entry.note)
+            + str_bytes(entry.outcome_name))
 
 
 class RobotsCache:
-    """Robots entries by host key, bounded, least recently used evicted first.
+    """Robots entries by host key, bounded in bytes, least recently used evicted first.
 
     Key: host key ``"scheme://host[:port]"`` (the politeness key; robots.txt applies per
-    scheme and authority, RFC 9309 §2.3). Invariant: at most ``max_entries`` entries; the
-    iteration order of ``_entries`` is least to most recently used (``get``/``put`` move an entry
-    to the end). Expired entries stay until evicted, so ``stale`` can still hand them out.
+    scheme and authority, RFC 9309 §2.3). Invariant: the entries in RAM are charged their
+    estimated bytes (``entry_bytes``), at most ``cap_bytes`` in all; the least recently used go
+    first (``get``/``put`` refresh an entry), each in O(1). Expired entries stay until evicted,
+    so ``stale`` can still hand them out. ``max_entries`` bounds the on-disk store's index.
 
     With ``directory`` every ``put`` is also logged on disk (:class:`RobotsStore`), and an entry
     not in RAM is read back from there (its rules parsed again for ``agent_token``). Times are
@@ -34,12 +42,13 @@ class RobotsCache:
 
     __slots__ = ("_entries", "_max_entries", "_store", "_off", "_agent", "_max_bytes")
 
-    def __init__(self, max_entries: int = 100_000, *, directory: str | None = None, agent_token: str = "",
+    def __init__(self, max_entries: int = 100_000, *, cap_bytes: int = 64 << 20, directory: str | None = None,
+                 agent_token: str = "",
                  max_bytes: int = 512 * 1024, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be >= 1")
-        self._entries: OrderedDict[str, RobotsEntry] = OrderedDict()
+        if max_entries < 1 or cap_bytes < 1:
+            raise ValueError("max_entries and cap_bytes must be >= 1")
+        self._entries = ByteLRU(cap_bytes)
         self._max_entries = max_entries
         self._off = wall() - clock()
         self._agent = agent_token
@@ -56,12 +65,11 @@ class RobotsCache:
             entry = self._read_back(host_key)
             if entry is None:
                 return None
-        self._entries.move_to_end(host_key)
         return entry if now < entry.expires_at else None
 
     def stale(self, host_key: str) -> RobotsEntry | None:
         """The last entry for ``host_key``, expired or not (None if never stored or evicted)."""
-        entry = self._entries.get(host_key)
+        entry = self._entries.peek(host_key)
         return entry if entry is not None else self._read_back(host_key)
 
     def put(self, host_key: str, entry: RobotsEntry, source: bytes | None = None) -> None:
@@ -78,10 +86,11 @@ class RobotsCache:
                                         source))
 
     def _remember(self, host_key: str, entry: RobotsEntry) -> None:
-        self._entries[host_key] = entry
-        self._entries.move_to_end(host_key)
-        while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+        self._entries.put(host_key, entry, entry_bytes(host_key, entry))
+
+    def memory(self) -> dict[str, int]:
+        """Estimated bytes in RAM against the cap."""
+        return self._entries.memory()
 
     def _read_back(self, host_key: str) -> RobotsEntry | None:
         if self._store is None:

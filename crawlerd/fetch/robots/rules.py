@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from crawlerd.bytecache import ENTRY_OVERHEAD, TUPLE_BASE, slots_bytes, str_bytes
 from crawlerd.fetch.robots.parser import parse_groups
 from crawlerd.fetch.robots.paths import literal, match_path, normalize_patterns
 
@@ -78,11 +79,11 @@ class RobotsRules:
     every path; ``_buckets[k]`` holds the rules whose head starts with ``k`` (``len(k) ==
     _KEY_LEN``) that outrank that rule. So the rules that can match ``path`` are
     ``_buckets.get(path[:_KEY_LEN])`` and ``_general``. ``_merged[k]`` memoises those two
-    lists merged in rank order for a key met by ``allowed`` (at most one entry per key of
-    ``_KEY_LEN`` printable characters). Rules never change after construction.
+    lists merged in rank order for a key of ``_buckets`` met by ``allowed`` (at most one entry
+    per bucket, so the memo never outgrows the rules). Rules never change after construction.
     """
 
-    __slots__ = ("_general", "_buckets", "_merged", "_count", "_crawl_delay", "_sitemaps")
+    __slots__ = ("_general", "_buckets", "_merged", "_count", "_crawl_delay", "_sitemaps", "_nbytes")
 
     _KEY_LEN = 3
 
@@ -111,6 +112,20 @@ class RobotsRules:
         self._count = len(general) + sum(map(len, buckets.values()))
         self._crawl_delay = crawl_delay
         self._sitemaps = tuple(sitemaps)
+        self._nbytes = 0
+
+    def nbytes(self) -> int:
+        """Estimated bytes held (``crawlerd.bytecache`` sizes), memo included at its largest."""
+        if not self._nbytes:
+            def rule_bytes(rule: tuple) -> int:
+                return TUPLE_BASE + 8 * 8 + str_bytes(rule[2]) + str_bytes(rule[4]) + str_bytes(rule[5])
+            rules = sum(map(rule_bytes, self._general)) + sum(
+                sum(map(rule_bytes, b)) for b in self._buckets.values())
+            per_bucket = ENTRY_OVERHEAD + str_bytes("abc") + TUPLE_BASE      # the dict slot, key, tuple
+            merged = sum(TUPLE_BASE + 8 * (len(b) + len(self._general)) for b in self._buckets.values())
+            self._nbytes = (slots_bytes(7) + rules + 8 * self._count + 2 * per_bucket * len(self._buckets)
+                            + merged + sum(str_bytes(u) for u in self._sitemaps) + 3 * TUPLE_BASE)
+        return self._nbytes
 
     @classmethod
     def allow_all(cls) -> RobotsRules:
@@ -179,8 +194,8 @@ class RobotsRules:
             merged = bucket
         else:
             merged = tuple(sorted(bucket + self._general, key=_RANK, reverse=True))
-        if len(key) == self._KEY_LEN:
-            self._merged[key] = merged
+        if bucket is not None:
+            self._merged[key] = merged      # a key without a bucket needs no memo: it is _general
         return merged
 
     def __repr__(self) -> str:
