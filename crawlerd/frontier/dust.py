@@ -21,8 +21,8 @@ NORMAL   everything else.
 Nothing is dropped on suspicion: a URL is either queued (NORMAL, PROBE, SAMPLE, DEFER) or
 skipped because a trusted rule maps it onto content already in the archive. Rules, evidence,
 the archived set and the skip log persist under ``<data_dir>/dust`` (``dust_store``); the
-suspect table is RAM only (losing it means fetching, never skipping). Rules and evidence:
-``dust_evidence``; their grammar: ``dust_rules``.
+suspect table (``dust_suspects``) is RAM only (losing it means fetching, never skipping). Rules
+and evidence: ``dust_evidence``; their grammar: ``dust_rules``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from xxhash import xxh3_64_intdigest as _fp
 
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence, HostState
 from crawlerd.frontier.dust_priors import PriorTable
-from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
+from crawlerd.frontier.dust_rules import Rule, alt_path, parse, rule_mark, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
+from crawlerd.frontier.dust_suspects import ClassTable
 from crawlerd.url.canonical import fingerprint
 from crawlerd.url.hosts import host_key as host_key_of
 
-__all__ = ["DustLearner", "ClassTable", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
+__all__ = ["DustLearner", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
 
 NORMAL, PROBE, SAMPLE, DEFER, SKIP = "normal", "probe", "sample", "defer", "skip"
 _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory token" keys
@@ -51,34 +52,6 @@ _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
-
-
-def _alt_path(url: str, relevant: frozenset[str]) -> str:
-    """A URL without query or path parameters, minus its first directory token when that is short
-    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and followed by at least
-    one more directory; else "". Must agree with ``dust_rules.skeleton``."""
-    s = url.find("/", 8)                # the path's "/" (scheme://host is at least 8 characters)
-    if s < 0:
-        return ""
-    e = url.find("/", s + 1)
-    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or url.find("/", e + 1) < 0 or \
-            url[s + 1:e] in relevant:
-        return ""
-    return url[:s] + url[e:]
-
-
-_MARKS: dict[Rule, str] = {}
-
-
-def _mark(rule: Rule) -> str:
-    """A substring every URL the rule rewrites contains (``name=`` or a bare ``name`` of a
-    query parameter, ``;name``, ``/token/``)."""
-    m = _MARKS.get(rule)
-    if m is None:
-        m = f"/{rule.name}/" if rule.kind == "/" else (rule.name if rule.kind == "?" else f";{rule.name}")
-        if len(_MARKS) < 4096:
-            _MARKS[rule] = m
-    return m
 
 
 class Decision(NamedTuple):
@@ -113,45 +86,6 @@ class _HostInfo(NamedTuple):
 
 
 _NO_RULES: tuple = ()
-
-
-class ClassTable:
-    """Skeleton keys of recently admitted URLs: a set-associative cache of 64-bit keys (WAYS per
-    bucket, round-robin replacement), RAM only. Invariant: holds at most ``capacity`` keys; a
-    key lost to replacement makes a later duplicate look new (fetched), never the reverse."""
-
-    WAYS = 4
-
-    def __init__(self, entries: int):
-        nb = 1 << max(8, (max(1, entries // self.WAYS) - 1).bit_length())
-        self._t = np.zeros((nb, self.WAYS), dtype=np.uint64)
-        self._next = np.zeros(nb, dtype=np.uint8)
-        self._mask = np.uint64(nb - 1)
-        self.capacity = nb * self.WAYS
-
-    def _prep(self, keys) -> tuple[np.ndarray, np.ndarray]:
-        k = np.asarray(keys, dtype=np.uint64)
-        k = np.where(k == 0, np.uint64(1), k)
-        return k, ((k ^ (k >> np.uint64(29))) & self._mask).astype(np.intp)
-
-    def has_many(self, keys) -> np.ndarray:
-        k, b = self._prep(keys)
-        return (self._t[b] == k[:, None]).any(axis=1)
-
-    def add_many(self, keys) -> None:
-        k, b = self._prep(keys)
-        keep = ~(self._t[b] == k[:, None]).any(axis=1)
-        k, b = k[keep], b[keep]
-        for _ in range(self.WAYS):          # keys sharing a bucket in one batch: one per round
-            if not len(k):
-                break
-            ub, first = np.unique(b, return_index=True)
-            w = self._next[ub]
-            self._t[ub, w] = k[first]
-            self._next[ub] = (w + 1) % self.WAYS
-            rest = np.ones(len(k), dtype=bool)
-            rest[first] = False
-            k, b = k[rest], b[rest]
 
 
 class DustLearner:
@@ -262,7 +196,7 @@ class DustLearner:
     def _prior_marks(self) -> tuple[str, ...]:
         """Substrings one of which a URL must contain for an active prior to rewrite it."""
         if self._marks[0] != self.priors.version:
-            self._marks = (self.priors.version, tuple(sorted({_mark(r) for r in self.priors.active})))
+            self._marks = (self.priors.version, tuple(sorted({rule_mark(r) for r in self.priors.active})))
         return self._marks[1]
 
     def _adopt(self, host: str, rule: Rule) -> _HostInfo | None:
@@ -316,7 +250,7 @@ class DustLearner:
                 main, _dropped, alt = skeleton(url, relevant)
                 k0 = _fp(main.encode()) if main != url else fp
             else:
-                k0, alt = fp, _alt_path(url, relevant)
+                k0, alt = fp, alt_path(url, relevant)
             idx.append(i)
             keys0.append(k0)
             keys1.append(_fp(alt.encode()) if alt else 0)
@@ -353,7 +287,7 @@ class DustLearner:
         if "?" in url or ";" in url:
             main, dropped, alt = skeleton(url, relevant)
             return main, alt, dropped
-        return url, _alt_path(url, relevant), ()
+        return url, alt_path(url, relevant), ()
 
     def _trusted(self, url: str, fp: int, host: str, info: _HostInfo | None, sample: bool = True,
                  adopt: bool = True) -> Decision | None:
@@ -367,7 +301,7 @@ class DustLearner:
         q = None
         used = []
         for rule, rid in rules:
-            if _mark(rule) not in url:  # a substring test before the parse and the rewrite
+            if rule_mark(rule) not in url:  # a substring test before the parse and the rewrite
                 continue
             if q is None:
                 q = parse(url)
@@ -560,7 +494,7 @@ class DustLearner:
         q = None
         out = None
         for rule, rid in self._rules(info):
-            if rid >= 0 or _mark(rule) not in url:
+            if rid >= 0 or rule_mark(rule) not in url:
                 continue
             if q is None:
                 q = parse(url)

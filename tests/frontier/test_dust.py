@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawlerd.frontier import dust_rules as R
-from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, ClassTable, DustLearner
+from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, DustLearner
 from crawlerd.frontier.dust_evidence import TRUSTED
+from crawlerd.frontier.dust_suspects import ClassTable
 from crawlerd.url.canonical import fingerprint, normalize
 
 H = "http://shop.example"
