@@ -48,7 +48,7 @@ from crawlerd.metrics_server import MetricsServer
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
-from crawlerd.startup import StartupError, claim_data_dir
+from crawlerd.startup import StartupError, claim_data_dir, release_data_dir
 from crawlerd.store.recover import recover as recover_warc
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.hosts import host_key, shard_of_url
@@ -495,9 +495,7 @@ class Family:
         if self._slots is not None:
             self._slots.close()
             self._slots = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        release_data_dir(self._lock_fd)
+        self._lock_fd = None
         self.notifier.close()
 

@@ -5,6 +5,7 @@ for the crawl's shard count (``crawlerd.layout.prepare``)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -66,3 +67,10 @@ def claim_data_dir(cfg: Config, shards: int, seeds_files: list[str]) -> tuple[in
         os.close(lock_fd)
         raise
     return lock_fd, seeds, invalid
+
+
+def release_data_dir(lock_fd: int | None) -> None:
+    """Let the data dir go (the lock ``claim_data_dir`` took; None: none was taken)."""
+    if lock_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(lock_fd)

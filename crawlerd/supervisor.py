@@ -47,7 +47,7 @@ from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
 from crawlerd.shard.member import MemberError, MemberParts, open_member
-from crawlerd.startup import StartupError, claim_data_dir
+from crawlerd.startup import StartupError, claim_data_dir, release_data_dir
 from crawlerd.store.recover import recover as recover_warc
 from crawlerd.url.canonical import normalize
 from crawlerd.url.hosts import host_key
@@ -405,10 +405,8 @@ class Supervisor:
         if self.parts is not None:
             self.parts.close()
             self.parts = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        release_data_dir(self._lock_fd)
+        self._lock_fd = None
         self.notifier.close()
 
 
