@@ -65,7 +65,8 @@ commits), ``schedule`` (where each active host waits, slots for waiting hosts), 
 (per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
 gap rule), ``blocklist``, ``items`` (records and their byte layouts); ``dust``
 (per-host URL rewrite rules learned from archived pages and the admission
-decisions they make; ``dust_evidence``, ``dust_rules``, ``dust_priors``, ``dust_store``), used by
+decisions they make; ``dust_evidence``, ``dust_rules``, ``dust_priors``, ``dust_hosts``,
+``dust_suspects``, ``dust_store``), used by
 the shard between the seen-set and ``Frontier.add``.
 """
 

@@ -48,7 +48,8 @@ def ip_key(ip: str) -> int:
 class Leasing:
     """Leases over the frontier's own tables (shared, not copied). Key of ``leases``: lease id.
     Invariant: a lease is in ``leases`` from ``lease_host`` until its ``release``; while it is
-    out its host counts it in ``out`` and its IP in ``inflight`` and ``refs``."""
+    out its host counts it in ``out`` and its IP in ``inflight`` (``FrontierOps.check_invariants``
+    verifies both counts)."""
 
     def __init__(self, *, store, counts: dict, hosts, ips, heap, leases: dict[int, LeaseOut], need_dns: set[int],
                  dirty: set[int], blocked_slots: set[int], book, schedule, journal, pol, rng, shared_ips,

@@ -20,8 +20,9 @@ from crawlerd.frontier.queues import u64
 
 class HostSchedule:
     """The places of the active hosts. Key: host slot. Invariant: a host is in the due heap iff
-    it is active and READY or DNS_BACKOFF, in the DNS list only while DNS, and in the waiting
-    table only while not active (``FrontierOps.check_invariants`` verifies it)."""
+    it is active and READY or DNS_BACKOFF (``FrontierOps.check_invariants`` verifies it); a
+    waiting-table entry of a host that holds a slot by now, or has no work left, is stale and
+    skipped when its turn comes (``fill_slots``)."""
 
     def __init__(self, *, store, counts: dict, hosts, ips, heap, need_dns: set[int], dirty: set[int],
                  blocked_slots: set[int], blocklist, book, host_concurrency: dict[str, int],
