@@ -265,7 +265,6 @@ class BudgetCrawl:
             self.f.set_robots(hk, expires_at=end_t + 1e6, crawl_delay_s=None)
             self.f.complete(lease.lease_id, outcome=Outcome.OK, status=200, response_time_s=0.05)
             return
-        commits = self.f.commits
         i = self.web.by_key[hk]
         s = self.web.sites[i]
         L.fetches[s.kind] += 1
@@ -276,9 +275,12 @@ class BudgetCrawl:
         self.offer(links, depth)
         if self.budgets:
             self.edges.add(s.pld, {self.web.sites[j].pld for j, _ in links})
-        self.f.complete(lease.lease_id, outcome=Outcome.OK, status=200, response_time_s=end_t - L.last_end[hk] + 0.1)
+        # logged as fetched before the frontier hears of it: once complete() has journaled the
+        # completion, the frontier's restart counts the URL done, so a kill between the two must
+        # not leave it in neither place
         if self.on_commit is not None:
-            self.on_commit("done", [lease.url], durable=self.f.commits != commits)
+            self.on_commit("done", [lease.url])
+        self.f.complete(lease.lease_id, outcome=Outcome.OK, status=200, response_time_s=end_t - L.last_end[hk] + 0.1)
 
     # -- results -----------------------------------------------------------------------------------------
     def farm_share(self) -> float:

@@ -92,7 +92,7 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from tests.frontier.budget_sim import BudgetCrawl, FarmWeb
     fds = {{k: os.open(os.path.join({path!r}, k), os.O_WRONLY | os.O_CREAT | os.O_APPEND) for k in ("offered", "done")}}
-    def log(kind, urls, durable=True):
+    def log(kind, urls):
         os.write(fds[kind], "".join(u + "\\n" for u in urls).encode())
     web = FarmWeb(legit=300, giants=2, giant_hosts=3, farm=6, farm_hosts=3, legit_pages=(20, 60), farm_in=0.01)
     c = BudgetCrawl(os.path.join({path!r}, "crawl"), web, slots=12, on_commit=log)
@@ -103,12 +103,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-# In `make test-long`, not `make test`: about one run in 30 kills the child at a moment after which
-# one URL is found nowhere (not fetched, queued or deferred). Not yet explained: it may be this
-# harness's own bookkeeping (what it logs as offered/done around the kill) or a real loss; until it
-# is, it must not decide whether a landing passes, and it must not be hidden either. Reproduce:
-#   for i in $(seq 40); do .venv/bin/pytest -q -m long -k kill_9 tests/frontier/test_budget_simulation.py; done
-@pytest.mark.long
 def test_no_deferred_url_is_lost_across_a_kill_9(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=root, path=str(tmp_path))],
