@@ -57,7 +57,8 @@ Restarted
     OS crash) every host waits the grace of ``Politeness.restart_grace_s``.
 
 Modules: ``scheduler`` (the Frontier: add, the lease and release calls, DNS and robots answers,
-commits), ``schedule`` (where each active host waits, slots for waiting hosts), ``leasing``
+commits), ``schedule`` (where each active host waits, what a DNS answer changes, slots for waiting
+hosts), ``leasing``
 (one host's lease taken and given back), ``restart`` (the last run's leases and dues back),
 ``operations`` (its operator side: blocklist, drops, stats, invariant checks),
 ``queues`` (LMDB tables and durability), ``journal`` (requests in flight),

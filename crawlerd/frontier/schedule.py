@@ -12,10 +12,13 @@ tables and hands them here; this component moves hosts between the places.
 
 from __future__ import annotations
 
+import math
+
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier.hosts import HostRecord, wall_record
 from crawlerd.frontier.operations import IN_HEAP as _IN_HEAP
 from crawlerd.frontier.queues import u64
+from crawlerd.outcome import BACKOFF_OUTCOMES, Outcome
 
 
 class HostSchedule:
@@ -27,16 +30,18 @@ class HostSchedule:
     def __init__(self, *, store, counts: dict, hosts, ips, heap, need_dns: set[int], dirty: set[int],
                  blocked_slots: set[int], blocklist, book, host_concurrency: dict[str, int],
                  ip_floor: dict[str, float], levels: int, top: int, deferred_level: int | None,
-                 session: int, off: float, not_before: float):
+                 session: int, off: float, not_before: float, pol, rng):
         """The frontier's own tables (shared, not copied). ``levels``: queue levels on disk; ``top``:
         the last level of the weighted pick; ``session``: this run's number; ``off``: wall minus
-        clock; ``not_before``: no host starts earlier (after an OS crash, see the scheduler)."""
+        clock; ``not_before``: no host starts earlier (after an OS crash, see the scheduler); ``pol``:
+        the gap rule, ``rng`` its jitter (DNS backoff)."""
         self._store, self._c, self._hosts, self._ips, self._heap = store, counts, hosts, ips, heap
         self._need_dns, self._dirty, self._blocked_slots = need_dns, dirty, blocked_slots
         self._blocklist, self._book, self._host_conc, self._ip_floor = blocklist, book, host_concurrency, ip_floor
         self._levels, self._top, self.deferred_level = levels, top, deferred_level
         self._dbit = 1 << deferred_level if deferred_level is not None else 0     # the deferred level's mask bit
         self._session, self._off, self._not_before = session, off, not_before
+        self._pol, self._rng = pol, rng
         self._wpicks = 0
 
     def attach_ip(self, ip: str) -> int:
@@ -208,3 +213,46 @@ class HostSchedule:
                 H.state[s] = hs.READY
                 self._heap.push(s, max(H.due[s], ips.due[ip]))
                 return
+
+    def set_ip(self, s: int, ip: str | None, outcome: Outcome | None, expires_at: float | None, now: float) -> float:
+        """A DNS answer for the host in slot ``s`` (see ``Frontier.set_host_ip``). Returns the
+        backoff it set (0.0: none)."""
+        H, ips = self._hosts, self._ips
+        old = H.ip[s]
+        st = H.state[s]
+        if ip is None:
+            outcome = outcome or Outcome.DNS_ERROR
+            if old >= 0:
+                ips.detach(old)
+                H.ip[s], H.ip_exp[s] = -1, 0.0
+            if outcome in BACKOFF_OUTCOMES:
+                fails = min(H.fails[s] + 1, 0xFFFF)
+                H.fails[s] = fails
+                wait = self._pol.failure_wait_s(fails, None, self._rng)
+                if now + wait > H.due[s]:
+                    H.due[s] = now + wait
+                if st not in (hs.BUSY, hs.ROBOTS):
+                    self.unschedule(s)
+                    H.state[s] = hs.DNS_BACKOFF
+                    self._heap.push(s, H.due[s])
+                self._dirty.add(s)
+                return wait
+            else:
+                self._dirty.add(s)
+                self._book.drop_host_queue(s, outcome.value)
+                self.settle(s, now)
+            return 0.0
+        new = self.attach_ip(ip)
+        H.ip[s] = new
+        H.ip_exp[s] = math.inf if expires_at is None else expires_at
+        if old >= 0:
+            ips.detach(old)
+        if st == hs.DNS:
+            self._need_dns.discard(s)
+            self.schedule(s, now)
+        elif st == hs.DNS_BACKOFF or (st == hs.IPWAIT and old != new):
+            if st == hs.DNS_BACKOFF:
+                self._heap.remove(s)
+            H.state[s] = hs.READY
+            self._heap.push(s, H.due[s])
+        return 0.0

@@ -26,7 +26,7 @@ from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.queues import FrontierStore
 from crawlerd.frontier.restart import Restart
 from crawlerd.frontier.schedule import HostSchedule
-from crawlerd.outcome import BACKOFF_OUTCOMES, Outcome
+from crawlerd.outcome import Outcome
 
 GiB = 1 << 30
 
@@ -144,7 +144,7 @@ class Frontier:
                                    blocked_slots=self._blocked_slots, blocklist=self._blocklist, book=self._book,
                                    host_concurrency=self._host_conc, ip_floor=self._ip_floor, levels=self._levels,
                                    top=self._top, deferred_level=self.deferred_level, session=self._session,
-                                   off=self._off, not_before=self._not_before)
+                                   off=self._off, not_before=self._not_before, pol=self._pol, rng=self._rng)
         restart = Restart(store=self._store, counts=self._c, book=self._book, blocklist=self._blocklist,
                           hosts=self._hosts, ips=self._ips, ip_floor=self._ip_floor, schedule=self._sched,
                           levels=self._levels, lease_timeout_s=self._lease_timeout_s, pol=self._pol,
@@ -358,46 +358,9 @@ class Frontier:
         s = self._hosts.slot_of.get(host_key)
         if s is None:
             return
-        now = self._clock()
-        H, ips = self._hosts, self._ips
-        old = H.ip[s]
-        st = H.state[s]
-        if ip is None:
-            outcome = outcome or Outcome.DNS_ERROR
-            if old >= 0:
-                ips.detach(old)
-                H.ip[s], H.ip_exp[s] = -1, 0.0
-            if outcome in BACKOFF_OUTCOMES:
-                fails = min(H.fails[s] + 1, 0xFFFF)
-                H.fails[s] = fails
-                wait = self._pol.failure_wait_s(fails, None, self._rng)
-                if now + wait > H.due[s]:
-                    H.due[s] = now + wait
-                if st not in (hs.BUSY, hs.ROBOTS):
-                    self._sched.unschedule(s)
-                    H.state[s] = hs.DNS_BACKOFF
-                    self._heap.push(s, H.due[s])
-                self._dirty.add(s)
-                if wait > self._grace:
-                    self._commit()
-            else:
-                self._dirty.add(s)
-                self._book.drop_host_queue(s, outcome.value)
-                self._sched.settle(s, now)
-            return
-        new = self._sched.attach_ip(ip)
-        H.ip[s] = new
-        H.ip_exp[s] = math.inf if expires_at is None else expires_at
-        if old >= 0:
-            ips.detach(old)
-        if st == hs.DNS:
-            self._need_dns.discard(s)
-            self._sched.schedule(s, now)
-        elif st == hs.DNS_BACKOFF or (st == hs.IPWAIT and old != new):
-            if st == hs.DNS_BACKOFF:
-                self._heap.remove(s)
-            H.state[s] = hs.READY
-            self._heap.push(s, H.due[s])
+        # a wait longer than the grace is committed at once: it must outlive even an OS crash
+        if self._sched.set_ip(s, ip, outcome, expires_at, self._clock()) > self._grace:
+            self._commit()
 
     def needs_robots(self, host_key: str, now: float | None = None) -> bool:
         """Whether the host's robots.txt is unknown or expired (it gets a robots lease first)."""
