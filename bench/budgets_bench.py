@@ -268,15 +268,23 @@ def one_crawl(label: str, a, work: str, sim_args: list[str], sets: dict[str, dic
                 samples.append({"t": round(time.monotonic() - t0, 1), "pages": s["pages"],
                                 "lag_last_s": g.get("lag_last_s"), "lag_max_s": g.get("lag_max_s"),
                                 "oldest_waiting_s": g.get("oldest_waiting_s"),
-                                "reader": (s.get("budgets") or {}).get("reader_queue")})
+                                "reader": (s.get("budgets") or {}).get("reader_queue"),
+                                "deferred": (s.get("budgets") or {}).get("deferred_now"),
+                                **{k: (s.get("frontier") or {}).get(k) for k in
+                                   ("queued", "hosts_active", "hosts_ready", "hosts_ip_wait", "hosts_dns")}})
         try:
             proc.wait(timeout=max(1.0, a.seconds + 180 - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         entries = sim.ledger()
-    with open(os.path.join(data_dir, "last-run.json")) as f:
-        last = json.load(f)
+    try:
+        with open(os.path.join(data_dir, "last-run.json")) as f:
+            last = json.load(f)
+    except FileNotFoundError:
+        with open(os.path.join(d, "crawlerd.stderr")) as f:
+            tail = f.read()[-3000:]
+        raise SystemExit(f"budgets_bench: {label}: crawlerd left no last-run.json (exit {proc.returncode}):\n{tail}") from None
     roles = {n: h["role"] for n, h in site["hosts"].items()}
     pages = [e for e in entries if e.target != "/robots.txt" and e.status and e.t_start - entries[0].t_start
              <= a.seconds] if entries else []

@@ -24,13 +24,15 @@ class HostInfo(NamedTuple):
     names: dict[int, str]           # rule id -> text
     priors: frozenset[int]          # ids of rules trusted as cross-host priors only
     retired: frozenset[str]         # texts of rules retired here (never adopted again)
+    samples: dict[str, int]         # rule text -> samples that agreed with it (kept current in place)
 
 
 class DustHosts:
     """Host states by host key: the ``cache_hosts`` most recently used in an LRU (a changed one
     also in ``dirty`` until written), ``info`` for every host with trusted, relevant or retired
     rules. Invariant: ``info`` of a host is rebuilt (``refresh``) whenever its trusted rules,
-    relevant names or retired rules change; an info is replaced, never changed in place."""
+    relevant names or retired rules change; an info is replaced then, and only its sample counts
+    change in place (``observe``)."""
 
     def __init__(self, store: DustStore, priors: PriorTable, *, cache_hosts: int, max_host_bytes: int,
                  clock, counters: Counter, on_evict: Callable[[str], None]):
@@ -44,7 +46,8 @@ class DustHosts:
         self.skips_by_host: Counter[str] = Counter()
         self._marks: tuple[int, tuple[str, ...]] = (-1, ())
         self._bare: tuple[int, tuple] = (-1, ())
-        # id(host info) -> (that info, priors version, its rules): infos are replaced, never changed
+        # id(host info) -> (that info, priors version, its rules): infos are replaced when their rules
+        # change (only the sample counts change in place, and rules do not depend on them)
         self._rules_cache: OrderedDict[int, tuple] = OrderedDict()
         for host, rec in self.store.hosts():
             st = HostState(rec)
@@ -78,9 +81,10 @@ class DustHosts:
         trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))
         if trusted or st.relevant or st.retired:
             self.info[host] = HostInfo(trusted, st.epoch, frozenset(st.relevant),
-                                         {r.id: r.rule.text for r in st.rules},
-                                         frozenset(r.id for r in st.rules if r.prior),
-                                         frozenset(r.rule.text for r in st.retired))
+                                       {r.id: r.rule.text for r in st.rules},
+                                       frozenset(r.id for r in st.rules if r.prior),
+                                       frozenset(r.rule.text for r in st.retired),
+                                       {r.rule.text: r.samples for r in st.rules if r.samples})
         else:
             self.info.pop(host, None)
 

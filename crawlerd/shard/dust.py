@@ -46,7 +46,8 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        max_bytes=d.max_bytes, max_host_bytes=d.max_host_bytes, class_entries=d.class_entries,
                        cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
                        prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
-                       prior_sample_share=d.prior_sample_share)
+                       prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
+                       min_sample_share=d.min_sample_share)
 
 
 class DustGate:

@@ -165,7 +165,7 @@ class BudgetCrawl:
             if self.budgets:
                 if depth == 0:
                     self.graph.add_root(s.pld)
-                elif not self.beast.offer(s.pld, rec, hash(url) & 0xFFFFFFFFFFFFFFFF or 1):
+                elif not self.beast.offer(s.pld, rec, hash(url) & 0xFFFFFFFFFFFFFFFF or 1, s.key):
                     fresh.append(url)
                     continue
             items.append(QueuedURL(url, s.key, priority=min(3, depth), depth=depth))

@@ -244,6 +244,65 @@ def test_new_urls_wait_behind_deferred_ones_and_a_new_queue_takes_them_first(par
     assert b.readmit(2, advance=True) == [b"a2", b"new"]
 
 
+def test_the_hosts_of_a_domain_take_turns(parts):
+    b = parts.beast
+    for i in range(10):
+        b.offer("uni.edu", f"a{i}".encode(), host="http://a.uni.edu")
+    for i in range(3):
+        b.offer("uni.edu", f"b{i}".encode(), host="http://b.uni.edu")
+    b.offer("uni.edu", b"c0", host="http://c.uni.edu")
+    # a0, a1 passed at once (budget 2); then every host's first waiting URL before any host's second
+    got = b.readmit(7, advance=True)
+    assert got == [b"a2", b"b0", b"c0", b"a3", b"b1", b"a4", b"b2"]
+    # a host new to the backlog starts at the domain's current turn, ahead of the long host's tail
+    b.offer("uni.edu", b"d0", host="http://d.uni.edu")
+    b.offer("uni.edu", b"d1", host="http://d.uni.edu")
+    assert drain(b) == [b"d0", b"a5", b"d1", b"a6", b"a7", b"a8", b"a9"]
+    parts.check()                     # drained: no host turn is kept for it any more
+
+
+def test_turns_survive_a_reopen(tmp_path):
+    p = Parts(tmp_path / "b", mode="all")
+    for i in range(6):
+        p.beast.offer("uni.edu", f"a{i}".encode(), host="http://a.uni.edu")
+    assert p.beast.readmit(2, advance=True) == [b"a2", b"a3"]
+    p.close()
+    p = Parts(tmp_path / "b", mode="all")
+    p.beast.offer("uni.edu", b"b0", host="http://b.uni.edu")     # the current turn: before a4
+    p.beast.offer("uni.edu", b"a6", host="http://a.uni.edu")     # host a's next turn: after a5
+    assert drain(p.beast) == [b"b0", b"a4", b"a5", b"a6"]
+    p.check()
+    p.close()
+
+
+def test_a_backlog_of_the_arrival_only_format_keeps_its_order(tmp_path):
+    """State written before hosts took turns (deferred key: domain, NUL, arrival) is read in order."""
+    p = Parts(tmp_path / "b", mode="all")
+    for i in range(5):
+        p.beast.offer("x.com", f"r{i}".encode(), host=f"http://h{i}.x.com")
+    p.close()
+    env = lmdb.open(os.path.join(str(tmp_path / "b"), "state"), max_dbs=8, map_size=1 << 26)
+    deferred, domains, meta = (env.open_db(n) for n in (b"deferred", b"domains", b"meta"))
+    with env.begin(write=True) as txn:
+        rows = list(txn.cursor(db=deferred))
+        txn.drop(deferred, delete=False)
+        for k, v in rows:
+            cut = k.index(b"\0") + 1
+            txn.put(k[:cut] + k[cut + 8:], v, db=deferred)       # drop the turn: arrival only
+        raw = txn.get(b"x.com", db=domains)
+        txn.put(b"x.com", raw[:-8], db=domains)                 # the record without its turn field
+        m = __import__("json").loads(txn.get(b"beast", db=meta))
+        del m["fifo"]
+        txn.put(b"beast", __import__("json").dumps(m).encode(), db=meta)
+        txn.drop(env.open_db(b"turns", txn=txn), delete=False)
+    env.close()
+    p = Parts(tmp_path / "b", mode="all")
+    p.check()
+    assert drain(p.beast) == [b"r2", b"r3", b"r4"]
+    p.check()
+    p.close()
+
+
 def test_spam_is_spread_geometrically_never_dropped(tmp_path):
     p = Parts(tmp_path / "b", queues=4, max_spread=1 << 20)
     b = p.beast

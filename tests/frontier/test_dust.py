@@ -188,6 +188,43 @@ def test_samples_are_fetched_and_counted(tmp_path):
     assert rules[0]["rule"] == "?utm_source" and rules[0]["samples"] == 1
 
 
+def test_a_rule_proven_by_samples_is_sampled_less_down_to_the_floor(tmp_path):
+    s = Site(str(tmp_path / "d"), tracking_content, confirmations=2, sample_share=1.0, sample_halving=2,
+             min_sample_share=0.25)
+    for k in range(3):
+        s.fetch(f"{H}/p/{k}.html")
+        s.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+    serial = iter(range(1_000_000))
+
+    def sampled_share(n=2000):
+        acts = [s.admit(f"{H}/p/1.html?utm_source=v{next(serial)}").action for _ in range(n)]
+        assert set(acts) <= {SAMPLE, SKIP}
+        return acts.count(SAMPLE) / n
+
+    def agree(times):                     # samples fetched: each agrees with the rule
+        for _ in range(times):
+            url = f"{H}/p/2.html?utm_source=a{next(serial)}"
+            assert s.admit(url).action == SAMPLE
+            s.fetch(url)
+
+    assert sampled_share() == 1.0
+    agree(2)
+    assert 0.45 <= sampled_share() <= 0.55            # halved after 2 agreeing samples
+    s.reopen()                                        # the count is the rule's, kept on disk
+    assert 0.45 <= sampled_share() <= 0.55
+    for _ in range(40):                               # more samples: a quarter is the floor
+        url = f"{H}/p/2.html?utm_source=a{next(serial)}"
+        if s.admit(url).action == SAMPLE:
+            s.fetch(url)
+    assert 0.22 <= sampled_share() <= 0.28
+    bad = f"{H}/p/0.html?utm_source=b{next(serial)}"  # and one contradiction still retires it
+    while s.admit(bad).action != SAMPLE:
+        bad = f"{H}/p/0.html?utm_source=b{next(serial)}"
+    changed = s.content
+    s.content = lambda u: u if u == bad else changed(u)
+    assert s.fetch(bad).retired == ["?utm_source"]
+
+
 def test_print_view_learned_from_near_duplicates_that_name_their_canonical(tmp_path):
     texts = {}
 

@@ -9,6 +9,14 @@ listed there its next budget, oldest URLs first. A URL is thus placed in queue
 ``reader + 1 + position // budget`` exactly as IRLbot spreads it, without writing it again at every
 step: only a domain's place is kept, so a pass costs O(1) per URL passed.
 
+Hosts in turn. A domain's FIFO is ordered by host turn, then arrival: a host's k-th waiting URL
+takes turn ``max(k, domain turn)``, where the domain turn is the turn of the last URL passed (a
+host that was idle, or is new, starts at the current turn: start-time fair queueing, one queue
+per host without a table per host). A pass thus hands out the first waiting URL of every host
+before the second of any, so a domain with many hosts (a university, a hosting provider, every
+host of a crawl under one domain) spreads its budget over its hosts, and the frontier gets hosts
+to fetch in parallel rather than one host's backlog to wait out gap by gap.
+
 Geometric spreading. The queues come in windows; the first holds ``queues`` queues and each
 wrap-around (the reader passing the end of the window) doubles the next window. A domain that
 is still over budget when the reader wraps around has its passes spread twice as far apart
@@ -35,14 +43,19 @@ from __future__ import annotations
 
 import struct
 
+import xxhash
+
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
 
-_REC = struct.Struct("<QQQQIIQQ")      # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all
+_REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
+_REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
+_TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
+FIFO_FORMAT = 2                        # deferred keys carry the host turn (1: arrival only)
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
@@ -58,18 +71,24 @@ class DomainRecord:
     FIFO; ``queue`` the BEAST queue it passes next in, +1 (0: none; invariant: non-zero iff
     ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
     its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
-    (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts.
+    (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts;
+    ``turn``: the host turn of the last URL passed (0 when nothing waits).
     """
 
-    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all")
+    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn")
 
-    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0):
+    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0):
         self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
         self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
+        self.turn = turn
 
     def encode(self) -> bytes:
         return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
-                         self.admitted, self.deferred_all)
+                         self.admitted, self.deferred_all, self.turn)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DomainRecord:
+        return cls(*(_REC_V1.unpack(raw) if len(raw) == _REC_V1.size else _REC.unpack(raw)))
 
 
 class Beast:
@@ -91,8 +110,8 @@ class Beast:
         self.queues = queues
         self.max_spread = max_spread
         self._max_level = max_spread.bit_length() - 1
-        self._records = RecordCache(store, store.domains, lambda raw: DomainRecord(*_REC.unpack(raw)),
-                                    lambda: DomainRecord(at=self._r), cache_entries)
+        self._records = RecordCache(store, store.domains, DomainRecord.decode, lambda: DomainRecord(at=self._r),
+                                    cache_entries)
         meta = store.get_meta(b"beast")
         self._r: int = meta.get("reader", 0)
         self._window: int = meta.get("window", queues)
@@ -105,6 +124,9 @@ class Beast:
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
         self._saved_tops: tuple[list, list] | None = None
         self._puts: list[tuple[bytes, bytes]] = []        # deferred entries not yet in the table
+        self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
+        if meta.get("fifo", 1) < FIFO_FORMAT:
+            self._upgrade_fifo()
         store.add_hook(self._flush)
         graph.add_listener(self._grew)
 
@@ -116,10 +138,11 @@ class Beast:
     def _budget(self, dk: bytes) -> int:
         return self.rule.budget(self.graph.indegree_key(dk))
 
-    def offer(self, pld: str, record: bytes, fp: int = 0) -> bool:
+    def offer(self, pld: str, record: bytes, fp: int = 0, host: str = "") -> bool:
         """A new URL of ``pld``: True if it passes now (charged), False if it waits (kept in its FIFO).
 
-        ``fp`` (the URL's fingerprint) lets ``explain`` find it; 0 when unknown. Durable at commit.
+        ``fp`` (the URL's fingerprint) lets ``explain`` find it; 0 when unknown. ``host``: the URL's
+        host key, which sets its turn in the FIFO (see "Hosts in turn"). Durable at commit.
         """
         dk = domain_key(pld)
         d = self._records.get(dk)
@@ -136,7 +159,7 @@ class Beast:
         if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
             d.level, d.wrap = 0, self._wraps
             self._schedule(dk, d, r + 1)
-        self._append(dk, d, record, fp)
+        self._append(dk, d, record, fp, host)
         return False
 
     def keep(self, dk: bytes, record: bytes, fp: int = 0) -> None:
@@ -145,12 +168,23 @@ class Beast:
         if d.deferred == 0:
             d.level, d.wrap = 0, self._wraps
             self._schedule(dk, d, self._r + 1)
-        self._append(dk, d, record, fp)
+        self._append(dk, d, record, fp, "")
 
-    def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int) -> None:
+    def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
         # Buffered, written in key order before anything reads the table (and at commit):
         # sorted puts touch each B-tree page once instead of once per URL.
-        self._puts.append((dk + b"\0" + _U64BE.pack(self._seq), _FP.pack(fp) + record))
+        hk = dk + b"\0" + _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
+        mine = self._turns.get(dk)
+        if mine is None:
+            mine = self._turns[dk] = {}
+        turn = mine.get(hk)
+        if turn is None:
+            raw = self.store.txn().get(hk, db=self.store.turns)
+            turn = _U64BE.unpack(raw)[0] if raw else 0
+        if turn < d.turn:
+            turn = d.turn
+        mine[hk] = turn + 1
+        self._puts.append((dk + b"\0" + _TURN_SEQ.pack(turn, self._seq), _FP.pack(fp) + record))
         self._seq += 1
         d.deferred += 1
         d.deferred_all += 1
@@ -227,6 +261,7 @@ class Beast:
             self._c["passes"] += 1
         if d.deferred == 0:
             self._unschedule(dk, d)
+            self._forget_turns(dk, d)
             d.level = 0
         elif d.spent >= budget:
             if d.wrap < self._wraps:        # over budget across a wrap-around: spread it further
@@ -242,6 +277,7 @@ class Beast:
         prefix = dk + b"\0"
         if not cur.set_range(prefix):
             raise BeastCorrupt(f"{domain_name(dk)}: {d.deferred} deferred URLs counted, none stored")
+        key = b""
         for _ in range(n):
             key = cur.key()
             if not key.startswith(prefix):
@@ -249,6 +285,28 @@ class Beast:
             out.append(bytes(cur.value()[8:]))
             cur.delete()
         d.deferred -= n
+        d.turn = _TURN_SEQ.unpack_from(key, len(prefix))[0]     # keys ascend: the last is the latest turn
+
+    def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
+        # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to
+        # the hosts of domains with a backlog).
+        d.turn = 0
+        self._turns.pop(dk, None)
+        prefix = dk + b"\0"
+        cur = self.store.txn().cursor(db=self.store.turns)
+        if cur.set_range(prefix):
+            while cur.key().startswith(prefix) and cur.delete():
+                pass
+
+    def _upgrade_fifo(self) -> None:
+        """Deferred keys of the first FIFO format (arrival only) take turn 0: their order is kept."""
+        txn, db = self.store.txn(), self.store.deferred
+        old = [(k, v) for k, v in txn.cursor(db=db) if len(k) - k.index(b"\0") - 1 == _U64BE.size]
+        for k, v in old:
+            txn.delete(k, db=db)
+            cut = k.index(b"\0") + 1
+            txn.put(k[:cut] + _TURN_SEQ.pack(0, _U64BE.unpack_from(k, cut)[0]), v, db=db)
+        self._flush()
 
     def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
         txn, db = self.store.txn(), self.store.queues
@@ -269,7 +327,7 @@ class Beast:
             d = self._records.peek(dk)
             if d is None:
                 raw = txn.get(dk, db=db)
-                if raw is None or _REC.unpack(raw)[2] == 0:
+                if raw is None or DomainRecord.decode(raw).deferred == 0:
                     continue
                 d = self._records.get(dk)
             if d.deferred and d.queue - 1 > r:
@@ -354,7 +412,9 @@ class Beast:
         txn = st.txn()
         counts: dict[bytes, int] = {}
         for k in txn.cursor(db=st.deferred).iternext(values=False):
-            counts[k[:-9]] = counts.get(k[:-9], 0) + 1
+            dk = bytes(k[:-1 - _TURN_SEQ.size])
+            counts[dk] = counts.get(dk, 0) + 1
+        turned = {bytes(k[:-1 - _FP.size]) for k in txn.cursor(db=st.turns).iternext(values=False)}
         listed: dict[bytes, int] = {}
         for k in txn.cursor(db=st.queues).iternext(values=False):
             q, dk = _U64BE.unpack_from(k)[0], bytes(k[8:])
@@ -362,8 +422,9 @@ class Beast:
             assert q >= self._r, f"{domain_name(dk)} listed in queue {q}, behind the reader at {self._r}"
             listed[dk] = q
         for dk, raw in txn.cursor(db=st.domains):
-            d = DomainRecord(*_REC.unpack(raw))
+            d = DomainRecord.decode(raw)
             name = domain_name(dk)
+            assert d.deferred or (d.turn == 0 and dk not in turned), f"{name}: host turns kept with nothing deferred"
             assert d.deferred == counts.pop(dk, 0), f"{name}: deferred count {d.deferred} != stored"
             if d.deferred:
                 assert listed.pop(dk, None) == d.queue - 1, f"{name}: not listed in its queue {d.queue - 1}"
@@ -385,11 +446,19 @@ class Beast:
                 txn.put(k, v, db=db, append=False)
             self._puts = []
 
+    def _write_turns(self) -> None:
+        if self._turns:
+            txn, db = self.store.txn(), self.store.turns
+            for hk, turn in sorted(kv for mine in self._turns.values() for kv in mine.items()):
+                txn.put(hk, _U64BE.pack(turn), db=db)
+            self._turns = {}
+
     def _flush(self) -> None:
         self._write_puts()
+        self._write_turns()
         self._records.flush()
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
-        self.store.put_meta(b"beast", {"reader": self._r, "window": self._window, "end": self._end,
+        self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "reader": self._r, "window": self._window, "end": self._end,
                                        "wraps": self._wraps, "seq": self._seq, "counters": self._c,
                                        "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]})

@@ -125,7 +125,7 @@ class Budgets:
     # -- intake (the shard's seen-set answers) -----------------------------------------------
     def offer(self, url: str, record: bytes, fp: int) -> bool:
         """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue."""
-        return self.beast.offer(pld_of(url), record, fp)
+        return self.beast.offer(pld_of(url), record, fp, host_key_of(url))
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""

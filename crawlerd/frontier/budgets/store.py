@@ -96,7 +96,9 @@ class BudgetStore:
     ``votes``     source domain key | NUL | seq -> target domain key: cross-domain links not yet
                   counted (their source cannot vouch for more domains yet), oldest first.
     ``domains``   domain key -> BEAST record (``beast.DomainRecord``).
-    ``deferred``  domain key | NUL | seq -> fp u64 | caller's record: a domain's deferred URLs, FIFO.
+    ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
+                  deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn").
+    ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog).
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
                   pass their next budget of URLs when the reader reaches it.
     ``meta``      JSON state of the graph and of BEAST.
@@ -116,6 +118,7 @@ class BudgetStore:
         self.domains = self.env.open_db(b"domains")
         self.deferred = self.env.open_db(b"deferred")
         self.queues = self.env.open_db(b"queues")
+        self.turns = self.env.open_db(b"turns")
         self.meta = self.env.open_db(b"meta")
         self._txn: lmdb.Transaction | None = None
         self._hooks: list[Callable[[], None]] = []
