@@ -16,8 +16,9 @@ each on a fresh simweb and data dir, for ``--seconds``:
   domain-edge merge when it was applied), and its maximum over the crawl.
 
 ``--seeds`` seed hosts are drawn from the ordinary hosts (never the farm, never the giants), the
-same for every crawl of a run. With ``--runs N`` the table shows medians. The machine is shared:
-compare ratios within one invocation.
+same for every crawl of a run. The two crawls of a ratio (farm on/off, one domain/per host) run
+side by side, each on its own simweb, so a shared machine's noise hits both. With ``--runs N`` the
+table shows medians. Compare ratios within one invocation.
 
     nice .venv/bin/python bench/budgets_bench.py crawl --hosts 20000 --seeds 3000 --seconds 600
     nice .venv/bin/python bench/budgets_bench.py crawl --hosts 20000 --seconds 120 --only farm_on,farm_off
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import json
 import os
 import random
@@ -290,10 +292,16 @@ def one_crawl(label: str, a, work: str, sim_args: list[str], sets: dict[str, dic
              <= a.seconds] if entries else []
     by_pld = collections.Counter(registered_domain(e.host) for e in pages)
     farm = sum(1 for e in pages if roles.get(e.host) == "farm")
+    tenths = [[0, 0] for _ in range(10)]          # (farm, all) fetches per tenth of the crawl
+    for e in pages:
+        t = tenths[min(9, int(10 * (e.t_start - entries[0].t_start) / a.seconds))]
+        t[0] += roles.get(e.host) == "farm"
+        t[1] += 1
     bu = last.get("budgets") or {}
     g = bu.get("graph") or {}
     return {"label": label, "pages": len(pages), "pages_per_s": len(pages) / a.seconds, "farm": farm,
-            "farm_share": farm / max(len(pages), 1), "by_pld": dict(by_pld), "rc": proc.returncode,
+            "farm_share": farm / max(len(pages), 1), "farm_tenths": tenths, "by_pld": dict(by_pld),
+            "rc": proc.returncode,
             "top_domains": top_domains_of(site, 10), "samples": samples,
             "lag_max_s": g.get("lag_max_s"), "lag_last_s": g.get("lag_last_s"),
             "reader": bu.get("reader_queue"), "deferred_now": bu.get("deferred_now"),
@@ -324,14 +332,19 @@ def crawl_bench(a) -> int:
     results: dict[str, list[dict]] = collections.defaultdict(list)
     work = tempfile.mkdtemp(prefix="budgets-crawl-")
     try:
+        # the two crawls of a ratio run side by side (each on its own simweb), so that the noise of
+        # a shared box hits both alike; one after the other, a load change between them decides
         for run in range(a.runs):
-            for label, (sim_args, sets) in plans.items():
-                if label in only:
-                    r = one_crawl(f"{label}-{run}", a, work, sim_args, sets)
-                    results[label].append(r)
-                    print(f"# {label} run {run}: pages {r['pages']} ({r['pages_per_s']:.1f}/s) farm {r['farm']} "
-                          f"({r['farm_share']:.4%}) reader {r['reader']} lag max {r['lag_max_s']} rc {r['rc']}",
-                          flush=True)
+            for pair in (("farm_on", "farm_off"), ("one_domain", "per_host")):
+                labels = [x for x in pair if x in only]
+                with concurrent.futures.ThreadPoolExecutor(len(labels) or 1) as ex:
+                    futs = {x: ex.submit(one_crawl, f"{x}-{run}", a, work, *plans[x]) for x in labels}
+                    for label in labels:
+                        r = futs[label].result()
+                        results[label].append(r)
+                        print(f"# {label} run {run}: pages {r['pages']} ({r['pages_per_s']:.1f}/s) farm {r['farm']} "
+                              f"({r['farm_share']:.4%}) reader {r['reader']} lag max {r['lag_max_s']} "
+                              f"rc {r['rc']}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
@@ -349,6 +362,8 @@ def crawl_bench(a) -> int:
         print(f"ten largest legit domains on/off fetches {med(ratios):.3f} (worst domain {med(worst):.3f}; "
               f"bound 0.90)   pages/s on {med(r['pages_per_s'] for r in fon):.1f} "
               f"off {med(r['pages_per_s'] for r in foff):.1f}")
+        print("farm fetches / all per tenth of the crawl (on): "
+              + " ".join(f"{f}/{n}" for f, n in fon[0]["farm_tenths"]))
         print(f"in-degree lag (farm, on)  max {med(r['lag_max_s'] or 0 for r in fon):.1f} s; samples: "
               + ", ".join(f"{s['t']:.0f}s:{s['lag_last_s']}" for s in fon[0]["samples"][::6]))
     if results.get("one_domain") and results.get("per_host"):
