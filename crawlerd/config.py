@@ -316,10 +316,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("prior_sample_share", float, 0.03,
            "Share of the URLs a rule trusted as a prior only would skip that are fetched anyway "
            "to re-validate it on that host.", min=0.0, max=1.0),
-        _k("sample_halving", int, 10,
+        _k("sample_halving", int, 5,
            "A rule's sample share (sample_share, or prior_sample_share for a prior) halves after each "
-           "this many samples on its host that agreed with it, down to min_sample_share; a "
-           "contradiction still retires it at once; 0 keeps the share fixed.", min=0, max=1 << 20),
+           "this many samples that agreed with it (on its host; for a cross-host prior's rule, on any "
+           "host), down to min_sample_share; a contradiction still retires it on its host at once; 0 "
+           "keeps the share fixed.", min=0, max=1 << 20),
         _k("min_sample_share", float, 0.002,
            "The least share of a trusted rule's would-be skips fetched to re-validate it, however "
            "many samples agreed (a share set below this is kept as set).", min=0.0, max=1.0),

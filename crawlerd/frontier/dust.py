@@ -10,8 +10,9 @@ SKIP     a *trusted* rule of the host rewrites the URL onto a URL already archiv
          that the rule's retirement queues it again.
 SAMPLE   would be a skip, but a share ``sample_share`` (chosen by fingerprint) is fetched
          anyway: its evidence re-validates the rule, and one contradiction retires it. The
-         share halves after every ``sample_halving`` samples that agreed with the rule on its
-         host, down to ``min_sample_share``: a rule proven again and again costs fewer fetches.
+         share halves after every ``sample_halving`` samples that agreed with the rule (on its
+         host, or on any host for a prior's text), down to ``min_sample_share``: a rule proven
+         again and again costs fewer fetches.
 DEFER    a *suspect*: its skeleton (the URL without the parameters not known to change content,
          also without its first directory token) equals the skeleton of a URL admitted
          before. It is queued in the frontier's deferred level, fetched only when its host has
@@ -86,7 +87,7 @@ class DustLearner:
                  probe_share: float = 0.005, defer: bool = True, window: int = 24,
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
-                 prior_sample_share: float = 0.03, sample_halving: int = 10, min_sample_share: float = 0.002,
+                 prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
                  sync: bool = True, clock=time.time):
         self.k = confirmations
         self.sample_share = sample_share
@@ -241,8 +242,9 @@ class DustLearner:
             canonical, text = url, info.names[hit[1]]
             by_prior = hit[1] in info.priors
         share = self.prior_sample_share if by_prior else self.sample_share
-        if sample and self.sample_halving and info is not None and info.samples:
-            agreed = min(info.samples.get(t, 0) for t in text.split(RULE_JOIN))
+        if sample and self.sample_halving:
+            own = info.samples if info is not None else {}
+            agreed = min(max(own.get(t, 0), self.priors.agreed(t)) for t in text.split(RULE_JOIN))
             if agreed >= self.sample_halving:
                 share = max(min(share, self.min_sample_share), share * 0.5 ** (agreed // self.sample_halving))
         if sample and (fp >> 40) < share * (1 << 24):
@@ -352,6 +354,8 @@ class DustLearner:
                         learned.related.append(rs)
                 if rs is not None and rs in learned.related:
                     rs.samples += 1
+                    if rs.state != RETIRED:
+                        self.priors.sampled(text)
                     info = self.hosts.info.get(host)
                     if info is not None:
                         info.samples[text] = rs.samples

@@ -14,6 +14,10 @@ pooled across hosts instead of asked of each — and contradicted on fewer than
 the host at its first use; adopted rules are re-validated by heavier sampling and by every
 window pair, and one contradiction retires the rule on that host and counts against the prior.
 
+Samples that agree with a prior on any host are counted with it (``sampled``): the learner
+samples a rule less as this count grows (``DustLearner``: ``sample_halving``), since each is an
+independent re-validation of the same rewrite.
+
 The table is a plain dict persisted in the store's meta record (``dust_store``).
 """
 
@@ -28,13 +32,14 @@ MAX_PRIORS = 1024           # rule texts tracked; the least supported go first
 
 class PriorTable:
     """Key: rule text (host-independent, ``Rule.text``). Value: [hosts that vouched for it on their
-    own evidence, hosts that contradicted it]. Invariant: at most MAX_PRIORS entries; ``active``
+    own evidence, hosts that contradicted it, samples on any host that agreed with it]. Invariant: at most MAX_PRIORS entries; ``active``
     holds exactly the rules with support >= min_hosts and counter-hosts < max_counter_hosts."""
 
     def __init__(self, table: dict | None, *, min_hosts: int, max_counter_hosts: int):
         self.min_hosts = min_hosts
         self.max_counter_hosts = max_counter_hosts
-        self.table: dict[str, list[int]] = {t: [int(v[0]), int(v[1])] for t, v in (table or {}).items()}
+        self.table: dict[str, list[int]] = {t: [int(v[0]), int(v[1]), int(v[2]) if len(v) > 2 else 0]
+                                            for t, v in (table or {}).items()}
         self.active: tuple[Rule, ...] = ()
         self.version = 0            # grows whenever ``active`` changes
         self._rebuild()
@@ -61,7 +66,7 @@ class PriorTable:
             if len(self.table) >= MAX_PRIORS:
                 weakest = min(self.table, key=lambda t: (self.table[t][0], -self.table[t][1]))
                 del self.table[weakest]
-            v = self.table[text] = [0, 0]
+            v = self.table[text] = [0, 0, 0]
         return v
 
     def supported(self, text: str) -> bool:
@@ -84,6 +89,17 @@ class PriorTable:
             return True
         return False
 
+    def sampled(self, text: str) -> None:
+        """A sample on some host agreed with ``text`` (counted only for texts the table tracks)."""
+        v = self.table.get(text)
+        if v is not None:
+            v[2] += 1
+
+    def agreed(self, text: str) -> int:
+        """Samples on any host that agreed with ``text``."""
+        v = self.table.get(text)
+        return v[2] if v is not None else 0
+
     def is_active(self, text: str) -> bool:
         v = self.table.get(text)
         return v is not None and self._is_active(v)
@@ -92,5 +108,6 @@ class PriorTable:
         return {t: list(v) for t, v in self.table.items()}
 
     def view(self) -> list[dict]:
-        return [{"rule": t, "hosts": v[0], "counter_hosts": v[1], "active": self._is_active(v)}
+        return [{"rule": t, "hosts": v[0], "counter_hosts": v[1], "samples_agreed": v[2],
+                 "active": self._is_active(v)}
                 for t, v in sorted(self.table.items(), key=lambda x: (-x[1][0], x[0]))]

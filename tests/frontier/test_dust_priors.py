@@ -208,3 +208,27 @@ def test_priors_never_lose_a_page_that_a_host_gives_meaning(tmp_path_factory, se
         for r in w.learner.hosts.state(h).trusted():
             if not r.prior:
                 assert r.rule.name not in matters[h], (h, r.rule.text)
+
+
+def test_samples_that_agree_with_a_prior_on_any_host_make_it_sampled_less(tmp_path):
+    w = Web(str(tmp_path / "d"), ignores({"ref"}), prior_hosts=3, sample_share=0.0, prior_sample_share=1.0,
+            sample_halving=2, min_sample_share=0.25)
+    for i in range(3):
+        w.teach(f"http://h{i}.example")
+
+    def share(host: str, n: int = 2000) -> float:
+        w.fetch(f"{host}/p/1.html")
+        acts = [w.admit(f"{host}/p/1.html?ref=s{k}").action for k in range(n)]
+        assert set(acts) <= {SAMPLE, SKIP}
+        return acts.count(SAMPLE) / n
+
+    assert share("http://f0.example", 50) == 1.0
+    for i in range(2):                             # two samples, on two other hosts, agree
+        host = f"http://g{i}.example"
+        w.fetch(f"{host}/p/1.html")
+        assert w.admit(f"{host}/p/1.html?ref=z").action == SAMPLE
+        w.fetch(f"{host}/p/1.html?ref=z")
+    assert w.learner.priors.agreed("?ref") >= 2
+    assert 0.4 <= share("http://f1.example") <= 0.6
+    w.reopen()                                     # the count is kept with the prior table
+    assert 0.4 <= share("http://f2.example") <= 0.6
