@@ -297,7 +297,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_seed_add(args) -> int:
-    from crawlerd.supervisor import read_seeds
+    from crawlerd.startup import read_seeds
     urls: list[str] = []
     invalid = 0
     for item in args.items:
@@ -591,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from crawlerd.control import ControlError, NoDaemon
-    from crawlerd.supervisor import StartupError
+    from crawlerd.startup import StartupError
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

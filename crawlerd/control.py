@@ -114,21 +114,36 @@ class ControlServer:
     def _call(self, req: dict, fn):
         try:
             reply = fn()
-        except (ValueError, KeyError) as e:
-            return {"ok": False, "error": str(e)}
-        except Exception as e:        # a store closing at shutdown, a full disk: answer, never crash the loop
-            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
-            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+        except Exception as e:
+            return _failed(req, e)
         return reply if inspect.isawaitable(reply) else self._done(reply)
 
     async def _acall(self, req: dict, coro) -> dict:
         try:
             return self._done(await coro)
-        except (ValueError, KeyError) as e:
-            return {"ok": False, "error": str(e)}
         except Exception as e:
-            log.error("control command failed cmd=%s error=%r", req["cmd"], e)
-            return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+            return _failed(req, e)
+
+
+def _failed(req: dict, e: Exception) -> dict:
+    """The answer to a handler that raised: a bad argument (ValueError, KeyError) in its own words;
+    anything else (a store closing at shutdown, a full disk) logged and named, never crashing the loop."""
+    if isinstance(e, (ValueError, KeyError)):
+        return {"ok": False, "error": str(e)}
+    log.error("control command failed cmd=%s error=%r", req["cmd"], e)
+    return {"ok": False, "error": f"{req['cmd']} failed: {type(e).__name__}: {e}"}
+
+
+def _request_line(cmd: str, args: dict) -> bytes:
+    return json.dumps({"cmd": cmd, **args}).encode() + b"\n"
+
+
+def _reply(raw: bytes, path: str) -> dict:
+    """The daemon's answer line, parsed (ControlError when it is not JSON)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ControlError(f"garbled reply from {path}") from None
 
 
 async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
@@ -140,16 +155,13 @@ async def ask(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
     except (OSError, TimeoutError) as e:
         raise ControlError(f"cannot connect to {path}: {e}") from None
     try:
-        writer.write(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        writer.write(_request_line(cmd, args))
         line = await asyncio.wait_for(reader.readline(), timeout_s)
     except (OSError, TimeoutError, asyncio.LimitOverrunError, ValueError) as e:
         raise ControlError(f"no answer on {path}: {e!r}") from None
     finally:
         writer.close()
-    try:
-        return json.loads(line)
-    except ValueError:
-        raise ControlError(f"garbled reply from {path}") from None
+    return _reply(line, path)
 
 
 def _claim_socket_path(path: str) -> None:
@@ -182,7 +194,7 @@ def request(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
             if e.errno in (errno.ENOENT, errno.ECONNREFUSED):
                 raise NoDaemon(f"no crawlerd is running (no answer on {path})") from None
             raise ControlError(f"cannot connect to {path}: {e.strerror}") from None
-        s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        s.sendall(_request_line(cmd, args))
         buf = bytearray()
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)
@@ -193,7 +205,4 @@ def request(path: str, cmd: str, timeout_s: float = 10.0, **args) -> dict:
         raise ControlError(f"crawlerd did not answer on {path} within {timeout_s:g}s") from None
     finally:
         s.close()
-    try:
-        return json.loads(buf)
-    except ValueError:
-        raise ControlError(f"garbled reply from {path}") from None
+    return _reply(buf, path)

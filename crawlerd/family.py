@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
-import fcntl
 import json
 import logging
 import os
@@ -50,13 +49,15 @@ from crawlerd import config as configmod
 from crawlerd.child import child_env, python_argv
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
+from crawlerd.last_run import reserve_last_run, write_last_run
 from crawlerd.metrics import tune_malloc
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
 from crawlerd.shard.member import outbox_for
+from crawlerd.startup import StartupError, claim_data_dir, release_data_dir
 from crawlerd.store.recover import recover as recover_warc
-from crawlerd.supervisor import EXIT_NOT_OWNER, StartupError, read_seeds, reserve_last_run, write_last_run
+from crawlerd.supervisor import EXIT_NOT_OWNER
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.hosts import host_key, shard_of_url
 
@@ -125,22 +126,7 @@ class Family:
         problem = data_dir_problem(d)
         if problem:
             raise StartupError(problem)
-        self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StartupError(f"data dir {d} is in use by another crawlerd") from None
-        seeds: list[str] = []
-        files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
-        for path in files:
-            good, bad = read_seeds(path)
-            seeds += good
-            self.seeds_invalid += bad
-        try:
-            for line in layout.prepare(d, self.n):
-                log.info("data dir: %s", line)
-        except (layout.LayoutError, OSError) as e:
-            raise StartupError(str(e)) from None
+        self._lock_fd, seeds, self.seeds_invalid = claim_data_dir(self.cfg, self.n, self.seeds_files)
         reserve_last_run(self.cfg.path("last-run.json"))
         for i in range(self.n):     # a shard's final stats of this run, not of an earlier one
             with contextlib.suppress(FileNotFoundError):
@@ -568,9 +554,7 @@ class Family:
         if self._slots is not None:
             self._slots.close()
             self._slots = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        release_data_dir(self._lock_fd)
+        self._lock_fd = None
         self.notifier.close()
 

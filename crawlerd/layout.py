@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 
+from crawlerd.store.fsync import fsync_dir
+
 CRAWL_FILE = "crawl.json"
 LAYOUT_VERSION = 1
 # a shard's own state, by name under its directory (the flat layout had them under the data dir)
@@ -134,8 +136,8 @@ def prepare(data_dir: str, shards: int) -> list[str]:
                                   f"move one of them away by hand")
             os.rename(os.path.join(data_dir, part), target)
             done.append(f"migrated {part} to shards/0/{part}")
-        _fsync_dir(dest)
-        _fsync_dir(data_dir)
+        fsync_dir(dest)
+        fsync_dir(data_dir)
     for i in range(shards):
         os.makedirs(shard_dir(data_dir, i), exist_ok=True)
     if stored is None:
@@ -150,12 +152,4 @@ def _write_json(path: str, doc: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(os.path.dirname(path) or ".")

@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
-import fcntl
 import gc
-import json
 import logging
 import os
 import signal
@@ -41,6 +39,7 @@ from crawlerd import config as configmod
 from crawlerd import control, layout
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
+from crawlerd.last_run import reserve_last_run, write_last_run
 from crawlerd.metrics import Metrics, process_usage, tune_malloc
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.outcome import Outcome, storage_error
@@ -48,6 +47,7 @@ from crawlerd.sdnotify import Notifier
 from crawlerd.seen import DrumError
 from crawlerd.shard import Shard, data_dir_problem, free_space_problem, whynot
 from crawlerd.shard.member import MemberError, MemberParts, open_member
+from crawlerd.startup import StartupError, claim_data_dir, release_data_dir
 from crawlerd.store.recover import recover as recover_warc
 from crawlerd.url.canonical import normalize
 from crawlerd.url.hosts import host_key
@@ -58,7 +58,6 @@ STORE_ERRORS = (OSError, lmdb.Error, DrumError)
 # a cluster member that may not run its shard (another node holds or took its lease; EX_TEMPFAIL):
 # not a crash, the family asks again after the lease TTL
 EXIT_NOT_OWNER = 75
-LAST_RUN_RESERVE_BYTES = 256 * 1024     # last-run.json is a few KiB; written in place on a full disk
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
@@ -69,10 +68,6 @@ NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outco
 # per-shard fields in `status` (`stats` has each shard's whole dict)
 SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "leases", "processing", "queued",
                  "hosts_active")
-
-
-class StartupError(Exception):
-    """A one-line reason the daemon cannot start (bad seeds file, data dir in use, ...)."""
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -98,26 +93,6 @@ def setup_logging(level: str, tag: str = "") -> None:
         h.setFormatter(KeyValueFormatter(tag))
         root.addHandler(h)
     root.setLevel(level.upper())
-
-
-def read_seeds(path: str) -> tuple[list[str], int]:
-    """Seed URLs from a file (one per line, # comments); returns (valid, invalid count)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise StartupError(f"cannot read seeds file {path}: {e.strerror}") from None
-    good, bad = [], 0
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if normalize(line) is None:
-            bad += 1
-            log.warning("seed skipped: not an http(s) URL url=%r", line[:200])
-        else:
-            good.append(line)
-    return good, bad
 
 
 class Supervisor:
@@ -156,22 +131,7 @@ class Supervisor:
             self.reserve_last_run()
             return []
         problem = free_space_problem(self.cfg.crawl.data_dir, self.cfg.storage.min_free_bytes)
-        self._lock_fd = os.open(self.cfg.path("lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StartupError(f"data dir {self.cfg.crawl.data_dir} is in use by another crawlerd") from None
-        seeds: list[str] = []
-        files = self.seeds_files or ([self.cfg.crawl.seeds_file] if self.cfg.crawl.seeds_file else [])
-        for path in files:
-            good, bad = read_seeds(path)
-            seeds += good
-            self.seeds_invalid += bad
-        try:
-            for line in layout.prepare(self.cfg.crawl.data_dir, self.cfg.crawl.shards):
-                log.info("data dir: %s", line)
-        except (layout.LayoutError, OSError) as e:
-            raise StartupError(str(e)) from None
+        self._lock_fd, seeds, self.seeds_invalid = claim_data_dir(self.cfg, self.cfg.crawl.shards, self.seeds_files)
         try:
             os.makedirs(self.cfg.path("warc"), exist_ok=True)
             # recovery only cuts torn tails and writes indexes: it can work on a full disk
@@ -505,60 +465,9 @@ class Supervisor:
         if self.parts is not None:
             self.parts.close()
             self.parts = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        release_data_dir(self._lock_fd)
+        self._lock_fd = None
         self.notifier.close()
-
-
-def write_last_run(path: str, stats: dict) -> None:
-    """The final stats of a run (temp name, fsync, rename).
-
-    On a full disk the rename way has no room: the file is then overwritten in place, in the
-    blocks ``reserve_last_run`` set aside at start (JSON ignores the trailing spaces)."""
-    data = json.dumps(stats, indent=1, sort_keys=True, default=str).encode()
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        return
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-    try:
-        with open(path, "r+b") as f:
-            size = os.fstat(f.fileno()).st_size
-            if len(data) > size:
-                raise OSError(28, f"the {size} bytes set aside are too few")
-            f.write(data + b" " * (size - len(data)))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:
-        log.error("cannot write %s: %s", path, e.strerror)
-
-
-def reserve_last_run(path: str) -> None:
-    """Set aside LAST_RUN_RESERVE_BYTES for last-run.json while there is room (see write_last_run)."""
-    try:
-        with open(path, "rb") as f:
-            old = f.read(LAST_RUN_RESERVE_BYTES).rstrip()
-    except OSError:
-        old = b"{}"
-    if len(old) >= LAST_RUN_RESERVE_BYTES:
-        return
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(old + b" " * (LAST_RUN_RESERVE_BYTES - len(old)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        log.warning("cannot set aside room for %s: %s", path, e.strerror)
 
 
 def _die_with_parent() -> None:

@@ -56,15 +56,17 @@ Restarted
     request had lasted until the restart; without a journal of this boot (an
     OS crash) every host waits the grace of ``Politeness.restart_grace_s``.
 
-Modules: ``scheduler`` (the Frontier: queue, schedule, lease, release),
-``operations`` (its operator side: blocklist, drops, stats, invariant checks),
-``queues`` (LMDB tables and durability), ``journal`` (requests in flight),
-``hosts`` (per-host state), ``ips``
-(per-IP state), ``keyindex`` (compact key -> slot index), ``politeness`` (the
-gap rule), ``blocklist``, ``items`` (records and their byte layouts); ``dust``
-(per-host URL rewrite rules learned from archived pages and the admission
-decisions they make; ``dust_evidence``, ``dust_rules``, ``dust_store``), used by
-the shard between the seen-set and ``Frontier.add``.
+Modules: ``scheduler`` (the Frontier: add, the lease and release calls, DNS and robots
+answers, commits), ``schedule`` (where each active host waits, what a DNS answer changes,
+slots for waiting hosts), ``leasing`` (one host's lease taken and given back), ``restart``
+(the last run's leases and dues back), ``operations`` (its operator side: blocklist, drops,
+stats, invariant checks), ``queues`` (LMDB tables and durability), ``journal`` (requests in
+flight), ``hosts`` (per-host state), ``ips`` (per-IP state), ``keyindex`` (compact key ->
+slot index), ``politeness`` (the gap rule), ``blocklist``, ``items`` (records and their byte
+layouts), ``budgets`` (STAR/BEAST); ``dust`` (per-host URL rewrite rules learned from
+archived pages and the admission decisions they make; ``dust_evidence``, ``dust_rules``,
+``dust_priors``, ``dust_hosts``, ``dust_suspects``, ``dust_store``), used by the shard
+between the seen-set and ``Frontier.add``.
 """
 
 from crawlerd.frontier.items import KIND_ROBOTS, KIND_URL, Lease, QueuedURL

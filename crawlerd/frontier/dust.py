@@ -24,8 +24,8 @@ NORMAL   everything else.
 Nothing is dropped on suspicion: a URL is either queued (NORMAL, PROBE, SAMPLE, DEFER) or
 skipped because a trusted rule maps it onto content already in the archive. Rules, evidence,
 the archived set and the skip log persist under ``<data_dir>/dust`` (``dust_store``); the
-suspect table is RAM only (losing it means fetching, never skipping). Rules and evidence:
-``dust_evidence``; their grammar: ``dust_rules``.
+suspect table (``dust_suspects``) is RAM only (losing it means fetching, never skipping). Rules
+and evidence: ``dust_evidence``, cached per host in ``dust_hosts``; their grammar: ``dust_rules``.
 """
 
 from __future__ import annotations
@@ -38,14 +38,16 @@ from typing import NamedTuple
 import numpy as np
 from xxhash import xxh3_64_intdigest as _fp
 
-from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence, HostState
+from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
+from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
-from crawlerd.frontier.dust_rules import MAX_VIEW_TOKEN, Rule, parse, skeleton, unparse
+from crawlerd.frontier.dust_rules import alt_path, parse, rule_mark, skeleton, unparse
 from crawlerd.frontier.dust_store import CANON, SKEL, URL, DustStore
+from crawlerd.frontier.dust_suspects import ClassTable
 from crawlerd.url.canonical import fingerprint
 from crawlerd.url.hosts import host_key as host_key_of
 
-__all__ = ["DustLearner", "ClassTable", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
+__all__ = ["DustLearner", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "DEFER", "SKIP"]
 
 NORMAL, PROBE, SAMPLE, DEFER, SKIP = "normal", "probe", "sample", "defer", "skip"
 _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory token" keys
@@ -54,34 +56,6 @@ _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
-
-
-def _alt_path(url: str, relevant: frozenset[str]) -> str:
-    """A URL without query or path parameters, minus its first directory token when that is short
-    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and followed by at least
-    one more directory; else "". Must agree with ``dust_rules.skeleton``."""
-    s = url.find("/", 8)                # the path's "/" (scheme://host is at least 8 characters)
-    if s < 0:
-        return ""
-    e = url.find("/", s + 1)
-    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or url.find("/", e + 1) < 0 or \
-            url[s + 1:e] in relevant:
-        return ""
-    return url[:s] + url[e:]
-
-
-_MARKS: dict[Rule, str] = {}
-
-
-def _mark(rule: Rule) -> str:
-    """A substring every URL the rule rewrites contains (``name=`` or a bare ``name`` of a
-    query parameter, ``;name``, ``/token/``)."""
-    m = _MARKS.get(rule)
-    if m is None:
-        m = f"/{rule.name}/" if rule.kind == "/" else (rule.name if rule.kind == "?" else f";{rule.name}")
-        if len(_MARKS) < 4096:
-            _MARKS[rule] = m
-    return m
 
 
 class Decision(NamedTuple):
@@ -104,58 +78,6 @@ class Changes:
     promote: bool = False                                 # the host's deferred URLs may be suspects no more
 
 
-class _HostInfo(NamedTuple):
-    """What admission needs of a host, kept in RAM for hosts with trusted rules, relevant names or
-    retired rules."""
-    trusted: tuple[tuple[Rule, int], ...]
-    epoch: int
-    relevant: frozenset[str]
-    names: dict[int, str]           # rule id -> text
-    priors: frozenset[int]          # ids of rules trusted as cross-host priors only
-    retired: frozenset[str]         # texts of rules retired here (never adopted again)
-    samples: dict[str, int]         # rule text -> samples that agreed with it (kept current in place)
-
-
-_NO_RULES: tuple = ()
-
-
-class ClassTable:
-    """Skeleton keys of recently admitted URLs: a set-associative cache of 64-bit keys (WAYS per
-    bucket, round-robin replacement), RAM only. Invariant: holds at most ``capacity`` keys; a
-    key lost to replacement makes a later duplicate look new (fetched), never the reverse."""
-
-    WAYS = 4
-
-    def __init__(self, entries: int):
-        nb = 1 << max(8, (max(1, entries // self.WAYS) - 1).bit_length())
-        self._t = np.zeros((nb, self.WAYS), dtype=np.uint64)
-        self._next = np.zeros(nb, dtype=np.uint8)
-        self._mask = np.uint64(nb - 1)
-        self.capacity = nb * self.WAYS
-
-    def _prep(self, keys) -> tuple[np.ndarray, np.ndarray]:
-        k = np.asarray(keys, dtype=np.uint64)
-        k = np.where(k == 0, np.uint64(1), k)
-        return k, ((k ^ (k >> np.uint64(29))) & self._mask).astype(np.intp)
-
-    def has_many(self, keys) -> np.ndarray:
-        k, b = self._prep(keys)
-        return (self._t[b] == k[:, None]).any(axis=1)
-
-    def add_many(self, keys) -> None:
-        k, b = self._prep(keys)
-        keep = ~(self._t[b] == k[:, None]).any(axis=1)
-        k, b = k[keep], b[keep]
-        for _ in range(self.WAYS):          # keys sharing a bucket in one batch: one per round
-            if not len(k):
-                break
-            ub, first = np.unique(b, return_index=True)
-            w = self._next[ub]
-            self._t[ub, w] = k[first]
-            self._next[ub] = (w + 1) % self.WAYS
-            rest = np.ones(len(k), dtype=bool)
-            rest[first] = False
-            k, b = k[rest], b[rest]
 
 
 class DustLearner:
@@ -181,110 +103,21 @@ class DustLearner:
         self.max_probes_per_host = confirmations + 2
         self._clock = clock
         self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync)
-        self._cache: OrderedDict[str, HostState] = OrderedDict()
-        self._dirty: set[str] = set()
-        self._info: dict[str, _HostInfo] = {}
-        self._skips_by_host: Counter[str] = Counter()
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
-        self._marks: tuple[int, tuple[str, ...]] = (-1, ())
-        self._bare: tuple[int, tuple] = (-1, ())
-        # id(host info) -> (that info, priors version, its rules): infos are replaced when their rules
-        # change (only the sample counts change in place, and rules do not depend on them)
-        self._rules_cache: OrderedDict[int, tuple] = OrderedDict()
-        for host, rec in self.store.hosts():
-            st = HostState(rec)
-            self._refresh(host, st)
-            self._skips_by_host[host] = sum(r.skips for r in st.rules)
+        self.counters: Counter[str] = Counter()
+        self._host_probes: Counter[str] = Counter()
+        self.hosts = DustHosts(self.store, self.priors, cache_hosts=cache_hosts, max_host_bytes=max_host_bytes,
+                               clock=clock, counters=self.counters, on_evict=self._forget_host)
         self._classes = ClassTable(class_entries)
         # fp -> (kind, rule, canonical, its digest u32, its simhash) of probes and samples in flight
         self._pending: OrderedDict[int, tuple[str, str, str, int, int]] = OrderedDict()
-        self._host_probes: Counter[str] = Counter()
         self._learning: OrderedDict[str, None] = OrderedDict()     # hosts with candidate rules
         self.tokens = _INITIAL_TOKENS
-        self.counters: Counter[str] = Counter()
 
-    # -- host state ----------------------------------------------------------------------------
-    def _state(self, host: str) -> HostState:
-        st = self._cache.get(host)
-        if st is not None:
-            self._cache.move_to_end(host)
-            return st
-        st = HostState(self.store.get_host(host))
-        self._cache[host] = st
-        while len(self._cache) > self.cache_hosts:
-            old, ost = self._cache.popitem(last=False)
-            if old in self._dirty:
-                self._write(old, ost)
-        return st
-
-    def _write(self, host: str, st: HostState) -> None:
-        rec = st.to_record()
-        while self.store.encoded_size(rec) > self.max_host_bytes and st.shrink():
-            rec = st.to_record()
-        for gone in self.store.put_host(host, rec):      # the least recently written hosts
-            self._info.pop(gone, None)
-            self._skips_by_host.pop(gone, None)
-            self._host_probes.pop(gone, None)
-        self._dirty.discard(host)
-
-    def _refresh(self, host: str, st: HostState) -> None:
-        trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))
-        if trusted or st.relevant or st.retired:
-            self._info[host] = _HostInfo(trusted, st.epoch, frozenset(st.relevant),
-                                         {r.id: r.rule.text for r in st.rules},
-                                         frozenset(r.id for r in st.rules if r.prior),
-                                         frozenset(r.rule.text for r in st.retired),
-                                         {r.rule.text: r.samples for r in st.rules if r.samples})
-        else:
-            self._info.pop(host, None)
-
-    def _rules(self, info: _HostInfo | None) -> tuple[tuple[Rule, int], ...]:
-        """The rules admission applies on a host: its trusted ones (an adopted prior only while the
-        prior is active), then the active priors it has not adopted (id -1) whose name it does not
-        know to change content and that it never retired."""
-        active = self.priors.active
-        if info is None:
-            if self._bare[0] != self.priors.version:
-                self._bare = (self.priors.version, tuple((r, -1) for r in active))
-            return self._bare[1]
-        hit = self._rules_cache.get(id(info))
-        if hit is not None and hit[0] is info and hit[1] == self.priors.version:
-            return hit[2]
-        out = self._host_rules(info, active)
-        self._rules_cache[id(info)] = (info, self.priors.version, out)
-        while len(self._rules_cache) > self.cache_hosts:
-            self._rules_cache.popitem(last=False)
-        return out
-
-    def _host_rules(self, info: _HostInfo, active: tuple[Rule, ...]) -> tuple[tuple[Rule, int], ...]:
-        own = info.trusted
-        if info.priors:
-            own = tuple(x for x in own if x[1] not in info.priors or self.priors.is_active(info.names[x[1]]))
-        if not active:
-            return own
-        texts = info.names.values()
-        rel, ret = info.relevant, info.retired
-        extra = tuple((r, -1) for r in active if r.name not in rel and r.text not in ret and r.text not in texts)
-        return own + extra if extra else own
-
-    def _prior_marks(self) -> tuple[str, ...]:
-        """Substrings one of which a URL must contain for an active prior to rewrite it."""
-        if self._marks[0] != self.priors.version:
-            self._marks = (self.priors.version, tuple(sorted({_mark(r) for r in self.priors.active})))
-        return self._marks[1]
-
-    def _adopt(self, host: str, rule: Rule) -> _HostInfo | None:
-        """Trust an active prior on ``host`` (its first use there): the host's info after, or None."""
-        st = self._state(host)
-        rs = st.adopt(rule, self._clock())
-        if rs is None:
-            return None
-        self.counters["priors_adopted"] += 1
-        self.store.meta["adopted"] = self.store.meta.get("adopted", 0) + 1
-        self._refresh(host, st)
-        self._dirty.add(host)
-        return self._info.get(host)
+    def _forget_host(self, host: str) -> None:
+        """The store dropped the host's record (bounds): its probe count goes too."""
+        self._host_probes.pop(host, None)
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, url: str, fp: int, depth: int = 1, hops: int = 0) -> Decision:
@@ -299,7 +132,7 @@ class DustLearner:
         Hot path (every new URL): plain string work, one hash per URL with parameters or a short
         first directory, the table looked up once per batch."""
         out: list[Decision] = [_NORMAL] * len(urls)
-        info = self._info
+        info = self.hosts.info
         priors = bool(self.priors.active)
         defer = self.defer
         idx: list[int] = []
@@ -325,7 +158,7 @@ class DustLearner:
                 main, _dropped, alt = skeleton(url, relevant)
                 k0 = _fp(main.encode()) if main != url else fp
             else:
-                k0, alt = fp, _alt_path(url, relevant)
+                k0, alt = fp, alt_path(url, relevant)
             idx.append(i)
             keys0.append(k0)
             keys1.append(_fp(alt.encode()) if alt else 0)
@@ -362,21 +195,21 @@ class DustLearner:
         if "?" in url or ";" in url:
             main, dropped, alt = skeleton(url, relevant)
             return main, alt, dropped
-        return url, _alt_path(url, relevant), ()
+        return url, alt_path(url, relevant), ()
 
-    def _trusted(self, url: str, fp: int, host: str, info: _HostInfo | None, sample: bool = True,
+    def _trusted(self, url: str, fp: int, host: str, info: HostInfo | None, sample: bool = True,
                  adopt: bool = True) -> Decision | None:
         """SKIP or SAMPLE when the host's trusted rules (and the active priors, ``_rules``) map
         ``url`` onto archived content. A prior that decides is adopted on the host (``adopt``)."""
-        if (info is None or not info.trusted) and not any(m in url for m in self._prior_marks()):
+        if (info is None or not info.trusted) and not any(m in url for m in self.hosts.prior_marks()):
             return None                 # the hot path: no prior can touch this URL
-        rules = self._rules(info)
+        rules = self.hosts.rules(info)
         if not rules:
             return None
         q = None
         used = []
         for rule, rid in rules:
-            if _mark(rule) not in url:  # a substring test before the parse and the rewrite
+            if rule_mark(rule) not in url:  # a substring test before the parse and the rewrite
                 continue
             if q is None:
                 q = parse(url)
@@ -394,7 +227,7 @@ class DustLearner:
             if new and not adopt:
                 return _DEFER
             for rule in new:
-                info = self._adopt(host, rule)
+                info = self.hosts.adopt(host, rule)
                 if info is None:
                     return None
             # the skip is logged under every rule that made it: any one's retirement gives it back
@@ -444,7 +277,7 @@ class DustLearner:
         """Fetch this deferred URL now as a probe? (Only if what it may duplicate is archived.)"""
         if not self.wants_probe(host):
             return False
-        info = self._info.get(host)
+        info = self.hosts.info.get(host)
         main, alt, _ = self._skeleton(url, info.relevant if info else _NOTHING)
         if self.store.archived(fingerprint(main)) is None and not (alt and self.store.archived(fingerprint(alt))):
             return False
@@ -463,13 +296,13 @@ class DustLearner:
 
     def check_lease(self, url: str, fp: int, host: str) -> Decision | None:
         """At lease time (URLs queued before a rule was trusted): a SKIP decision, or None: fetch."""
-        d = self._trusted(url, fp, host, self._info.get(host))
+        d = self._trusted(url, fp, host, self.hosts.info.get(host))
         return d if d is not None and d.action == SKIP else None
 
     def still_suspect(self, url: str, host: str) -> bool:
         """For a deferred URL after its host learned something: stay deferred? (A URL it lets go
         becomes the first of its skeleton, so its own variants stay suspects.)"""
-        info = self._info.get(host)
+        info = self.hosts.info.get(host)
         if self._trusted(url, fingerprint(url), host, info, sample=False, adopt=False) is not None:
             return True
         main, alt, _ = self._skeleton(url, info.relevant if info else frozenset())
@@ -483,7 +316,7 @@ class DustLearner:
     def skipped(self, host: str, decision: Decision, record: bytes) -> None:
         """The shard skipped a URL on ``decision``: count it under its rule and log ``record``
         (its seen-set record) so a retirement of the rule queues it again."""
-        st = self._state(host)
+        st = self.hosts.state(host)
         self.counters["skipped"] += 1
         self.store.meta["skipped"] = self.store.meta.get("skipped", 0) + 1
         for text in decision.rule.split(RULE_JOIN):
@@ -492,13 +325,13 @@ class DustLearner:
                 continue
             rs.skips += 1
             rs.logged = self.store.log_skip(host, rs.rule.text, record, rs.logged)
-            self._dirty.add(host)
-        self._skips_by_host[host] += 1
+            self.hosts.dirty.add(host)
+        self.hosts.skips_by_host[host] += 1
 
     # -- evidence -----------------------------------------------------------------------------
     def observe(self, url: str, fp: int, host: str, digest: bytes, simhash: int, canonical: str = "") -> Changes:
         """One archived 200 answer: learn from it, record it in the archived set."""
-        st = self._state(host)
+        st = self.hosts.state(host)
         same_host = canonical if canonical and host_key_of(canonical) == host else ""
         ev = Evidence(url, int.from_bytes(digest[:8], "big"), simhash, same_host)
         learned = st.learn(ev, k=self.k, near_bits=self.near_bits, window=self.window, now=self._clock())
@@ -523,7 +356,7 @@ class DustLearner:
                     rs.samples += 1
                     if rs.state != RETIRED:
                         self.priors.sampled(text)
-                    info = self._info.get(host)
+                    info = self.hosts.info.get(host)
                     if info is not None:
                         info.samples[text] = rs.samples
         # a name this host now shows to change content: rules adopted from priors about it go
@@ -550,7 +383,7 @@ class DustLearner:
             ch.requeue += self.store.pop_skips(host, rs.rule.text)
             rs.logged = 0
         if learned.trusted or learned.retired or learned.relevant:
-            self._refresh(host, st)
+            self.hosts.refresh(host, st)
         if any(r.state != TRUSTED for r in st.rules):
             self._learning[host] = None
             while len(self._learning) > _PENDING:
@@ -560,7 +393,7 @@ class DustLearner:
         ch.promote = bool(learned.retired or learned.relevant)
         d32 = int.from_bytes(digest[:4], "big")
         self.store.add_archived(fp, URL, digest=d32, simhash=simhash)
-        info = self._info.get(host)
+        info = self.hosts.info.get(host)
         if self.priors.active:
             info = self._adopt_seen(url, host, info, same_host) or info
         main = self._skeleton(url, info.relevant if info else frozenset())[0]
@@ -569,17 +402,17 @@ class DustLearner:
         if info is not None and info.trusted:
             for e in (st.evidence if learned.trusted else st.evidence[-1:]):
                 self._record_rewrite(e, info)
-        self._dirty.add(host)
+        self.hosts.dirty.add(host)
         return ch
 
-    def _adopt_seen(self, url: str, host: str, info: _HostInfo | None, canonical: str) -> _HostInfo | None:
+    def _adopt_seen(self, url: str, host: str, info: HostInfo | None, canonical: str) -> HostInfo | None:
         """An archived URL that an active prior rewrites: adopt the prior on its host, so that the
         rewrite's image counts as archived (``_record_rewrite``). Not when the page declares a
         canonical other than that image (the site says the parameter matters)."""
         q = None
         out = None
-        for rule, rid in self._rules(info):
-            if rid >= 0 or _mark(rule) not in url:
+        for rule, rid in self.hosts.rules(info):
+            if rid >= 0 or rule_mark(rule) not in url:
                 continue
             if q is None:
                 q = parse(url)
@@ -589,12 +422,12 @@ class DustLearner:
             if canonical and canonical != unparse(n):
                 # several priors may apply: the page's canonical must be the image of them all
                 full = n
-                for other, orid in self._rules(info):
+                for other, orid in self.hosts.rules(info):
                     if orid < 0 and other is not rule:
                         full = other.apply(full) or full
                 if canonical != unparse(full):
                     continue
-            out = self._adopt(host, rule) or out
+            out = self.hosts.adopt(host, rule) or out
             info = out or info
         return out
 
@@ -608,7 +441,7 @@ class DustLearner:
             return AGREE if ev.canonical == canonical else NEUTRAL
         return DISAGREE
 
-    def _record_rewrite(self, e: Evidence, info: _HostInfo) -> None:
+    def _record_rewrite(self, e: Evidence, info: HostInfo) -> None:
         q = parse(e.url)
         used = []
         for rule, rid in info.trusted:
@@ -625,11 +458,7 @@ class DustLearner:
     # -- durability and reporting -------------------------------------------------------------
     def commit(self) -> None:
         self.store.meta["priors"] = self.priors.to_record()
-        for host in list(self._dirty):
-            st = self._cache.get(host)
-            if st is not None:
-                self._write(host, st)
-        self._dirty.clear()
+        self.hosts.write_dirty()
         self.store.commit()
 
     def close(self) -> None:
@@ -638,16 +467,16 @@ class DustLearner:
             self.store.close()
 
     def rules_of(self, host: str) -> list[dict]:
-        st = self._state(host)
+        st = self.hosts.state(host)
         rules = sorted(st.rules, key=lambda r: (r.state != TRUSTED, -r.skips, -r.confirmations))
         return [r.view() for r in rules] + [r.view() for r in st.retired if r.mismatches]
 
     def stats(self, top_hosts: int = 10, top_rules: int = 5) -> dict:
         meta = self.store.meta
-        trusted = sum(len(i.trusted) for i in self._info.values())
-        hosts = sorted((h for h, i in self._info.items() if i.trusted),
-                       key=lambda h: (-self._skips_by_host[h], h))[:top_hosts]
-        return {"rules_trusted": trusted, "hosts_with_rules": sum(1 for i in self._info.values() if i.trusted),
+        trusted = sum(len(i.trusted) for i in self.hosts.info.values())
+        hosts = sorted((h for h, i in self.hosts.info.items() if i.trusted),
+                       key=lambda h: (-self.hosts.skips_by_host[h], h))[:top_hosts]
+        return {"rules_trusted": trusted, "hosts_with_rules": sum(1 for i in self.hosts.info.values() if i.trusted),
                 "rules_learned_total": meta.get("learned", 0), "rules_retired_total": meta.get("retired", 0),
                 "sample_mismatches_total": meta.get("mismatches", 0), "skipped_total": meta.get("skipped", 0),
                 "probe_tokens": round(self.tokens, 2), "priors_active": len(self.priors.active),

@@ -335,6 +335,34 @@ def skeleton(url: str, relevant: frozenset[str]) -> tuple[str, tuple[str, ...], 
     return main, tuple(sorted(set(dropped))), alt
 
 
+def alt_path(url: str, relevant: frozenset[str]) -> str:
+    """A URL without query or path parameters, minus its first directory token when that is short
+    (``/m/``, ``/amp/``, ``/print/``: view tokens), not known to matter and followed by at least
+    one more directory; else "". Must agree with ``skeleton``."""
+    s = url.find("/", 8)                # the path's "/" (scheme://host is at least 8 characters)
+    if s < 0:
+        return ""
+    e = url.find("/", s + 1)
+    if e < 0 or e == s + 1 or e - s - 1 > MAX_VIEW_TOKEN or url.find("/", e + 1) < 0 or \
+            url[s + 1:e] in relevant:
+        return ""
+    return url[:s] + url[e:]
+
+
+_MARKS: dict[Rule, str] = {}
+
+
+def rule_mark(rule: Rule) -> str:
+    """A substring every URL the rule rewrites contains (``name=`` or a bare ``name`` of a
+    query parameter, ``;name``, ``/token/``)."""
+    m = _MARKS.get(rule)
+    if m is None:
+        m = f"/{rule.name}/" if rule.kind == "/" else (rule.name if rule.kind == "?" else f";{rule.name}")
+        if len(_MARKS) < 4096:
+            _MARKS[rule] = m
+    return m
+
+
 def differing_name(a: Parts, b: Parts) -> str:
     """The one parameter name (query or path parameter) or directory token by which two URLs
     of a host differ, or "" when they differ in more than that (then a content difference

@@ -7,8 +7,6 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
-import xxhash
-
 from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier import journal
@@ -16,46 +14,21 @@ from crawlerd.frontier.blocklist import Blocklist
 from crawlerd.frontier.hosts import HostRecord, HostTable, wall_of, wall_record
 from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
-    KIND_ROBOTS,
-    KIND_URL,
     PRIORITY_DEFERRED,
     Lease,
     QueuedURL,
-    decode_tagged,
-    decode_url,
-    encode_tagged,
     encode_url,
-    hprefix,
     qkey,
-    qkey_level,
-    qprefix,
-    with_attempts,
 )
-from crawlerd.frontier.operations import IN_HEAP as _IN_HEAP
+from crawlerd.frontier.leasing import LeaseOut, Leasing
 from crawlerd.frontier.operations import FrontierOps
-from crawlerd.frontier.politeness import RETRY_LATER_STATUS, Politeness, is_failure, is_retryable
-from crawlerd.frontier.queues import FrontierStore, u64
-from crawlerd.outcome import BACKOFF_OUTCOMES, Outcome
+from crawlerd.frontier.politeness import Politeness
+from crawlerd.frontier.queues import FrontierStore
+from crawlerd.frontier.restart import Restart
+from crawlerd.frontier.schedule import HostSchedule
+from crawlerd.outcome import Outcome
 
 GiB = 1 << 30
-
-
-class _Out:
-    """A lease in flight. Key: lease id in ``Frontier._leases``."""
-
-    __slots__ = ("lease", "slot", "hid", "ip", "key", "urec")
-
-    def __init__(self, lease: Lease, slot: int, hid: int, ip: int, key: bytes | None, urec: bytes | None):
-        self.lease, self.slot, self.hid, self.ip, self.key, self.urec = lease, slot, hid, ip, key, urec
-
-
-# A lease put off because another shard holds its IP looks again this much later, seconds.
-SHARED_IP_RETRY_S = 0.02
-
-
-def ip_key(ip: str) -> int:
-    """The shared IP slot table's key of an address (xxh3_64 of its text)."""
-    return xxhash.xxh3_64_intdigest(ip.encode())
 
 
 # Upper bound on the time between the frontier's last commit and a crash: the shard commits at
@@ -118,7 +91,6 @@ class Frontier:
         self._levels = priority_levels + (1 if deferred_level else 0)     # queue levels on disk
         self._top = priority_levels - 1                     # the last level of the weighted pick
         self.deferred_level: int | None = priority_levels if deferred_level else None
-        self._dbit = 1 << priority_levels if deferred_level else 0
         self._pol = Politeness(delay_factor, min_delay_s, max_delay_s, crawl_delay_cap_s, backoff_base_s,
                                backoff_max_s, retry_after_cap_s, park_after_failures, park_s)
         self._grace = self._pol.restart_grace_s(ip_delay_s)
@@ -133,15 +105,13 @@ class Frontier:
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
         self._shared = shared_ips
         self._ip_delay_s = ip_delay_s
-        self.shared_ip_waits = 0         # leases put off because another shard held the IP
         self._heap = DueHeap(1024)
-        self._leases: dict[int, _Out] = {}
+        self._leases: dict[int, LeaseOut] = {}
         self._min_deadline = math.inf
         self._need_dns: set[int] = set()
         self._dirty: set[int] = set()
         self._blocked_slots: set[int] = set()
         self._ops = 0
-        self._wpicks = 0
         self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._seen_mark = self._store.load_mark(b"seen")
@@ -169,249 +139,26 @@ class Frontier:
         self._c["session"] += 1
         self._c["clean"] = 0
         self._session = self._c["session"]
-        self._book.recovered = self._recover(now, replay, crashed, last)
+        self._sched = HostSchedule(store=self._store, counts=self._c, hosts=self._hosts, ips=self._ips,
+                                   heap=self._heap, need_dns=self._need_dns, dirty=self._dirty,
+                                   blocked_slots=self._blocked_slots, blocklist=self._blocklist, book=self._book,
+                                   host_concurrency=self._host_conc, ip_floor=self._ip_floor, levels=self._levels,
+                                   top=self._top, deferred_level=self.deferred_level, session=self._session,
+                                   off=self._off, not_before=self._not_before, pol=self._pol, rng=self._rng)
+        restart = Restart(store=self._store, counts=self._c, book=self._book, blocklist=self._blocklist,
+                          hosts=self._hosts, ips=self._ips, ip_floor=self._ip_floor, schedule=self._sched,
+                          levels=self._levels, lease_timeout_s=self._lease_timeout_s, pol=self._pol,
+                          off=self._off, grace=self._grace)
+        self._book.recovered = restart.recover(now, replay, crashed, last)
         self._commit()
         self._journal = journal.InflightJournal(
             path, self._session, {ip: wall_of(t - self._ips.delay_s, self._off) for ip, t in self._ip_floor.items()})
-
-    # == recovery ===========================================================
-    def _recover(self, now: float, replay: journal.Replay, crashed: bool, last_wall: float) -> int:
-        """Return leases of the last run to their queues; activate hosts with work. Returns leases restored.
-
-        Politeness across the restart (ARCHITECTURE.md invariant 1): records hold each host's
-        due as of the last commit; the journal adds the dues of requests that ended since, and
-        names the hosts whose request may have been cut off. Those wait a whole gap counted from
-        the latest the request can have ended (now, or its lease deadline), as if it had lasted
-        that long; every other host resumes at its own due.
-        """
-        self._replay(replay, now)
-        st, txn = self._store, self._store.txn()
-        touched: dict[str, HostRecord] = {}
-        restored = 0
-        done = set(replay.completed)
-        redone = 0
-        for _lid, raw in txn.cursor(db=st.leases):
-            _tag, hk, key, urec = decode_tagged(raw)
-            if key in done:
-                # archived and completed after the last commit: the journal says so, do not fetch again
-                done.discard(key)
-                redone += 1
-                continue
-            rec = touched.get(hk)
-            if rec is None:
-                rec = touched[hk] = HostRecord.decode(txn.get(hk.encode("utf-8", "surrogateescape"), db=st.hosts))
-            txn.put(key, urec, db=st.queues)
-            restored += 1
-        txn.drop(st.leases, delete=False)
-        self._c["queued"] += restored
-        for key in done:                     # leased and completed since the last commit
-            if txn.delete(key, db=st.queues):
-                self._c["queued"] -= 1
-                redone += 1
-        self._c["completed"] += redone
-        self._book.redone = redone
-        for hk, rec in touched.items():
-            txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
-        for kb, raw in st.scan(st.hosts):
-            rec = HostRecord.decode(raw)
-            mask = st.level_mask(hprefix(rec.hid), self._levels)   # records of active hosts may lag
-            if mask != rec.mask:
-                rec.mask = mask
-                txn.put(kb, rec.encode(), db=st.hosts)
-            if not mask or rec.flags & hs.FLAG_WAITING:
-                continue
-            hk = kb.decode("utf-8", "surrogateescape")
-            if self._blocklist.matches(hk):
-                self._book.drop_record_queue(hk, rec, "blocked")
-                txn.put(kb, rec.encode(), db=st.hosts)
-                continue
-            if hk in touched and not replay.usable:
-                # a lease was out at the last commit and no journal says how it ended
-                rec = wall_record(rec, now + self._off)
-                rec.due = max(rec.due, last_wall + self._grace)
-                txn.put(kb, rec.encode(), db=st.hosts)
-            if self._hosts.full():
-                self._to_waiting(hk, rec)
-            else:
-                self._activate(hk, rec, now)
-        self._fill_slots(now)                # reopened with more room than before
-        return restored
-
-    def _replay(self, replay: journal.Replay, now: float) -> None:
-        """Apply the journal of the last run to the host records (see ``_recover``)."""
-        if not replay.usable:
-            return
-        st, txn, off = self._store, self._store.txn(), self._off
-        now_wall = wall_of(now, off)
-        for hk in replay.ended.keys() | replay.inflight.keys():
-            kb = hk.encode("utf-8", "surrogateescape")
-            raw = txn.get(kb, db=st.hosts)
-            if raw is None:
-                continue
-            rec = wall_record(HostRecord.decode(raw), now_wall)
-            due = replay.ended.get(hk, rec.due)
-            t0 = replay.inflight.get(hk)
-            if t0 is not None:
-                end = max(t0, min(now_wall, t0 + self._lease_timeout_s))
-                # one step up: the sum rounded on the wall-clock grid must not end the gap early
-                due = max(due, math.nextafter(end + self._pol.gap_s(end - t0, rec.crawl_delay, rec.demote), math.inf))
-            if due > rec.due:
-                rec.due = due
-                txn.put(kb, rec.encode(), db=st.hosts)
-        if self._ips.delay_s > 0:
-            for ip, end in replay.ip_end.items():
-                floor = (min(end, now_wall) - off) + self._ips.delay_s    # wall minus off is exact (Sterbenz)
-                if floor > now:
-                    self._ip_floor[ip] = floor
-
-    def _attach_ip(self, ip: str) -> int:
-        slot = self._ips.attach(ip)
-        if self._ip_floor:
-            floor = self._ip_floor.pop(ip, None)
-            if floor is not None and floor > self._ips.due[slot]:
-                self._ips.due[slot] = floor      # the IP's own gap, begun in the last run
-        return slot
-
-    # == host activation =====================================================
-    def _activate(self, hk: str, rec: HostRecord, now: float) -> int:
-        """Give a host with work an active slot and schedule it (``rec`` holds wall-clock times)."""
-        off = self._off
-        rec = wall_record(rec, now + off)
-        rec.due -= off
-        if rec.robots_exp > 0:
-            rec.robots_exp -= off
-        if rec.session != self._session:
-            rec.ip, rec.ip_exp = "", 0.0     # resolved (and checked) again: network.allow may differ
-        else:
-            rec.ip_exp -= off
-        rec.flags &= ~hs.FLAG_WAITING
-        if rec.due < self._not_before:
-            rec.due = self._not_before
-        H = self._hosts
-        s = H.add(hk, rec, self._host_conc.get(hk, 1) if self._host_conc else 1)
-        if rec.ip and rec.ip_exp > now:
-            H.ip[s] = self._attach_ip(rec.ip)
-        self._dirty.add(s)
-        if self._blocklist and self._blocklist.matches(hk):
-            self._blocked_slots.add(s)
-        self._schedule(s, now)
-        return s
-
-    def _schedule(self, s: int, now: float) -> None:
-        """A host with work and room for a lease: into the heap, or ask DNS first."""
-        H = self._hosts
-        if H.ip[s] >= 0 and H.ip_exp[s] > now:
-            H.state[s] = hs.READY
-            self._heap.push(s, H.due[s])
-        else:
-            H.state[s] = hs.DNS
-            self._need_dns.add(s)
-
-    def _reschedule(self, s: int, due: float) -> None:
-        H = self._hosts
-        if due > H.due[s]:
-            H.due[s] = due
-        if H.state[s] in _IN_HEAP:
-            self._heap.update(s, H.due[s])
-
-    def _unschedule(self, s: int) -> None:
-        """Take a host out of whatever it waits in (heap, DNS list, IP waiters); state becomes BUSY."""
-        H = self._hosts
-        st = H.state[s]
-        if st in _IN_HEAP:
-            self._heap.remove(s)
-            if st == hs.READY and H.ip[s] >= 0:
-                self._wake_ip(H.ip[s])
-        elif st == hs.DNS:
-            self._need_dns.discard(s)
-        H.state[s] = hs.BUSY   # an IPWAIT entry left behind is skipped when popped
-
-    def _settle(self, s: int, now: float) -> None:
-        """Re-derive a host's place after its queue or leases changed."""
-        H = self._hosts
-        if H.mask[s] == 0 or s in self._blocked_slots:
-            if H.state[s] != hs.ROBOTS:
-                self._unschedule(s)
-            if H.out[s] == 0:
-                self._deactivate(s, now)
-            return
-        if H.state[s] == hs.BUSY and H.out[s] < H.conc[s]:
-            self._schedule(s, now)
-
-    def _deactivate(self, s: int, now: float) -> None:
-        H, ips = self._hosts, self._ips
-        ip = H.ip[s]
-        rec = H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "", self._off)
-        self._store.txn().put(H.keys[s].encode("utf-8", "surrogateescape"), rec.encode(), db=self._store.hosts)
-        if ip >= 0:
-            ips.detach(ip)
-        self._dirty.discard(s)
-        self._blocked_slots.discard(s)
-        H.release(s)
-        self._fill_slots(now)
-
-    def _to_waiting(self, hk: str, rec: HostRecord) -> None:
-        st = self._store
-        level = (rec.mask & -rec.mask).bit_length() - 1
-        self._c["wseq"] += 1
-        st.txn().put(bytes((level,)) + u64(self._c["wseq"]), hk.encode("utf-8", "surrogateescape"), db=st.waiting)
-        rec.flags |= hs.FLAG_WAITING
-        st.txn().put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=st.hosts)
-        self._c["waiting"] += 1
-
-    def _fill_slots(self, now: float) -> None:
-        """Move waiting hosts into free slots: weighted pick across front-queue levels (Mercator §3.2)."""
-        st = self._store
-        while self._c["waiting"] > 0 and not self._hosts.full():
-            txn = st.txn()
-            cur = txn.cursor(db=st.waiting)
-            heads = {}
-            for level in range(self._levels):
-                if cur.set_range(bytes((level,))) and cur.key()[0] == level:
-                    heads[level] = (cur.key(), cur.value())
-            if not heads:
-                self._c["waiting"] = 0
-                return
-            if self._dbit and len(heads) > 1:
-                heads.pop(self.deferred_level, None)       # hosts with only deferred work come last
-            self._wpicks += 1
-            key, hkb = heads[self._nearest(self._ruler(self._wpicks), sum(1 << lv for lv in heads))]
-            txn.delete(key, db=st.waiting)
-            self._c["waiting"] -= 1
-            raw = txn.get(hkb, db=st.hosts)
-            if raw is None:
-                continue
-            rec = HostRecord.decode(raw)
-            hk = hkb.decode("utf-8", "surrogateescape")
-            rec.flags &= ~hs.FLAG_WAITING
-            if rec.mask == 0 or hk in self._hosts.slot_of:
-                txn.put(hkb, rec.encode(), db=st.hosts)
-                continue
-            if self._blocklist.matches(hk):
-                self._book.drop_record_queue(hk, rec, "blocked")
-                txn.put(hkb, rec.encode(), db=st.hosts)
-                continue
-            self._activate(hk, rec, now)
-
-    # == levels ===============================================================
-    def _ruler(self, n: int) -> int:
-        """Target level of the n-th pick: the ruler sequence 0,1,0,2,0,1,0,3,... capped at the last level.
-
-        Level l (< last) is the target every 2**(l+1) picks, the last every
-        2**(levels-1): weights 1/2, 1/4, ... and no level waits longer than that.
-        """
-        t = (n & -n).bit_length() - 1
-        return t if t < self._top else self._top
-
-    def _nearest(self, target: int, mask: int) -> int:
-        if mask >> target & 1:
-            return target
-        for d in range(1, self._levels):
-            if target - d >= 0 and mask >> (target - d) & 1:
-                return target - d
-            if mask >> (target + d) & 1:
-                return target + d
-        raise ValueError("no non-empty level")
+        self._leasing = Leasing(store=self._store, counts=self._c, hosts=self._hosts, ips=self._ips, heap=self._heap,
+                                leases=self._leases, need_dns=self._need_dns, dirty=self._dirty,
+                                blocked_slots=self._blocked_slots, book=self._book, schedule=self._sched,
+                                journal=self._journal, pol=self._pol, rng=self._rng, shared_ips=shared_ips,
+                                ip_delay_s=ip_delay_s, lease_timeout_s=lease_timeout_s, max_attempts=max_attempts,
+                                off=self._off)
 
     # == add ===================================================================
     def add(self, items: Iterable[QueuedURL], *, seen_mark: int | None = None) -> int:
@@ -472,15 +219,15 @@ class Frontier:
                 # No record rewrite: an active host's mask is re-derived from the queues on open.
                 H.mask[s] |= mask
                 if H.state[s] == hs.BUSY:
-                    self._settle(s, now)
+                    self._sched.settle(s, now)
             else:
                 rec.mask |= mask
                 if rec.flags & hs.FLAG_WAITING:
                     txn.put(hk.encode("utf-8", "surrogateescape"), rec.encode(), db=hdb)
                 elif H.full():
-                    self._to_waiting(hk, rec)
+                    self._sched.to_waiting(hk, rec)
                 else:
-                    self._activate(hk, rec, now)
+                    self._sched.activate(hk, rec, now)
         st.put_sorted(puts)
         self._c["seq"] = seq
         self._c["added"] += queued
@@ -503,7 +250,7 @@ class Frontier:
             if not due:
                 break
             for s in due:
-                lease = self._lease_host(s, now)
+                lease = self._leasing.lease_host(s, now)
                 if lease is not None:
                     out.append(lease)
         if out:
@@ -518,100 +265,7 @@ class Frontier:
             self._commit()
         return out
 
-    def _lease_host(self, s: int, now: float) -> Lease | None:
-        H, ips = self._hosts, self._ips
-        if H.state[s] == hs.DNS_BACKOFF:
-            H.state[s] = hs.DNS
-            self._need_dns.add(s)
-            return None
-        ip = H.ip[s]
-        if ip < 0 or H.ip_exp[s] <= now:
-            H.state[s] = hs.DNS
-            self._need_dns.add(s)
-            if ip >= 0:
-                self._wake_ip(ip)
-            return None
-        if ips.inflight[ip] >= ips.limit:
-            H.state[s] = hs.IPWAIT
-            ips.wait(ip, H.due[s], H.hid[s], s)
-            return None
-        if ips.due[ip] > now:
-            self._heap.push(s, ips.due[ip])
-            return None
-        if self._shared is not None:
-            if H.robots_exp[s] <= now and H.out[s]:
-                H.state[s] = hs.BUSY     # robots expired while URL leases are out: wait for them
-                return None
-            wait = self._shared.try_acquire(ip_key(ips.names[ip]), now, self._ip_delay_s)
-            if wait:
-                # another shard's request to this IP (or its gap): look again then, or soon
-                self.shared_ip_waits += 1
-                self._heap.push(s, wait if wait > now else now + SHARED_IP_RETRY_S)
-                return None
-        hk = H.keys[s]
-        self._c["lease_seq"] += 1
-        lid = self._c["lease_seq"]
-        deadline = now + self._lease_timeout_s
-        if H.robots_exp[s] <= now:
-            if H.out[s]:
-                H.state[s] = hs.BUSY     # robots expired while URL leases are out: wait for them
-                return None
-            H.state[s] = hs.ROBOTS
-            lease = Lease(lid, KIND_ROBOTS, hk, hk + "/robots.txt", None, deadline, 1, ips.names[ip])
-            self._leases[lid] = _Out(lease, s, H.hid[s], ip, None, None)
-        else:
-            hid = H.hid[s]
-            level = self._pick_level(s)
-            head = self._store.pop_head(qprefix(hid, level))
-            if head is None:
-                raise RuntimeError(f"frontier: queue {hk} level {level} is empty but marked non-empty")
-            key, urec, more = head
-            if not more:
-                H.mask[s] &= ~(1 << level)
-            self._c["queued"] -= 1
-            item = decode_url(urec, hk, level)
-            self._store.txn().put(u64(lid), encode_tagged("", hk, key, urec), db=self._store.leases)
-            lease = Lease(lid, KIND_URL, hk, item.url, item, deadline, item.attempts + 1, ips.names[ip])
-            self._leases[lid] = _Out(lease, s, hid, ip, key, urec)
-            if H.out[s] + 1 < H.conc[s] and H.mask[s]:
-                H.state[s] = hs.READY
-                self._heap.push(s, H.due[s])
-            else:
-                H.state[s] = hs.BUSY
-        H.out[s] += 1
-        ips.start(ip, now)
-        ips.refs[ip] += 1            # the lease holds its IP until it is released
-        return lease
 
-    def _pick_level(self, s: int) -> int:
-        """The level of the host's next URL: the ruler target, or the nearest non-empty level."""
-        H = self._hosts
-        p = (H.picks[s] + 1) & 0xFFFFFFFF or 1
-        H.picks[s] = p
-        mask = H.mask[s]
-        if mask & self._dbit and mask != self._dbit:
-            mask &= ~self._dbit              # the deferred level waits until nothing else is queued
-        if mask & (mask - 1) == 0:           # one level non-empty: nothing to choose
-            return mask.bit_length() - 1
-        target = (p & -p).bit_length() - 1
-        if target > self._top:
-            target = self._top
-        return self._nearest(target, mask)
-
-    def _wake_ip(self, ip: int) -> None:
-        """The IP has room again: move the earliest-due waiting host back into the heap."""
-        H, ips = self._hosts, self._ips
-        if ips.inflight[ip] >= ips.limit:
-            return
-        while True:
-            entry = ips.pop_waiter(ip)
-            if entry is None:
-                return
-            _due, hid, s = entry
-            if H.keys[s] is not None and H.hid[s] == hid and H.state[s] == hs.IPWAIT and H.ip[s] == ip:
-                H.state[s] = hs.READY
-                self._heap.push(s, max(H.due[s], ips.due[ip]))
-                return
 
     # == complete ================================================================
     def complete(self, lease_id: int, *, outcome: Outcome, status: int = 0, response_time_s: float = 0.0,
@@ -631,92 +285,16 @@ class Frontier:
         o = self._leases.pop(lease_id, None)
         if o is None:
             return False
-        self._release(o, self._clock(), outcome, status, response_time_s, retry_after_s, requeue, unfetched)
+        self._released(self._leasing.release(o, self._clock(), outcome, status, response_time_s, retry_after_s,
+                                             requeue, unfetched))
         return True
 
-    def _release(self, o: _Out, now: float, outcome: Outcome, status: int, response_time_s: float,
-                 retry_after_s: float | None, requeue: bool, unfetched: bool = False) -> None:
-        H, ips, pol = self._hosts, self._ips, self._pol
-        s, lease = o.slot, o.lease
-        if self._shared is not None:
-            # unfetched: nothing was sent, so the shared due is not pushed past its acquire-time gap
-            self._shared.release(ip_key(ips.names[o.ip]), now, 0.0 if unfetched else self._ip_delay_s)
-        if unfetched:
-            ips.cancel(o.ip)            # nothing was sent: the IP's own gap does not move
-        else:
-            ips.finish(o.ip, now)
-        ips.detach(o.ip)
-        self._wake_ip(o.ip)
-        H.out[s] -= 1
-        gap = 0.0 if unfetched else pol.gap_s(response_time_s, H.crawl_delay[s], H.demote[s])
-        if not requeue and is_failure(outcome, status):
-            fails = min(H.fails[s] + 1, 0xFFFF)
-            H.fails[s] = fails
-            wait = pol.failure_wait_s(fails, retry_after_s if status in RETRY_LATER_STATUS else None, self._rng)
-            if wait > gap:
-                gap = wait
-            self._dirty.add(s)
-        elif not requeue and H.fails[s]:
-            H.fails[s] >>= 1          # success decays the backoff exponent
-            self._dirty.add(s)
-        elif requeue and retry_after_s is not None and retry_after_s > gap:
-            # handed back unfetched with a reason to wait (robots.txt unavailable): no attempt counted
-            gap = min(retry_after_s, pol.retry_after_cap_s)
-        due = now + gap
-        if due > H.due[s]:
-            H.due[s] = due
-        done_key = None
-        if lease.kind == KIND_URL and self._finish_url(o, outcome, status, requeue):
-            done_key = o.key
-        # until the next commit the journal holds this due and, for a completed URL, that it is done
-        self._journal.ended(lease.lease_id, wall_of(now, self._off), wall_of(H.due[s], self._off), done_key)
-        self._dirty.add(s)
-        if H.state[s] == hs.ROBOTS:
-            H.state[s] = hs.BUSY
-        elif H.state[s] == hs.READY:
-            self._heap.update(s, H.due[s])
-        self._settle(s, now)
+    def _released(self, gap: float) -> None:
+        """A lease was given back with this gap before its host's next request."""
         self._ops += 1
         # a wait longer than the grace is committed at once: it must outlive even an OS crash
         if gap > self._grace or self._ops >= self._group_ops:
             self._commit()
-
-    def _finish_url(self, o: _Out, outcome: Outcome, status: int, requeue: bool) -> bool:
-        """Settle a URL lease; True when the URL is completed (it leaves the frontier)."""
-        st, s = self._store, o.slot
-        txn = st.txn()
-        txn.delete(u64(o.lease.lease_id), db=st.leases)
-        hk = o.lease.host_key
-        if not requeue and not is_retryable(outcome, status):
-            self._c["completed"] += 1
-            return True
-        if s in self._blocked_slots:
-            self._book.drop_raw(hk, o.key, o.urec, "blocked")    # blocked while it was out: not back in
-        elif requeue:
-            self._c["requeued"] += 1
-            self._put_back(s, o.key, o.urec)
-        else:
-            attempts = o.lease.attempt
-            if attempts >= self._max_attempts:
-                self._dead_letter(hk, o.key, o.urec, outcome, status)
-            else:
-                self._c["retried"] += 1
-                self._put_back(s, o.key, with_attempts(o.urec, attempts))
-        return False
-
-    def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
-        H = self._hosts
-        self._store.txn().put(key, urec, db=self._store.queues)
-        H.mask[s] |= 1 << qkey_level(key)
-        self._c["queued"] += 1
-
-    def _dead_letter(self, hk: str, key: bytes, urec: bytes, outcome: Outcome, status: int) -> None:
-        st = self._store
-        self._c["seq"] += 1
-        tag = outcome.value if not status else f"{outcome.value}:{status}"
-        st.txn().put(u64(self._c["seq"]), encode_tagged(tag, hk, key, urec), db=st.dead)
-        st.txn().put(u64(self._c["seq"]), encode_tagged("dead_letter:" + tag, hk, key, urec), db=st.events)
-        self._c["dead"] += 1
 
     # == leases that never came back =================================================
     def expire_leases(self, now: float | None = None) -> int:
@@ -729,9 +307,14 @@ class Frontier:
         for lid in late:
             o = self._leases.pop(lid)
             self._c["expired"] += 1
-            self._release(o, now, Outcome.TIMEOUT, 0, self._lease_timeout_s, None, False)
+            self._released(self._leasing.release(o, now, Outcome.TIMEOUT, 0, self._lease_timeout_s, None, False))
         self._min_deadline = min((o.lease.deadline for o in self._leases.values()), default=math.inf)
         return len(late)
+
+    @property
+    def shared_ip_waits(self) -> int:
+        """Leases put off because another shard held the IP."""
+        return self._leasing.shared_ip_waits
 
     @property
     def seen_mark(self) -> int:
@@ -775,46 +358,9 @@ class Frontier:
         s = self._hosts.slot_of.get(host_key)
         if s is None:
             return
-        now = self._clock()
-        H, ips = self._hosts, self._ips
-        old = H.ip[s]
-        st = H.state[s]
-        if ip is None:
-            outcome = outcome or Outcome.DNS_ERROR
-            if old >= 0:
-                ips.detach(old)
-                H.ip[s], H.ip_exp[s] = -1, 0.0
-            if outcome in BACKOFF_OUTCOMES:
-                fails = min(H.fails[s] + 1, 0xFFFF)
-                H.fails[s] = fails
-                wait = self._pol.failure_wait_s(fails, None, self._rng)
-                if now + wait > H.due[s]:
-                    H.due[s] = now + wait
-                if st not in (hs.BUSY, hs.ROBOTS):
-                    self._unschedule(s)
-                    H.state[s] = hs.DNS_BACKOFF
-                    self._heap.push(s, H.due[s])
-                self._dirty.add(s)
-                if wait > self._grace:
-                    self._commit()
-            else:
-                self._dirty.add(s)
-                self._book.drop_host_queue(s, outcome.value)
-                self._settle(s, now)
-            return
-        new = self._attach_ip(ip)
-        H.ip[s] = new
-        H.ip_exp[s] = math.inf if expires_at is None else expires_at
-        if old >= 0:
-            ips.detach(old)
-        if st == hs.DNS:
-            self._need_dns.discard(s)
-            self._schedule(s, now)
-        elif st == hs.DNS_BACKOFF or (st == hs.IPWAIT and old != new):
-            if st == hs.DNS_BACKOFF:
-                self._heap.remove(s)
-            H.state[s] = hs.READY
-            self._heap.push(s, H.due[s])
+        # a wait longer than the grace is committed at once: it must outlive even an OS crash
+        if self._sched.set_ip(s, ip, outcome, expires_at, self._clock()) > self._grace:
+            self._commit()
 
     def needs_robots(self, host_key: str, now: float | None = None) -> bool:
         """Whether the host's robots.txt is unknown or expired (it gets a robots lease first)."""
@@ -844,7 +390,7 @@ class Frontier:
     # == the operator's side (crawlerd.frontier.operations) ===================================
     def block(self, pattern: str) -> int:
         """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
-        n = self._book.block(pattern, self._settle)
+        n = self._book.block(pattern, self._sched.settle)
         self._commit()
         return n
 

@@ -70,8 +70,8 @@ from crawlerd.seen.drum_files import (
     DrumFiles,
     Manifest,
     block_bytes,
-    fsync_dir,
 )
+from crawlerd.store.fsync import fsync_dir
 
 log = logging.getLogger(__name__)
 

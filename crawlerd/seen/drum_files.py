@@ -92,14 +92,6 @@ class Manifest:
     next_seq: int
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: str, *parts) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:

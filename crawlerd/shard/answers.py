@@ -5,7 +5,7 @@ text, links, simhash). The worker also takes its payload digest (SHA-1 of the en
 transfer coding, in the same pass) and looks it up among archived captures (a read-only view
 of ``digests``) and its own recent ones: a match makes it write an identical-payload-digest
 revisit naming the first capture (its URL, date and record id; see
-``crawlerd/process/pool.py``). A 304 is written as a server-not-modified revisit naming the
+``crawlerd/process/worker_process.py``). A 304 is written as a server-not-modified revisit naming the
 capture it confirms (:meth:`Answers.confirmed_capture`, asked here: the recrawl state lives in
 this process). With several shards (``owners``) the digest is taken here instead and the
 digest's owner shard is asked first (``crawlerd.dedup.owners``): the first capture is decided

@@ -37,13 +37,12 @@ from crawlerd.store.segment import (
 )
 from crawlerd.store.surt import surt
 
-__all__ = ["Capture", "INDEXED_TYPES", "cdxj_path", "fsync_dir", "index", "iter_lines", "mime_of", "surt",
+__all__ = ["Capture", "INDEXED_TYPES", "cdxj_path", "index", "iter_lines", "mime_of", "surt",
            "timestamp14", "write_index"]
 
 INDEXED_TYPES = frozenset({"response", "revisit", "resource", "metadata"})
 _FIELDS_TYPE = "application/warc-fields"
 _MIME_END = re.compile(r"[;\s]")
-fsync_dir = linesort.fsync_dir
 
 
 def timestamp14(warc_date: str) -> str:

@@ -17,6 +17,8 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 
+from crawlerd.store.fsync import fsync_dir
+
 DEFAULT_BUFFER_BYTES = 8 << 20
 DEFAULT_FAN_IN = 32
 _LINE_OVERHEAD = 64          # per-line object cost counted against the buffer (bytes object + list slot)
@@ -128,12 +130,3 @@ def _write_atomically(lines: Iterator[bytes], path: str) -> int:
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
     return n
-
-
-def fsync_dir(directory: str) -> None:
-    """fsync a directory, so a rename in it survives a power loss."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

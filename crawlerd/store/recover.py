@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from crawlerd.store import cdxj
+from crawlerd.store.fsync import fsync_dir
 from crawlerd.store.segment import OPEN_SUFFIX, BadRecord, check_member, iter_members
 
 __all__ = ["recover", "recover_segment"]
@@ -88,7 +89,7 @@ def recover_segment(path: str, *, index_dir: str | None = None) -> list[str]:
     sidecar = target + OPEN_SUFFIX
     if os.path.exists(sidecar):
         os.remove(sidecar)
-    cdxj.fsync_dir(os.path.dirname(final) or ".")
+    fsync_dir(os.path.dirname(final) or ".")
     return done
 
 

@@ -51,6 +51,7 @@ from crawlerd.store.encoding import (
     warc_date,
     warc_uri,
 )
+from crawlerd.store.fsync import fsync_dir
 from crawlerd.store.segment import OPEN_SUFFIX, create_next, dechunk, http_header, is_chunked
 
 IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -264,7 +265,7 @@ class WarcWriter:
                            buffer_bytes=self.index_sort_buffer_bytes)
         os.remove(index_open)
         os.rename(final + OPEN_SUFFIX, final)
-        linesort.fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self.segments_closed.append(final)
 
     def __enter__(self) -> WarcWriter:

@@ -23,7 +23,7 @@ from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.frontier.budgets import Beast, BudgetRule, BudgetStore, DomainGraph, EdgeDrum
 from crawlerd.outcome import Outcome
 
-from .sim import EPS, FakeClock
+from .server_ledger import EPS, FakeClock
 
 ENDLESS = 10 ** 9
 

@@ -5,7 +5,7 @@ import pytest
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.outcome import Outcome
 
-from .sim import FakeClock
+from .server_ledger import FakeClock
 
 
 class Harness:

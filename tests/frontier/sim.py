@@ -20,15 +20,7 @@ from dataclasses import dataclass, field
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.outcome import Outcome
 
-EPS = 1e-9
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from .server_ledger import EPS, FakeClock, ServerLedger
 
 
 @dataclass
@@ -43,14 +35,8 @@ class Host:
 
 
 @dataclass
-class Ledger:
-    violations: list[str] = field(default_factory=list)
-    host_inflight: dict[str, int] = field(default_factory=dict)
-    host_not_before: dict[str, float] = field(default_factory=dict)
-    retry_until: dict[str, float] = field(default_factory=dict)
-    ip_inflight: dict[str, int] = field(default_factory=dict)
-    ip_not_before: dict[str, float] = field(default_factory=dict)
-    requests: int = 0
+class Ledger(ServerLedger):
+    retry_until: dict[str, float] = field(default_factory=dict)     # host key -> end of its Retry-After
     retry_after_windows: int = 0
     gap_checks: int = 0
 
@@ -100,7 +86,7 @@ class Simulation:
         self.max_pick_gap = [0] * levels
         self.first_lease_robots = set()
         self.session_robots: set[str] = set()
-        self.ledger = Ledger()
+        self.ledger = Ledger(ip_limit=per_ip_concurrency, ip_delay_s=ip_delay_s)
         self.inflight: list[tuple[float, int, object]] = []   # (end, seq, fetch)
         self.hung: dict[int, tuple[float, Host, object]] = {}   # lease id -> (start, host, lease)
         self.expired_complete_refused = 0
@@ -263,23 +249,12 @@ class Simulation:
         if self.restart_delay is None and self.crashed_at is not None:
             self.restart_delay = t - self.crashed_at
         host = self.by_key[lease.host_key]
-        L.requests += 1
         if lease.ip != host.ip:
             L.violations.append(f"{t}: {host.key} leased with IP {lease.ip}, resolves to {host.ip}")
-        if L.host_inflight.get(host.key, 0):
-            L.violations.append(f"{t}: {host.key}: second request in flight")
         L.gap_checks += 1
-        if t < L.host_not_before.get(host.key, 0.0) - EPS:
-            L.violations.append(f"{t}: {host.key}: gap violated, allowed from {L.host_not_before[host.key]}")
         if t < L.retry_until.get(host.key, 0.0) - EPS:
             L.violations.append(f"{t}: {host.key}: inside Retry-After until {L.retry_until[host.key]}")
-        if L.ip_inflight.get(host.ip, 0) >= self.params["per_ip_concurrency"]:
-            L.violations.append(f"{t}: IP {host.ip} over its concurrency")
-        if t < L.ip_not_before.get(host.ip, 0.0) - EPS:
-            L.violations.append(f"{t}: IP {host.ip}: ip gap violated")
-        L.host_inflight[host.key] = L.host_inflight.get(host.key, 0) + 1
-        L.ip_inflight[host.ip] = L.ip_inflight.get(host.ip, 0) + 1
-        L.ip_not_before[host.ip] = t + self.params["ip_delay_s"]
+        L.started(host.key, host.ip, t)
         if host.key not in self.first_lease_robots:
             self.first_lease_robots.add(host.key)
             if lease.kind != KIND_ROBOTS:
@@ -390,10 +365,7 @@ class Simulation:
             self.done_pending.append(url)
 
     def _request_ended(self, host: Host, end: float) -> None:
-        L = self.ledger
-        L.host_inflight[host.key] -= 1
-        L.ip_inflight[host.ip] -= 1
-        L.ip_not_before[host.ip] = max(L.ip_not_before.get(host.ip, 0.0), end + self.params["ip_delay_s"])
+        self.ledger.ended(host.key, host.ip, end)
 
     def _gap(self, host: Host, end: float, rt: float, failed: bool = False) -> None:
         p = self.params
@@ -401,8 +373,7 @@ class Simulation:
         gap = max(gap, min(host.crawl_delay, p["crawl_delay_cap_s"]))
         if failed:
             gap = max(gap, p["backoff_base_s"])
-        L = self.ledger
-        L.host_not_before[host.key] = max(L.host_not_before.get(host.key, 0.0), end + gap)
+        self.ledger.gap(host.key, end + gap)
 
     def _expire(self) -> None:
         now = self.clock.t

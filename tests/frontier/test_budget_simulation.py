@@ -15,7 +15,7 @@ from crawlerd.frontier.budgets import Beast, BudgetRule, BudgetStore, DomainGrap
 from crawlerd.outcome import Outcome
 
 from .budget_sim import BudgetCrawl, FarmWeb
-from .sim import FakeClock
+from .server_ledger import FakeClock
 
 FARM_BOUND = 0.005
 FARM_WEB = dict(legit=800, giants=3, giant_hosts=4, farm=10, farm_hosts=4, legit_pages=(20, 80), farm_in=0.001)

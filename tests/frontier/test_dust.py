@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawlerd.frontier import dust_rules as R
-from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, ClassTable, DustLearner
+from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, DustLearner
 from crawlerd.frontier.dust_evidence import TRUSTED
+from crawlerd.frontier.dust_suspects import ClassTable
 from crawlerd.url.canonical import fingerprint, normalize
 
 H = "http://shop.example"
@@ -285,7 +286,7 @@ def test_no_parameter_that_changes_content_is_ever_dropped(tmp_path_factory, see
             d = s.admit(url)
             if d.action == SKIP:
                 assert content(d.canonical) == content(url), (url, d)
-    for r in s.learner._state(H).trusted():     # the learner's own record of what it trusts
+    for r in s.learner.hosts.state(H).trusted():     # the learner's own record of what it trusts
         if r.rule.name in matters:
             assert r.rule.vclass.startswith("=") and default.get(r.rule.name) == r.rule.vclass[1:], r.rule.text
 
@@ -333,7 +334,7 @@ def test_rules_evidence_and_archived_set_survive_reopen(tmp_path):
     L = s.reopen()
     assert L.stats()["rules_trusted"] == 1
     assert s.admit(f"{H}/q/0.html?utm_source=after").action in (SKIP, SAMPLE)
-    assert len(L._state(H).evidence) == 7
+    assert len(L.hosts.state(H).evidence) == 7
     s.learner.close()
 
 
@@ -361,7 +362,7 @@ def test_trusted_rules_reach_admission_only_for_their_host(tmp_path):
     other = "http://other.example"
     s.fetch(f"{other}/p/1.html")
     assert s.admit(f"{other}/p/1.html?utm_source=x").action != SKIP
-    rules = s.learner._state(H).trusted()
+    rules = s.learner.hosts.state(H).trusted()
     assert [r.rule.text for r in rules] == ["?utm_source"] and rules[0].state == TRUSTED
 
 

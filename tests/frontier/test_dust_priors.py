@@ -205,7 +205,7 @@ def test_priors_never_lose_a_page_that_a_host_gives_meaning(tmp_path_factory, se
                 w.fetch(f"{h}/p/{k}.html?{n}=w{k}")
     assert wrong <= set(w.requeued)
     for h in hosts:
-        for r in w.learner._state(h).trusted():
+        for r in w.learner.hosts.state(h).trusted():
             if not r.prior:
                 assert r.rule.name not in matters[h], (h, r.rule.text)
 

@@ -351,7 +351,7 @@ def test_unfetched_release_does_not_push_the_shared_ip_slot(tmp_path):
     by ip_delay_s from its end."""
     from crawlerd._native import ipslots
     from crawlerd._native.ipslots import IPSlots
-    from crawlerd.frontier.scheduler import ip_key
+    from crawlerd.frontier.leasing import ip_key
     path = str(tmp_path / "ipslots")
     ipslots.create(path, 2, 1, 64)
     slots = IPSlots(path)

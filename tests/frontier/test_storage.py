@@ -13,7 +13,7 @@ from crawlerd.frontier import KIND_ROBOTS, QueuedURL
 from crawlerd.outcome import Outcome
 
 from .conftest import Harness
-from .sim import FakeClock
+from .server_ledger import FakeClock
 
 A, B = "http://a.test", "http://www.b.example.test"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

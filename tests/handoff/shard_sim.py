@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from crawlerd._native.ipslots import IPSlots, create
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
@@ -34,31 +34,17 @@ from crawlerd.seen.drum import Drum
 from crawlerd.shard.intake import decode_aux, encode_aux
 from crawlerd.url.canonical import fingerprint
 from crawlerd.url.hosts import host_key, shard_of_url
+from tests.frontier.server_ledger import EPS, FakeClock, ServerLedger
 
-EPS = 1e-9
 PARAMS = dict(priority_levels=2, delay_factor=10.0, min_delay_s=1.0, max_delay_s=5.0, per_ip_concurrency=1,
               backoff_base_s=10.0, backoff_max_s=60.0, retry_after_cap_s=60.0, park_after_failures=6,
               park_s=600.0, lease_timeout_s=300.0, max_attempts=3, crawl_delay_cap_s=5.0, sync=False,
               map_size_bytes=1 << 30)
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @dataclass
-class Ledger:
-    violations: list[str] = field(default_factory=list)
-    host_busy: dict[str, int] = field(default_factory=dict)
-    host_not_before: dict[str, float] = field(default_factory=dict)
-    ip_busy: dict[str, int] = field(default_factory=dict)
-    ip_not_before: dict[str, float] = field(default_factory=dict)
-    requests: int = 0
-    shared_ip_requests: int = 0
+class Ledger(ServerLedger):
+    shared_ip_requests: int = 0       # requests to an IP that hosts of several shards share
 
 
 class SimShard:
@@ -207,7 +193,7 @@ class ShardWeb:
         self.root = root
         self.n = shards
         self.rng = random.Random(seed)
-        self.clock = Clock()
+        self.clock = FakeClock()
         self.ip_delay_s = ip_delay_s
         self.slots_per_shard = slots
         self.spool = os.path.join(root, "handoff")
@@ -230,7 +216,7 @@ class ShardWeb:
                 self.hosts[hk] = ip
             self.shared_ips[ip] = members
         self.names = names
-        self.ledger = Ledger()
+        self.ledger = Ledger(ip_delay_s=ip_delay_s)
         self.handed: set[str] = set()
         self.fetched: dict[str, list[int]] = {}
         self.queued_by: dict[str, set[int]] = {}
@@ -258,28 +244,13 @@ class ShardWeb:
 
     # -- the servers' ledger -----------------------------------------------------------------------
     def request_started(self, hk: str, ip: str, t: float) -> None:
-        L = self.ledger
-        L.requests += 1
         if len(self.shared_ips.get(ip, ())) > 1:
-            L.shared_ip_requests += 1
-        if L.host_busy.get(hk, 0):
-            L.violations.append(f"{hk}: two requests at once at {t:.3f}")
-        if t + EPS < L.host_not_before.get(hk, 0.0):
-            L.violations.append(f"{hk}: started {L.host_not_before[hk] - t:.3f}s inside its gap")
-        if L.ip_busy.get(ip, 0):
-            L.violations.append(f"{ip}: two requests at once at {t:.3f}")
-        if t + EPS < L.ip_not_before.get(ip, 0.0):
-            L.violations.append(f"{ip}: started {L.ip_not_before[ip] - t:.3f}s inside the IP gap")
-        L.host_busy[hk] = L.host_busy.get(hk, 0) + 1
-        L.ip_busy[ip] = L.ip_busy.get(ip, 0) + 1
+            self.ledger.shared_ip_requests += 1
+        self.ledger.started(hk, ip, t)
 
     def request_ended(self, hk: str, ip: str, t: float, rt: float) -> None:
-        L = self.ledger
-        L.host_busy[hk] -= 1
-        L.ip_busy[ip] -= 1
-        L.ip_not_before[ip] = max(L.ip_not_before.get(ip, 0.0), t + self.ip_delay_s)
-        gap = min(max(PARAMS["delay_factor"] * rt, PARAMS["min_delay_s"]), PARAMS["max_delay_s"])
-        L.host_not_before[hk] = max(L.host_not_before.get(hk, 0.0), t + gap)
+        self.ledger.ended(hk, ip, t)
+        self.ledger.gap(hk, t + min(max(PARAMS["delay_factor"] * rt, PARAMS["min_delay_s"]), PARAMS["max_delay_s"]))
 
     # -- the run -----------------------------------------------------------------------------------
     async def hand_seeds(self) -> None:

@@ -1,7 +1,7 @@
 """A worker's own captures (first captures it archived, not yet in the digest set): bounded in bytes."""
 
 from crawlerd.outcome import Outcome
-from crawlerd.process.pool import OwnCaptures
+from crawlerd.process.worker_process import OwnCaptures
 from crawlerd.records import ProcessResult
 
 

@@ -13,8 +13,9 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlerd.outcome import Outcome
-from crawlerd.process.pool import CRASH_ENV, WorkerPool
+from crawlerd.process.pool import WorkerPool
 from crawlerd.process.worker import PageProcessor
+from crawlerd.process.worker_process import CRASH_ENV
 from crawlerd.records import FetchResult
 from crawlerd.store.encoding import payload_digest
 from crawlerd.store.recover import recover_segment

@@ -12,7 +12,7 @@ from crawlerd.shard.intake import Intake
 from crawlerd.shard.leases import LeaseRunner
 from crawlerd.shard.outbound import Outbound
 from crawlerd.url.canonical import fingerprint
-from tests.frontier.sim import FakeClock
+from tests.frontier.server_ledger import FakeClock
 from tests.shard.parts import Parts, run
 from tests.shard.test_answers import make as make_answers
 from tests.shard.test_hostfiles_leases import HOST, Server, lease_one, queue_host, wire

@@ -13,7 +13,7 @@ from crawlerd.shard.leases import LeaseRunner, LeaseTable
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.tasks import Tasks
 from crawlerd.url.canonical import fingerprint
-from tests.frontier.sim import FakeClock
+from tests.frontier.server_ledger import FakeClock
 from tests.shard.parts import Parts, answer, run
 
 HOST = "http://a.test"

@@ -42,13 +42,12 @@ after the frontier has queued them: a crash loses nothing and at worst queues a 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 
 import xxhash
 
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore, domain_key, domain_name
+from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
 
 _REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
@@ -111,9 +110,8 @@ class Beast:
         self.queues = queues
         self.max_spread = max_spread
         self._max_level = max_spread.bit_length() - 1
-        self._cap = cache_entries
-        self._cache: OrderedDict[bytes, DomainRecord] = OrderedDict()
-        self._dirty: dict[bytes, DomainRecord] = {}
+        self._records = RecordCache(store, store.domains, DomainRecord.decode, lambda: DomainRecord(at=self._r),
+                                    cache_entries)
         meta = store.get_meta(b"beast")
         self._r: int = meta.get("reader", 0)
         self._window: int = meta.get("window", queues)
@@ -147,14 +145,14 @@ class Beast:
         host key, which sets its turn in the FIFO (see "Hosts in turn"). Durable at commit.
         """
         dk = domain_key(pld)
-        d = self._get(dk)
+        d = self._records.get(dk)
         r = self._r
         if d.at != r:
             d.at, d.spent = r, 0
         if d.deferred == 0 and d.spent < self._budget(dk):
             d.spent += 1
             d.admitted += 1
-            self._dirty[dk] = d
+            self._records.changed(dk, d)
             self._c["admitted"] += 1
             self._top_admitted.note(dk, d.admitted)
             return True
@@ -166,7 +164,7 @@ class Beast:
 
     def keep(self, dk: bytes, record: bytes, fp: int = 0) -> None:
         """Add a record to the end of domain ``dk``'s FIFO without charging it (an older state imported)."""
-        d = self._get(dk)
+        d = self._records.get(dk)
         if d.deferred == 0:
             d.level, d.wrap = 0, self._wraps
             self._schedule(dk, d, self._r + 1)
@@ -190,7 +188,7 @@ class Beast:
         self._seq += 1
         d.deferred += 1
         d.deferred_all += 1
-        self._dirty[dk] = d
+        self._records.changed(dk, d)
         self._c["deferred"] += 1
         self._top_deferred.note(dk, d.deferred_all)
 
@@ -200,12 +198,12 @@ class Beast:
         Only charges of the queue the reader stands on are refunded (earlier queues are closed).
         """
         dk = domain_key(pld)
-        d = self._get(dk)
+        d = self._records.get(dk)
         if d.at != self._r or d.spent == 0 or n <= 0:
             return 0
         k = min(n, d.spent)
         d.spent -= k
-        self._dirty[dk] = d
+        self._records.changed(dk, d)
         self._c["refunded"] += k
         if d.deferred and d.queue - 1 > self._r:
             self._schedule(dk, d, self._r)      # room again in this queue: pass at once
@@ -249,7 +247,7 @@ class Beast:
             self._end += self._window
 
     def _pass(self, dk: bytes, left: int, out: list[bytes]) -> None:
-        d = self._get(dk)
+        d = self._records.get(dk)
         r = self._r
         if d.at != r:
             d.at, d.spent = r, 0
@@ -270,7 +268,7 @@ class Beast:
                 d.level = min(self._max_level, d.level + self._wraps - d.wrap)
                 d.wrap = self._wraps
             self._schedule(dk, d, r + (1 << d.level))
-        self._dirty[dk] = d                 # else: ``limit`` reached, it stays in the reader's queue
+        self._records.changed(dk, d)        # else: ``limit`` reached, it stays in the reader's queue
 
     def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
         st = self.store
@@ -326,17 +324,17 @@ class Beast:
         # STAR listener: a waiting domain whose budget now has room in the reader's queue passes at once.
         r, txn, db = self._r, self.store.txn(), self.store.domains
         for dk in dks:
-            d = self._cache.get(dk) or self._dirty.get(dk)
+            d = self._records.peek(dk)
             if d is None:
                 raw = txn.get(dk, db=db)
                 if raw is None or DomainRecord.decode(raw).deferred == 0:
                     continue
-                d = self._get(dk)
+                d = self._records.get(dk)
             if d.deferred and d.queue - 1 > r:
                 spent = d.spent if d.at == r else 0
                 if spent < self._budget(dk):
                     self._schedule(dk, d, r)
-                    self._dirty[dk] = d
+                    self._records.changed(dk, d)
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -358,7 +356,7 @@ class Beast:
         return self._domain(domain_key(pld))
 
     def _domain(self, dk: bytes) -> dict:
-        d = self._get(dk)
+        d = self._records.get(dk)
         spread = 1 << d.level
         return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
                 "spent": d.spent if d.at == self._r else 0, "deferred": d.deferred,
@@ -436,24 +434,9 @@ class Beast:
         assert not listed, f"queues list domains without a record: {sorted(listed)[:3]}"
 
     # -- records ------------------------------------------------------------------------------
-    def _get(self, dk: bytes) -> DomainRecord:
-        c = self._cache
-        d = c.get(dk)
-        if d is not None:
-            c.move_to_end(dk)
-            return d
-        d = self._dirty.get(dk)
-        if d is None:
-            raw = self.store.txn().get(dk, db=self.store.domains)
-            d = DomainRecord.decode(raw) if raw else DomainRecord(at=self._r)
-        c[dk] = d
-        if len(c) > self._cap:
-            c.popitem(last=False)        # a changed record stays in _dirty until the commit
-        return d
-
     @property
     def cached(self) -> int:
-        return len(self._cache)
+        return len(self._records)
 
     def _write_puts(self) -> None:
         if self._puts:
@@ -473,10 +456,7 @@ class Beast:
     def _flush(self) -> None:
         self._write_puts()
         self._write_turns()
-        txn, db = self.store.txn(), self.store.domains
-        for dk, d in sorted(self._dirty.items()):
-            txn.put(dk, d.encode(), db=db)
-        self._dirty.clear()
+        self._records.flush()
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
         self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "reader": self._r, "window": self._window, "end": self._end,

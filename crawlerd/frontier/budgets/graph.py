@@ -26,12 +26,11 @@ hand-off delivers it, it raises the target's in-degree there and lets the target
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import xxhash
 
-from crawlerd.frontier.budgets.store import BudgetStore, domain_key, domain_name
+from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
 
 MODE_VOUCHED = "vouched"
@@ -84,9 +83,8 @@ class DomainGraph:
         self.store = store
         self.mode = mode
         self.vouch_ratio = vouch_ratio
-        self._cap = cache_entries
-        self._cache: OrderedDict[bytes, GraphRecord] = OrderedDict()
-        self._dirty: dict[bytes, GraphRecord] = {}
+        self._records = RecordCache(store, store.graph, lambda raw: GraphRecord(*_REC.unpack(raw)), GraphRecord,
+                                    cache_entries)
         self._listeners: list[Callable[[list[bytes]], None]] = []
         # (source key, target key) -> True when the target's owner is another shard, which the
         # vouch was handed to (set by the shard of several; None: every domain is here)
@@ -141,11 +139,11 @@ class DomainGraph:
     def add_root(self, pld: str) -> bool:
         """Make ``pld`` a trust root (the domain of a seed URL): it vouches for every domain it links to."""
         dk = domain_key(pld)
-        r = self._rec(dk)
+        r = self._records.get(dk)
         if r.flags & ROOT:
             return False
         r.flags |= ROOT
-        self._dirty[dk] = r
+        self._records.changed(dk, r)
         self._c["roots"] += 1
         changed: dict[bytes, None] = {}
         self._vouch_all([dk], changed)
@@ -186,18 +184,18 @@ class DomainGraph:
         return unique
 
     def _edge(self, src: bytes, dst: bytes, changed: dict, work: list[bytes]) -> None:
-        s = self._rec(src)
+        s = self._records.get(src)
         if s.pending == 0 and s.cast < self._limit(s):
             self._count(src, s, dst, changed, work)
             return
         self.store.txn().put(src + b"\0" + _SEQ.pack(self._vseq), dst, db=self.store.votes)
         self._vseq += 1
         s.pending += 1
-        self._dirty[src] = s
+        self._records.changed(src, s)
 
     def _count(self, src: bytes, s: GraphRecord, dst: bytes, changed: dict, work: list[bytes]) -> None:
         s.cast += 1
-        self._dirty[src] = s
+        self._records.changed(src, s)
         self._c["vouches"] += 1
         if self.export is not None and self.export(src, dst):
             self._c["vouches_handed"] += 1
@@ -205,9 +203,9 @@ class DomainGraph:
         self._credit(dst, changed, work)
 
     def _credit(self, dst: bytes, changed: dict, work: list[bytes]) -> None:
-        d = self._rec(dst)
+        d = self._records.get(dst)
         d.indeg += 1
-        self._dirty[dst] = d
+        self._records.changed(dst, d)
         self._top.note(dst, d.indeg)
         changed[dst] = None
         if d.pending and d.cast < self._limit(d):
@@ -219,7 +217,7 @@ class DomainGraph:
         st = self.store
         while work:
             y = work.pop()
-            r = self._rec(y)
+            r = self._records.get(y)
             if not r.pending or r.cast >= self._limit(r):
                 continue
             prefix = y + b"\0"
@@ -256,16 +254,16 @@ class DomainGraph:
         return self.indegree_key(domain_key(pld))
 
     def indegree_key(self, dk: bytes) -> int:
-        r = self._cache.get(dk) or self._dirty.get(dk)
+        r = self._records.peek(dk)
         if r is not None:
             return r.indeg
-        return self._rec(dk).indeg
+        return self._records.get(dk).indeg
 
     def is_root(self, pld: str) -> bool:
-        return bool(self._rec(domain_key(pld)).flags & ROOT)
+        return bool(self._records.get(domain_key(pld)).flags & ROOT)
 
     def record(self, pld: str) -> GraphRecord:
-        r = self._rec(domain_key(pld))
+        r = self._records.get(domain_key(pld))
         return GraphRecord(r.indeg, r.cast, r.pending, r.flags)
 
     def add_listener(self, fn: Callable[[list[bytes]], None]) -> None:
@@ -278,7 +276,7 @@ class DomainGraph:
 
     @property
     def cached(self) -> int:
-        return len(self._cache)
+        return len(self._records)
 
     def stats(self, top: int = 10) -> dict:
         st = self.store
@@ -313,26 +311,8 @@ class DomainGraph:
             f"in-degrees add up to {indeg}, vouches cast to {cast} ({handed} handed away, {received} received)"
 
     # -- records ------------------------------------------------------------------------------
-    def _rec(self, dk: bytes) -> GraphRecord:
-        c = self._cache
-        r = c.get(dk)
-        if r is not None:
-            c.move_to_end(dk)
-            return r
-        r = self._dirty.get(dk)
-        if r is None:
-            raw = self.store.txn().get(dk, db=self.store.graph)
-            r = GraphRecord(*_REC.unpack(raw)) if raw else GraphRecord()
-        c[dk] = r
-        if len(c) > self._cap:
-            c.popitem(last=False)        # a changed record stays in _dirty until the commit
-        return r
-
     def _flush(self) -> None:
-        txn, db = self.store.txn(), self.store.graph
-        for dk, r in sorted(self._dirty.items()):
-            txn.put(dk, r.encode(), db=db)
-        self._dirty.clear()
+        self._records.flush()
         if self.store.save_slow or self._saved_top is None:
             self._saved_top = self._top.saved()
         self.store.put_meta(b"graph", {"applied_seq": self._applied_seq, "vseq": self._vseq, "counters": self._c,

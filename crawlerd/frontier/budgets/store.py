@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -35,6 +36,55 @@ def domain_key(pld: str) -> bytes:
 def domain_name(dk: bytes) -> str:
     """The name behind a domain key (a hashed key reads as ``#<hash>``)."""
     return dk.decode("utf-8", "surrogateescape")
+
+
+class RecordCache:
+    """A write-back cache of one table's records (``graph`` or ``domains``), for one owner.
+
+    Key: domain key -> record (a mutable object with ``encode()``). The ``cap`` most recently
+    used records are held in an LRU; a changed record is also in ``dirty`` until ``flush`` writes
+    it. Invariant: every change since the last flush is in ``dirty`` (an evicted changed record
+    is read back from there, never from the table), so eviction loses nothing.
+    """
+
+    def __init__(self, store: BudgetStore, db, decode: Callable[[bytes], object], new: Callable[[], object],
+                 cap: int):
+        self.store, self.db, self.decode, self.new, self.cap = store, db, decode, new, cap
+        self.lru: OrderedDict[bytes, object] = OrderedDict()
+        self.dirty: dict[bytes, object] = {}
+
+    def get(self, dk: bytes):
+        """The record of ``dk`` (a new one when the table has none), now the most recently used."""
+        c = self.lru
+        r = c.get(dk)
+        if r is not None:
+            c.move_to_end(dk)
+            return r
+        r = self.dirty.get(dk)
+        if r is None:
+            raw = self.store.txn().get(dk, db=self.db)
+            r = self.decode(raw) if raw else self.new()
+        c[dk] = r
+        if len(c) > self.cap:
+            c.popitem(last=False)        # a changed record stays in dirty until the flush
+        return r
+
+    def peek(self, dk: bytes):
+        """The record of ``dk`` if it is held here (cached or changed), else None; reads no table."""
+        return self.lru.get(dk) or self.dirty.get(dk)
+
+    def changed(self, dk: bytes, r) -> None:
+        self.dirty[dk] = r
+
+    def flush(self) -> None:
+        """Write the changed records into the store's transaction, in key order."""
+        txn, db = self.store.txn(), self.db
+        for dk, r in sorted(self.dirty.items()):
+            txn.put(dk, r.encode(), db=db)
+        self.dirty.clear()
+
+    def __len__(self) -> int:
+        return len(self.lru)
 
 
 class BudgetStore:

@@ -1,0 +1,144 @@
+"""The DUST learner's per-host state in RAM (``crawlerd.frontier.dust``): host states cached over
+the store (``dust_store``, written back at commit), and for each host with something to apply
+what admission needs of it (``HostInfo``), with the rules admission applies there: its trusted
+rules, then the active cross-host priors it has not adopted (``dust_priors``)."""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
+
+from crawlerd.frontier.dust_evidence import HostState
+from crawlerd.frontier.dust_priors import PriorTable
+from crawlerd.frontier.dust_rules import Rule, rule_mark
+from crawlerd.frontier.dust_store import DustStore
+
+
+class HostInfo(NamedTuple):
+    """What admission needs of a host, kept in RAM for hosts with trusted rules, relevant names or
+    retired rules."""
+    trusted: tuple[tuple[Rule, int], ...]
+    epoch: int
+    relevant: frozenset[str]
+    names: dict[int, str]           # rule id -> text
+    priors: frozenset[int]          # ids of rules trusted as cross-host priors only
+    retired: frozenset[str]         # texts of rules retired here (never adopted again)
+    samples: dict[str, int]         # rule text -> samples that agreed with it (kept current in place)
+
+
+class DustHosts:
+    """Host states by host key: the ``cache_hosts`` most recently used in an LRU (a changed one
+    also in ``dirty`` until written), ``info`` for every host with trusted, relevant or retired
+    rules. Invariant: ``info`` of a host is rebuilt (``refresh``) whenever its trusted rules,
+    relevant names or retired rules change; an info is replaced then, and only its sample counts
+    change in place (``observe``)."""
+
+    def __init__(self, store: DustStore, priors: PriorTable, *, cache_hosts: int, max_host_bytes: int,
+                 clock, counters: Counter, on_evict: Callable[[str], None]):
+        """``counters``: the learner's (adoptions are counted there); ``on_evict(host)``: the
+        store dropped the host's record to stay in bounds (the learner forgets it too)."""
+        self.store, self.priors, self.cache_hosts, self.max_host_bytes = store, priors, cache_hosts, max_host_bytes
+        self._clock, self.counters, self._on_evict = clock, counters, on_evict
+        self._cache: OrderedDict[str, HostState] = OrderedDict()
+        self.dirty: set[str] = set()
+        self.info: dict[str, HostInfo] = {}
+        self.skips_by_host: Counter[str] = Counter()
+        self._marks: tuple[int, tuple[str, ...]] = (-1, ())
+        self._bare: tuple[int, tuple] = (-1, ())
+        # id(host info) -> (that info, priors version, its rules): infos are replaced when their rules
+        # change (only the sample counts change in place, and rules do not depend on them)
+        self._rules_cache: OrderedDict[int, tuple] = OrderedDict()
+        for host, rec in self.store.hosts():
+            st = HostState(rec)
+            self.refresh(host, st)
+            self.skips_by_host[host] = sum(r.skips for r in st.rules)
+
+    def state(self, host: str) -> HostState:
+        st = self._cache.get(host)
+        if st is not None:
+            self._cache.move_to_end(host)
+            return st
+        st = HostState(self.store.get_host(host))
+        self._cache[host] = st
+        while len(self._cache) > self.cache_hosts:
+            old, ost = self._cache.popitem(last=False)
+            if old in self.dirty:
+                self.write(old, ost)
+        return st
+
+    def write(self, host: str, st: HostState) -> None:
+        rec = st.to_record()
+        while self.store.encoded_size(rec) > self.max_host_bytes and st.shrink():
+            rec = st.to_record()
+        for gone in self.store.put_host(host, rec):      # the least recently written hosts
+            self.info.pop(gone, None)
+            self.skips_by_host.pop(gone, None)
+            self._on_evict(gone)
+        self.dirty.discard(host)
+
+    def refresh(self, host: str, st: HostState) -> None:
+        trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))
+        if trusted or st.relevant or st.retired:
+            self.info[host] = HostInfo(trusted, st.epoch, frozenset(st.relevant),
+                                       {r.id: r.rule.text for r in st.rules},
+                                       frozenset(r.id for r in st.rules if r.prior),
+                                       frozenset(r.rule.text for r in st.retired),
+                                       {r.rule.text: r.samples for r in st.rules if r.samples})
+        else:
+            self.info.pop(host, None)
+
+    def rules(self, info: HostInfo | None) -> tuple[tuple[Rule, int], ...]:
+        """The rules admission applies on a host: its trusted ones (an adopted prior only while the
+        prior is active), then the active priors it has not adopted (id -1) whose name it does not
+        know to change content and that it never retired."""
+        active = self.priors.active
+        if info is None:
+            if self._bare[0] != self.priors.version:
+                self._bare = (self.priors.version, tuple((r, -1) for r in active))
+            return self._bare[1]
+        hit = self._rules_cache.get(id(info))
+        if hit is not None and hit[0] is info and hit[1] == self.priors.version:
+            return hit[2]
+        out = self._host_rules(info, active)
+        self._rules_cache[id(info)] = (info, self.priors.version, out)
+        while len(self._rules_cache) > self.cache_hosts:
+            self._rules_cache.popitem(last=False)
+        return out
+
+    def _host_rules(self, info: HostInfo, active: tuple[Rule, ...]) -> tuple[tuple[Rule, int], ...]:
+        own = info.trusted
+        if info.priors:
+            own = tuple(x for x in own if x[1] not in info.priors or self.priors.is_active(info.names[x[1]]))
+        if not active:
+            return own
+        texts = info.names.values()
+        rel, ret = info.relevant, info.retired
+        extra = tuple((r, -1) for r in active if r.name not in rel and r.text not in ret and r.text not in texts)
+        return own + extra if extra else own
+
+    def prior_marks(self) -> tuple[str, ...]:
+        """Substrings one of which a URL must contain for an active prior to rewrite it."""
+        if self._marks[0] != self.priors.version:
+            self._marks = (self.priors.version, tuple(sorted({rule_mark(r) for r in self.priors.active})))
+        return self._marks[1]
+
+    def adopt(self, host: str, rule: Rule) -> HostInfo | None:
+        """Trust an active prior on ``host`` (its first use there): the host's info after, or None."""
+        st = self.state(host)
+        rs = st.adopt(rule, self._clock())
+        if rs is None:
+            return None
+        self.counters["priors_adopted"] += 1
+        self.store.meta["adopted"] = self.store.meta.get("adopted", 0) + 1
+        self.refresh(host, st)
+        self.dirty.add(host)
+        return self.info.get(host)
+
+    def write_dirty(self) -> None:
+        """Write every changed host state still cached (into the store's open transaction)."""
+        for host in list(self.dirty):
+            st = self._cache.get(host)
+            if st is not None:
+                self.write(host, st)
+        self.dirty.clear()

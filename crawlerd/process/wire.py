@@ -1,0 +1,109 @@
+"""The wire between the crawl process and its processing workers (``crawlerd.process.pool``
+on one end, ``crawlerd.process.worker_process`` on the other).
+
+One Unix socketpair per worker carries length-prefixed pickles of plain tuples (``LEN``, then
+the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, ring
+offset, length, prior, digest, lookup)``, ``("near", ...)`` both ways, ``("results", [(id,
+packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
+processes map (``PROGRESS``: the id of the job the worker is working on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import socket
+import struct
+
+from crawlerd.outcome import Outcome
+from crawlerd.records import FetchResult, Link, ProcessResult
+
+LEN = struct.Struct("!I")
+MAX_FRAME = 1 << 30
+PROGRESS = struct.Struct("<q")      # the progress page: id of the job the worker is working on (0: none)
+
+
+def frame(obj) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return LEN.pack(len(data)) + data
+
+# A ProcessResult crosses the socket as a tuple, its links as tuples: pickling dataclass
+# instances with slots calls their Python-level __getstate__/__setstate__ per Link, which
+# cost ~90 us per 50-link page on the two sides together (bench/process_bench.py).
+_PR_FIELDS = tuple(f.name for f in dataclasses.fields(ProcessResult))
+_LINKS_AT = _PR_FIELDS.index("links")
+_OUTCOME_AT = _PR_FIELDS.index("outcome")
+
+def pack_result(pr: ProcessResult) -> tuple:
+    """``pr`` as plain tuples for the wire (inverse: ``unpack_result``)."""
+    values = [getattr(pr, name) for name in _PR_FIELDS]
+    values[_OUTCOME_AT] = pr.outcome.value
+    values[_LINKS_AT] = [(ln.url, ln.fp, ln.host_key, ln.nofollow) for ln in pr.links]
+    return tuple(values)
+
+
+def unpack_result(values: tuple) -> ProcessResult:
+    values = list(values)
+    values[_OUTCOME_AT] = Outcome(values[_OUTCOME_AT])
+    values[_LINKS_AT] = [Link(*t) for t in values[_LINKS_AT]]
+    return ProcessResult(*values)
+
+
+class FrameReader:
+    """Length-prefixed frames from a blocking socket, read in large chunks (few recv calls)."""
+
+    def __init__(self, sock: socket.socket, chunk_bytes: int = 1 << 20):
+        self.sock = sock
+        self.buf = bytearray()
+        self.pos = 0
+        self.chunk_bytes = chunk_bytes
+
+    def next(self):
+        """The next unpickled frame, or None at end of stream."""
+        if not self._fill(LEN.size):
+            return None
+        (n,) = LEN.unpack_from(self.buf, self.pos)
+        if not self._fill(LEN.size + n):
+            return None
+        start = self.pos + LEN.size
+        msg = pickle.loads(memoryview(self.buf)[start:start + n])
+        self.pos = start + n
+        return msg
+
+    def ready(self) -> bool:
+        """True if a whole frame can be read without blocking."""
+        if len(self.buf) - self.pos < LEN.size or \
+                len(self.buf) - self.pos < LEN.size + LEN.unpack_from(self.buf, self.pos)[0]:
+            try:
+                chunk = self.sock.recv(self.chunk_bytes, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                return False
+            del self.buf[:self.pos]
+            self.pos = 0
+            self.buf += chunk
+        avail = len(self.buf) - self.pos
+        return avail >= LEN.size and avail >= LEN.size + LEN.unpack_from(self.buf, self.pos)[0]
+
+    def _fill(self, need: int) -> bool:
+        if len(self.buf) - self.pos >= need:
+            return True
+        del self.buf[:self.pos]
+        self.pos = 0
+        while len(self.buf) < need:
+            try:
+                chunk = self.sock.recv(max(self.chunk_bytes, need - len(self.buf)))
+            except (ConnectionResetError, BrokenPipeError):
+                return False          # the crawl process is gone (e.g. kill -9): same as end of input
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+
+def fetch_result(meta: tuple, body: bytes) -> FetchResult:
+    url, outcome, status, ip, started_at, elapsed_s, request_head, response_head, headers, error, _ = meta
+    return FetchResult(url=url, outcome=Outcome(outcome), status=status, ip=ip, started_at=started_at,
+                       elapsed_s=elapsed_s, request_head=request_head, response_head=response_head, body=body,
+                       headers=headers, error=error)
