@@ -53,7 +53,18 @@ def main() -> int:
                                          # a small web is politeness-bound: only an idle fetcher moves the reader
                                          "-s", "budgets.min_ready_hosts=1"),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(seconds * 0.6)
+        # ask once farm pages were fetched and URLs wait in BEAST (a loaded box starts slowly),
+        # at the latest at 85% of the crawl
+        t0 = time.monotonic()
+        time.sleep(seconds * 0.3)
+        while time.monotonic() - t0 < seconds * 0.85:
+            farm_done = sum(1 for e in sim.ledger()
+                            if e.status == 200 and site["hosts"].get(e.host, {}).get("role") == "farm")
+            st = ask("stats", "--json", *common)
+            waiting = st["rc"] == 0 and (json.loads(st["out"]).get("budgets") or {}).get("deferred_now", 0) > 0
+            if farm_done >= 20 and waiting:
+                break
+            time.sleep(1.0)
         stats_json = ask("stats", "--json", *common)
         stats_text = ask("stats", *common)
         offline = Handler(Site(HOSTS, SEED, shape=SHAPE), sim.port)
