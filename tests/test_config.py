@@ -3,7 +3,7 @@ import tomllib
 
 import pytest
 
-from crawlerd import config
+from crawlerd import config, config_schema
 from tests.conftest import ROOT
 
 SHIPPED = os.path.join(ROOT, "config.toml")
@@ -93,7 +93,7 @@ def test_defaults_are_independent_copies():
     assert config.load().network.allow == []
 
 
-FLOAT_KEYS = [(s, k.name) for s, (_d, keys) in config.SCHEMA.items() for k in keys if k.type is float]
+FLOAT_KEYS = [(s, k.name) for s, (_d, keys) in config_schema.SCHEMA.items() for k in keys if k.type is float]
 
 
 @pytest.mark.parametrize("section, key", FLOAT_KEYS)
@@ -106,7 +106,7 @@ def test_every_float_key_refuses_nan_and_inf(section, key, bad):
 
 
 def test_every_number_key_has_a_range_holding_its_default():
-    for section, (_d, keys) in config.SCHEMA.items():
+    for section, (_d, keys) in config_schema.SCHEMA.items():
         for k in keys:
             if k.type in (int, float):
                 assert k.min is not None and k.max is not None, f"{section}.{k.name} has no range"
@@ -148,7 +148,7 @@ def test_user_agent_needs_an_operator_contact(ua, ok):
 
 
 def test_map_sizes_beyond_the_address_space_are_refused():
-    big = config.MAX_MAP_BYTES
+    big = config_schema.MAX_MAP_BYTES
     cfg = config.load(None, [f"frontier.map_size_bytes={big}", f"recrawl.map_size_bytes={big}"])
     with pytest.raises(config.ConfigError, match=r"frontier.map_size_bytes = \d+: the LMDB maps need \d+ bytes"):
         config.check_map_sizes(cfg)

@@ -38,7 +38,7 @@ DEFAULT_UA = "crawlerd-bench-scrapy-peer/0.1 (+synthetic web on loopback; operat
 
 def peer_settings(seconds: float, user_agent: str, robots_agent: str, delay_s: float,
                   concurrency: int, timeout_s: float, log_level: str) -> dict:
-    """Scrapy settings for a polite crawl comparable to crawlerd's defaults (config.py)."""
+    """Scrapy settings for a polite crawl comparable to crawlerd's defaults (config_schema.py)."""
     return {
         "USER_AGENT": user_agent,
         "ROBOTSTXT_OBEY": True,

@@ -9,10 +9,10 @@ import tempfile
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from crawlerd import config
+from crawlerd import config, config_schema
 from tests.fuzz.conftest import budget
 
-KEYS = [(s, k.name) for s, (_d, keys) in config.SCHEMA.items() for k in keys]
+KEYS = [(s, k.name) for s, (_d, keys) in config_schema.SCHEMA.items() for k in keys]
 _SCALAR = st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True),
                     st.booleans(), st.text(max_size=20),
                     st.sampled_from(["nan", "inf", "-inf", "1e309", "0", "-0.0", "\"\"", "[]", "{}"]))
