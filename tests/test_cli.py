@@ -214,8 +214,8 @@ def test_daemon_control_verbs_and_socket_in_use(tmp_path):
 
 
 def test_stats_prints_the_top_dust_rules_per_host(capsys):
-    from crawlerd.cli import _print_dust
-    _print_dust({"enabled": True, "rules_trusted": 1, "hosts_with_rules": 1, "rules_learned_total": 2,
+    from crawlerd.readout import print_dust
+    print_dust({"enabled": True, "rules_trusted": 1, "hosts_with_rules": 1, "rules_learned_total": 2,
                  "rules_retired_total": 1, "sample_mismatches_total": 1, "skipped_total": 40,
                  "top": [{"host": "http://a.example", "rules": [
                      {"rule": "?utm_source", "state": "trusted", "confirmations": 5, "skips": 40, "samples": 2,
@@ -227,7 +227,7 @@ def test_stats_prints_the_top_dust_rules_per_host(capsys):
     assert out[1].strip() == "http://a.example"
     assert out[2].split()[:2] == ["?utm_source", "trusted"] and "skips 40" in out[2]
     assert out[3].split()[:2] == ["?sort", "retired"] and out[3].endswith("sample mismatches 1")
-    _print_dust({"enabled": False})
+    print_dust({"enabled": False})
     assert capsys.readouterr().out == ""
 
 
