@@ -74,17 +74,9 @@ _MEM_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 
 def proc_mem(pid: int) -> dict[str, int] | None:
     """Memory of one process from /proc/<pid>/status, bytes; None once it has gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            text = f.read()
-    except OSError:
-        return None
-    out = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        if name in _MEM_FIELDS:
-            out[name] = int(rest.split()[0]) * 1024      # the kernel reports kB
-    return out if "VmRSS" in out else None
+    from crawlerd.metrics import proc_status_bytes
+    out = proc_status_bytes(pid, _MEM_FIELDS)
+    return out if out and "VmRSS" in out else None
 
 
 def smaps_groups(pid: int, data_dir: str) -> dict[str, int] | None:

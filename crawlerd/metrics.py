@@ -39,10 +39,8 @@ def proc_rss_bytes(pid: int) -> int | None:
         return None
 
 
-def proc_rss_kinds(pid: int) -> dict[str, int] | None:
-    """Resident memory of a live process by kind, bytes: anonymous (private heap: what grows if
-    something leaks), file-backed (mapped files: LMDB, index runs, libraries; the kernel can drop
-    these) and shared memory; None if it is gone (/proc/<pid>/status, proc(5))."""
+def proc_status_bytes(pid: int, names: tuple[str, ...]) -> dict[str, int] | None:
+    """The kB fields ``names`` of /proc/<pid>/status (proc(5)), in bytes; None if the process is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             text = f.read()
@@ -51,8 +49,18 @@ def proc_rss_kinds(pid: int) -> dict[str, int] | None:
     out = {}
     for line in text.splitlines():
         name, _, rest = line.partition(":")
-        if name in ("RssAnon", "RssFile", "RssShmem"):
-            out[name] = int(rest.split()[0]) * 1024
+        if name in names:
+            out[name] = int(rest.split()[0]) * 1024      # the kernel reports kB
+    return out
+
+
+def proc_rss_kinds(pid: int) -> dict[str, int] | None:
+    """Resident memory of a live process by kind, bytes: anonymous (private heap: what grows if
+    something leaks), file-backed (mapped files: LMDB, index runs, libraries; the kernel can drop
+    these) and shared memory; None if it is gone (/proc/<pid>/status, proc(5))."""
+    out = proc_status_bytes(pid, ("RssAnon", "RssFile", "RssShmem"))
+    if out is None:
+        return None
     return {"anon": out.get("RssAnon", 0), "file": out.get("RssFile", 0), "shmem": out.get("RssShmem", 0)}
 
 
