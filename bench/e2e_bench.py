@@ -211,7 +211,8 @@ class StatusPoller(threading.Thread):
                 self.series.append({"t": time.monotonic(), "in_flight": st.get("in_flight", 0),
                                     "pages": st.get("pages", 0), "queued": st.get("queued", 0),
                                     "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
-                                    "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None})
+                                    "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None,
+                                    "stall_sites": ll.get("stall_sites")})
 
     def stop(self) -> None:
         self._stop_evt.set()
@@ -237,6 +238,7 @@ class StatusPoller(threading.Thread):
             out["stall_samples"] = n
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
+            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls > 50 ms were
         return out
 
 
@@ -718,6 +720,9 @@ def bench(args: argparse.Namespace) -> dict:
                           f" us/request, workers {st.get('workers_us_per_page', 0):.0f} us/page, all "
                           f"{st.get('all_us_per_page', 0):.0f} us/page, stall p99.9 {st.get('stall_p999_ms')} ms, "
                           f"in flight {st.get('in_flight', {})}", file=sys.stderr, flush=True)
+                    for site in st.get("stall_sites") or []:
+                        print(f"    stall > 50 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms): "
+                              f"{site['where']}", file=sys.stderr)
                 results[f"{kind}/{scheme}"].append(r)
     finally:
         if args.keep:

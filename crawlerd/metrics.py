@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
+import threading
 import time
 from bisect import bisect_left
 from collections import Counter, deque
@@ -138,8 +140,10 @@ class LoopLag:
     count``; ``sum_s`` is the total lag; while started exactly one timer is armed.
     """
 
-    def __init__(self, interval_s: float = 0.1, recent_s: int = 10):
+    def __init__(self, interval_s: float = 0.1, recent_s: int = 10, watch_s: float | None = None):
         self.interval_s = interval_s
+        # a thread that names where the loop is when a stall passes watch_s (None: no thread)
+        self.watch = StallWatch(self, watch_s) if watch_s else None
         self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
         self.count = 0
         self.sum_s = 0.0
@@ -152,14 +156,19 @@ class LoopLag:
     def start(self, loop) -> None:
         self._loop = loop
         self._arm()
+        if self.watch is not None:
+            self.watch.start()
 
     def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _arm(self) -> None:
         self._due = self._loop.time() + self.interval_s
+        self.due_mono = time.monotonic() + self.interval_s     # the same due time, for the watch thread
         self._timer = self._loop.call_at(self._due, self._fire)
 
     def _fire(self) -> None:
@@ -187,8 +196,87 @@ class LoopLag:
             cum.append(total)
         horizon = int(time.monotonic()) - self._recent.maxlen
         recent = max((v for s, v in self._recent if s > horizon), default=0.0)
-        return {"buckets_s": list(LAG_BUCKETS_S), "cumulative": cum, "count": self.count,
-                "sum_s": round(self.sum_s, 6), "max_s": round(self.max_s, 6), "recent_max_s": round(recent, 6)}
+        out = {"buckets_s": list(LAG_BUCKETS_S), "cumulative": cum, "count": self.count,
+               "sum_s": round(self.sum_s, 6), "max_s": round(self.max_s, 6), "recent_max_s": round(recent, 6)}
+        if self.watch is not None:
+            out["stall_sites"] = self.watch.sites()
+        return out
+
+
+STALL_SITES = 32            # distinct places kept (the most frequent)
+STALL_FRAMES = 4            # innermost crawlerd frames that name a place
+
+
+class StallWatch:
+    """Where the event loop was when it stalled: a daemon thread looks every ``threshold_s / 2``
+    whether the loop's lag timer is overdue by more than ``threshold_s`` and, once per stall,
+    records the loop thread's innermost crawlerd frames (``sys._current_frames``).
+
+    Key: ``counts[place]`` = stalls seen there, ``worst_s[place]`` = the longest overdue time
+    observed there (a lower bound of the stall). Invariant: at most ``STALL_SITES`` places, the
+    least frequent dropped first. Costs the loop nothing; the thread wakes ``2 / threshold_s``
+    times a second and takes the GIL only to look."""
+
+    def __init__(self, lag: LoopLag, threshold_s: float):
+        self.lag = lag
+        self.threshold_s = threshold_s
+        self.counts: Counter[str] = Counter()
+        self.worst_s: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._loop_thread = 0
+
+    def start(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+
+    def _watch(self) -> None:
+        seen_due = None
+        while not self._stop.wait(self.threshold_s / 2):
+            due = getattr(self.lag, "due_mono", None)
+            if due is None:
+                continue
+            late = time.monotonic() - due
+            if late < self.threshold_s:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            place = where(frame) if frame is not None else "?"
+            if due != seen_due:
+                seen_due = due
+                self.counts[place] += 1
+                if len(self.counts) > STALL_SITES:
+                    del self.counts[min(self.counts, key=self.counts.__getitem__)]
+            if late > self.worst_s.get(place, 0.0):
+                self.worst_s[place] = late
+
+    def sites(self) -> list[dict]:
+        """The places, most frequent first: ``{"where", "stalls", "worst_s"}``."""
+        return [{"where": k, "stalls": n, "worst_s": round(self.worst_s.get(k, 0.0), 3)}
+                for k, n in self.counts.most_common()]
+
+
+def where(frame) -> str:
+    """The innermost ``STALL_FRAMES`` frames of crawlerd code under ``frame`` (innermost first),
+    plus the innermost frame of any code when it is not crawlerd's (a library call)."""
+    parts, inner = [], None
+    while frame is not None and len(parts) < STALL_FRAMES:
+        code = frame.f_code
+        if inner is None:
+            inner = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+        if "crawlerd" in code.co_filename:
+            parts.append(f"{code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    if inner and (not parts or not inner.endswith(parts[0].split(":")[0])):
+        parts.insert(0, inner)
+    return " < ".join(parts)
 
 
 class Metrics:

@@ -62,3 +62,50 @@ def test_lag_quantile_is_the_bound_of_the_bucket_holding_it():
     snap = lag.snapshot()
     assert lag_quantile_s(snap["cumulative"], snap["count"], 1.0) == float("inf")
     assert lag_quantile_s([0] * len(LAG_BUCKETS_S), 0, 0.99) is None
+
+
+def test_a_stall_is_traced_to_the_function_that_held_the_loop():
+    import asyncio
+    import time as _time
+
+    from crawlerd.metrics import LoopLag
+
+    def hold_the_loop_for(seconds: float) -> None:
+        end = _time.monotonic() + seconds
+        while _time.monotonic() < end:       # a synchronous callback that never yields
+            pass
+
+    async def crawl():
+        lag = LoopLag(interval_s=0.01, watch_s=0.05)
+        lag.start(asyncio.get_running_loop())
+        await asyncio.sleep(0.05)
+        hold_the_loop_for(0.3)
+        await asyncio.sleep(0.05)
+        snap = lag.snapshot()
+        lag.stop()
+        return snap
+
+    snap = asyncio.run(crawl())
+    sites = snap["stall_sites"]
+    assert sites, snap
+    assert "hold_the_loop_for" in sites[0]["where"]
+    assert sites[0]["stalls"] == 1
+    assert 0.2 <= sites[0]["worst_s"] <= 1.0
+    assert snap["max_s"] >= 0.25
+
+
+def test_a_loop_that_never_stalls_names_no_place():
+    import asyncio
+
+    from crawlerd.metrics import LoopLag
+
+    async def crawl():
+        lag = LoopLag(interval_s=0.01, watch_s=0.2)
+        lag.start(asyncio.get_running_loop())
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        snap = lag.snapshot()
+        lag.stop()
+        return snap
+
+    assert asyncio.run(crawl())["stall_sites"] == []

@@ -55,6 +55,7 @@ DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at st
 DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
 INBOX_POLL_S = 0.1              # batches other shards handed to this one are looked for this often
+STALL_WATCH_S = 0.05             # a loop stall longer than this is traced to where it happened (`crawlerd stats`)
 
 
 class Shard:
@@ -187,7 +188,7 @@ class Shard:
         self.runner: LeaseRunner | None = None
         self.syncer: SyncThread | None = None
         # operator's view and the bench: how late this loop runs a 10 ms timer (its stalls)
-        self.loop_lag = LoopLag(interval_s=0.01)
+        self.loop_lag = LoopLag(interval_s=0.01, watch_s=STALL_WATCH_S)
 
     def _state(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
