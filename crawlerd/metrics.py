@@ -247,7 +247,7 @@ class StallWatch:
             late = time.monotonic() - due
             if late < self.threshold_s:
                 continue
-            frame = sys._current_frames().get(self._loop_thread)
+            frame = sys._current_frames().get(self._loop_thread)     # noqa: SLF001 (documented in sys)
             place = where(frame) if frame is not None else "?"
             if due != seen_due:
                 seen_due = due

@@ -90,3 +90,6 @@ class ProcessResult:
     error: str = ""
     canonical: str = ""                  # declared rel=canonical (HTML link or Link header), normalised
     storage_error: str = ""              # "<kind>: <dir>" when the WARC could not be written: not archived
+    # a sitemap job's reading (worker.read_sitemap): ([(url, lastmod or None)], child sitemaps,
+    # URLs rejected, "undecodable" or ""); None for every other job
+    sitemap: tuple | None = None

@@ -104,6 +104,7 @@ class _Job:
     future: asyncio.Future
     digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
     lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
+    sitemap: tuple[int, int] | None = None     # (max_urls, max_bytes): also read it as a sitemap
     crashes: int = 0            # workers that died while working on this job
 
 
@@ -280,13 +281,16 @@ class WorkerPool:
         return sum(len(w.outstanding) for w in self.workers) + len(self._backlog)
 
     async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
-                      digest: str = "", lookup: bool = False) -> ProcessResult:
+                      digest: str = "", lookup: bool = False,
+                      sitemap: tuple[int, int] | None = None) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
         ``digest``: its payload digest (``entity_digest``) when the caller computed it already.
         ``lookup``: ignore ``prior``; the worker looks the digest up (``init["digest_dir"]`` and its
         own captures) and the result's ``duplicate_of`` tells what it found.
+        ``sitemap``: (max_urls, max_bytes) to have the worker also decode and parse the answer as a
+        sitemap; the result's ``sitemap`` holds the reading (the parse never runs on this loop).
         """
         self.waiting += 1
         try:
@@ -297,7 +301,7 @@ class WorkerPool:
         try:
             loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup)
+            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)
@@ -321,7 +325,8 @@ class WorkerPool:
         offset = w.ring.put(job.job_id, body)
         meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
                 r.response_head, r.headers, r.error, b"" if offset >= 0 else body)
-        w.out.append(frame(("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup)))
+        w.out.append(frame(("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup,
+                            job.sitemap)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_out)

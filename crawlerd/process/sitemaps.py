@@ -23,7 +23,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import urlsplit
 from xml.parsers import expat
 
-__all__ = ["Sitemap", "SitemapURL", "parse_sitemap"]
+from crawlerd.fetch.codec import DecodeError, decode_body
+from crawlerd.records import FetchResult
+
+__all__ = ["Sitemap", "SitemapURL", "parse_sitemap", "read_sitemap"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_URL_CHARS = 2047
@@ -75,6 +78,20 @@ def parse_sitemap(data: bytes, sitemap_url: str, *, max_urls: int = 50_000,
     else:
         _parse_text(data, scope, max_urls, out)
     return out
+
+
+def read_sitemap(res: FetchResult, max_urls: int, max_bytes: int) -> tuple:
+    """A fetched sitemap's reading, as it crosses back from a worker: ``([(url, lastmod or None)],
+    child sitemaps, URLs rejected, "undecodable" or "")``; nothing for an answer other than 200."""
+    if res.status != 200:
+        return [], [], 0, ""
+    try:
+        body = decode_body(res.body, chunked=res.chunked, content_encoding=res.header("content-encoding"),
+                           max_bytes=max_bytes)
+    except DecodeError:
+        return [], [], 0, "undecodable"
+    parsed = parse_sitemap(body, res.url, max_urls=max_urls, max_bytes=max_bytes)
+    return [(u.url, u.lastmod) for u in parsed.urls], parsed.sitemaps, parsed.rejected, ""
 
 
 def _gunzip(data: bytes, max_bytes: int, errors: list[str]) -> bytes:

@@ -39,6 +39,7 @@ from collections import deque
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim
 from crawlerd.outcome import Outcome, storage_error
+from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.process.wire import LEN, PROGRESS, FrameReader, fetch_result, pack_result
 from crawlerd.records import PriorCapture, ProcessResult
 
@@ -174,12 +175,14 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                                               max_decoded_bytes=init["max_decoded_bytes"],
                                               max_links=init["max_links"])
                 elif msg[0] == "job":
-                    _, job_id, meta, offset, length, prior, digest, lookup = msg
+                    _, job_id, meta, offset, length, prior, digest, lookup, sitemap = msg
                     result = fetch_result(meta, ring.get(offset, length) if offset >= 0 else meta[-1])
                     if progress is not None:
                         PROGRESS.pack_into(progress, 0, job_id)
                     try:
                         a = processor.analyse(result, prior=None if lookup else prior, digest=digest)
+                        if sitemap is not None:
+                            a.pr.sitemap = read_sitemap(result, *sitemap)
                         done.append((job_id, result, a, lookup))
                     except Exception as e:  # a bug must not take the page with it: record it by name
                         done.append((job_id, result, e, False))

@@ -10,7 +10,9 @@ the host stays busy and every request still waits its gap.
 robots state and complete the lease), the robots cache, the politeness rule, an
 :class:`~crawlerd.shard.outbound.Outbound` for guard-checked requests, the fetch
 coroutine, an ``archive`` callable (robots.txt and sitemap answers are archived like
-pages), the event writer and the intake's ``submit_urls`` for sitemap URLs.
+pages), a ``read_sitemap`` coroutine (a worker archives and parses a sitemap answer: its
+reading, or None if it could not be archived), the event writer and the intake's
+``submit_urls`` for sitemap URLs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from crawlerd.frontier import Frontier, Lease
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
-from crawlerd.process.sitemaps import parse_sitemap
 from crawlerd.records import FetchRequest, FetchResult
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.outbound import Outbound
@@ -63,7 +64,8 @@ class HostFiles:
 
     def __init__(self, cfg: Config, *, frontier: Frontier, robots: RobotsCache, politeness: Politeness,
                  outbound: Outbound, fetch: Callable[[FetchRequest], Awaitable[FetchResult]],
-                 archive: Callable[[FetchResult], None], events: FetchEvents,
+                 archive: Callable[[FetchResult], None],
+                 read_sitemap: Callable[[FetchResult], Awaitable[tuple | None]], events: FetchEvents,
                  submit_urls: Callable[..., int], metrics: Metrics, clock: Callable[[], float],
                  wall: Callable[[], float], stopping: Callable[[], bool]):
         self.cfg = cfg
@@ -73,6 +75,7 @@ class HostFiles:
         self.outbound = outbound
         self.fetch = fetch
         self.archive = archive
+        self.read_sitemap = read_sitemap
         self.events = events
         self.submit_urls = submit_urls
         self.metrics = metrics
@@ -186,24 +189,26 @@ class HostFiles:
             self.events.fetched(url, res, kind="sitemap")
             if res.outcome is not Outcome.OK:
                 break                     # host trouble: back off through the lease completion
-            self.archive(res)       # archived like any answer
             if res.status in (429, 503):
+                self.archive(res)   # archived like any answer
                 break
             if res.status != 200:
+                self.archive(res)
                 continue
-            try:
-                body = decode_body(res.body, chunked=res.chunked,
-                                   content_encoding=res.header("content-encoding"), max_bytes=sm.max_bytes)
-            except DecodeError:
-                self.metrics.counters["sitemap_undecodable"] += 1
+            # archived and parsed by a worker (a 50,000-URL sitemap never stalls this loop)
+            reading = await self.read_sitemap(res)
+            if reading is None:
+                break               # not archived (storage): the crawl pauses, the lease completes
+            urls, children, rejected, problem = reading
+            if problem:             # "undecodable", or "unread" (the worker failed on it)
+                self.metrics.counters[f"sitemap_{problem}"] += 1
                 continue
-            parsed = parse_sitemap(body, url, max_urls=sm.max_urls, max_bytes=sm.max_bytes)
-            queue.extend(parsed.sitemaps)
+            queue.extend(children)
             recent_after = self.wall() - sm.recent_s
-            fresh = [u.url for u in parsed.urls if u.lastmod is not None and u.lastmod >= recent_after]
-            other = [u.url for u in parsed.urls if u.lastmod is None or u.lastmod < recent_after]
+            fresh = [u for u, lastmod in urls if lastmod is not None and lastmod >= recent_after]
+            other = [u for u, lastmod in urls if lastmod is None or lastmod < recent_after]
             self.submit_urls(fresh, depth=1, priority=0)    # lastmod raises priority
             self.submit_urls(other, depth=1, priority=1)
-            self.metrics.counters["sitemap_urls"] += len(parsed.urls)
-            self.metrics.dropped["sitemap_foreign_url"] += parsed.rejected
+            self.metrics.counters["sitemap_urls"] += len(urls)
+            self.metrics.dropped["sitemap_foreign_url"] += rejected
         return last

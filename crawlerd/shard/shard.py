@@ -269,6 +269,7 @@ class Shard:
                             host_busy=self.leases.host_busy)
         host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,
                                outbound=outbound, fetch=self.fetcher.fetch, archive=self._archive,
+                               read_sitemap=self._read_sitemap,
                                events=self.events, submit_urls=self.intake.submit_urls, metrics=self.metrics,
                                clock=self.clock, wall=self.wall, stopping=lambda: self.stopping)
         self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
@@ -321,6 +322,15 @@ class Shard:
         pr = await self.pool.process(res, None)
         if pr.storage_error:
             self.storage.failed(pr.storage_error, self.cfg.path("warc"))
+
+    async def _read_sitemap(self, res: FetchResult) -> tuple | None:
+        """A sitemap answer archived and parsed by a worker: its reading, or None if not archived."""
+        sm = self.cfg.sitemaps
+        pr = await self.pool.process(res, None, sitemap=(sm.max_urls, sm.max_bytes))
+        if pr.storage_error:
+            self.storage.failed(pr.storage_error, self.cfg.path("warc"))
+            return None
+        return pr.sitemap if pr.sitemap is not None else ([], [], 0, "unread")
 
     def _step(self, runner: LeaseRunner) -> None:
         now = self.clock()

@@ -387,3 +387,36 @@ def test_near_duplicates_are_decided_before_the_records_are_written(tmp_path):
     assert b"near-duplicate-of: http://a.test/v0" in metas["http://a.test/v3"]
     assert b"near-duplicate-of" not in metas["http://a.test/v0"]
     assert b"simhash: " in metas["http://a.test/other"] and b"simhash" not in metas["http://a.test/img.png"]
+
+
+def test_a_sitemap_job_is_archived_and_read_by_the_worker(tmp_path):
+    """The crawl process never parses a sitemap: the worker archives it and sends back its reading."""
+    urls = "".join(f"<url><loc>http://s.test/p/{i}</loc><lastmod>2023-11-14</lastmod></url>" for i in range(300))
+    urlset = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+    index = ('<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+             '<sitemap><loc>http://s.test/more.xml</loc></sitemap>'
+             '<sitemap><loc>http://elsewhere.test/x.xml</loc></sitemap></sitemapindex>')
+    jobs = [response("http://s.test/sitemap.xml", urlset.encode(), ctype="application/xml", gz=True, chunked=True),
+            response("http://s.test/index.xml", index.encode(), ctype="application/xml"),
+            response("http://s.test/bad.xml", b"not gzip", ctype="application/xml",
+                     extra=[("Content-Encoding", "gzip")]),
+            response("http://s.test/gone.xml", b"no", status=404, ctype="text/plain")]
+
+    async def run():
+        pool = WorkerPool(1, init_for(tmp_path))
+        await pool.start()
+        try:
+            return await asyncio.gather(*(pool.process(r, None, sitemap=(100, 1 << 20)) for r in jobs))
+        finally:
+            await pool.close()
+
+    urlset_pr, index_pr, bad_pr, gone_pr = asyncio.run(run())
+    got_urls, children, rejected, problem = urlset_pr.sitemap
+    assert problem == "" and children == [] and rejected == 0
+    assert [u for u, _ in got_urls] == [f"http://s.test/p/{i}" for i in range(100)]     # max_urls
+    assert all(lastmod == 1_699_920_000.0 for _, lastmod in got_urls)
+    assert index_pr.sitemap[1] == ["http://s.test/more.xml"]      # same site only
+    assert bad_pr.sitemap[3] == "undecodable"
+    assert gone_pr.sitemap == ([], [], 0, "")
+    archived = responses_per_url(tmp_path / "warc")
+    assert all(archived[r.url] == 1 for r in jobs), archived

@@ -7,6 +7,7 @@ from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import KIND_ROBOTS, KIND_URL, QueuedURL
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.process.pool import WorkerPool
+from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.shard.answers import Answers
 from crawlerd.shard.hostfiles import HostFiles
 from crawlerd.shard.leases import LeaseRunner, LeaseTable
@@ -45,8 +46,13 @@ def wire(p: Parts, server: Server):
         submitted.append((list(urls), kw))
         return len(urls)
 
+    async def read(res):        # what a worker does with a sitemap job: archive it, then read it
+        archived.append(res)
+        return read_sitemap(res, p.cfg.sitemaps.max_urls, p.cfg.sitemaps.max_bytes)
+
     hf = HostFiles(p.cfg, frontier=p.frontier, robots=robots, politeness=Politeness(min_delay_s=0.0),
-                   outbound=outbound, fetch=server.fetch, archive=archived.append, events=p.events,
+                   outbound=outbound, fetch=server.fetch, archive=archived.append, read_sitemap=read,
+                   events=p.events,
                    submit_urls=submit_urls, metrics=p.metrics, clock=p.clock, wall=time.time,
                    stopping=lambda: False)
     answers = Answers(p.cfg, pool=WorkerPool(1, {}), digests=p.digests, near=p.near, recrawl=p.recrawl,
