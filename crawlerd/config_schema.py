@@ -232,6 +232,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_redirects", int, 5, "Redirect hops followed (each hop is a new URL through the frontier).",
            min=0, max=20),
         _k("max_connections", int, 2000, "Connection cache size of the curl multi handle.", min=1, max=1_000_000),
+        _k("keep_alive_idle_s", float, 5.0,
+           "A connection is kept open after an answer only when its host has more URLs queued and its next "
+           "turn is expected within this many seconds (hosts waiting / answers per second, or its politeness "
+           "gap); idle connections older than this are closed, not reused (many servers drop them by then). "
+           "Keeps curl's connection cache to the hosts that will use it.", min=0.0, max=3600.0),
         _k("verify_tls", bool, True,
            "Verify TLS certificates and host names (a page whose certificate fails is outcome tls_error). "
            "Off: record what a site serves whatever its certificate (an archival choice)."),

@@ -117,7 +117,7 @@ class Fetcher:
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
                  accept_encoding: str = "gzip, deflate, br", ca_file: str = "", max_transfers: int = 0,
-                 on_done=None):
+                 keep_alive_idle_s: float = 5.0, on_done=None):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
@@ -133,6 +133,7 @@ class Fetcher:
         self.max_header_bytes = max_header_bytes
         self.verify_tls = verify_tls
         self.ca_file = ca_file
+        self.keep_alive_idle_s = keep_alive_idle_s      # idle connections older than this are not reused
         # max_transfers: transfers on the wire at once (0: no bound); a fetch over it waits its turn
         self.max_transfers = max_transfers
         self._queue: deque[asyncio.Future] = deque()        # fetches waiting for a transfer slot, FIFO

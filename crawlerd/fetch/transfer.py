@@ -86,6 +86,7 @@ class Transfer:
         c.setopt(pycurl.LOW_SPEED_TIME, f.low_speed_time_s)
         c.setopt(pycurl.BUFFERSIZE, _BUFFER_BYTES)
         c.setopt(pycurl.TCP_NODELAY, 1)
+        c.setopt(pycurl.MAXAGE_CONN, max(1, round(f.keep_alive_idle_s)))     # idle longer: closed, not reused
         c.setopt(pycurl.SSL_VERIFYPEER, 1 if f.verify_tls else 0)
         c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
         if f.ca_file:

@@ -134,7 +134,8 @@ class LeaseRunner:
                  fetch: Callable[[FetchRequest], Awaitable[FetchResult]], robots: RobotsCache,
                  recrawl: Recrawl, host_files: HostFiles, answers: Answers, events: FetchEvents,
                  metrics: Metrics, clock: Callable[[], float], wall: Callable[[], float],
-                 storage_failed: Callable[[str, str], None], window: LeaseWindow | None = None):
+                 storage_failed: Callable[[str, str], None], window: LeaseWindow | None = None,
+                 keep_alive_s: float = 5.0):
         self.frontier = frontier
         self.table = table
         self.tasks = tasks
@@ -150,6 +151,7 @@ class LeaseRunner:
         self.wall = wall
         self.storage_failed = storage_failed
         self.window = window
+        self.keep_alive_s = keep_alive_s
         self._dns_pending: set[str] = set()
         # the DUST gate's lease hook (crawlerd.shard.dust), set by the shard: True = completed, skip it
         self.lease_gate: Callable[[Lease, str, int, str], bool] | None = None
@@ -179,6 +181,18 @@ class LeaseRunner:
                 self.frontier.set_host_ip(host_key, ip, expires_at=self.clock() + max(res.ttl_s, 1.0))
         finally:
             self._dns_pending.discard(host_key)
+
+    def keep_alive(self, host_key: str) -> bool:
+        """Whether the connection of this request is worth keeping for the host's next one: the host
+        has more URLs queued and its turn should come within ``keep_alive_s``. A crawl bound by its
+        own rate rather than by politeness reaches a host again only after every host scheduled
+        before it (hosts scheduled / answers per second): kept connections would wait idle for
+        tens of seconds, fill curl's cache and be evicted (a scan of the cache per transfer)
+        before their host's turn."""
+        if not self.frontier.has_queued(host_key):
+            return False
+        rate = self.window.rate if self.window is not None else 0.0
+        return rate <= 0.0 or self.frontier.hosts_ready() <= rate * self.keep_alive_s
 
     # -- leases -----------------------------------------------------------------------
     def start(self, now: float, free: int) -> None:
@@ -241,7 +255,7 @@ class LeaseRunner:
         conditional = [("If-None-Match", etag)] if etag else []
         if last_modified:
             conditional.append(("If-Modified-Since", last_modified))
-        req = self.outbound.request(url, lease.ip, conditional, keep_alive=self.frontier.has_queued(host_key))
+        req = self.outbound.request(url, lease.ip, conditional, keep_alive=self.keep_alive(host_key))
         if req is None:     # network.allow narrowed since DNS: the whole host goes, with a reason
             self.frontier.complete(lease.lease_id, outcome=Outcome.BLOCKED_ADDRESS)
             self.metrics.outcomes[Outcome.BLOCKED_ADDRESS.value] += 1

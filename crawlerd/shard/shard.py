@@ -261,6 +261,7 @@ class Shard:
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file,
+                               keep_alive_idle_s=f.keep_alive_idle_s,
                                max_transfers=f.max_in_flight, on_done=self._wake.set)
         if self.ownership is not None:      # the fence again at the fetcher: a queued request too
             own = self.ownership
@@ -276,7 +277,8 @@ class Shard:
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
                                   metrics=self.metrics, clock=self.clock, wall=self.wall,
-                                  storage_failed=self.storage.failed, window=self.window)
+                                  storage_failed=self.storage.failed, window=self.window,
+                                  keep_alive_s=f.keep_alive_idle_s)
         if self.dust is not None:
             self.runner.lease_gate = self.dust.lease_skip
         # group commit: the loop commits without fdatasync; this thread syncs, and DRUM's answers are

@@ -10,7 +10,7 @@ from crawlerd.process.pool import WorkerPool
 from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.shard.answers import Answers
 from crawlerd.shard.hostfiles import HostFiles
-from crawlerd.shard.leases import LeaseRunner, LeaseTable
+from crawlerd.shard.leases import LeaseRunner, LeaseTable, LeaseWindow
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.tasks import Tasks
 from crawlerd.url.canonical import fingerprint
@@ -133,3 +133,32 @@ def test_robots_rules_then_sitemap_urls_go_to_the_intake_and_disallowed_urls_end
     events = run(go())
     assert [(e["kind"], e["outcome"]) for e in events] == [("robots", "ok"), ("sitemap", "ok"),
                                                            ("page", "robots_denied")]
+
+
+def test_a_connection_is_kept_only_for_a_host_whose_turn_comes_soon(tmp_path):
+    """A crawl bound by its own rate reaches a host again only after every host scheduled before
+    it: a kept connection would wait idle past keep_alive_s (and fill curl's cache)."""
+    clock = FakeClock(1000.0)
+
+    async def go():
+        p = Parts(str(tmp_path), clock=clock)
+        try:
+            _hf, runner, *_ = wire(p, Server({}))
+            runner.window = LeaseWindow(floor=2, ceiling=1000)
+            runner.window.rate = 100.0          # answers per second
+            runner.keep_alive_s = 5.0
+            queue_host(p, "/a", "/b")
+            assert runner.keep_alive(HOST)       # one host scheduled: its turn comes at once
+            others = [f"http://h{i}.test" for i in range(600)]
+            p.frontier.add([QueuedURL(url=h + "/", host_key=h, fp=fingerprint(h + "/")) for h in others])
+            for h in others:
+                p.frontier.set_host_ip(h, "127.0.0.2")
+            assert p.frontier.hosts_ready() > 500
+            assert not runner.keep_alive(HOST)   # 601 hosts before its turn at 100/s: 6 s > 5 s
+            runner.keep_alive_s = 10.0
+            assert runner.keep_alive(HOST)
+            assert not runner.keep_alive("http://nothing-queued.test")
+        finally:
+            await p.close()
+
+    run(go())
