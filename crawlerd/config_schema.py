@@ -55,8 +55,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("shards", int, 0,
            "Crawl shards: hosts partitioned by registered domain, each shard its own process (one "
            "event loop, curl multi, frontier, DRUM, budgets and workers) when more than one. 0: "
-           "chosen at the crawl's first start from the core count (cores // 8, at least 1: one "
-           "shard loop keeps about 7 cores of processing workers busy, bench/shards_bench.py). "
+           "chosen at the crawl's first start from the core count (cores // 2, at least 1: a shard's "
+           "loop is one core at saturation and keeps about half a core of workers busy, bench/RESULTS.md). "
            "Fixed for the life of a crawl: recorded in <data_dir>/crawl.json, and a run asking for "
            "another count is refused.", min=0, max=256),
     ]),

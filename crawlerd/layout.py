@@ -86,9 +86,11 @@ def stored_shards(data_dir: str) -> int | None:
 
 
 def auto_shards(cores: int | None = None) -> int:
-    """``crawl.shards = 0``: one shard per 8 cores (a shard's loop keeps about 7 cores of
-    processing workers busy: bench/shards_bench.py), at least one."""
-    return max(1, (cores or os.cpu_count() or 1) // 8)
+    """``crawl.shards = 0``: one shard per 2 cores, at least one. A shard's loop is one core at
+    saturation and keeps about half a core of processing workers busy (bench/RESULTS.md: loop
+    ~1,400-1,700 us, workers ~650-1,200 us of CPU per request at 20,000 hosts), so half the cores
+    as loops leaves the other half for their workers; fewer shards leave a big machine idle."""
+    return max(1, (cores or os.cpu_count() or 1) // 2)
 
 
 def resolve_shards(data_dir: str, configured: int) -> int:

@@ -57,3 +57,9 @@ def test_unreadable_crawl_file_is_an_error(tmp_path):
     (tmp_path / "crawl.json").write_text("{nope")
     with pytest.raises(LayoutError):
         layout.prepare(str(tmp_path), 1)
+
+
+def test_the_default_shard_count_is_one_loop_per_two_cores():
+    from crawlerd.layout import auto_shards
+
+    assert [auto_shards(c) for c in (1, 2, 3, 4, 16, 64)] == [1, 1, 1, 2, 8, 32]
