@@ -15,6 +15,8 @@ import struct
 import zlib
 from datetime import UTC, datetime
 
+from crawlerd._native.b32 import sha1_base32  # noqa: F401 (re-exported: crawlerd.store.sha1_base32)
+
 try:  # ISA-L deflate: ~3x faster than zlib at a similar ratio (bench/warc_bench.py)
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover - depends on the environment
@@ -62,24 +64,6 @@ def stored_body_member(compressobj, level: int, head: bytes, body: bytes) -> byt
               _GZIP_TRAILER.pack(_crc32(CRLF2, _crc32(body, _crc32(head))),
                                  (len(head) + len(body) + len(CRLF2)) & 0xFFFFFFFF))
     return b"".join(parts)
-
-
-_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"           # RFC 4648 §6 alphabet
-_B32_PAIRS = [_B32[i >> 5] + _B32[i & 31] for i in range(1024)]     # 10 bits -> 2 characters
-
-
-def sha1_base32(digest: bytes) -> str:
-    """Base32 (RFC 4648 §6) of a 20-byte SHA-1 digest: 160 bits, 32 characters, no padding.
-
-    Written out because ``base64.b32encode`` is pure Python and took as long as hashing
-    a 2 KB block; an exact test holds it to ``base64.b32encode``.
-    """
-    n = int.from_bytes(digest, "big")
-    t = _B32_PAIRS
-    return (t[n >> 150] + t[(n >> 140) & 1023] + t[(n >> 130) & 1023] + t[(n >> 120) & 1023]
-            + t[(n >> 110) & 1023] + t[(n >> 100) & 1023] + t[(n >> 90) & 1023] + t[(n >> 80) & 1023]
-            + t[(n >> 70) & 1023] + t[(n >> 60) & 1023] + t[(n >> 50) & 1023] + t[(n >> 40) & 1023]
-            + t[(n >> 30) & 1023] + t[(n >> 20) & 1023] + t[(n >> 10) & 1023] + t[n & 1023])
 
 
 def payload_digest(body_dechunked: bytes) -> str:

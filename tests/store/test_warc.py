@@ -454,12 +454,30 @@ def test_random_record_ids_are_version_4_and_unique():
         assert rid == f"urn:uuid:{u}" and u.version == 4 and u.variant == uuid.RFC_4122
 
 
-@given(st.binary(min_size=20, max_size=20))
-def test_sha1_base32_matches_base64(digest):
-    import base64
+class TestSha1Base32:
+    """The native kernel and its pure-Python reference both give base64.b32encode's text."""
 
-    from crawlerd.store.encoding import sha1_base32
-    assert sha1_base32(digest) == base64.b32encode(digest).decode()
+    @pytest.mark.parametrize("impl", ["native", "ref"])
+    @given(digest=st.binary(min_size=20, max_size=20))
+    def test_matches_base64(self, impl, digest):
+        import base64
+
+        from crawlerd._native import b32, b32_ref
+        fn = b32.sha1_base32 if impl == "native" else b32_ref.sha1_base32
+        assert fn(digest) == base64.b32encode(digest).decode()
+
+    @pytest.mark.parametrize("impl", ["native", "ref"])
+    def test_a_digest_of_another_length_is_refused(self, impl):
+        from crawlerd._native import b32, b32_ref
+        fn = b32.sha1_base32 if impl == "native" else b32_ref.sha1_base32
+        for bad in (b"", b"x" * 19, b"x" * 21):
+            with pytest.raises(ValueError):
+                fn(bad)
+
+    def test_the_store_uses_the_native_kernel(self):
+        from crawlerd._native import b32
+        from crawlerd.store.encoding import sha1_base32
+        assert sha1_base32 is b32.sha1_base32
 
 
 @given(st.floats(min_value=0, max_value=4e9, allow_nan=False))

@@ -1,0 +1,3 @@
+"""Type stub for the native base32 of SHA-1 digests (crawlerd/_native/b32.pyx)."""
+
+def sha1_base32(digest: bytes) -> str: ...
