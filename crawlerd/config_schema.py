@@ -384,6 +384,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Processing worker processes in all, shared out evenly among the shards (0: cores - "
            "shards, at least one per shard).", min=0, max=256),
         _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0, max=1_000_000),
+        _k("worker_nice", int, 5,
+           "Niceness the processing workers add to their own (0: the crawl loop's). The shard loop is "
+           "latency-bound (a descheduled loop stalls every transfer) while the workers run a queue with "
+           "slack, so on a busy machine the loop gets the CPU first; workers still get a share "
+           "(the kernel's weights for +5 are about a third), never starved.", min=0, max=19),
     ]),
     "control": ("Control socket and status.", [
         _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),

@@ -159,6 +159,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
             for msg in batch:
                 if msg[0] == "init":
                     init = msg[1]
+                    if init.get("nice"):
+                        os.nice(init["nice"])      # the shard loop first on a busy machine (process.worker_nice)
                     segment_max_bytes = init["segment_max_bytes"]
                     ask_near = bool(init.get("near_duplicates"))
                     if ring_fd >= 0:

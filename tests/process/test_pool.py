@@ -420,3 +420,20 @@ def test_a_sitemap_job_is_archived_and_read_by_the_worker(tmp_path):
     assert gone_pr.sitemap == ([], [], 0, "")
     archived = responses_per_url(tmp_path / "warc")
     assert all(archived[r.url] == 1 for r in jobs), archived
+
+
+def test_workers_run_at_the_configured_niceness_above_the_crawl_loop(tmp_path):
+    def niceness(pid: int) -> int:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[16])     # proc(5) field 19, "nice"
+
+    async def run():
+        pool = WorkerPool(1, {**init_for(tmp_path), "nice": 3})
+        await pool.start()
+        try:
+            await pool.process(response("http://n.test/", page_html(1)))
+            return [niceness(pid) for pid in pool.pids()]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(run()) == [os.nice(0) + 3]
