@@ -25,6 +25,7 @@ from xml.parsers import expat
 
 from crawlerd.fetch.codec import DecodeError, decode_body
 from crawlerd.records import FetchResult
+from crawlerd.url.canonical import fingerprint, normalize
 
 __all__ = ["Sitemap", "SitemapURL", "parse_sitemap", "read_sitemap"]
 
@@ -81,8 +82,9 @@ def parse_sitemap(data: bytes, sitemap_url: str, *, max_urls: int = 50_000,
 
 
 def read_sitemap(res: FetchResult, max_urls: int, max_bytes: int) -> tuple:
-    """A fetched sitemap's reading, as it crosses back from a worker: ``([(url, lastmod or None)],
-    child sitemaps, URLs rejected, "undecodable" or "")``; nothing for an answer other than 200."""
+    """A fetched sitemap's reading, as it crosses back from a worker: ``([(normalised url,
+    fingerprint, lastmod or None)], child sitemaps, URLs rejected, "undecodable" or "")``; nothing
+    for an answer other than 200. A URL the normaliser refuses counts as rejected."""
     if res.status != 200:
         return [], [], 0, ""
     try:
@@ -91,7 +93,14 @@ def read_sitemap(res: FetchResult, max_urls: int, max_bytes: int) -> tuple:
     except DecodeError:
         return [], [], 0, "undecodable"
     parsed = parse_sitemap(body, res.url, max_urls=max_urls, max_bytes=max_bytes)
-    return [(u.url, u.lastmod) for u in parsed.urls], parsed.sitemaps, parsed.rejected, ""
+    urls, rejected = [], parsed.rejected
+    for u in parsed.urls:
+        norm = normalize(u.url)
+        if norm is None:
+            rejected += 1
+        else:
+            urls.append((norm, fingerprint(norm), u.lastmod))
+    return urls, parsed.sitemaps, rejected, ""
 
 
 def _gunzip(data: bytes, max_bytes: int, errors: list[str]) -> bytes:

@@ -12,7 +12,7 @@ robots state and complete the lease), the robots cache, the politeness rule, an
 coroutine, an ``archive`` callable (robots.txt and sitemap answers are archived like
 pages), a ``read_sitemap`` coroutine (a worker archives and parses a sitemap answer: its
 reading, or None if it could not be archived), the event writer and the intake's
-``submit_urls`` for sitemap URLs.
+``submit_links`` for sitemap URLs (normalised and fingerprinted by the worker).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from crawlerd.frontier import Frontier, Lease
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
-from crawlerd.records import FetchRequest, FetchResult
+from crawlerd.records import FetchRequest, FetchResult, Link
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.outbound import Outbound
 from crawlerd.url.canonical import normalize
@@ -66,7 +66,7 @@ class HostFiles:
                  outbound: Outbound, fetch: Callable[[FetchRequest], Awaitable[FetchResult]],
                  archive: Callable[[FetchResult], None],
                  read_sitemap: Callable[[FetchResult], Awaitable[tuple | None]], events: FetchEvents,
-                 submit_urls: Callable[..., int], metrics: Metrics, clock: Callable[[], float],
+                 submit_links: Callable[..., int], metrics: Metrics, clock: Callable[[], float],
                  wall: Callable[[], float], stopping: Callable[[], bool]):
         self.cfg = cfg
         self.frontier = frontier
@@ -77,7 +77,7 @@ class HostFiles:
         self.archive = archive
         self.read_sitemap = read_sitemap
         self.events = events
-        self.submit_urls = submit_urls
+        self.submit_links = submit_links
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
@@ -205,10 +205,10 @@ class HostFiles:
                 continue
             queue.extend(children)
             recent_after = self.wall() - sm.recent_s
-            fresh = [u for u, lastmod in urls if lastmod is not None and lastmod >= recent_after]
-            other = [u for u, lastmod in urls if lastmod is None or lastmod < recent_after]
-            self.submit_urls(fresh, depth=1, priority=0)    # lastmod raises priority
-            self.submit_urls(other, depth=1, priority=1)
+            fresh = [Link(u, fp, "") for u, fp, lastmod in urls if lastmod is not None and lastmod >= recent_after]
+            other = [Link(u, fp, "") for u, fp, lastmod in urls if lastmod is None or lastmod < recent_after]
+            self.submit_links(fresh, depth=1, priority=0)   # lastmod raises priority
+            self.submit_links(other, depth=1, priority=1)
             self.metrics.counters["sitemap_urls"] += len(urls)
             self.metrics.dropped["sitemap_foreign_url"] += rejected
         return last

@@ -272,7 +272,7 @@ class Shard:
         host_files = HostFiles(self.cfg, frontier=self.frontier, robots=self.robots, politeness=self.politeness,
                                outbound=outbound, fetch=self.fetcher.fetch, archive=self._archive,
                                read_sitemap=self._read_sitemap,
-                               events=self.events, submit_urls=self.intake.submit_urls, metrics=self.metrics,
+                               events=self.events, submit_links=self.intake.submit_links, metrics=self.metrics,
                                clock=self.clock, wall=self.wall, stopping=lambda: self.stopping)
         self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,

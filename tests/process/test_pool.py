@@ -21,6 +21,7 @@ from crawlerd.store.encoding import payload_digest
 from crawlerd.store.recover import recover_segment
 from crawlerd.store.segment import OPEN_SUFFIX
 from crawlerd.store.warc import WarcWriter
+from crawlerd.url.canonical import fingerprint
 
 T0 = 1_700_000_000.0
 WORDS = ("crawler politeness frontier robots simhash digest segment archive bucket queue host page link "
@@ -413,8 +414,9 @@ def test_a_sitemap_job_is_archived_and_read_by_the_worker(tmp_path):
     urlset_pr, index_pr, bad_pr, gone_pr = asyncio.run(run())
     got_urls, children, rejected, problem = urlset_pr.sitemap
     assert problem == "" and children == [] and rejected == 0
-    assert [u for u, _ in got_urls] == [f"http://s.test/p/{i}" for i in range(100)]     # max_urls
-    assert all(lastmod == 1_699_920_000.0 for _, lastmod in got_urls)
+    assert [u for u, _, _ in got_urls] == [f"http://s.test/p/{i}" for i in range(100)]     # max_urls
+    assert all(fp == fingerprint(u) for u, fp, _ in got_urls)          # ready for the seen-set
+    assert all(lastmod == 1_699_920_000.0 for _, _, lastmod in got_urls)
     assert index_pr.sitemap[1] == ["http://s.test/more.xml"]      # same site only
     assert bad_pr.sitemap[3] == "undecodable"
     assert gone_pr.sitemap == ([], [], 0, "")

@@ -42,9 +42,10 @@ def wire(p: Parts, server: Server):
     outbound = Outbound(guard=AddressGuard(["127.0.0.0/8"]), frontier=p.frontier, resolve=None,
                         host_busy=table.host_busy)
 
-    def submit_urls(urls, **kw):
-        submitted.append((list(urls), kw))
-        return len(urls)
+    def submit_links(links, **kw):
+        assert all(ln.fp == fingerprint(ln.url) for ln in links)     # fingerprinted by the worker
+        submitted.append(([ln.url for ln in links], kw))
+        return len(links)
 
     async def read(res):        # what a worker does with a sitemap job: archive it, then read it
         archived.append(res)
@@ -53,7 +54,7 @@ def wire(p: Parts, server: Server):
     hf = HostFiles(p.cfg, frontier=p.frontier, robots=robots, politeness=Politeness(min_delay_s=0.0),
                    outbound=outbound, fetch=server.fetch, archive=archived.append, read_sitemap=read,
                    events=p.events,
-                   submit_urls=submit_urls, metrics=p.metrics, clock=p.clock, wall=time.time,
+                   submit_links=submit_links, metrics=p.metrics, clock=p.clock, wall=time.time,
                    stopping=lambda: False)
     answers = Answers(p.cfg, pool=WorkerPool(1, {}), digests=p.digests, near=p.near, recrawl=p.recrawl,
                       frontier=p.frontier, intake=p.intake, events=p.events, metrics=p.metrics)
