@@ -64,8 +64,12 @@ async def _run(args: argparse.Namespace) -> int:
                 variant_share=args.variants)
     tls = None
     if args.tls:
-        from crawlerd.simweb.tls import TestCA
-        tls = TestCA([h.name for h in site.hosts])
+        try:
+            from crawlerd.simweb.tls import TestCA
+            tls = TestCA([h.name for h in site.hosts])
+        except ImportError as e:        # the throwaway CA is made with the cryptography package
+            raise SystemExit(f"simweb --tls needs the Python package 'cryptography' ({e.msg}): "
+                             "pip install 'crawlerd[bench]' (or pip install cryptography)") from None
     server = SimServer(site, cache_bytes=args.cache_mb << 20, ledger_max_entries=args.ledger_max, tls=tls)
     await server.start(args.bind, args.port, args.control_port)
     announcement = server.announcement()
