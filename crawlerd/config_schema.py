@@ -55,7 +55,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("shards", int, 0,
            "Crawl shards: hosts partitioned by registered domain, each shard its own process (one "
            "event loop, curl multi, frontier, DRUM, budgets and workers) when more than one. 0: "
-           "chosen at the crawl's first start from the core count (cores // 2, at least 1: a shard's "
+           "chosen at the crawl's first start from the core count (cores // 4, at least 1: a shard's "
            "loop is one core at saturation and keeps about half a core of workers busy, bench/RESULTS.md). "
            "Fixed for the life of a crawl: recorded in <data_dir>/crawl.json, and a run asking for "
            "another count is refused.", min=0, max=256),
@@ -384,11 +384,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Processing worker processes in all, shared out evenly among the shards (0: cores - "
            "shards, at least one per shard).", min=0, max=256),
         _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0, max=1_000_000),
-        _k("worker_nice", int, 5,
-           "Niceness the processing workers add to their own (0: the crawl loop's). The shard loop is "
-           "latency-bound (a descheduled loop stalls every transfer) while the workers run a queue with "
-           "slack, so on a busy machine the loop gets the CPU first; workers still get a share "
-           "(the kernel's weights for +5 are about a third), never starved.", min=0, max=19),
+        _k("worker_nice", int, 0,
+           "Niceness the processing workers add to the crawl loop's (0: the same). Raising it gives the "
+           "latency-bound shard loop the CPU first on a machine shared with other work (workers keep a "
+           "share: about a third at +5), at the price of a longer wait between a fetch and its archiving "
+           "under contention (the work a kill -9 makes the crawl redo).", min=0, max=19),
     ]),
     "control": ("Control socket and status.", [
         _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),

@@ -86,11 +86,13 @@ def stored_shards(data_dir: str) -> int | None:
 
 
 def auto_shards(cores: int | None = None) -> int:
-    """``crawl.shards = 0``: one shard per 2 cores, at least one. A shard's loop is one core at
+    """``crawl.shards = 0``: one shard per 4 cores, at least one. A shard's loop is one core at
     saturation and keeps about half a core of processing workers busy (bench/RESULTS.md: loop
-    ~1,400-1,700 us, workers ~650-1,200 us of CPU per request at 20,000 hosts), so half the cores
-    as loops leaves the other half for their workers; fewer shards leave a big machine idle."""
-    return max(1, (cores or os.cpu_count() or 1) // 2)
+    ~1,400-1,700 us, workers ~650-1,200 us of CPU per request at 20,000 hosts), so a shard uses
+    about 1.5 cores; the rest is headroom for the merges, the WARC writes and whatever else runs on
+    the machine (each shard also costs its own caches, and a hand-off: +25% CPU per request at two).
+    The old one per 8 cores left most of a 16-64-core machine idle."""
+    return max(1, (cores or os.cpu_count() or 1) // 4)
 
 
 def resolve_shards(data_dir: str, configured: int) -> int:

@@ -59,7 +59,7 @@ def test_unreadable_crawl_file_is_an_error(tmp_path):
         layout.prepare(str(tmp_path), 1)
 
 
-def test_the_default_shard_count_is_one_loop_per_two_cores():
+def test_the_default_shard_count_is_one_loop_per_four_cores():
     from crawlerd.layout import auto_shards
 
-    assert [auto_shards(c) for c in (1, 2, 3, 4, 16, 64)] == [1, 1, 1, 2, 8, 32]
+    assert [auto_shards(c) for c in (1, 2, 4, 7, 8, 16, 64)] == [1, 1, 1, 1, 2, 4, 16]
