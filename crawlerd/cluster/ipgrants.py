@@ -216,7 +216,18 @@ class ClusterIpSlots:
     def start(self) -> None:
         self._tasks.append(asyncio.ensure_future(self.sweep()))
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 2.0) -> None:
+        """Give back every grant with nothing in flight (its owner need not wait for its expiry),
+        then stop asking."""
+        now = time.monotonic()
+        for k in [k for k in self.grants if not self.inflight.get(k)]:
+            self.grants[k] = now            # lapsed now: ``_lapse`` hands it back
+            self._lapse(k, now)
+        owners = {self._owner(k) for k in self.done_pending}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.done_pending and loop.time() < deadline and owners <= set(self._wake):
+            await asyncio.sleep(0.02)
         await stop_tasks(self._tasks)
         self._tasks = []
 

@@ -78,10 +78,10 @@ class ClusterParts:
         await self.digests.start()
 
     async def close(self, timeout_s: float = 5.0) -> None:
+        if self.ips is not None:        # gives its grants back first: their owners may answer still
+            await self.ips.stop(timeout_s=1.0)
         if self.ip_service is not None:
             await self.ip_service.close()
-        if self.ips is not None:
-            await self.ips.stop()
         if self.digests is not None:
             await self.digests.close()
         await self.inbox.close(timeout_s)
