@@ -116,7 +116,7 @@ def handoff_of(data_dir: str, shards: int) -> dict:
         t = own.get("ip_turns", {})
         out["ip_asks"] += t.get("asks", 0)
         out["ip_ask_bytes"] += t.get("ask_bytes", 0) + t.get("answer_bytes", 0)
-        out["ip_grants"] += t.get("grants", 0) + t.get("local_grants", 0)
+        out["ip_grants"] += t.get("grants", 0)
         out["ip_put_off"] += t.get("put_off", 0)
         out["records"] += h.get("records_sent", 0)
         out["batches"] += h.get("batches_sent", 0)

@@ -36,8 +36,10 @@ log = logging.getLogger("crawlerd.cluster")
 ASK_TIMEOUT_S = 1.0
 # After a question found no owner (or no answer in time), its IPs wait this long before the next.
 NO_OWNER_WAIT_S = 0.5
-# A lease put off for want of a grant looks again this much later while the question is out.
+# A lease put off for want of a grant looks again after about one round trip (a running mean),
+# at least ASK_RETRY_S, at most ASK_RETRY_MAX_S later, while the question is out.
 ASK_RETRY_S = 0.02
+ASK_RETRY_MAX_S = 0.25
 # The owner's waits are capped at this, so a turn freed early is seen soon.
 ASK_AGAIN_MAX_S = 0.5
 # Questions for one owner are gathered this long before they go.
@@ -68,8 +70,9 @@ class ClusterIpSlots:
         self._wake: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task] = []
         self._grant_s = grant_s
+        self.rtt_s = ASK_RETRY_S               # running mean of a question's round trip
         self.stats = {"asks": 0, "ask_bytes": 0, "answer_bytes": 0, "no_answer": 0, "grants": 0, "waits": 0,
-                      "local_grants": 0, "dones": 0, "put_off": 0}
+                      "renewals": 0, "own_asks": 0, "dones": 0, "put_off": 0}
 
     # -- the frontier's interface (synchronous, on the shard's loop) ---------------------------
     def try_acquire(self, key: int, now: float, delay_s: float) -> float:
@@ -88,7 +91,7 @@ class ClusterIpSlots:
         self._ask(key, now)
         if key in self.grants:          # granted at once by this shard's own table
             return self.try_acquire(key, now, delay_s)
-        return max(self.not_before.get(key, 0.0), now + ASK_RETRY_S)
+        return max(self.not_before.get(key, 0.0), now + min(max(self.rtt_s, ASK_RETRY_S), ASK_RETRY_MAX_S))
 
     def release(self, key: int, now: float, delay_s: float) -> bool:
         freed = self.local.release(key, now, delay_s)
@@ -129,8 +132,9 @@ class ClusterIpSlots:
             return
         o = self._owner(key)
         if o == self.shard and self.own is not None:
-            self._answer(key, self.own.want(key, self.node, self.shard, now), now, now)
-            self.stats["local_grants"] += 1
+            r = self.own.want(key, self.node, self.shard, now)
+            self._answer(key, r, now, now)
+            self.stats["own_asks"] += 1
             return
         if self.link is None:
             return
@@ -140,6 +144,8 @@ class ClusterIpSlots:
 
     def _answer(self, key: int, r: float, sent: float, got: float) -> None:
         if r > 0:
+            if key in self.grants:
+                self.stats["renewals"] += 1
             self.grants[key] = sent + r      # counted from the question's sending: ends no later
             self.not_before.pop(key, None)   # than the owner's expiry
             self.stats["grants"] += 1
@@ -193,6 +199,7 @@ class ClusterIpSlots:
                     ev.set()
                 continue
             got = time.monotonic()
+            self.rtt_s += 0.2 * (got - sent - self.rtt_s)
             for k, _d in dones:
                 self.done_pending.pop(k, None)
                 self.stats["dones"] += 1
@@ -232,7 +239,8 @@ class ClusterIpSlots:
         self._tasks = []
 
     def snapshot(self) -> dict:
-        out = dict(self.stats, held=len(self.grants), inflight=sum(self.inflight.values()))
+        out = dict(self.stats, held=len(self.grants), inflight=sum(self.inflight.values()),
+                   rtt_ms=round(1000 * self.rtt_s, 2))
         if self.own is not None:
             out.update(owner_turns=self.own.held(), owner_granted=self.own.granted,
                        owner_waited=self.own.waited, owner_expired=self.own.expired)

@@ -17,7 +17,8 @@ lapse within ``grant_s``) and the next turn is reserved for the node that waited
 Times are the owner's ``time.monotonic()``; durations cross machines, never instants. A grant of
 ``grant_s`` is counted by the asker from the moment it *sent* its question (earlier than the
 owner's stamp), a wait from the moment the answer arrived (later than the owner's): both err
-towards waiting longer. ``quiet_s`` after an owner process starts it grants nothing, when an
+towards waiting longer. An IP several nodes want is *contended* for ``CONTENDED_S``: its grants
+last ``CONTENDED_GRANT_S``, so the turn moves after about one request. ``quiet_s`` after an owner process starts it grants nothing, when an
 earlier process of the shard may have left grants that are still running.
 """
 
@@ -30,6 +31,10 @@ from dataclasses import dataclass, field
 RESERVE_S = 2.0
 # The shortest wait an answer names, seconds.
 MIN_WAIT_S = 0.02
+# An IP two nodes asked for within this is contended: its grants are short, so nodes take turns
+# of about one request rather than of a whole ``grant_s``, seconds.
+CONTENDED_S = 10.0
+CONTENDED_GRANT_S = 0.5
 
 
 @dataclass(slots=True)
@@ -44,6 +49,7 @@ class Turn:
     grants: dict[int, float] = field(default_factory=dict)     # shard -> expiry (owner clock)
     free_at: float = 0.0
     waiting: dict[str, list[float]] = field(default_factory=dict)
+    contended_until: float = 0.0
 
 
 class IpTurns:
@@ -101,11 +107,14 @@ class IpTurns:
             # another node waits: no renewal, no newcomer; this node's grants lapse
             self.waited += 1
             return -max(st.grants.get(shard, max(st.grants.values(), default=now)) - now, MIN_WAIT_S)
-        st.grants[shard] = now + self.grant_s
+        g = self.grant_s if now >= st.contended_until else min(self.grant_s, CONTENDED_GRANT_S)
+        st.grants[shard] = now + g
         self.granted += 1
-        return self.grant_s
+        return g
 
     def _wait(self, st: Turn, node: str, now: float) -> None:
+        if st.node is not None and st.node != node:
+            st.contended_until = now + CONTENDED_S
         w = st.waiting.get(node)
         if w is None:
             st.waiting[node] = [now, now]
