@@ -239,7 +239,7 @@ class Link:
         if self.nc is not None and not self.nc.is_closed:
             try:
                 await asyncio.wait_for(self.nc.close(), 5.0)
-            except (TimeoutError, nats.errors.Error):
+            except (TimeoutError, nats.errors.Error, RuntimeError):   # (its transport closed already)
                 pass
         self.nc = None
         self.js = None

@@ -36,10 +36,11 @@ log = logging.getLogger("crawlerd.cluster")
 ASK_TIMEOUT_S = 1.0
 # After a question found no owner (or no answer in time), its IPs wait this long before the next.
 NO_OWNER_WAIT_S = 0.5
-# A lease put off for want of a grant looks again after about one round trip (a running mean),
-# at least ASK_RETRY_S, at most ASK_RETRY_MAX_S later, while the question is out.
+# A lease put off for want of a grant looks again after about one round trip (1.25 x a running
+# mean: the answer is there by then, the lease step is not repeated for nothing), at least
+# ASK_RETRY_S, at most ASK_RETRY_MAX_S later.
 ASK_RETRY_S = 0.02
-ASK_RETRY_MAX_S = 0.25
+ASK_RETRY_MAX_S = 1.0
 # The owner's waits are capped at this, so a turn freed early is seen soon.
 ASK_AGAIN_MAX_S = 0.5
 # Questions for one owner are gathered this long before they go.
@@ -89,9 +90,10 @@ class ClusterIpSlots:
         if exp is not None:
             self._lapse(key, now)
         self._ask(key, now)
-        if key in self.grants:          # granted at once by this shard's own table
+        exp = self.grants.get(key)
+        if exp is not None and exp > now:   # granted at once by this shard's own table
             return self.try_acquire(key, now, delay_s)
-        return max(self.not_before.get(key, 0.0), now + min(max(self.rtt_s, ASK_RETRY_S), ASK_RETRY_MAX_S))
+        return max(self.not_before.get(key, 0.0), now + min(max(1.25 * self.rtt_s, ASK_RETRY_S), ASK_RETRY_MAX_S))
 
     def release(self, key: int, now: float, delay_s: float) -> bool:
         freed = self.local.release(key, now, delay_s)

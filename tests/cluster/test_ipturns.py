@@ -118,3 +118,28 @@ def test_random_questions_never_give_one_ip_to_two_nodes():
         holders = {shards[x] for x, e in local_exp.items() if e > now}
         assert len(holders) <= 1, (now, local_exp)
     assert t.granted > 100 and len({shards[s] for s in range(6) if s not in dead}) >= 1
+
+
+def test_own_ips_in_process_a_lapsed_grant_with_a_request_out_waits_its_turn(tmp_path):
+    """ClusterIpSlots over a real slot table, N = 1 (every IP this shard's own): a grant that
+    expired while a request is out is neither used nor given back; another node's turn comes
+    only after that request ended."""
+    from crawlerd._native.ipslots_ref import RefIPSlots, create
+    from crawlerd.cluster.ipgrants import ClusterIpSlots
+    path = str(tmp_path / "slots")
+    create(path, 1, 1, 1024)
+    local = RefIPSlots(path)
+    local.attach(0, 100.0, 0.0)
+    turns = table(now=100.0)
+    ips = ClusterIpSlots(local, shard=0, shards=1, node="a", grant_s=5.0, own=turns)
+    assert ips.try_acquire(K, 100.0, 0.0) == 0.0            # granted in process, cell taken
+    for t in (101.0, 102.5, 104.0, 105.5):
+        assert turns.want(K, "b", 1, t) < 0                  # another node waits (and keeps asking)
+    w = ips.try_acquire(K, 106.0, 0.0)                       # grant lapsed, the request still out
+    assert w > 106.0 and ips.inflight[K] == 1
+    assert turns.want(K, "b", 1, 106.1) < 0                  # not given back while it is out
+    ips.release(K, 107.0, 0.0)                               # the request ended: given back
+    assert turns.turns[K].node is None and K not in ips.grants
+    assert turns.want(K, "b", 1, 107.1) > 0
+    assert ips.try_acquire(K, 107.2, 0.0) > 107.2            # now b's turn
+    local.close()
