@@ -164,6 +164,10 @@ def one(args, root: str, run: int, shape: str) -> dict:
             p.returncode = rcs[name] = os.waitstatus_to_exitcode(status)
             cpu[name] = ru.ru_utime + ru.ru_stime
             err.close()
+        deaths = 0                  # shard processes the families restarted (a crash, not a ratio)
+        for name in nodes:
+            with open(os.path.join(work, f"{name}.stderr"), errors="replace") as f:
+                deaths += sum(1 for line in f if " died: " in line)
         nats_cpu = nats_rss = 0.0
         if nats is not None:
             nats_cpu = sum(proc_cpu_s(nats.pid(x)) for x in nats.names)
@@ -186,7 +190,7 @@ def one(args, root: str, run: int, shape: str) -> dict:
     shared = {ip for ip, hs in by_ip.items() if len(hs) > 1}
     npages = max(1, len(pages))
     crawl_cpu = sum(cpu.values())
-    return {"shape": shape, "run": run, "rc": rcs, "pages": len(pages), "requests": len(entries),
+    return {"shape": shape, "run": run, "rc": rcs, "shard_deaths": deaths, "pages": len(pages), "requests": len(entries),
             "steady_pages_per_s": len(steady) / max(1e-9, args.seconds - args.warmup),
             "crawlerd_cpu_s": round(crawl_cpu, 2), "cpu_ms_per_page": 1000 * crawl_cpu / npages,
             "nats_cpu_s": round(nats_cpu, 2), "nats_cpu_ms_per_page": 1000 * nats_cpu / npages,
