@@ -441,5 +441,14 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("dedup_window_s", float, 120.0,
            "The stream drops a batch published again (same source and sequence) within this.",
            min=1.0, max=86400.0),
+        _k("ip_turns", bool, True,
+           "Per-IP politeness across machines: each IP's owner shard (hash of the IP mod "
+           "crawl.shards) gives it to one node at a time, so per_ip_concurrency and ip_delay_s "
+           "hold across the cluster. false: per machine only (an IP whose hosts are on k machines "
+           "may see k x per_ip_concurrency)."),
+        _k("ip_grant_s", float, 5.0,
+           "Length of a shard's grant to send to an IP (renewed while it leases there, not while "
+           "another node waits for the IP), seconds. A grant never given back (a dead node) frees "
+           "its IP fetch.timeout_s after it expires.", min=0.2, max=600.0),
     ]),
 }

@@ -163,6 +163,8 @@ class Supervisor:
             if refused:
                 return refused
             kwargs.update(self.cluster.kwargs())
+            if self.cfg.cluster.ip_turns:
+                kwargs["ip_slots"] = await self._share_ips()
         try:
             if self.parts is not None:
                 self.shard = Shard(self.cfg, self.metrics, index=self.member, shards=self.cfg.crawl.shards,
@@ -271,6 +273,16 @@ class Supervisor:
                  "taken over from an earlier process of this node" if self.cluster.lease.inherited else "held",
                  ", ".join(self.cfg.cluster.servers))
         return 0
+
+    async def _share_ips(self):
+        """Per-IP turns across machines (``cluster.ipgrants``) over this machine's slot table."""
+        c, d = self.cfg.cluster, self.cfg.crawl.data_dir
+        # a shard run before may have granted turns that still run: wait them out (grant + drain)
+        ran = os.path.isdir(os.path.join(layout.shard_dir(d, self.member), "frontier"))
+        drain_s = self.cfg.fetch.timeout_s + 1.0
+        return await self.cluster.share_ips(self.parts.ip_slots, shards=self.cfg.crawl.shards,
+                                            node=self.cluster.lease.node, grant_s=c.ip_grant_s, drain_s=drain_s,
+                                            quiet_s=c.ip_grant_s + drain_s if ran else 0.0)
 
     def _lease_lost(self, why: str) -> None:
         # the fence has closed already (no request starts); the shard drains and this process ends
@@ -391,7 +403,8 @@ class Supervisor:
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
                 "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {}),
-                "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {})}
+                "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {}),
+                **({"ip_turns": self.cluster.ips.snapshot()} if self.cluster and self.cluster.ips else {})}
 
     def _handlers(self) -> dict:
         def seed_add(req):

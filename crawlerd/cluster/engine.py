@@ -11,6 +11,8 @@ consumer ``shard-<i>``                 durable pull consumer of shard *i*, expli
 KV ``crawlerd_<crawl>_leases``         ``shard.<i>``: who runs shard *i* (bucket TTL = lease TTL)
 KV ``crawlerd_<crawl>_meta``           ``shards``: N, fixed for the life of the crawl
 ``crawlerd.<crawl>.dedup.<shard>``     core NATS request/reply: digest claims for shard *i*
+``crawlerd.<crawl>.ips.<shard>``       core NATS request/reply: per-IP turns of the IPs shard *i*
+                                       owns (``cluster.ipgrants``)
 =====================================  ==========================================================
 
 ``Link`` is one client connection (``nats-py``, asyncio) with its JetStream context; a shard
@@ -75,6 +77,10 @@ class Names:
     def dedup_subject(self, shard: int) -> str:
         """Request/reply subject of the digest owner ``shard`` (``cluster.dedup``)."""
         return f"crawlerd.{self.crawl}.dedup.{shard}"
+
+    def ips_subject(self, shard: int) -> str:
+        """Request/reply subject of the per-IP turn owner ``shard`` (``cluster.ipgrants``)."""
+        return f"crawlerd.{self.crawl}.ips.{shard}"
 
     @property
     def leases(self) -> str:
@@ -233,7 +239,7 @@ class Link:
         if self.nc is not None and not self.nc.is_closed:
             try:
                 await asyncio.wait_for(self.nc.close(), 5.0)
-            except (TimeoutError, nats.errors.Error):
+            except (TimeoutError, nats.errors.Error, RuntimeError):   # (its transport closed already)
                 pass
         self.nc = None
         self.js = None

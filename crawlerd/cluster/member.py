@@ -9,17 +9,22 @@ open the outbox to every other shard (its local spool under ``outbox_root``) and
 The result carries what a ``Shard`` takes (``ownership``, ``outbox``, ``inbox``) and the gate
 for its fetcher (``lease.held``). ``serve_digests`` puts the payload-digest owners of shards on
 other machines behind NATS request/reply (``cluster.dedup``) and answers for this one.
-``close()`` stops the hand-off and the digest service, releases the lease, closes the link, in
-that order.
+``share_ips`` wraps the machine's per-IP slot table in ``ClusterIpSlots`` (``cluster.ipgrants``:
+per-IP turns from each IP's owner shard) and answers for the IPs this shard owns.
+``close()`` stops the hand-off, the IP turns and the digest service, releases the lease, closes
+the link, in that order.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from crawlerd.cluster.dedup import OwnerPeer, OwnerService
 from crawlerd.cluster.engine import ClusterError, Link, Names
+from crawlerd.cluster.ipgrants import ClusterIpSlots, IpTurnService
+from crawlerd.cluster.ipturns import IpTurns
 from crawlerd.cluster.lease import ClusterMeta, KvShardLease, node_name
 from crawlerd.config import Config
 from crawlerd.handoff.jetstream import JetStreamInbox, JetStreamOutbox
@@ -36,6 +41,8 @@ class ClusterParts:
     outbox: JetStreamOutbox
     inbox: JetStreamInbox
     digests: OwnerService | None = None
+    ips: ClusterIpSlots | None = None
+    ip_service: IpTurnService | None = None
 
     def kwargs(self) -> dict:
         """The Shard's keyword arguments for its ownership and hand-off."""
@@ -45,6 +52,21 @@ class ClusterParts:
         """Start renewing the lease and pulling the inbox (the outbox starts with the shard)."""
         self.lease.start()
         self.inbox.start()
+        if self.ips is not None:
+            self.ips.start()
+
+    async def share_ips(self, local, *, shards: int, node: str, grant_s: float, drain_s: float,
+                        quiet_s: float) -> ClusterIpSlots:
+        """The frontier's per-IP table for a cluster: ``local`` (this machine's, attached) asked
+        only under a grant of the IP's owner; this shard answers for the IPs it owns
+        (``quiet_s``: grants nothing that long, for an earlier process's grants to run out)."""
+        now = time.monotonic()
+        turns = IpTurns(grant_s=grant_s, drain_s=drain_s, now=now, quiet_s=quiet_s)
+        self.ips = ClusterIpSlots(local, shard=self.lease.shard, shards=shards, node=node, grant_s=grant_s,
+                                  link=self.link, own=turns)
+        self.ip_service = IpTurnService(self.link, self.lease.shard, turns)
+        await self.ip_service.start()
+        return self.ips
 
     async def serve_digests(self, owners, handle: Callable[[bytes], bytes | None], local: list[int]) -> None:
         """``owners`` (a ``DigestOwners``) asks the shards not in ``local`` over NATS; this
@@ -56,6 +78,10 @@ class ClusterParts:
         await self.digests.start()
 
     async def close(self, timeout_s: float = 5.0) -> None:
+        if self.ips is not None:        # gives its grants back first: their owners may answer still
+            await self.ips.stop(timeout_s=1.0)
+        if self.ip_service is not None:
+            await self.ip_service.close()
         if self.digests is not None:
             await self.digests.close()
         await self.inbox.close(timeout_s)

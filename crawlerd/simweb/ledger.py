@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields
 HOST_OVERLAP = "host_overlap"             # two requests in flight to one host
 HOST_GAP = "host_gap"                     # end -> next start gap shorter than required
 IP_CONCURRENCY = "ip_concurrency"         # more than per_ip_concurrency in flight to one IP
+IP_GAP = "ip_gap"                         # a request to an IP sooner than ip_delay_s after one ended
 ROBOTS_DISALLOWED = "robots_disallowed"   # fetched a path robots.txt disallows for the agent
 ROBOTS_UNAVAILABLE = "robots_unavailable"  # fetched a page from a host whose robots.txt is 5xx/unreachable
 ROBOTS_NOT_FIRST = "robots_not_first"     # fetched a page before the host's robots.txt was answered
@@ -198,6 +199,31 @@ def _ip_concurrency(entries: list[LedgerEntry], limit: int, tolerance_s: float) 
                 out.append(Violation(IP_CONCURRENCY, ip, e.seq, min(seq for _, seq in ends),
                                      f"{len(ends) + 1} requests in flight > {limit}"))
             heapq.heappush(ends, (e.t_end - tolerance_s, e.seq))
+    return out
+
+
+def ip_gap_violations(entries: Iterable[LedgerEntry], ip_delay_s: float,
+                      tolerance_s: float = 0.01) -> list[Violation]:
+    """Per IP: a request that starts less than ``ip_delay_s`` after the end of an earlier one
+    (the latest end before its start; exact for ``per_ip_concurrency`` = 1)."""
+    by_ip: dict[str, list[LedgerEntry]] = defaultdict(list)
+    for e in entries:
+        if e.ip:
+            by_ip[e.ip].append(e)
+    out = []
+    for ip, lst in by_ip.items():
+        lst.sort(key=lambda e: (e.t_start, e.seq))
+        ends: list[tuple[float, int]] = []          # min-heap of (end, seq) not yet passed
+        last_end, last_seq = float("-inf"), -1      # the latest end before the current start
+        for e in lst:
+            while ends and ends[0][0] <= e.t_start:
+                end, seq = heapq.heappop(ends)
+                if end >= last_end:
+                    last_end, last_seq = end, seq
+            if e.t_start - last_end < ip_delay_s - tolerance_s:
+                out.append(Violation(IP_GAP, ip, e.seq, last_seq,
+                                     f"gap {e.t_start - last_end:.3f}s < {ip_delay_s:.3f}s"))
+            heapq.heappush(ends, (e.t_end, e.seq))
     return out
 
 

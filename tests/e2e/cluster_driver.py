@@ -1,10 +1,12 @@
-"""Two crawlerd "machines" and a 3-node NATS JetStream cluster crawl simweb together; driver of
-tests/e2e/test_cluster_crawl.py, run inside a private network namespace.
+"""Three crawlerd "machines" and a 3-node NATS JetStream cluster crawl simweb together; driver
+of tests/e2e/test_cluster_crawl.py, run inside a private network namespace.
 
 Three nats-server nodes, each on its own loopback address (127.0.3.1-3) as a machine of its own,
-and two ``crawlerd run --cluster ... --shards 4`` nodes with their own data dirs: ``alpha`` owns
-shards 0-1 and talks to the first two NATS nodes, ``beta`` owns 2-3 and talks to the last two.
-Both get the seeds file. While they crawl: ``cluster status --json`` from either node's side; a
+and three ``crawlerd run --cluster ... --shards 6`` nodes with their own data dirs: ``alpha`` owns
+shards 0-1, ``beta`` 2-3, ``gamma`` 4-5, each talking to two of the NATS nodes. All get the seeds
+file. The crawlers' DNS puts the hosts on ``SHARED_IPS`` addresses (several hosts of every
+node's shards on each), with ``politeness.ip_delay_s`` = ``IP_DELAY_S``: the per-IP bounds must
+hold across the machines. While they crawl: ``cluster status --json`` from either node's side; a
 third node asking for another shard count (refused); the hand-off stream's leader is killed with
 SIGKILL mid-crawl (and started again later). Both end by ``--duration``. Then the stream is
 read as it is left (batches not yet taken by a stopped shard) and everything is written as JSON
@@ -21,8 +23,10 @@ import time
 from crawlerd.cluster.localnats import LocalNats
 from crawlerd.simweb import SimWebProcess
 
-SHARDS = 4
-NODES = {"alpha": "0-1", "beta": "2-3"}
+SHARDS = 6
+NODES = {"alpha": "0-1", "beta": "2-3", "gamma": "4-5"}
+SHARED_IPS = 12
+IP_DELAY_S = 0.2
 NATS_HOSTS = ["127.0.3.1", "127.0.3.2", "127.0.3.3"]
 CRAWL = "e2e"
 
@@ -31,12 +35,18 @@ def crawlerd(*args: str) -> list[str]:
     return [sys.executable, "-m", "crawlerd", *args]
 
 
+def shared_ips(sim) -> dict[str, str]:
+    """Every host on one of SHARED_IPS addresses (simweb answers on all of 127/8)."""
+    return {h: f"127.0.9.{1 + i % SHARED_IPS}" for i, h in enumerate(sorted(sim.static_hosts))}
+
+
 def sets(sim, node: str) -> list[str]:
-    table = ", ".join(f'"{h}" = "{ip}"' for h, ip in sim.static_hosts.items())
+    table = ", ".join(f'"{h}" = "{ip}"' for h, ip in shared_ips(sim).items())
     return ["-s", "crawl.user_agent=crawlerd-test/0.1 (+e2e; operator: test@localhost)",
             "-s", 'network.allow=["127.0.0.0/8"]', "-s", f"dns.static_hosts={{{table}}}",
             "-s", "fetch.shutdown_grace_s=2.0", "-s", "politeness.max_delay_s=5.0",
-            "-s", "robots.crawl_delay_cap_s=5.0", "-s", f"cluster.crawl={CRAWL}", "-s", f"cluster.node={node}",
+            "-s", "robots.crawl_delay_cap_s=5.0", "-s", f"politeness.ip_delay_s={IP_DELAY_S}",
+            "-s", f"cluster.crawl={CRAWL}", "-s", f"cluster.node={node}",
             # a delivery lost with a killed consumer leader comes again within the test
             "-s", "cluster.ack_wait_s=5.0"]
 
@@ -99,7 +109,8 @@ def main() -> int:
             seeds = os.path.join(base, "seeds.txt")
             with open(seeds, "w") as f:
                 f.write("\n".join(sim.seeds) + "\n")
-            servers = {"alpha": [nats.url("n0"), nats.url("n1")], "beta": [nats.url("n1"), nats.url("n2")]}
+            servers = {"alpha": [nats.url("n0"), nats.url("n1")], "beta": [nats.url("n1"), nats.url("n2")],
+                       "gamma": [nats.url("n2"), nats.url("n0")]}
             dirs = {n: os.path.join(base, n) for n in NODES}
             t0 = time.monotonic()
             procs = {n: subprocess.Popen(crawlerd("run", "--cluster", ",".join(servers[n]), "--shards", str(SHARDS),
@@ -115,8 +126,8 @@ def main() -> int:
                     during = sts
                     break
             report["during"] = during
-            report["cluster_alpha"] = cluster_status(servers["alpha"])
-            report["cluster_beta"] = cluster_status(servers["beta"])
+            for n in NODES:
+                report[f"cluster_{n}"] = cluster_status(servers[n])
             # SIGKILL the hand-off stream's leader while URLs flow between the machines (first: the
             # crawl must have time left after the election)
             leader = (report["cluster_alpha"].get("stream") or {}).get("leader")
@@ -132,8 +143,8 @@ def main() -> int:
             report["t_restart_leader"] = time.time()
             # a node that asks for another shard count is refused, naming the cluster's
             r = subprocess.run(crawlerd("run", "--cluster", nats.url("n2"), "--shards", "3", "--own", "0",
-                                        "--data-dir", os.path.join(base, "gamma"), "--duration", "30",
-                                        *sets(sim, "gamma")), capture_output=True, text=True, timeout=90)
+                                        "--data-dir", os.path.join(base, "delta"), "--duration", "30",
+                                        *sets(sim, "delta")), capture_output=True, text=True, timeout=90)
             report["mismatch"] = {"rc": r.returncode, "stderr": r.stderr[-3000:]}
             for n, p in procs.items():
                 try:
@@ -145,13 +156,16 @@ def main() -> int:
                 report[f"stderr_{n}"] = err[-30000:]
                 with open(os.path.join(dirs[n], "last-run.json")) as f:
                     report[f"last_run_{n}"] = json.load(f)
-                finals = {}                 # each shard's own final numbers (after its drain)
+                finals, turns = {}, {}      # each shard's own final numbers (after its drain)
                 for i in range(SHARDS):
                     path = os.path.join(dirs[n], "shards", str(i), "last-run.json")
                     if os.path.exists(path):
                         with open(path) as f:
-                            finals[i] = json.load(f)["shards"][0]["handoff"]
+                            own = json.load(f)
+                        finals[i] = own["shards"][0]["handoff"]
+                        turns[i] = own.get("ip_turns", {})
                 report[f"handoff_{n}"] = finals
+                report[f"ip_turns_{n}"] = turns
             report["wall_s"] = time.monotonic() - t0
             report["final"] = cluster_status(nats.servers)
             report["leftovers"] = asyncio.run(stream_leftovers(nats.servers))
@@ -161,7 +175,7 @@ def main() -> int:
             report["outbox_files"] = {n: [os.path.join(r, f) for r, _d, fs in os.walk(dirs[n]) for f in fs
                                           if f.endswith(".hb")] for n in NODES}
             report.update(port=sim.port, site=sim.site(), ledger=[e.to_dict() for e in sim.ledger()],
-                          dirs=dirs)
+                          dirs=dirs, ip_delay_s=IP_DELAY_S, ips=shared_ips(sim))
     finally:
         nats.stop()
     with open(out_path, "w") as f:

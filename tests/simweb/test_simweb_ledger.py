@@ -65,6 +65,15 @@ def test_ip_concurrency_detected_across_hosts():
     assert L.politeness_violations(entries, min_gap_s=0.0, per_ip_concurrency=3) == []
 
 
+def test_ip_gap_across_hosts_from_the_latest_end_before_the_start():
+    entries = [E(0, "a.sim", 0.0, 1.0), E(1, "b.sim", 1.5, 1.6), E(2, "c.sim", 1.9, 2.0),
+               E(3, "a.sim", 2.6, 2.7, ip="127.0.0.9")]
+    vs = L.ip_gap_violations(entries, ip_delay_s=0.5)
+    # 1 starts 0.5 s after 0's end (exactly the gap); 2 starts 0.3 s after 1's end
+    assert [(v.kind, v.seq, v.other_seq) for v in vs] == [(L.IP_GAP, 2, 1)]
+    assert L.ip_gap_violations(entries, ip_delay_s=0.3) == []
+
+
 def test_short_requests_do_not_stay_in_flight():
     # a request shorter than the tolerance must still leave the in-flight set
     entries = [E(0, "a.sim", 0.0, 0.001), E(1, "b.sim", 0.5, 0.501), E(2, "c.sim", 1.0, 1.001)]
