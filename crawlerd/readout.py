@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from crawlerd.metrics import lag_quantile_s
 
-
 STALL_SITES_SHOWN = 3       # `crawlerd status`: the most frequent places of loop stalls
 
 def fmt_counts(d: dict) -> str:
