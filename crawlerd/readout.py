@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from crawlerd.metrics import lag_quantile_s
 
+STALL_SITES_SHOWN = 3       # `crawlerd status`: the most frequent places of loop stalls
 
 def fmt_counts(d: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])) or "-"
@@ -32,6 +33,8 @@ def print_status(s: dict) -> None:
             p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q) for q in (0.99, 0.999))
             print(f"loop      shard {sh.get('shard')} lag p99 <= {p99 * 1000:g} ms  p99.9 <= {p999 * 1000:g} ms  "
                   f"max {ll['max_s'] * 1000:.1f} ms")
+            for site in (ll.get("stall_sites") or [])[:STALL_SITES_SHOWN]:     # where stalls > 50 ms were
+                print(f"          stalled x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms) in {site['where']}")
 
 
 def print_stats(s: dict) -> None:

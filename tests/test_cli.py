@@ -241,3 +241,18 @@ def test_other_durations_refused(tmp_path, args, fragment):
     r = cli(*args, "--data-dir", str(tmp_path / "d"))
     assert r.returncode == 2
     assert fragment in one_line_error(r)
+
+
+def test_status_names_where_the_loop_stalled(capsys):
+    from crawlerd.metrics import LAG_BUCKETS_S
+    from crawlerd.readout import print_status
+
+    lag = {"cumulative": [100] * len(LAG_BUCKETS_S), "count": 100, "max_s": 0.31,
+           "stall_sites": [{"where": "put:127 < put:84 < fetch_robots:133", "stalls": 4, "worst_s": 0.31},
+                           {"where": "_on_ready:393", "stalls": 2, "worst_s": 0.08}]}
+    print_status({"state": "running", "pid": 1, "uptime_s": 5, "data_dir": "/d", "pages": 9, "pages_per_s_10s": 1.0,
+                  "pages_per_s_60s": 1.0, "queued": 3, "hosts_active": 2, "in_flight": 1, "outcomes": {},
+                  "statuses": {}, "shards": [{"shard": 0, "loop_lag": lag}]})
+    out = capsys.readouterr().out
+    assert "stalled x4 (worst 310 ms) in put:127 < put:84 < fetch_robots:133" in out
+    assert "stalled x2 (worst 80 ms) in _on_ready:393" in out
