@@ -2,8 +2,8 @@
 
 The fetcher keeps a connection alive across its host's politeness gap (``FetchRequest.keep_alive``);
 curl's multi handle holds such idle connections in its cache, at most ``CURLMOPT_MAXCONNECTS`` of
-them, which `fetch.connection_cache_bytes` sets from the per-connection cost measured here
-(`crawlerd.fetch.curl.CONNECTION_BYTES_HTTP` / `CONNECTION_BYTES_TLS`). A simweb (all hosts on one
+them, which `fetch.connection_cache_bytes` sets from the HTTPS cost measured here
+(`crawlerd.fetch.curl.CONNECTION_BYTES`). A simweb (all hosts on one
 address) is asked once per host with keep-alive, so that N idle connections (one per host name)
 stay in the cache; the C heap in use (glibc ``mallinfo2().uordblks``, all arenas) and the private
 memory (RssAnon) are read before and after, and the difference is divided by N. A second round
