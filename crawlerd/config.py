@@ -21,7 +21,7 @@ import re
 import tomllib
 from typing import Any
 
-from crawlerd.config_schema import PLACEHOLDER_CONTACT, SCHEMA, GiB, Key
+from crawlerd.config_schema import PLACEHOLDER_CONTACT, RETIRED, SCHEMA, GiB, Key
 
 
 class ConfigError(Exception):
@@ -277,6 +277,8 @@ def _apply(values: dict, data: dict, source: str) -> None:
             raise ConfigError(f"{source}: [{section}] must be a table, got {table!r}")
         for key, value in table.items():
             spec = _KEYS[section].get(key)
+            if spec is None and (section, key) in RETIRED:
+                raise ConfigError(f"{source}: {section}.{key} is no longer a key: {RETIRED[section, key]}")
             if spec is None:
                 raise ConfigError(f"{source}: unknown key {section}.{key}: [{section}] has "
                                   + ", ".join(_KEYS[section]))

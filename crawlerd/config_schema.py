@@ -40,6 +40,12 @@ YEAR = 365 * DAY
 # x86-64 user address space is 2^47 bytes; an LMDB map is address space (checked at start too)
 MAX_MAP_BYTES = 1 << 46
 
+# Keys that were replaced: a config still naming one gets this hint, not only "unknown key"
+RETIRED: dict[tuple[str, str], str] = {
+    ("fetch", "max_connections"): "curl's connection cache is bounded in bytes now, set "
+                                  "fetch.connection_cache_bytes (an idle HTTPS connection holds ~144 KiB)",
+}
+
 SCHEMA: dict[str, tuple[str, list[Key]]] = {
     "crawl": ("What to crawl, where state lives, and how the crawler names itself.", [
         _k("data_dir", str, "/var/lib/crawlerd",
@@ -231,7 +237,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("max_url_length", int, 2048, "Longest URL fetched or queued, bytes.", min=64, max=16384),
         _k("max_redirects", int, 5, "Redirect hops followed (each hop is a new URL through the frontier).",
            min=0, max=20),
-        _k("max_connections", int, 2000, "Connection cache size of the curl multi handle.", min=1, max=1_000_000),
+        _k("connection_cache_bytes", int, 256 * MiB,
+           "RAM for curl's cache of idle keep-alive connections, bytes: it keeps at most this divided by "
+           "144 KiB (an idle HTTPS connection's TLS state and buffers; HTTP costs ~1.5 KiB) "
+           "connections (CURLMOPT_MAXCONNECTS), closing the oldest idle one past that.",
+           min=144 * KiB, max=64 * GiB),
         _k("keep_alive_idle_s", float, 5.0,
            "A connection is kept open after an answer only when its host has more URLs queued and its next "
            "turn is expected within this many seconds (hosts waiting / answers per second, or its politeness "
@@ -370,6 +380,13 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("probe_interval_s", float, 5.0,
            "While paused by a storage fault, a test write is tried this often; when it succeeds "
            "fetching resumes (also at once on `crawlerd resume`), seconds.", min=0.1, max=600.0),
+        _k("lmdb_write_buffer_bytes", int, 8 * MiB,
+           "Page buffers each LMDB store with large write transactions (frontier, recrawl, budgets, DUST) "
+           "reserves when it opens, bytes. LMDB (opened without writemap, so a full disk is an error, not "
+           "a crash) copies each page a transaction changes into such a buffer and keeps them for the "
+           "next one: a store's private memory is the most pages one of its transactions changed, which "
+           "climbs while its B-trees grow. Reserved at open it is a fixed cost; a larger transaction "
+           "still adds buffers. 0: none reserved.", min=0, max=1 * GiB),
     ]),
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),

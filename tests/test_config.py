@@ -175,3 +175,10 @@ def test_shard_sets():
     assert config.parse_shard_set("0-3") == [0, 1, 2, 3]
     assert config.parse_shard_set("1-2,5, 0") == [0, 1, 2, 5]
     assert config.parse_shard_set("4", 5) == [4]
+
+
+def test_retired_key_names_its_replacement(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[fetch]\nmax_connections = 2000\n")
+    with pytest.raises(config.ConfigError, match=r"fetch.max_connections is no longer a key.*connection_cache_bytes"):
+        config.load(str(p))

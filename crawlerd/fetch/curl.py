@@ -88,6 +88,15 @@ _TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl'
 # libcurl 8.4 is the first to cut a body off at MAXFILESIZE while it streams (older ones only refuse a
 # declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
 _MIN_LIBCURL = 0x080400
+# What one idle connection in curl's cache holds, measured by bench/conn_cache_bench.py (libcurl 8.23,
+# OpenSSL 3.6): ~1.5 KiB of C heap over HTTP, ~142 KiB over HTTPS (TLS state and buffers). The cache
+# is sized in bytes (fetch.connection_cache_bytes) at the HTTPS cost, the worst case.
+CONNECTION_BYTES = 144 << 10
+
+
+def connection_slots(cache_bytes: int) -> int:
+    """Idle connections curl may keep (``CURLMOPT_MAXCONNECTS``) within ``cache_bytes``."""
+    return max(1, cache_bytes // CONNECTION_BYTES)
 
 
 def _quiet(op, fd: int, *args) -> None:
@@ -175,6 +184,11 @@ class Fetcher:
     @property
     def in_flight(self) -> int:
         return len(self._active)
+
+    @property
+    def connections_open(self) -> int:
+        """Sockets curl watches or keeps idle (an upper estimate: a parked number may be closed)."""
+        return len(self._watched) + len(self._parked)
 
     @property
     def waiting(self) -> int:

@@ -88,7 +88,7 @@ class DustLearner:
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
-                 sync: bool = True, clock=time.time):
+                 sync: bool = True, clock=time.time, write_buffer_bytes: int = 0):
         self.k = confirmations
         self.sample_share = sample_share
         self.prior_sample_share = prior_sample_share
@@ -102,7 +102,8 @@ class DustLearner:
         self.cache_hosts = cache_hosts
         self.max_probes_per_host = confirmations + 2
         self._clock = clock
-        self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync)
+        self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync,
+                               write_buffer_bytes=write_buffer_bytes)
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
         self.counters: Counter[str] = Counter()

@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import lmdb
 
+from crawlerd.store.lmdb_reserve import reserve_write_buffers
+
 __all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
 
 
@@ -52,7 +54,8 @@ _U64 = struct.Struct(">Q")
 class DustStore:
     """Single-threaded; call from the shard's loop. ``commit()`` is the durability point."""
 
-    def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True):
+    def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
+                 write_buffer_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
@@ -60,6 +63,7 @@ class DustStore:
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
                              sync=sync, metasync=sync, lock=True)
+        reserve_write_buffers(self.env, write_buffer_bytes)
         self._hosts = self.env.open_db(b"hosts")
         self._lru = self.env.open_db(b"lru")
         self._arch = [self.env.open_db(b"arch0"), self.env.open_db(b"arch1")]

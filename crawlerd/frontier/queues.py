@@ -37,6 +37,8 @@ import struct
 
 import lmdb
 
+from crawlerd.store.lmdb_reserve import reserve_write_buffers
+
 _U64 = struct.Struct(">Q")
 _COUNTERS = ("seq", "lease_seq", "hid_next", "session", "wseq", "added", "queued", "completed", "dead",
              "waiting", "clean", "retried", "requeued", "expired")
@@ -51,11 +53,12 @@ def u64(n: int) -> bytes:
 class FrontierStore:
     """One LMDB environment. Key/invariants per table: see the module docstring."""
 
-    def __init__(self, path: str, *, map_size_bytes: int, sync: bool):
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
+        reserve_write_buffers(self.env, write_buffer_bytes)
         self.sync = sync
         self.queues = self.env.open_db(b"queues")
         self.hosts = self.env.open_db(b"hosts")

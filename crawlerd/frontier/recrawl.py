@@ -63,6 +63,8 @@ from dataclasses import dataclass
 
 import lmdb
 
+from crawlerd.store.lmdb_reserve import reserve_write_buffers
+
 GiB = 1 << 30
 DAY_S = 86400.0
 MAX_VALIDATOR_BYTES = 1024       # a longer ETag/Last-Modified is not stored (never sent truncated)
@@ -166,7 +168,7 @@ class Recrawl:
                  min_interval_s: float = DAY_S, max_interval_s: float = 90 * DAY_S,
                  reissue_timeout_s: float = DAY_S, drop_after_errors: int = 3, jitter: float = 0.1,
                  clock=time.time, rng: random.Random | None = None, map_size_bytes: int = 64 * GiB,
-                 sync: bool = True, group_ops: int = 4096):
+                 sync: bool = True, group_ops: int = 4096, write_buffer_bytes: int = 0):
         if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
             raise ValueError("recrawl intervals: expected 0 < min_interval_s <= initial_interval_s "
                              f"<= max_interval_s, got {min_interval_s}, {initial_interval_s}, {max_interval_s}")
@@ -198,6 +200,7 @@ class Recrawl:
         self._sync = sync
         self._env = lmdb.open(path, map_size=map_size_bytes, max_dbs=3, sync=sync, metasync=False,
                               readahead=False, meminit=False)
+        reserve_write_buffers(self._env, write_buffer_bytes)
         self._urls = self._env.open_db(b"urls")
         self._due = self._env.open_db(b"due")
         self._meta = self._env.open_db(b"meta")

@@ -58,7 +58,8 @@ class Frontier:
                  max_attempts: int = 3, crawl_delay_cap_s: float = 60.0, max_active_hosts: int = 200000,
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
-                 commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False):
+                 commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False,
+                 write_buffer_bytes: int = 0):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
@@ -100,7 +101,8 @@ class Frontier:
         self._group_ops = group_ops
         self._commit_interval_s = commit_interval_s
         self._last_commit = -math.inf
-        self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync)
+        self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync,
+                                    write_buffer_bytes=write_buffer_bytes)
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
         self._shared = shared_ips

@@ -19,7 +19,7 @@ from crawlerd import layout
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
-from crawlerd.fetch.curl import Fetcher
+from crawlerd.fetch.curl import CONNECTION_BYTES, Fetcher, connection_slots
 from crawlerd.fetch.dns import Resolver
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
@@ -102,12 +102,13 @@ class Shard:
             crawl_delay_cap_s=cfg.robots.crawl_delay_cap_s, max_active_hosts=fr.max_active_hosts,
             map_size_bytes=fr.map_size_bytes, blocklist=[],
             host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True,
-            sync=False)      # fdatasync on the sync thread
+            sync=False, write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)      # fdatasync on the sync thread
         rc = cfg.recrawl
         self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
-                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False)
+                               jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False,
+                               write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
         bu = cfg.budgets
         self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
@@ -117,7 +118,8 @@ class Shard:
                                    map_size_bytes=bu.map_size_bytes, edge_max_age_s=bu.edge_max_age_s,
                                    edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
-                                   clock=clock, sync=False)     # fdatasync on the sync thread
+                                   clock=clock, sync=False,     # fdatasync on the sync thread
+                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -230,6 +232,10 @@ class Shard:
         out = {"robots_cache": self.robots.memory(), "url_filter": self.url_filter.memory(), **self.near.memory()}
         if self.resolver is not None:
             out["dns_cache"] = self.resolver.memory()
+        if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
+            slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
+            out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,
+                                       "cap_bytes": slots * CONNECTION_BYTES, "entries": self.fetcher.connections_open}
         return out
 
     def reload(self, cfg: Config) -> None:
@@ -261,8 +267,8 @@ class Shard:
                                connect_timeout_s=f.connect_timeout_s, timeout_s=f.timeout_s,
                                low_speed_bytes_per_s=f.low_speed_bytes_per_s, low_speed_time_s=f.low_speed_time_s,
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
-                               max_connections=f.max_connections, verify_tls=f.verify_tls, ca_file=f.ca_file,
-                               keep_alive_idle_s=f.keep_alive_idle_s,
+                               max_connections=connection_slots(f.connection_cache_bytes), verify_tls=f.verify_tls,
+                               ca_file=f.ca_file, keep_alive_idle_s=f.keep_alive_idle_s,
                                max_transfers=f.max_in_flight, on_done=self._wake.set)
         if self.ownership is not None:      # the fence again at the fetcher: a queued request too
             own = self.ownership

@@ -25,6 +25,7 @@ from crawlerd.simweb.ledger import LedgerEntry, entries_from_json
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+CONTROL_TIMEOUT_S = 180.0
 
 
 class SimWebError(RuntimeError):
@@ -156,7 +157,8 @@ class SimWebProcess:
 
     # --- control port ---
     def _control(self, method: str, path: str) -> dict:
-        conn = http.client.HTTPConnection("127.0.0.1", self.control_port, timeout=30)
+        # the site of 20,000 hosts is a large answer: on a loaded box it takes more than 30 s
+        conn = http.client.HTTPConnection("127.0.0.1", self.control_port, timeout=CONTROL_TIMEOUT_S)
         try:
             conn.request(method, path, headers={"Content-Length": "0"} if method == "POST" else {})
             resp = conn.getresponse()

@@ -71,15 +71,16 @@ def test_fit_spans_many_urls(soak):
     assert q_hi > q_lo, "the queue did not grow: nothing piled up on disk"
 
 
-# Measured (bench/RESULTS.md, 20,000 hosts, loaded 2-core box): crawl process +9.3 B/URL and +264 B/page
-# (15 min); workers +12.9 B/URL, +361 B/page before their own-captures map was bounded in bytes, +2.9 B/URL,
-# +101 B/page after (7 min). Still above the targets; the crawl process's C heap is not yet attributed.
-_NOT_YET = pytest.mark.xfail(strict=True, reason="private memory still grows per page and per URL in C "
-                             "heap not yet attributed (see the comment above and bench/RESULTS.md)")
+# Measured (bench/RESULTS.md, 15 min, 20,000 hosts, loaded 2-core box), after the LMDB stores reserve their
+# page buffers: crawl process +2.65 B/URL, +87.5 B/page (before: +9.3, +264); workers +0.13 B/URL, +3.7 B/page.
+# What is left in the crawl process follows the crawl's rate (work in flight and per commit), which swings with
+# the box's load, and the C heap's high-water mark after such a burst; the worker's per-page slope is at the
+# noise of a 60,000-page fit.
+_NOT_YET = pytest.mark.xfail(strict=True, reason="private memory still above the per-page target (see the "
+                             "comment above and bench/RESULTS.md)")
 
 
-@_NOT_YET
-@pytest.mark.parametrize("proc", ["crawl", "workers"])
+@pytest.mark.parametrize("proc", [pytest.param("crawl", marks=_NOT_YET), "workers"])
 def test_private_memory_slope_per_url_is_small(soak, proc):
     p = soak["analysis"]["procs"][proc]
     assert p["anon_slope_b_per_url"] is not None

@@ -98,11 +98,12 @@ class Budgets:
                  vouch_ratio: float = 0.5, queues: int = 8, max_spread: int = 1024, cache_entries: int = 1 << 16,
                  map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
                  edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
-                 clock: Callable[[], float] = time.monotonic, sync: bool = True):
+                 clock: Callable[[], float] = time.monotonic, sync: bool = True, write_buffer_bytes: int = 0):
         self.clock = clock
         self.rule = BudgetRule(base_budget, per_inlink, max_budget)
         old = _set_aside_old_layout(path)
-        self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync)
+        self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync,
+                                 write_buffer_bytes=write_buffer_bytes)
         try:
             self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
             self.beast = Beast(self.store, self.graph, self.rule, queues=queues, max_spread=max_spread,

@@ -17,6 +17,8 @@ from functools import lru_cache
 import lmdb
 import xxhash
 
+from crawlerd.store.lmdb_reserve import reserve_write_buffers
+
 _MAX_KEY = 200          # LMDB keys are at most 511 bytes; a domain key is at most this long
 
 
@@ -107,12 +109,13 @@ class BudgetStore:
     state; an uncommitted transaction dies with the process (kill -9), leaving the last commit.
     """
 
-    def __init__(self, path: str, *, map_size_bytes: int, sync: bool):
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.sync = sync
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
+        reserve_write_buffers(self.env, write_buffer_bytes)
         self.graph = self.env.open_db(b"graph")
         self.votes = self.env.open_db(b"votes")
         self.domains = self.env.open_db(b"domains")
