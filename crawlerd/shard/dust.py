@@ -82,9 +82,11 @@ class DustGate:
             elif action == PROBE:
                 out.append(item[:4] + (0, item[5]))
                 counters["dust_probes"] += 1
+                self.events.record("dust_probe", item[5], "dust_probe")
             else:                                   # a sample: fetched to re-validate its rule
                 out.append(item)
                 counters["dust_samples"] += 1
+                self.events.record("dust_sample", item[5], "dust_sample", rule=d.rule, canonical=d.canonical)
         return out
 
     def _skipped(self, url: str, host_key: str, d: Decision, aux: bytes) -> None:
@@ -130,13 +132,18 @@ class DustGate:
                 host_key, lambda it: None if learner.still_suspect(it.url, host_key) else prio(it.depth))
         if learner.wants_probe(host_key):
             counters["dust_probes"] += self.frontier.promote_deferred(
-                host_key, lambda it: 0 if learner.take_probe(it.url, it.fp, host_key) else None,
+                host_key, lambda it: self._probe(it.url) if learner.take_probe(it.url, it.fp, host_key) else None,
                 limit=1, max_scan=PROBE_SCAN)
         canonical = pr.canonical
         if canonical and canonical != url and depth < self.cfg.crawl.max_depth:
             link = Link(canonical, fingerprint(canonical), host_key_of(canonical))
             if self.intake.submit_links([link], depth=depth):
                 counters["dust_canonical_fed"] += 1
+
+    def _probe(self, url: str) -> int:
+        """A deferred URL taken as a probe: an event (the bench's account), the top level."""
+        self.events.record("dust_probe", url, "dust_probe")
+        return 0
 
     def _rule_event(self, host_key: str, rule: str, state: str) -> None:
         log.info("dust rule %s host=%s rule=%s", state, host_key, rule)
