@@ -105,6 +105,7 @@ def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None =
     # why the crawler fetched it: a sample of a trusted rule, a probe, or neither ("admitted")
     sampled = {url_key(ev["url"]) for ev in samples or ()}
     probed = {url_key(ev["url"]) for ev in probes or ()}
+    deferred = {url_key(ev["url"]) for ev in DEFERRED}
     why_tenth: dict[str, Counter[int]] = defaultdict(Counter)
     kind_tenth: dict[str, Counter[int]] = defaultdict(Counter)
     admitted_examples: list[str] = []
@@ -125,7 +126,7 @@ def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None =
             tenth = min(9, 10 * (e.seq - seq0) // max(1, seq1 - seq0))
             dup_tenth[tenth] += 1
             why = "sample" if (e.host, e.target) in sampled else "probe" if (e.host, e.target) in probed \
-                else "admitted"
+                else "deferred" if (e.host, e.target) in deferred else "admitted"
             why_tenth[why][tenth] += 1
             kind_tenth[variant_kind(e.target)][tenth] += 1
             if why == "admitted" and len(admitted_examples) < 40:
@@ -150,6 +151,7 @@ def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None =
             "false_skips": len(false_skips), "false_skip_examples": false_skips[:5]}
 
 
+DEFERRED = []
 STOP_GRACE_S = 90.0     # after D, the crawler's own ordered shutdown (a loaded 2-core box needs ~25 s)
 
 
@@ -167,6 +169,8 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         r = E.run_crawlerd(sim, seeds, run, work, sets + list(args.set or []), label)
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")
+    global DEFERRED
+    DEFERRED = read_events(data_dir, "dust_deferred")
     j = judge(entries, site, read_events(data_dir, "dust_skipped"), read_events(data_dir, "dust_sample"),
               read_events(data_dir, "dust_probe"))
     last = {}

@@ -77,6 +77,7 @@ class DustGate:
             elif action == DEFER:
                 out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
                 counters["dust_deferred"] += 1
+                self.events.record("dust_deferred", item[5], "dust_deferred")  # DIAG
             elif action == SKIP:
                 self._skipped(item[5], host_key_of(item[5]), d, item[1])
             elif action == PROBE:
@@ -97,10 +98,11 @@ class DustGate:
     # -- lease -------------------------------------------------------------------------------
     def lease_skip(self, lease: Lease, url: str, fp: int, host_key: str) -> bool:
         """True when the lease was completed as a DUST skip (nothing to fetch)."""
-        d = self.learner.check_lease(url, fp, host_key)
+        item = lease.item
+        suspect = item is not None and item.priority == self.frontier.deferred_level
+        d = self.learner.check_lease(url, fp, host_key, suspect)
         if d is None:
             return False
-        item = lease.item
         depth, hops = (item.depth, item.hops) if item is not None else (0, 0)
         self.frontier.complete(lease.lease_id, outcome=Outcome.DUST_SKIPPED)
         self.metrics.outcomes[Outcome.DUST_SKIPPED.value] += 1
