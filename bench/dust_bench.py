@@ -170,7 +170,7 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")
     global DEFERRED
-    DEFERRED = read_events(data_dir, "dust_deferred")
+    DEFERRED = read_events(data_dir, "dust_suspect_fetched")
     j = judge(entries, site, read_events(data_dir, "dust_skipped"), read_events(data_dir, "dust_sample"),
               read_events(data_dir, "dust_probe"))
     last = {}

@@ -232,6 +232,9 @@ class DustLearner:
                 info = self.hosts.adopt(host, rule)
                 if info is None:
                     return None
+            if new:                     # the host's archived variants: their rewrites count as archived
+                for e in self.hosts.state(host).evidence:
+                    self._record_rewrite(e, info)
             # the skip is logged under every rule that made it: any one's retirement gives it back
             text = RULE_JOIN.join(rule.text for rule, _rid in used)
             by_prior = any(rid < 0 or rid in info.priors for _rule, rid in used)
@@ -243,6 +246,10 @@ class DustLearner:
                 return None
             canonical, text = url, info.names[hit[1]]
             by_prior = hit[1] in info.priors
+            if by_prior and len(info.priors) > 1:
+                # the rewrite kept one prior's id of those that made it: logged under each of the
+                # host's priors, so that any one's retirement gives the skip back
+                text = RULE_JOIN.join(sorted(info.names[rid] for rid in info.priors if rid in info.names))
         share = self.prior_sample_share if by_prior else self.sample_share
         if sample and self.sample_halving:
             own = info.samples if info is not None else {}
@@ -315,13 +322,14 @@ class DustLearner:
         as archived. The host's info after, or None when nothing was adopted."""
         marks = self.hosts.prior_marks()
         st = self.hosts.state(host)
-        out = None
+        out = info
         for e in st.evidence:
             if any(m in e.url for m in marks):
-                out = self._adopt_seen(e.url, host, out or info, e.canonical) or out
-        if out is not None and out.trusted:
-            for e in st.evidence:
-                self._record_rewrite(e, out)
+                out = self._adopt_seen(e.url, host, out, e.canonical) or out
+        if out is None or not out.trusted:
+            return None
+        for e in st.evidence:           # a prior adopted at admission recorded no rewrites yet
+            self._record_rewrite(e, out)
         return out
 
     def still_suspect(self, url: str, host: str) -> bool:
@@ -474,9 +482,10 @@ class DustLearner:
             if n is not None:
                 q = n
                 used.append(rid)
-        # one rule id is kept with the rewrite: that of a prior when one took part (the weakest)
+        # one rule id is kept with the rewrite: that of a prior when one took part (the weakest;
+        # a skip on it is logged under all the host's priors, ``_trusted``)
         weak = [rid for rid in used if rid in info.priors]
-        if used and len(weak) <= 1:
+        if used:
             self.store.add_archived(fingerprint(unparse(q)), CANON, (weak or used)[0], info.epoch,
                                     e.digest >> 32, e.simhash)
 

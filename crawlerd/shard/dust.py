@@ -47,7 +47,7 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
                        prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
                        prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
-                       min_sample_share=d.min_sample_share)
+                       min_sample_share=d.min_sample_share, initial_probes=d.initial_probes)
 
 
 class DustGate:
@@ -77,7 +77,6 @@ class DustGate:
             elif action == DEFER:
                 out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
                 counters["dust_deferred"] += 1
-                self.events.record("dust_deferred", item[5], "dust_deferred")  # DIAG
             elif action == SKIP:
                 self._skipped(item[5], host_key_of(item[5]), d, item[1])
             elif action == PROBE:
@@ -102,6 +101,8 @@ class DustGate:
         suspect = item is not None and item.priority == self.frontier.deferred_level
         d = self.learner.check_lease(url, fp, host_key, suspect)
         if d is None:
+            if suspect:                 # a suspect fetched after all: its host had nothing else
+                self.events.record("dust_suspect_fetched", url, "dust_suspect_fetched")
             return False
         depth, hops = (item.depth, item.hops) if item is not None else (0, 0)
         self.frontier.complete(lease.lease_id, outcome=Outcome.DUST_SKIPPED)

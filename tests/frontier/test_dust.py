@@ -317,10 +317,23 @@ def test_probes_are_budgeted(tmp_path):
     s.fetch(f"{H}/a")
     s.admit(f"{H}/a")
     L = s.learner
-    L.tokens = 3.0                         # a fresh host needs k + 1 tokens to start learning
+    L.tokens = 2.5                         # a fresh host needs 2 tokens to start (enough to vouch)
     assert s.admit(f"{H}/a?x=1").action == PROBE
     assert s.admit(f"{H}/a?x=2").action == DEFER
     assert L.counters["probes"] == 1 and L.counters["deferred"] == 1
+    # without cross-host priors it must see k confirmations through: k + 1 tokens
+    alone = Site(str(tmp_path / "e"), lambda u: u, confirmations=2, probe_share=0.0, prior_hosts=0)
+    alone.fetch(f"{H}/a")
+    alone.admit(f"{H}/a")
+    alone.learner.tokens = 2.5
+    assert alone.admit(f"{H}/a?x=1").action == DEFER
+    alone.learner.tokens = 3.0
+    assert alone.admit(f"{H}/a?x=1").action == PROBE
+
+
+def test_the_cold_start_probe_budget_is_initial_probes(tmp_path):
+    assert Site(str(tmp_path / "d"), lambda u: u, initial_probes=5).learner.tokens == 5.0
+    assert Site(str(tmp_path / "e"), lambda u: u, initial_probes=0).learner.tokens == 0.0
 
 
 # -- persistence and bounds -------------------------------------------------------------------------
