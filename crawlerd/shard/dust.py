@@ -75,7 +75,10 @@ class DustGate:
             if action is NORMAL:
                 out.append(item)
             elif action == DEFER:
-                out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
+                # the record says so too: a URL that BEAST holds back is readmitted deferred
+                url = item[5]
+                out.append((item[0], encode_aux(item[2], item[3], PRIORITY_DEFERRED, url), item[2], item[3],
+                            PRIORITY_DEFERRED, url))
                 counters["dust_deferred"] += 1
             elif action == SKIP:
                 self._skipped(item[5], host_key_of(item[5]), d, item[1])
