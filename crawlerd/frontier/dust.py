@@ -87,8 +87,14 @@ class DustLearner:
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
-                 initial_probes: int = 24, sync: bool = True, clock=time.time):
+                 initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
+                 clock=time.time):
+        """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
+        admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there
+        spends the budget on nothing, so probes are then only taken from the frontier's deferred
+        level (``take_probe``)."""
         self.k = confirmations
+        self.admission_probes = admission_probes
         self.sample_share = sample_share
         self.prior_sample_share = prior_sample_share
         self.sample_halving = sample_halving
@@ -266,7 +272,7 @@ class DustLearner:
         # a host whose candidates wait for confirmations goes first; a new one starts only while
         # the budget could see it through (k probes), so few hosts learn rather than none
         need = 1.0 if host in self._learning else self._start_need
-        if self.tokens >= need and self._host_probes[host] < self.max_probes_per_host:
+        if self.admission_probes and self.tokens >= need and self._host_probes[host] < self.max_probes_per_host:
             if self.store.archived(k0) is not None or (k1 and self.store.archived(k1) is not None):
                 self.tokens -= 1.0
                 self._host_probes[host] += 1
@@ -277,10 +283,16 @@ class DustLearner:
         return _DEFER
 
     def wants_probe(self, host: str) -> bool:
-        """A host whose candidate rules wait for confirmations, with probe budget left: the shard
-        then offers its deferred URLs to ``take_probe``."""
-        return host in self._learning and self.tokens >= 1.0 and \
-            self._host_probes[host] < self.max_probes_per_host
+        """A host whose candidate rules wait for confirmations (or, without admission probes, any
+        host while the budget could see it through), with probe budget left: the shard then
+        offers its deferred URLs to ``take_probe``."""
+        if host in self._learning:
+            need = 1.0
+        elif not self.admission_probes:
+            need = self._start_need
+        else:
+            return False
+        return self.tokens >= need and self._host_probes[host] < self.max_probes_per_host
 
     def take_probe(self, url: str, fp: int, host: str) -> bool:
         """Fetch this deferred URL now as a probe? (Only if what it may duplicate is archived.)"""

@@ -47,7 +47,8 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
                        prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
                        prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
-                       min_sample_share=d.min_sample_share, initial_probes=d.initial_probes)
+                       min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
+                       admission_probes=not cfg.budgets.enabled)
 
 
 class DustGate:
