@@ -398,3 +398,18 @@ def test_a_sample_is_checked_against_the_archived_set_when_its_page_left_the_win
     assert s.admit(bad).action == SAMPLE
     assert s.fetch(bad).retired == ["?utm_source"]
     assert s.learner.stats()["sample_mismatches_total"] == 1
+
+
+def test_without_admission_probes_a_suspect_waits_and_a_probe_is_taken_from_the_deferred_level(tmp_path):
+    """Under BEAST budgets an admitted URL may wait before the frontier: no probe is spent on
+    it at admission; once deferred in the frontier, a new host's suspect may be taken as a probe."""
+    s = Site(str(tmp_path / "d"), lambda u: u, confirmations=2, probe_share=0.0, admission_probes=False)
+    s.fetch(f"{H}/a")
+    s.admit(f"{H}/a")
+    L = s.learner
+    L.tokens = 2.0
+    assert s.admit(f"{H}/a?x=1").action == DEFER and L.counters["probes"] == 0
+    assert L.wants_probe(H)
+    assert L.take_probe(f"{H}/a?x=1", fingerprint(f"{H}/a?x=1"), H)
+    assert L.tokens == 1.0 and not L.wants_probe(H)          # a new host needs 2 to start
+    assert not L.take_probe(f"{H}/b?x=1", fingerprint(f"{H}/b?x=1"), H)
