@@ -1,7 +1,8 @@
 """DUST benchmark: duplicate URL variants fetched with the rule learner off and on, on one synthetic web.
 
     nice -n 10 .venv/bin/python bench/dust_bench.py [--hosts 2000] [--seconds 120] [--variants 0.5]
-    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 20000 --seconds 600      # the recorded run
+    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 2000 --seconds 600       # the recorded run
+    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 2000 --seconds 240 --only on --keep   # diagnostics
 
 Re-runs itself under ``unshare -n`` (only ``lo``). For each crawl a fresh simweb with the same seed
 serves ``--hosts`` hosts, a share ``--variants`` of the ordinary ones with URL variants of their
@@ -15,7 +16,9 @@ Judged from simweb's server ledger and site description, never from the crawler'
 
 * **duplicate share**: 200 answers to page targets whose page (``variants.content_key``) had
   already been fetched under another URL, over all 200 answers to non-robots requests;
-  by the kind of the variant fetched again;
+  by the kind of the variant fetched again, per tenth of the crawl by kind and by why it was
+  fetched (a sample, a probe, a suspect leased from the deferred level, or admitted: from the
+  learner's ``dust_sample``, ``dust_probe`` and ``dust_suspect_fetched`` events);
 * **pages**: distinct pages fetched (the same oracle; other targets count by URL);
 * **false skips**: URLs the crawler's event log says it skipped (``dust_skipped``) whose page
   was never fetched under any URL (a unique page lost): must be 0;
@@ -92,7 +95,7 @@ def url_key(url: str) -> tuple[str, str]:
 
 
 def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None = None,
-          probes: list[dict] | None = None) -> dict:
+          probes: list[dict] | None = None, suspects: list[dict] | None = None) -> dict:
     hosts = site["hosts"]
     rpaths = E.robots_paths(site)
     pages = sorted((e for e in entries if e.status == 200 and e.path not in rpaths.get(e.host, ())),
@@ -102,10 +105,11 @@ def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None =
     dup_kinds: Counter[str] = Counter()
     dup_first: Counter[str] = Counter()         # the kind of the URL the page was first fetched under
     dup_tenth: Counter[int] = Counter()         # when, in tenths of the crawl's 200 answers
-    # why the crawler fetched it: a sample of a trusted rule, a probe, or neither ("admitted")
+    # why the crawler fetched it: a sample of a trusted rule, a probe, a suspect leased from the
+    # deferred level ("deferred": its host had nothing else), or none of those ("admitted")
     sampled = {url_key(ev["url"]) for ev in samples or ()}
     probed = {url_key(ev["url"]) for ev in probes or ()}
-    deferred = {url_key(ev["url"]) for ev in DEFERRED}
+    deferred = {url_key(ev["url"]) for ev in suspects or ()}
     why_tenth: dict[str, Counter[int]] = defaultdict(Counter)
     kind_tenth: dict[str, Counter[int]] = defaultdict(Counter)
     admitted_examples: list[str] = []
@@ -151,7 +155,6 @@ def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None =
             "false_skips": len(false_skips), "false_skip_examples": false_skips[:5]}
 
 
-DEFERRED = []
 STOP_GRACE_S = 90.0     # after D, the crawler's own ordered shutdown (a loaded 2-core box needs ~25 s)
 
 
@@ -169,10 +172,8 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         r = E.run_crawlerd(sim, seeds, run, work, sets + list(args.set or []), label)
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")
-    global DEFERRED
-    DEFERRED = read_events(data_dir, "dust_suspect_fetched")
     j = judge(entries, site, read_events(data_dir, "dust_skipped"), read_events(data_dir, "dust_sample"),
-              read_events(data_dir, "dust_probe"))
+              read_events(data_dir, "dust_probe"), read_events(data_dir, "dust_suspect_fetched"))
     last = {}
     try:
         with open(os.path.join(data_dir, "last-run.json")) as f:
