@@ -1,7 +1,8 @@
 """DUST benchmark: duplicate URL variants fetched with the rule learner off and on, on one synthetic web.
 
     nice -n 10 .venv/bin/python bench/dust_bench.py [--hosts 2000] [--seconds 120] [--variants 0.5]
-    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 20000 --seconds 600      # the recorded run
+    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 2000 --seconds 600       # the recorded run
+    nice -n 10 .venv/bin/python bench/dust_bench.py --hosts 2000 --seconds 240 --only on --keep   # diagnostics
 
 Re-runs itself under ``unshare -n`` (only ``lo``). For each crawl a fresh simweb with the same seed
 serves ``--hosts`` hosts, a share ``--variants`` of the ordinary ones with URL variants of their
@@ -15,7 +16,9 @@ Judged from simweb's server ledger and site description, never from the crawler'
 
 * **duplicate share**: 200 answers to page targets whose page (``variants.content_key``) had
   already been fetched under another URL, over all 200 answers to non-robots requests;
-  by the kind of the variant fetched again;
+  by the kind of the variant fetched again, per tenth of the crawl by kind and by why it was
+  fetched (a sample, a probe, a suspect leased from the deferred level, or admitted: from the
+  learner's ``dust_sample``, ``dust_probe`` and ``dust_suspect_fetched`` events);
 * **pages**: distinct pages fetched (the same oracle; other targets count by URL);
 * **false skips**: URLs the crawler's event log says it skipped (``dust_skipped``) whose page
   was never fetched under any URL (a unique page lost): must be 0;
@@ -85,7 +88,14 @@ def read_events(data_dir: str, kind: str) -> list[dict]:
     return out
 
 
-def judge(entries, site: dict, skipped: list[dict]) -> dict:
+def url_key(url: str) -> tuple[str, str]:
+    """(host, target) of an absolute URL from the event log."""
+    netloc, _slash, tail = url.split("://", 1)[1].partition("/")
+    return (netloc.rsplit(":", 1)[0] if ":" in netloc else netloc), "/" + tail
+
+
+def judge(entries, site: dict, skipped: list[dict], samples: list[dict] | None = None,
+          probes: list[dict] | None = None, suspects: list[dict] | None = None) -> dict:
     hosts = site["hosts"]
     rpaths = E.robots_paths(site)
     pages = sorted((e for e in entries if e.status == 200 and e.path not in rpaths.get(e.host, ())),
@@ -95,6 +105,14 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
     dup_kinds: Counter[str] = Counter()
     dup_first: Counter[str] = Counter()         # the kind of the URL the page was first fetched under
     dup_tenth: Counter[int] = Counter()         # when, in tenths of the crawl's 200 answers
+    # why the crawler fetched it: a sample of a trusted rule, a probe, a suspect leased from the
+    # deferred level ("deferred": its host had nothing else), or none of those ("admitted")
+    sampled = {url_key(ev["url"]) for ev in samples or ()}
+    probed = {url_key(ev["url"]) for ev in probes or ()}
+    deferred = {url_key(ev["url"]) for ev in suspects or ()}
+    why_tenth: dict[str, Counter[int]] = defaultdict(Counter)
+    kind_tenth: dict[str, Counter[int]] = defaultdict(Counter)
+    admitted_examples: list[str] = []
     seq0, seq1 = (pages[0].seq, pages[-1].seq) if pages else (0, 1)
     dups = 0
     for e in pages:
@@ -109,22 +127,30 @@ def judge(entries, site: dict, skipped: list[dict]) -> dict:
             dups += 1
             dup_kinds[variant_kind(e.target)] += 1
             dup_first[variant_kind(first[g])] += 1
-            dup_tenth[min(9, 10 * (e.seq - seq0) // max(1, seq1 - seq0))] += 1
+            tenth = min(9, 10 * (e.seq - seq0) // max(1, seq1 - seq0))
+            dup_tenth[tenth] += 1
+            why = "sample" if (e.host, e.target) in sampled else "probe" if (e.host, e.target) in probed \
+                else "deferred" if (e.host, e.target) in deferred else "admitted"
+            why_tenth[why][tenth] += 1
+            kind_tenth[variant_kind(e.target)][tenth] += 1
+            if why == "admitted" and len(admitted_examples) < 40:
+                admitted_examples.append(f"{tenth} {e.host}{e.target} (first {first[g]})")
         first.setdefault(g, e.target)
         groups[g].add(e.target)
     fetched = {(e.host, page_key(hosts, e.host, e.target)) for e in pages}
     false_skips = []
     for ev in skipped:
         url = ev["url"]
-        rest = url.split("://", 1)[1]
-        netloc, slash, tail = rest.partition("/")
-        host, target = netloc.rsplit(":", 1)[0] if ":" in netloc else netloc, "/" + tail
+        host, target = url_key(url)
         if (host, page_key(hosts, host, target)) not in fetched:
             false_skips.append(url)
     n = len(pages)
     return {"pages_200": n, "variant_dups": dups, "dup_share": dups / n if n else 0.0,
             "dup_by_kind": dict(dup_kinds), "dup_by_first_kind": dict(dup_first),
-            "dup_by_tenth": [dup_tenth[i] for i in range(10)], "distinct_pages": len(fetched),
+            "dup_by_tenth": [dup_tenth[i] for i in range(10)],
+            "dup_why_by_tenth": {w: [c[i] for i in range(10)] for w, c in sorted(why_tenth.items())},
+            "dup_kind_by_tenth": {w: [c[i] for i in range(10)] for w, c in sorted(kind_tenth.items())},
+            "admitted_dup_examples": admitted_examples, "distinct_pages": len(fetched),
             "variant_hosts_fetched": len({h for h, _ in groups}), "skipped_events": len(skipped),
             "false_skips": len(false_skips), "false_skip_examples": false_skips[:5]}
 
@@ -146,7 +172,8 @@ def one_crawl(label: str, args, root: str, sets: list[str]) -> dict:
         r = E.run_crawlerd(sim, seeds, run, work, sets + list(args.set or []), label)
         entries, site = sim.ledger(), sim.site()
     data_dir = os.path.join(work, "crawlerd-data")
-    j = judge(entries, site, read_events(data_dir, "dust_skipped"))
+    j = judge(entries, site, read_events(data_dir, "dust_skipped"), read_events(data_dir, "dust_sample"),
+              read_events(data_dir, "dust_probe"), read_events(data_dir, "dust_suspect_fetched"))
     last = {}
     try:
         with open(os.path.join(data_dir, "last-run.json")) as f:
@@ -184,6 +211,10 @@ def print_report(res: list[dict], args) -> None:
         print(f"{r['label']}: duplicates by kind {r['judged']['dup_by_kind']}, by the kind first fetched "
               f"{r['judged']['dup_by_first_kind']}, by tenth of the crawl {r['judged']['dup_by_tenth']}; "
               f"learner {r['dust']}")
+        for name, rows in (("why fetched", r["judged"]["dup_why_by_tenth"]),
+                           ("kind", r["judged"]["dup_kind_by_tenth"])):
+            for w, row in rows.items():
+                print(f"  dups per tenth, {name} {w:9}: {row}")
         if r["judged"]["false_skip_examples"]:
             print(f"  false skips, e.g. {r['judged']['false_skip_examples']}")
     on = [r for r in res if r["label"] == "on"]
@@ -199,6 +230,8 @@ def print_report(res: list[dict], args) -> None:
 def bench(args) -> dict:
     root = tempfile.mkdtemp(prefix="crawlerd-dust-")
     order = ["off", "on"] if args.order == "off-first" else ["on", "off"]
+    if args.only:
+        order = [args.only]
     res: list[dict] = []
     errors: list[BaseException] = []
 
@@ -254,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=0, help="seed only the first N hosts' roots (0: all)")
     p.add_argument("--order", choices=("off-first", "on-first"), default="off-first",
                    help="which crawl starts (or runs) first")
+    p.add_argument("--only", choices=("off", "on"), help="one crawl only (diagnostics; no side-by-side ratio)")
     p.add_argument("--sequential", action="store_true", help="one crawl after the other, not both at once")
     p.add_argument("-s", "--set", action="append", metavar="SECTION.KEY=VALUE", help="extra crawlerd override")
     p.add_argument("--json", metavar="FILE")

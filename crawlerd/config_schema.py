@@ -348,6 +348,10 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("probe_share", float, 0.005,
            "Suspects fetched at once to gather evidence, as a share of pages archived (a probe "
            "that finds new content is not counted).", min=0.0, max=1.0),
+        _k("initial_probes", int, 24,
+           "Suspects the learner may fetch as probes before the budget of probe_share has grown "
+           "(the cold start, when no rule or cross-host prior is known yet; each probe is at most "
+           "one duplicate fetch, and one that finds new content is given back).", min=0, max=64),
         _k("evidence_per_host", int, 24, "Archived pages per host kept as evidence (the most recent).",
            min=2, max=256),
         _k("max_bytes", int, 256 * MiB,

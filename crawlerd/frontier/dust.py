@@ -51,7 +51,6 @@ __all__ = ["DustLearner", "Decision", "Changes", "NORMAL", "PROBE", "SAMPLE", "D
 
 NORMAL, PROBE, SAMPLE, DEFER, SKIP = "normal", "probe", "sample", "defer", "skip"
 _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory token" keys
-_INITIAL_TOKENS = 8.0
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
@@ -88,8 +87,14 @@ class DustLearner:
                  max_bytes: int = 256 << 20, max_host_bytes: int = 16 << 10, class_entries: int = 1 << 21,
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
-                 sync: bool = True, clock=time.time, write_buffer_bytes: int = 0):
+                 initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
+                 clock=time.time, write_buffer_bytes: int = 0):
+        """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
+        admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there
+        spends the budget on nothing, so probes are then only taken from the frontier's deferred
+        level (``take_probe``)."""
         self.k = confirmations
+        self.admission_probes = admission_probes
         self.sample_share = sample_share
         self.prior_sample_share = prior_sample_share
         self.sample_halving = sample_halving
@@ -101,6 +106,9 @@ class DustLearner:
         self.max_host_bytes = max_host_bytes
         self.cache_hosts = cache_hosts
         self.max_probes_per_host = confirmations + 2
+        # a new host starts learning while the budget could see it through: k probes to trust a
+        # rule on its own, or 2 to vouch for a cross-host prior (a pair with the image, a value)
+        self._start_need = 2.0 if prior_hosts > 0 else float(confirmations + 1)
         self._clock = clock
         self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync,
                                write_buffer_bytes=write_buffer_bytes)
@@ -114,7 +122,7 @@ class DustLearner:
         # fp -> (kind, rule, canonical, its digest u32, its simhash) of probes and samples in flight
         self._pending: OrderedDict[int, tuple[str, str, str, int, int]] = OrderedDict()
         self._learning: OrderedDict[str, None] = OrderedDict()     # hosts with candidate rules
-        self.tokens = _INITIAL_TOKENS
+        self.tokens = float(min(initial_probes, _MAX_TOKENS))
 
     def _forget_host(self, host: str) -> None:
         """The store dropped the host's record (bounds): its probe count goes too."""
@@ -231,6 +239,9 @@ class DustLearner:
                 info = self.hosts.adopt(host, rule)
                 if info is None:
                     return None
+            if new:                     # the host's archived variants: their rewrites count as archived
+                for e in self.hosts.state(host).evidence:
+                    self._record_rewrite(e, info)
             # the skip is logged under every rule that made it: any one's retirement gives it back
             text = RULE_JOIN.join(rule.text for rule, _rid in used)
             by_prior = any(rid < 0 or rid in info.priors for _rule, rid in used)
@@ -242,6 +253,10 @@ class DustLearner:
                 return None
             canonical, text = url, info.names[hit[1]]
             by_prior = hit[1] in info.priors
+            if by_prior and len(info.priors) > 1:
+                # the rewrite kept one prior's id of those that made it: logged under each of the
+                # host's priors, so that any one's retirement gives the skip back
+                text = RULE_JOIN.join(sorted(info.names[rid] for rid in info.priors if rid in info.names))
         share = self.prior_sample_share if by_prior else self.sample_share
         if sample and self.sample_halving:
             own = info.samples if info is not None else {}
@@ -257,8 +272,8 @@ class DustLearner:
     def _probe_or_defer(self, fp: int, host: str, k0: int, k1: int) -> Decision:
         # a host whose candidates wait for confirmations goes first; a new one starts only while
         # the budget could see it through (k probes), so few hosts learn rather than none
-        need = 1.0 if host in self._learning else float(self.k + 1)
-        if self.tokens >= need and self._host_probes[host] < self.max_probes_per_host:
+        need = 1.0 if host in self._learning else self._start_need
+        if self.admission_probes and self.tokens >= need and self._host_probes[host] < self.max_probes_per_host:
             if self.store.archived(k0) is not None or (k1 and self.store.archived(k1) is not None):
                 self.tokens -= 1.0
                 self._host_probes[host] += 1
@@ -269,10 +284,16 @@ class DustLearner:
         return _DEFER
 
     def wants_probe(self, host: str) -> bool:
-        """A host whose candidate rules wait for confirmations, with probe budget left: the shard
-        then offers its deferred URLs to ``take_probe``."""
-        return host in self._learning and self.tokens >= 1.0 and \
-            self._host_probes[host] < self.max_probes_per_host
+        """A host whose candidate rules wait for confirmations (or, without admission probes, any
+        host while the budget could see it through), with probe budget left: the shard then
+        offers its deferred URLs to ``take_probe``."""
+        if host in self._learning:
+            need = 1.0
+        elif not self.admission_probes:
+            need = self._start_need
+        else:
+            return False
+        return self.tokens >= need and self._host_probes[host] < self.max_probes_per_host
 
     def take_probe(self, url: str, fp: int, host: str) -> bool:
         """Fetch this deferred URL now as a probe? (Only if what it may duplicate is archived.)"""
@@ -295,10 +316,34 @@ class DustLearner:
         while len(self._pending) > _PENDING:
             self._pending.popitem(last=False)
 
-    def check_lease(self, url: str, fp: int, host: str) -> Decision | None:
-        """At lease time (URLs queued before a rule was trusted): a SKIP decision, or None: fetch."""
-        d = self._trusted(url, fp, host, self.hosts.info.get(host))
+    def check_lease(self, url: str, fp: int, host: str, suspect: bool = False) -> Decision | None:
+        """At lease time (URLs queued before a rule was trusted): a SKIP decision, or None: fetch.
+        A ``suspect`` (leased from the deferred level) is also checked against the host's evidence
+        window under the active priors (``_adopt_window``): its variant may have been archived
+        before the prior that maps it here was active."""
+        info = self.hosts.info.get(host)
+        d = self._trusted(url, fp, host, info)
+        if d is None and suspect and self.priors.active:
+            new = self._adopt_window(host, info)
+            if new is not None:
+                d = self._trusted(url, fp, host, new)
         return d if d is not None and d.action == SKIP else None
+
+    def _adopt_window(self, host: str, info: HostInfo | None) -> HostInfo | None:
+        """The host's archived pages (its evidence window) that an active prior rewrites adopt the
+        prior, as ``observe`` would have had the prior been active then, and their rewrites count
+        as archived. The host's info after, or None when nothing was adopted."""
+        marks = self.hosts.prior_marks()
+        st = self.hosts.state(host)
+        out = info
+        for e in st.evidence:
+            if any(m in e.url for m in marks):
+                out = self._adopt_seen(e.url, host, out, e.canonical) or out
+        if out is None or not out.trusted:
+            return None
+        for e in st.evidence:           # a prior adopted at admission recorded no rewrites yet
+            self._record_rewrite(e, out)
+        return out
 
     def still_suspect(self, url: str, host: str) -> bool:
         """For a deferred URL after its host learned something: stay deferred? (A URL it lets go
@@ -373,7 +418,7 @@ class DustLearner:
             ch.trusted.append(rs.rule.text)
             meta["learned"] = meta.get("learned", 0) + 1
         for rs in learned.vouched:
-            if rs.state != RETIRED and self.priors.supported(rs.rule.text):
+            if rs.state != RETIRED and self.priors.supported(rs.rule.text, rs.values):
                 self.counters["priors_made"] += 1
         for rs in learned.retired:
             ch.retired.append(rs.rule.text)
@@ -450,9 +495,10 @@ class DustLearner:
             if n is not None:
                 q = n
                 used.append(rid)
-        # one rule id is kept with the rewrite: that of a prior when one took part (the weakest)
+        # one rule id is kept with the rewrite: that of a prior when one took part (the weakest;
+        # a skip on it is logged under all the host's priors, ``_trusted``)
         weak = [rid for rid in used if rid in info.priors]
-        if used and len(weak) <= 1:
+        if used:
             self.store.add_archived(fingerprint(unparse(q)), CANON, (weak or used)[0], info.epoch,
                                     e.digest >> 32, e.simhash)
 

@@ -33,7 +33,7 @@ from crawlerd.frontier.dust_rules import (
     relation,
 )
 
-__all__ = ["AGREE", "NEUTRAL", "DISAGREE", "CANDIDATE", "TRUSTED", "RETIRED", "Evidence", "RuleStat",
+__all__ = ["ID_CLASSES", "AGREE", "NEUTRAL", "DISAGREE", "CANDIDATE", "TRUSTED", "RETIRED", "Evidence", "RuleStat",
            "HostState", "Learned", "compare"]
 
 AGREE, NEUTRAL, DISAGREE = 1, 0, -1
@@ -42,6 +42,7 @@ MAX_RULES = 16              # candidate + trusted rules per host
 MAX_RETIRED = 32            # retired rules remembered per host (so they are not learned again)
 MAX_RELEVANT = 64           # names known to change content, per host
 MAX_TARGETS = 16
+ID_CLASSES = ("hex", "token")   # value classes of session-id-like values (unique per visit)
 
 
 class Evidence:
@@ -108,9 +109,10 @@ class RuleStat:
 
     def vouch(self) -> bool:
         """True once, when this host's evidence first meets the trust conditions with k = 1 (a pair
-        with its image; two distinct values for a rule over many values)."""
+        with its image; two distinct values for a rule over many values, one for a rule over an
+        id-like class: ``dust_priors`` asks for two distinct values over the hosts that vouch)."""
         if self.vouched or self.state == RETIRED or not self.target_seen or \
-                (self.rule.general and len(self.values) < 2):
+                (self.rule.general and len(self.values) < (1 if self.rule.vclass in ID_CLASSES else 2)):
             return False
         self.vouched = True
         return True

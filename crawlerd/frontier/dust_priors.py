@@ -28,29 +28,47 @@ from crawlerd.frontier.dust_rules import Rule, parse_rule
 __all__ = ["PriorTable", "MAX_PRIORS"]
 
 MAX_PRIORS = 1024           # rule texts tracked; the least supported go first
+MAX_VALUES = 2              # distinct removed values pooled per rule text
 
 
 class PriorTable:
     """Key: rule text (host-independent, ``Rule.text``). Value: [hosts that vouched for it on their
-    own evidence, hosts that contradicted it, samples on any host that agreed with it]. Invariant: at most MAX_PRIORS entries; ``active``
-    holds exactly the rules with support >= min_hosts and counter-hosts < max_counter_hosts."""
+    own evidence, hosts that contradicted it, samples on any host that agreed with it, then up to
+    MAX_VALUES distinct 32-bit hashes of values the vouching hosts removed]. Invariant: at most
+    MAX_PRIORS entries; ``active`` holds exactly the rules with support >= min_hosts, counter-hosts
+    < max_counter_hosts and, for a rule over many values, two distinct values pooled."""
 
     def __init__(self, table: dict | None, *, min_hosts: int, max_counter_hosts: int):
         self.min_hosts = min_hosts
         self.max_counter_hosts = max_counter_hosts
-        self.table: dict[str, list[int]] = {t: [int(v[0]), int(v[1]), int(v[2]) if len(v) > 2 else 0]
+        self.table: dict[str, list[int]] = {t: [int(v[0]), int(v[1]), int(v[2]) if len(v) > 2 else 0,
+                                                *(int(x) for x in v[3:3 + MAX_VALUES])]
                                             for t, v in (table or {}).items()}
+        self._general: dict[str, bool] = {}
         self.active: tuple[Rule, ...] = ()
         self.version = 0            # grows whenever ``active`` changes
         self._rebuild()
 
-    def _is_active(self, v: list[int]) -> bool:
-        return self.min_hosts > 0 and v[0] >= self.min_hosts and v[1] < self.max_counter_hosts
+    def _is_general(self, text: str) -> bool:
+        g = self._general.get(text)
+        if g is None:
+            try:
+                g = parse_rule(text).general
+            except ValueError:              # a record from an older grammar: never active
+                g = True
+            if len(self._general) < 4 * MAX_PRIORS:
+                self._general[text] = g
+        return g
+
+    def _is_active(self, v: list[int], text: str) -> bool:
+        pooled = len(v) - 3 >= MAX_VALUES
+        return self.min_hosts > 0 and v[0] >= self.min_hosts and v[1] < self.max_counter_hosts and \
+            (pooled or not self._is_general(text))
 
     def _rebuild(self) -> None:
         rules = []
         for text, v in self.table.items():
-            if self._is_active(v):
+            if self._is_active(v, text):
                 try:
                     rules.append(parse_rule(text))
                 except ValueError:          # a record from an older grammar: ignore it
@@ -69,12 +87,16 @@ class PriorTable:
             v = self.table[text] = [0, 0, 0]
         return v
 
-    def supported(self, text: str) -> bool:
-        """A host vouched for ``text`` on its own evidence. True when that made it an active prior."""
+    def supported(self, text: str, values: list[int] | tuple[int, ...] = ()) -> bool:
+        """A host vouched for ``text`` on its own evidence, having removed ``values`` (32-bit
+        hashes). True when that made it an active prior."""
         v = self._entry(text)
-        was = self._is_active(v)
+        was = self._is_active(v, text)
         v[0] += 1
-        if not was and self._is_active(v):
+        for x in values:
+            if x not in v[3:] and len(v) - 3 < MAX_VALUES:
+                v.append(int(x))
+        if not was and self._is_active(v, text):
             self._rebuild()
             return True
         return False
@@ -82,9 +104,9 @@ class PriorTable:
     def contradicted(self, text: str) -> bool:
         """A host retired ``text`` on a counter-example. True when that ended the prior."""
         v = self._entry(text)
-        was = self._is_active(v)
+        was = self._is_active(v, text)
         v[1] += 1
-        if was and not self._is_active(v):
+        if was and not self._is_active(v, text):
             self._rebuild()
             return True
         return False
@@ -102,12 +124,12 @@ class PriorTable:
 
     def is_active(self, text: str) -> bool:
         v = self.table.get(text)
-        return v is not None and self._is_active(v)
+        return v is not None and self._is_active(v, text)
 
     def to_record(self) -> dict:
         return {t: list(v) for t, v in self.table.items()}
 
     def view(self) -> list[dict]:
         return [{"rule": t, "hosts": v[0], "counter_hosts": v[1], "samples_agreed": v[2],
-                 "active": self._is_active(v)}
+                 "values": len(v) - 3, "active": self._is_active(v, t)}
                 for t, v in sorted(self.table.items(), key=lambda x: (-x[1][0], x[0]))]

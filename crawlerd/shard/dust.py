@@ -47,7 +47,9 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
                        prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
                        prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
-                       min_sample_share=d.min_sample_share, write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
+                       min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
+                       admission_probes=not cfg.budgets.enabled,
+                       write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
 
 
 class DustGate:
@@ -75,16 +77,21 @@ class DustGate:
             if action is NORMAL:
                 out.append(item)
             elif action == DEFER:
-                out.append(item[:4] + (PRIORITY_DEFERRED, item[5]))
+                # the record says so too: a URL that BEAST holds back is readmitted deferred
+                url = item[5]
+                out.append((item[0], encode_aux(item[2], item[3], PRIORITY_DEFERRED, url), item[2], item[3],
+                            PRIORITY_DEFERRED, url))
                 counters["dust_deferred"] += 1
             elif action == SKIP:
                 self._skipped(item[5], host_key_of(item[5]), d, item[1])
             elif action == PROBE:
                 out.append(item[:4] + (0, item[5]))
                 counters["dust_probes"] += 1
+                self.events.record("dust_probe", item[5], "dust_probe")
             else:                                   # a sample: fetched to re-validate its rule
                 out.append(item)
                 counters["dust_samples"] += 1
+                self.events.record("dust_sample", item[5], "dust_sample", rule=d.rule, canonical=d.canonical)
         return out
 
     def _skipped(self, url: str, host_key: str, d: Decision, aux: bytes) -> None:
@@ -95,10 +102,13 @@ class DustGate:
     # -- lease -------------------------------------------------------------------------------
     def lease_skip(self, lease: Lease, url: str, fp: int, host_key: str) -> bool:
         """True when the lease was completed as a DUST skip (nothing to fetch)."""
-        d = self.learner.check_lease(url, fp, host_key)
-        if d is None:
-            return False
         item = lease.item
+        suspect = item is not None and item.priority == self.frontier.deferred_level
+        d = self.learner.check_lease(url, fp, host_key, suspect)
+        if d is None:
+            if suspect:                 # a suspect fetched after all: its host had nothing else
+                self.events.record("dust_suspect_fetched", url, "dust_suspect_fetched")
+            return False
         depth, hops = (item.depth, item.hops) if item is not None else (0, 0)
         self.frontier.complete(lease.lease_id, outcome=Outcome.DUST_SKIPPED)
         self.metrics.outcomes[Outcome.DUST_SKIPPED.value] += 1
@@ -130,13 +140,18 @@ class DustGate:
                 host_key, lambda it: None if learner.still_suspect(it.url, host_key) else prio(it.depth))
         if learner.wants_probe(host_key):
             counters["dust_probes"] += self.frontier.promote_deferred(
-                host_key, lambda it: 0 if learner.take_probe(it.url, it.fp, host_key) else None,
+                host_key, lambda it: self._probe(it.url) if learner.take_probe(it.url, it.fp, host_key) else None,
                 limit=1, max_scan=PROBE_SCAN)
         canonical = pr.canonical
         if canonical and canonical != url and depth < self.cfg.crawl.max_depth:
             link = Link(canonical, fingerprint(canonical), host_key_of(canonical))
             if self.intake.submit_links([link], depth=depth):
                 counters["dust_canonical_fed"] += 1
+
+    def _probe(self, url: str) -> int:
+        """A deferred URL taken as a probe: an event (the bench's account), the top level."""
+        self.events.record("dust_probe", url, "dust_probe")
+        return 0
 
     def _rule_event(self, host_key: str, rule: str, state: str) -> None:
         log.info("dust rule %s host=%s rule=%s", state, host_key, rule)

@@ -317,10 +317,23 @@ def test_probes_are_budgeted(tmp_path):
     s.fetch(f"{H}/a")
     s.admit(f"{H}/a")
     L = s.learner
-    L.tokens = 3.0                         # a fresh host needs k + 1 tokens to start learning
+    L.tokens = 2.5                         # a fresh host needs 2 tokens to start (enough to vouch)
     assert s.admit(f"{H}/a?x=1").action == PROBE
     assert s.admit(f"{H}/a?x=2").action == DEFER
     assert L.counters["probes"] == 1 and L.counters["deferred"] == 1
+    # without cross-host priors it must see k confirmations through: k + 1 tokens
+    alone = Site(str(tmp_path / "e"), lambda u: u, confirmations=2, probe_share=0.0, prior_hosts=0)
+    alone.fetch(f"{H}/a")
+    alone.admit(f"{H}/a")
+    alone.learner.tokens = 2.5
+    assert alone.admit(f"{H}/a?x=1").action == DEFER
+    alone.learner.tokens = 3.0
+    assert alone.admit(f"{H}/a?x=1").action == PROBE
+
+
+def test_the_cold_start_probe_budget_is_initial_probes(tmp_path):
+    assert Site(str(tmp_path / "d"), lambda u: u, initial_probes=5).learner.tokens == 5.0
+    assert Site(str(tmp_path / "e"), lambda u: u, initial_probes=0).learner.tokens == 0.0
 
 
 # -- persistence and bounds -------------------------------------------------------------------------
@@ -385,3 +398,18 @@ def test_a_sample_is_checked_against_the_archived_set_when_its_page_left_the_win
     assert s.admit(bad).action == SAMPLE
     assert s.fetch(bad).retired == ["?utm_source"]
     assert s.learner.stats()["sample_mismatches_total"] == 1
+
+
+def test_without_admission_probes_a_suspect_waits_and_a_probe_is_taken_from_the_deferred_level(tmp_path):
+    """Under BEAST budgets an admitted URL may wait before the frontier: no probe is spent on
+    it at admission; once deferred in the frontier, a new host's suspect may be taken as a probe."""
+    s = Site(str(tmp_path / "d"), lambda u: u, confirmations=2, probe_share=0.0, admission_probes=False)
+    s.fetch(f"{H}/a")
+    s.admit(f"{H}/a")
+    L = s.learner
+    L.tokens = 2.0
+    assert s.admit(f"{H}/a?x=1").action == DEFER and L.counters["probes"] == 0
+    assert L.wants_probe(H)
+    assert L.take_probe(f"{H}/a?x=1", fingerprint(f"{H}/a?x=1"), H)
+    assert L.tokens == 1.0 and not L.wants_probe(H)          # a new host needs 2 to start
+    assert not L.take_probe(f"{H}/b?x=1", fingerprint(f"{H}/b?x=1"), H)

@@ -70,12 +70,40 @@ def ignores(names: set[str], hosts: set[str] | None = None):
 
 def test_table_activates_at_min_hosts_and_drops_after_counter_hosts():
     t = PriorTable(None, min_hosts=3, max_counter_hosts=2)
-    assert not t.supported("?ref") and not t.supported("?ref")
-    assert t.supported("?ref") and [r.text for r in t.active] == ["?ref"]
+    assert not t.supported("?ref", [1, 2]) and not t.supported("?ref", [1])
+    assert t.supported("?ref", [2]) and [r.text for r in t.active] == ["?ref"]
     assert not t.contradicted("?ref") and t.is_active("?ref")
     assert t.contradicted("?ref") and t.active == ()
     again = PriorTable(t.to_record(), min_hosts=3, max_counter_hosts=2)
     assert again.table == t.table and again.active == ()
+
+
+def test_a_rule_over_many_values_needs_two_distinct_values_pooled_over_its_hosts():
+    """?lang=en may be every host's default page: three hosts removing only "en" make the literal
+    a prior, never the rule over all values; an id-like class pools one value a host."""
+    t = PriorTable(None, min_hosts=3, max_counter_hosts=2)
+    for _ in range(5):
+        t.supported("?lang=en")
+        t.supported("?lang", [7])
+    assert [r.text for r in t.active] == ["?lang=en"]
+    assert not t.supported("?sid=<hex>", [1]) and not t.supported("?sid=<hex>", [1])
+    assert t.supported("?sid=<hex>", [2]) and t.is_active("?sid=<hex>")
+    again = PriorTable(t.to_record(), min_hosts=3, max_counter_hosts=2)
+    assert again.is_active("?sid=<hex>") and not again.is_active("?lang")
+
+
+def test_an_id_like_value_vouches_with_one_value_a_host(tmp_path):
+    """Each host shows one session id on a page and the page itself: three hosts make ?sid=<hex> a
+    prior (three distinct values over them), which then skips on a fourth host."""
+    sid = ("3f2a9c1b7d", "a91b0c3e5f", "77c1d2e3f4", "0b9e8d7c6a")
+    w = Web(str(tmp_path / "d"), ignores({"sid"}), prior_hosts=3, sample_share=0.0, prior_sample_share=0.0)
+    for i in range(3):
+        w.fetch(f"http://h{i}.example/p/1.html")
+        w.fetch(f"http://h{i}.example/p/1.html?sid={sid[i]}")
+    assert w.learner.priors.is_active("?sid=<hex>") and not w.learner.priors.is_active("?sid")
+    w.fetch("http://new.example/p/1.html")
+    d = w.admit(f"http://new.example/p/1.html?sid={sid[3]}")
+    assert d.action == SKIP and d.canonical == "http://new.example/p/1.html"
 
 
 def test_a_rule_trusted_on_enough_hosts_is_applied_on_a_new_host_without_its_confirmations(tmp_path):
@@ -232,3 +260,20 @@ def test_samples_that_agree_with_a_prior_on_any_host_make_it_sampled_less(tmp_pa
     assert 0.4 <= share("http://f1.example") <= 0.6
     w.reopen()                                     # the count is kept with the prior table
     assert 0.4 <= share("http://f2.example") <= 0.6
+
+
+def test_a_deferred_page_whose_variant_was_archived_before_the_prior_is_skipped_at_lease(tmp_path):
+    """The variant came first (an inbound link with ?ref), then the page itself waited as a
+    suspect; the prior for ?ref formed meanwhile. At lease the host's evidence adopts it: the page
+    is the rewrite of an archived variant, not fetched again. Not for a URL of a normal level."""
+    w = Web(str(tmp_path / "d"), ignores({"ref"}), prior_hosts=3, sample_share=0.0, prior_sample_share=0.0)
+    w.fetch("http://a.example/p/1.html?ref=news")
+    for i in range(3):
+        w.teach(f"http://h{i}.example")
+    assert w.learner.priors.is_active("?ref")
+    url = "http://a.example/p/1.html"
+    assert w.learner.check_lease(url, fingerprint(url), "http://a.example") is None
+    d = w.learner.check_lease(url, fingerprint(url), "http://a.example", suspect=True)
+    assert d is not None and d.action == SKIP and d.rule == "?ref"
+    other = "http://a.example/p/2.html"          # no archived variant of it: fetched
+    assert w.learner.check_lease(other, fingerprint(other), "http://a.example", suspect=True) is None
