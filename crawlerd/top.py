@@ -208,13 +208,17 @@ def _proc_cells(m: TopModel, procs: list[dict], pid) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def _keys(stream):
-    """cbreak mode on a terminal (keys arrive one by one, Ctrl-C still interrupts); restored on exit."""
+    """cbreak mode on a terminal (keys arrive one by one), restored on exit. Ctrl-C arrives as a key
+    too (ISIG off), so it quits even where SIGINT is ignored (a shell's background job, nohup)."""
     if not stream.isatty():
         yield None
         return
     fd = stream.fileno()
     saved = termios.tcgetattr(fd)
     tty.setcbreak(fd)
+    mode = termios.tcgetattr(fd)
+    mode[3] &= ~termios.ISIG            # lflag: ^C is a byte for _quit_pressed, not a signal
+    termios.tcsetattr(fd, termios.TCSANOW, mode)
     try:
         yield fd
     finally:
@@ -222,7 +226,7 @@ def _keys(stream):
 
 
 def _quit_pressed(fd: int | None, timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for a key; True if it was q."""
+    """Wait up to ``timeout_s`` for a key; True if it was q or Ctrl-C."""
     if fd is None:
         time.sleep(timeout_s)
         return False
@@ -231,7 +235,7 @@ def _quit_pressed(fd: int | None, timeout_s: float) -> bool:
         r, _, _ = select.select([fd], [], [], left)
         if r:
             key = os.read(fd, 32)
-            if not key or b"q" in key.lower():     # q, or the terminal went away
+            if not key or b"q" in key.lower() or b"\x03" in key:     # q, Ctrl-C, or the terminal went away
                 return True
     return False
 
