@@ -181,16 +181,22 @@ def politeness_violations(entries: Iterable[LedgerEntry], min_gap_s: float, per_
     return out
 
 
-def _ip_concurrency(entries: list[LedgerEntry], limit: int, tolerance_s: float) -> list[Violation]:
-    """Per IP, in order of start: a request is in flight from t_start until t_end - tolerance;
-    starting one while ``limit`` others are in flight is a violation."""
+def _by_ip(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
+    """The entries with an IP, per IP, each list in order of start (then sequence)."""
     by_ip: dict[str, list[LedgerEntry]] = defaultdict(list)
     for e in entries:
         if e.ip:
             by_ip[e.ip].append(e)
-    out = []
-    for ip, lst in by_ip.items():
+    for lst in by_ip.values():
         lst.sort(key=lambda e: (e.t_start, e.seq))
+    return by_ip
+
+
+def _ip_concurrency(entries: list[LedgerEntry], limit: int, tolerance_s: float) -> list[Violation]:
+    """Per IP, in order of start: a request is in flight from t_start until t_end - tolerance;
+    starting one while ``limit`` others are in flight is a violation."""
+    out = []
+    for ip, lst in _by_ip(entries).items():
         ends: list[tuple[float, int]] = []          # min-heap of (end - tolerance, seq) in flight
         for e in lst:
             while ends and ends[0][0] <= e.t_start:
@@ -206,13 +212,8 @@ def ip_gap_violations(entries: Iterable[LedgerEntry], ip_delay_s: float,
                       tolerance_s: float = 0.01) -> list[Violation]:
     """Per IP: a request that starts less than ``ip_delay_s`` after the end of an earlier one
     (the latest end before its start; exact for ``per_ip_concurrency`` = 1)."""
-    by_ip: dict[str, list[LedgerEntry]] = defaultdict(list)
-    for e in entries:
-        if e.ip:
-            by_ip[e.ip].append(e)
     out = []
-    for ip, lst in by_ip.items():
-        lst.sort(key=lambda e: (e.t_start, e.seq))
+    for ip, lst in _by_ip(entries).items():
         ends: list[tuple[float, int]] = []          # min-heap of (end, seq) not yet passed
         last_end, last_seq = float("-inf"), -1      # the latest end before the current start
         for e in lst:
