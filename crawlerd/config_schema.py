@@ -191,6 +191,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            choices=("vouched", "all")),
         _k("vouch_ratio", float, 0.5, "See indegree: vouches a domain may give per unit of its own in-degree.",
            min=0.01, max=1.0),
+        _k("probation", bool, True,
+           "A domain no counted link vouches for (in-degree 0; not a seed's domain) passes nothing at "
+           "intake: its URLs wait for the next BEAST queue, which the reader moves to as soon as the "
+           "frontier runs short (so the fetcher still never idles), or pass at once when a vouch "
+           "raises its in-degree. Off: it passes base_budget URLs in every queue it is found in."),
         _k("queues", int, 8,
            "BEAST queues in the first window; every wrap-around of the reader doubles the next window, and "
            "a domain still over budget then passes half as often.", min=1, max=1 << 30),

@@ -119,7 +119,7 @@ class Shard:
                                    edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
                                    clock=clock, sync=False,     # fdatasync on the sync thread
-                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
+                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes, probation=bu.probation)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,

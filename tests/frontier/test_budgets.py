@@ -35,12 +35,13 @@ RULE = dict(base_budget=2, per_inlink=3, max_budget=50)
 class Parts:
     """Store, graph, BEAST and a one-thread edge DRUM in one directory, opened together."""
 
-    def __init__(self, path, *, mode="vouched", ratio=0.5, cache=64, queues=4, max_spread=64, rule=None):
+    def __init__(self, path, *, mode="vouched", ratio=0.5, cache=64, queues=4, max_spread=64, rule=None,
+                 probation=False):
         self.path = str(path)
         self.store = BudgetStore(os.path.join(self.path, "state"), map_size_bytes=1 << 26, sync=False)
         self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=ratio, cache_entries=cache)
         self.beast = Beast(self.store, self.graph, BudgetRule(**(rule or RULE)), queues=queues,
-                           max_spread=max_spread, cache_entries=cache)
+                           max_spread=max_spread, cache_entries=cache, probation=probation)
         self.edges = EdgeDrum(os.path.join(self.path, "edges"), self.graph, buckets=4, bucket_buffer_bytes=4096,
                               merge_bytes=1 << 20, cache_entries=1024)
 
@@ -345,6 +346,53 @@ def test_a_rising_in_degree_lets_a_waiting_domain_pass_at_once(parts):
     assert b.readmit(100) == [b"r2", b"r3", b"r4"]
     assert b.domain("x.com")["spent"] == 5
     parts.check()
+
+
+def test_on_probation_a_domain_nobody_vouches_for_waits_for_the_next_queue(tmp_path):
+    p = Parts(tmp_path / "b", probation=True)
+    b = p.beast
+    p.graph.add_root("seed.org")
+    assert p.offer("seed.org", [b"s0", b"s1"]) == [b"s0", b"s1"]     # a trust root: not on probation
+    assert p.offer("spam.net", [b"f0", b"f1", b"f2"]) == []            # in-degree 0: nothing passes now
+    assert b.domain("spam.net")["on_probation"] and b.domain("spam.net")["queue"] == 1
+    assert b.readmit(100) == []                                        # not in the reader's queue
+    assert b.readmit(2, advance=True) == [b"f0", b"f1"]                # the next queue: its base budget
+    assert b.reader == 1 and b.domain("spam.net")["queue"] == 2
+    assert b.stats()["probation"] == 1
+    p.check()
+    p.close()
+
+
+def test_on_probation_a_vouch_lets_the_domain_pass_at_once(tmp_path):
+    p = Parts(tmp_path / "b", probation=True)
+    b = p.beast
+    p.graph.add_root("seed.org")
+    assert p.offer("x.com", [f"r{i}".encode() for i in range(10)]) == []
+    p.edges.add("seed.org", ["x.com"])
+    p.edges.flush()                                   # in-degree 1: budget 2 + 3 in the reader's queue
+    assert not b.domain("x.com")["on_probation"]
+    assert b.readmit(100) == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+    assert p.offer("x.com", [b"late"]) == []          # behind its own backlog, as any domain
+    p.check()
+    p.close()
+
+
+def test_probation_keeps_a_farm_of_fresh_domains_out_while_the_reader_stands(tmp_path):
+    """Fresh domains found while honest work is ready: without probation each passes its base budget
+    in the reader's queue at once; with it none passes until the reader moves on, and then each
+    passes its base budget (delayed, never dropped)."""
+    farm = [f"spam{i}.net" for i in range(200)]
+    passed = {}
+    for probation in (False, True):
+        p = Parts(tmp_path / str(probation), probation=probation)
+        passed[probation] = sum(len(p.offer(f, [f"{f}/{k}".encode() for k in range(50)])) for f in farm)
+        if probation:
+            assert len(p.beast.readmit(2 * len(farm), advance=True)) == 2 * len(farm)
+            assert p.beast.reader == 1
+            assert p.beast.waiting == 48 * len(farm)
+        p.check()
+        p.close()
+    assert passed == {False: 2 * len(farm), True: 0}
 
 
 def test_a_refund_lets_the_domain_pass_another_url_in_this_queue(parts):

@@ -24,6 +24,13 @@ is still over budget when the reader wraps around has its passes spread twice as
 ``queues`` passes per window, so its share shrinks as the crawl goes on, while a domain whose
 backlog runs dry starts again at every queue. Delayed, never dropped.
 
+Probation (``probation``). A domain no counted link vouches for (in-degree 0) and that is not a
+trust root passes nothing at intake: its URLs wait for the next queue the reader moves to, and pass
+there at its base budget; a vouch that raises its in-degree lets it pass at once (the graph's
+listener). So a farm of fresh domains that only link to each other costs no fetch while honest work
+is ready, instead of ``base_budget`` per domain in every queue it is found in; the crawl is still
+work-conserving, since the reader moves on as soon as the frontier runs short.
+
 Work-conserving. The reader does not move on a timer: the caller moves it
 (``readmit(advance=True)``) as soon as the frontier runs short of ready hosts, and empty queues
 are skipped, so a crawl with one domain (every host under one PLD) runs at the politeness limit.
@@ -101,7 +108,7 @@ class Beast:
     """
 
     def __init__(self, store: BudgetStore, graph: DomainGraph, rule: BudgetRule, *, queues: int = 8,
-                 max_spread: int = 1024, cache_entries: int = 1 << 16, top_n: int = 20):
+                 max_spread: int = 1024, cache_entries: int = 1 << 16, top_n: int = 20, probation: bool = False):
         if queues < 1 or max_spread < 1 or max_spread & (max_spread - 1) or cache_entries < 1:
             raise ValueError("need queues >= 1, max_spread a power of two >= 1, cache_entries >= 1")
         self.store = store
@@ -109,6 +116,7 @@ class Beast:
         self.rule = rule
         self.queues = queues
         self.max_spread = max_spread
+        self.probation = probation
         self._max_level = max_spread.bit_length() - 1
         self._records = RecordCache(store, store.domains, DomainRecord.decode, lambda: DomainRecord(at=self._r),
                                     cache_entries)
@@ -118,7 +126,8 @@ class Beast:
         self._end: int = meta.get("end", queues)
         self._wraps: int = meta.get("wraps", 0)
         self._seq: int = meta.get("seq", 0)
-        self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "advances"), 0)
+        self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "advances",
+                                     "probation"), 0)
         self._c.update(meta.get("counters", {}))
         self._top_admitted = TopK(top_n, meta.get("top_admitted"))
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
@@ -150,12 +159,14 @@ class Beast:
         if d.at != r:
             d.at, d.spent = r, 0
         if d.deferred == 0 and d.spent < self._budget(dk):
-            d.spent += 1
-            d.admitted += 1
-            self._records.changed(dk, d)
-            self._c["admitted"] += 1
-            self._top_admitted.note(dk, d.admitted)
-            return True
+            if not (self.probation and self.graph.unvouched_key(dk)):
+                d.spent += 1
+                d.admitted += 1
+                self._records.changed(dk, d)
+                self._c["admitted"] += 1
+                self._top_admitted.note(dk, d.admitted)
+                return True
+            self._c["probation"] += 1             # nobody vouches for it yet: the next queue, not now
         if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
             d.level, d.wrap = 0, self._wraps
             self._schedule(dk, d, r + 1)
@@ -361,7 +372,7 @@ class Beast:
         return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
                 "spent": d.spent if d.at == self._r else 0, "deferred": d.deferred,
                 "queue": d.queue - 1 if d.queue else None, "spread": spread, "admitted": d.admitted,
-                "deferred_all": d.deferred_all}
+                "deferred_all": d.deferred_all, "on_probation": self.probation and self.graph.unvouched_key(dk)}
 
     def explain(self, pld: str, fp: int) -> dict:
         """Where a URL (by fingerprint) waits, if it does: its place in its domain's FIFO and the queue

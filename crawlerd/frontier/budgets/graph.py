@@ -259,6 +259,13 @@ class DomainGraph:
             return r.indeg
         return self._records.get(dk).indeg
 
+    def unvouched_key(self, dk: bytes) -> bool:
+        """True while no link to domain ``dk`` counts (in-degree 0) and it is not a trust root."""
+        r = self._records.peek(dk)
+        if r is None:
+            r = self._records.get(dk)
+        return r.indeg == 0 and not r.flags & ROOT
+
     def is_root(self, pld: str) -> bool:
         return bool(self._records.get(domain_key(pld)).flags & ROOT)
 

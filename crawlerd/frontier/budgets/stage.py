@@ -98,7 +98,8 @@ class Budgets:
                  vouch_ratio: float = 0.5, queues: int = 8, max_spread: int = 1024, cache_entries: int = 1 << 16,
                  map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
                  edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
-                 clock: Callable[[], float] = time.monotonic, sync: bool = True, write_buffer_bytes: int = 0):
+                 clock: Callable[[], float] = time.monotonic, sync: bool = True, write_buffer_bytes: int = 0,
+                 probation: bool = False):
         self.clock = clock
         self.rule = BudgetRule(base_budget, per_inlink, max_budget)
         old = _set_aside_old_layout(path)
@@ -107,7 +108,7 @@ class Budgets:
         try:
             self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
             self.beast = Beast(self.store, self.graph, self.rule, queues=queues, max_spread=max_spread,
-                               cache_entries=cache_entries)
+                               cache_entries=cache_entries, probation=probation)
             self.timing = EdgeClock(max_age_s=edge_max_age_s, max_pending=edge_max_pending)
             self.edges = AsyncSeenSet(os.path.join(path, "edges"), buckets=edge_buckets,
                                       bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
