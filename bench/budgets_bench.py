@@ -305,7 +305,8 @@ def one_crawl(label: str, a, work: str, sim_args: list[str], sets: dict[str, dic
             "top_domains": top_domains_of(site, 10), "samples": samples,
             "lag_max_s": g.get("lag_max_s"), "lag_last_s": g.get("lag_last_s"),
             "reader": bu.get("reader_queue"), "deferred_now": bu.get("deferred_now"),
-            "readmitted": bu.get("readmitted"), "cpu_s": last.get("cpu_s"), "self_pages": last.get("pages"),
+            "readmitted": bu.get("readmitted"), "advances": bu.get("advances"), "probation": bu.get("probation"),
+            "cpu_s": last.get("cpu_s"), "self_pages": last.get("pages"),
             "cpu_crawl_s": (last.get("cpu_by_process_s") or {}).get("crawl"),
             "cpu_workers_s": sum(v for k, v in (last.get("cpu_by_process_s") or {}).items() if k != "crawl")}
 
@@ -343,7 +344,8 @@ def crawl_bench(a) -> int:
                         r = futs[label].result()
                         results[label].append(r)
                         print(f"# {label} run {run}: pages {r['pages']} ({r['pages_per_s']:.1f}/s) farm {r['farm']} "
-                              f"({r['farm_share']:.4%}) reader {r['reader']} lag max {r['lag_max_s']} "
+                              f"({r['farm_share']:.4%}) reader {r['reader']} (advances {r['advances']}, probation "
+                              f"{r['probation']}) lag max {r['lag_max_s']} "
                               f"rc {r['rc']}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
