@@ -122,7 +122,8 @@ class BudgetCrawl:
 
     def __init__(self, path: str, web: FarmWeb, *, budgets: bool = True, slots: int = 20, seeds: int = 300,
                  base_budget: int = 2, per_inlink: int = 2, mode: str = "vouched", min_ready_hosts: int = 0,
-                 edge_max_age_s: float = 5.0, rt=(0.05, 0.15), log_every_s: float = 5.0, on_commit=None):
+                 edge_max_age_s: float = 5.0, rt=(0.05, 0.15), log_every_s: float = 5.0, on_commit=None,
+                 probation: bool = True):
         self.web = web
         self.clock = FakeClock()
         self.rng = random.Random(3)
@@ -139,7 +140,7 @@ class BudgetCrawl:
         if budgets:
             self.store = BudgetStore(os.path.join(path, "budgets"), map_size_bytes=1 << 30, sync=False)
             self.graph = DomainGraph(self.store, mode=mode)
-            self.beast = Beast(self.store, self.graph, BudgetRule(base_budget, per_inlink, 100_000))
+            self.beast = Beast(self.store, self.graph, BudgetRule(base_budget, per_inlink, 100_000), probation=probation)
             self.edges = EdgeDrum(os.path.join(path, "edges"), self.graph, max_age_s=edge_max_age_s,
                                   buckets=4, clock=self.clock)
         self.seen: set[str] = set()
