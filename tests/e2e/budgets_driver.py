@@ -57,10 +57,11 @@ def main() -> int:
                                          "-s", "drum.max_age_s=1"),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # ask once farm pages were fetched and URLs wait in BEAST (a loaded box starts slowly),
-        # at the latest at 70% of the crawl (the questions below need the daemon still up)
+        # at the latest at 60% of the crawl (the questions below need the daemon still up; farm
+        # domains nobody vouches for wait for the reader to move on, so their pages come later)
         t0 = time.monotonic()
         time.sleep(seconds * 0.3)
-        while time.monotonic() - t0 < seconds * 0.7:
+        while time.monotonic() - t0 < seconds * 0.6:
             farm_done = sum(1 for e in sim.ledger()
                             if e.status == 200 and site["hosts"].get(e.host, {}).get("role") == "farm")
             st = ask("stats", "--json", *common)
@@ -76,7 +77,7 @@ def main() -> int:
             if site["hosts"].get(e.host, {}).get("role") == "farm" and e.status == 200 and len(farm_links) < 200:
                 body = offline.handle(f"{e.host}:{sim.port}", e.target)[1].body.decode()
                 farm_links += [u for u in HREF.findall(body) if ".spam" in u]
-        urls = [seeds[0], f"http://h1.sim:{sim.port}/p/987654.html"] + farm_links[:200]
+        urls = [seeds[0], f"http://h1.sim:{sim.port}/p/987654.html"] + farm_links[:1000]
         time.sleep(3.0)           # the last pages' links through the seen-set's next merge
         why = ask("url", "why", "--json", *common, *urls)
         why_text = ask("url", "why", *common, seeds[0])

@@ -16,7 +16,7 @@ def crawl(tmp_path_factory):
     base = tmp_path_factory.mktemp("budgets")
     data_dir, out = str(base / "data"), str(base / "report.json")
     driver = os.path.join(os.path.dirname(__file__), "budgets_driver.py")
-    return run_driver(driver, out, data_dir, "30")
+    return run_driver(driver, out, data_dir, "40")
 
 
 def test_over_budget_urls_are_deferred_then_readmitted(crawl):
