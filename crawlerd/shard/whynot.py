@@ -56,6 +56,8 @@ def _verdict(o: dict) -> str:
         where = f"position {bu['position']} of its domain's {bu['deferred']} waiting URLs"
         if "expected_queue" in bu:
             where += f", expected to pass in BEAST queue {bu['expected_queue']}"
+        if bu.get("on_probation"):
+            where += "; on probation (no domain vouches for it yet): it passes when the reader moves on"
         return (f"deferred by its domain's budget (BEAST): {bu['domain']} may pass {bu['budget']} URLs per queue "
                 f"(in-degree {bu['indegree']}, {bu['spent']} spent in queue {bu['reader']}, the reader's); {where}")
     if "dead_letter" in fr:

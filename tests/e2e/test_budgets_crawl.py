@@ -30,6 +30,8 @@ def test_stats_show_the_reader_and_the_top_domains(crawl):
     assert crawl["stats_json"]["rc"] == 0
     bu = json.loads(crawl["stats_json"]["out"])["budgets"]
     assert bu["deferred"] > 0 and bu["reader_queue"] >= 0
+    # a domain is found before the edge DRUM has counted a link to it: its first URLs wait (probation)
+    assert bu["probation"] > 0
     tops = bu["top_domains"]
     assert tops and {"domain", "indegree", "budget", "spent", "deferred", "queue"} <= set(tops[0])
     assert any(t["domain"].startswith("giant") and t["indegree"] > 0 for t in tops)
@@ -47,6 +49,8 @@ def test_url_why_tells_seen_deferred_and_unseen_apart(crawl):
     assert unseen["verdict"].startswith("not seen") and not unseen["seen"]["in_seen_set"]
     deferred = [a for a in farm if a["verdict"].startswith("deferred by its domain's budget")]
     assert deferred, [a["verdict"] for a in farm][:5]
+    for a in deferred:        # the verdict says why a domain nobody vouches for waits
+        assert ("on probation" in a["verdict"]) == bool(a["budgets"]["on_probation"]), a["verdict"]
     d = deferred[0]["budgets"]
     assert d["waiting"] and d["deferred"] > 0 and d["expected_queue"] >= d["reader"]
     assert crawl["why_text"]["rc"] == 0 and crawl["why_text"]["out"].count("\n") >= 3
