@@ -10,6 +10,7 @@ the answers, the ledger and the final stats as JSON.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -46,7 +47,9 @@ def main() -> int:
             f.write("\n".join(seeds) + "\n")
         table = ", ".join(f'"{h}" = "{ip}"' for h, ip in sim.static_hosts.items())
         common = ["--data-dir", data_dir]
-        proc = subprocess.Popen(crawlerd("run", "--seeds", seeds_path, "--duration", str(seconds), *common,
+        # the crawl ends when the questions are answered (SIGTERM, an ordered stop), at the latest
+        # after twice its time: a question never races the daemon's own end
+        proc = subprocess.Popen(crawlerd("run", "--seeds", seeds_path, "--duration", str(2 * seconds), *common,
                                          "-s", "crawl.user_agent=crawlerd-test/0.1 (+e2e; operator: test@localhost)",
                                          "-s", 'network.allow=["127.0.0.0/8"]', "-s", f"dns.static_hosts={{{table}}}",
                                          "-s", "fetch.shutdown_grace_s=2.0",
@@ -82,7 +85,8 @@ def main() -> int:
         why = ask("url", "why", "--json", *common, *urls)
         why_text = ask("url", "why", *common, seeds[0])
         why_bad = ask("url", "why", *common, "not a url")
-        out, err = proc.communicate(timeout=seconds + 60)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=2 * seconds + 60)
         ledger = [e.to_dict() for e in sim.ledger()]
     with open(os.path.join(data_dir, "last-run.json")) as f:
         last = json.load(f)
