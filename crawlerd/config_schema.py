@@ -194,8 +194,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("probation", bool, True,
            "A domain no counted link vouches for (in-degree 0; not a seed's domain) passes nothing at "
            "intake: its URLs wait for the next BEAST queue, which the reader moves to as soon as the "
-           "frontier runs short (so the fetcher still never idles), or pass at once when a vouch "
-           "raises its in-degree. Off: it passes base_budget URLs in every queue it is found in."),
+           "frontier runs short (so the fetcher still never idles), and while it stays over budget it "
+           "passes once per window of queues instead of every queue; a vouch that raises its "
+           "in-degree lets it pass at once. Off: it passes base_budget URLs in every queue it is found in."),
         _k("queues", int, 8,
            "BEAST queues in the first window; every wrap-around of the reader doubles the next window, and "
            "a domain still over budget then passes half as often.", min=1, max=1 << 30),

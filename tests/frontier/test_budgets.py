@@ -357,7 +357,7 @@ def test_on_probation_a_domain_nobody_vouches_for_waits_for_the_next_queue(tmp_p
     assert b.domain("spam.net")["on_probation"] and b.domain("spam.net")["queue"] == 1
     assert b.readmit(100) == []                                        # not in the reader's queue
     assert b.readmit(2, advance=True) == [b"f0", b"f1"]                # the next queue: its base budget
-    assert b.reader == 1 and b.domain("spam.net")["queue"] == 2
+    assert b.reader == 1 and b.domain("spam.net")["queue"] == 4      # still on probation: the next window
     assert b.stats()["probation"] == 1
     p.check()
     p.close()
@@ -373,6 +373,29 @@ def test_on_probation_a_vouch_lets_the_domain_pass_at_once(tmp_path):
     assert not b.domain("x.com")["on_probation"]
     assert b.readmit(100) == [b"r0", b"r1", b"r2", b"r3", b"r4"]
     assert p.offer("x.com", [b"late"]) == []          # behind its own backlog, as any domain
+    p.check()
+    p.close()
+
+
+def test_on_probation_a_domain_nobody_vouches_for_passes_once_per_window(tmp_path):
+    p = Parts(tmp_path / "b", queues=4, max_spread=64, probation=True)
+    b = p.beast
+    p.graph.add_root("seed.org")
+    p.edges.add("seed.org", ["good.com"])
+    p.edges.flush()
+    p.offer("good.com", [f"g{i}".encode() for i in range(2000)])
+    p.offer("spam.net", [f"s{i}".encode() for i in range(2000)])
+    planned = {"good.com": [], "spam.net": []}     # the queues each domain is listed in, in order
+    for _ in range(1000):                     # windows of 4, 8, 16, 32 queues
+        if b.reader >= 60:
+            break
+        for d, qs in planned.items():
+            q = b.domain(d)["queue"]
+            if not qs or qs[-1] != q:
+                qs.append(q)
+        b.readmit(1, advance=True)
+    assert planned["spam.net"] == [1, 4, 12, 28, 60]    # the queue after it was found, then once per window
+    assert len(planned["good.com"]) > 3 * len(planned["spam.net"])
     p.check()
     p.close()
 

@@ -26,10 +26,13 @@ backlog runs dry starts again at every queue. Delayed, never dropped.
 
 Probation (``probation``). A domain no counted link vouches for (in-degree 0) and that is not a
 trust root passes nothing at intake: its URLs wait for the next queue the reader moves to, and pass
-there at its base budget; a vouch that raises its in-degree lets it pass at once (the graph's
-listener). So a farm of fresh domains that only link to each other costs no fetch while honest work
-is ready, instead of ``base_budget`` per domain in every queue it is found in; the crawl is still
-work-conserving, since the reader moves on as soon as the frontier runs short.
+there at its base budget; still over budget, it passes next in the first queue of the next window
+(one pass per window: 1, 8, 24, 56, ... for ``queues`` = 8), where a vouched domain passes every
+``2**level`` queues. A vouch that raises its in-degree lets it pass at once (the graph's listener).
+So a farm of fresh domains that only link to each other costs no fetch while honest work is ready
+and its share shrinks geometrically from its first pass, instead of ``base_budget`` per domain in
+every queue the reader reads. The crawl stays work-conserving: the reader moves on as soon as the
+frontier runs short and skips empty queues, so a web nobody vouches for is read window by window.
 
 Work-conserving. The reader does not move on a timer: the caller moves it
 (``readmit(advance=True)``) as soon as the frontier runs short of ready hosts, and empty queues
@@ -278,7 +281,10 @@ class Beast:
             if d.wrap < self._wraps:        # over budget across a wrap-around: spread it further
                 d.level = min(self._max_level, d.level + self._wraps - d.wrap)
                 d.wrap = self._wraps
-            self._schedule(dk, d, r + (1 << d.level))
+            nxt = r + (1 << d.level)
+            if nxt < self._end and self.probation and self.graph.unvouched_key(dk):
+                nxt = self._end             # nobody vouches for it: one pass per window
+            self._schedule(dk, d, nxt)
         self._records.changed(dk, d)        # else: ``limit`` reached, it stays in the reader's queue
 
     def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
