@@ -44,6 +44,7 @@ from crawlerd.shard.tasks import Tasks
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
+from crawlerd.store.writer import WriteThread
 from crawlerd.url.filter import UrlFilter
 
 log = logging.getLogger("crawlerd.shard")
@@ -190,6 +191,7 @@ class Shard:
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
         self.syncer: SyncThread | None = None
+        self.writer: WriteThread | None = None
         # operator's view and the bench: how late this loop runs a 10 ms timer (its stalls)
         self.loop_lag = LoopLag(interval_s=0.01, watch_s=STALL_WATCH_S)
 
@@ -212,6 +214,8 @@ class Shard:
         st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        if self.writer is not None:
+            st["writer"] = self.writer.stats()
         st["memory"] = self.memory()
         st["near_index"] = self.near.index_stats()
         if self.owners is not None:
@@ -279,7 +283,8 @@ class Shard:
                                outbound=outbound, fetch=self.fetcher.fetch, archive=self._archive,
                                read_sitemap=self._read_sitemap,
                                events=self.events, submit_links=self.intake.submit_links, metrics=self.metrics,
-                               clock=self.clock, wall=self.wall, stopping=lambda: self.stopping)
+                               clock=self.clock, wall=self.wall, stopping=lambda: self.stopping,
+                               links_barrier=self.intake.links_barrier)
         self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
@@ -292,6 +297,11 @@ class Shard:
         # acknowledged only once the frontier holding them is on disk
         self.syncer = SyncThread(loop)
         self.intake.durable = self._when_durable
+        # the robots copies and first-capture digests are written on this thread; the loop hands
+        # them over (each store answers from a RAM overlay until its write lands)
+        self.writer = WriteThread(loop, name="crawlerd-writer")
+        self.robots.attach_writer(self.writer)
+        self.digests.attach_writer(self.writer)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -467,6 +477,11 @@ class Shard:
         self._safely("recrawl", self.recrawl.close)
         if self.dust is not None:
             self._safely("dust", self.dust.close)
+        if self.writer is not None:
+            self.writer.close()         # everything handed over is written, then the stores close
+            self.robots.attach_writer(None)
+            self.digests.attach_writer(None)
+            await asyncio.sleep(0)      # its last callbacks (overlays emptied)
         self._safely("digests", self.digests.close)
         self._safely("events", self.events.close)
         self._safely("robots cache", self.robots.close)
