@@ -204,6 +204,10 @@ class Shard:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
+    def links_barrier(self):
+        """None when every URL submitted so far is kept (intake log, outbox), else an awaitable."""
+        return self.intake.links_barrier()
+
     def status(self, detail: bool = True) -> dict:
         """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
         st = self.ops.status(paused=self.paused)
