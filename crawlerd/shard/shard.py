@@ -303,9 +303,11 @@ class Shard:
         self.intake.durable = self._when_durable
         # the robots copies and first-capture digests are written on this thread; the loop hands
         # them over (each store answers from a RAM overlay until its write lands)
-        self.writer = WriteThread(loop, name="crawlerd-writer")
+        self.writer = WriteThread(loop, name="crawlerd-writer",
+                                  on_error=lambda e: self.storage.fatal(e, "writer thread"))
         self.robots.attach_writer(self.writer)
         self.digests.attach_writer(self.writer)
+        self.frontier.attach_writer(self.writer)       # the in-flight journal's end lines
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -473,6 +475,13 @@ class Shard:
         if self.outbox is not None:
             # what is staged: written (its leases completed; the vouches of the last edge merge)
             await self.outbox.close()
+        if self.writer is not None:
+            # nothing hands over after this point: write everything, then the stores close here
+            self.writer.close()
+            self.robots.attach_writer(None)
+            self.digests.attach_writer(None)
+            self.frontier.attach_writer(None)
+            await asyncio.sleep(0)      # its last callbacks (overlays emptied)
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)
@@ -481,11 +490,6 @@ class Shard:
         self._safely("recrawl", self.recrawl.close)
         if self.dust is not None:
             self._safely("dust", self.dust.close)
-        if self.writer is not None:
-            self.writer.close()         # everything handed over is written, then the stores close
-            self.robots.attach_writer(None)
-            self.digests.attach_writer(None)
-            await asyncio.sleep(0)      # its last callbacks (overlays emptied)
         self._safely("digests", self.digests.close)
         self._safely("events", self.events.close)
         self._safely("robots cache", self.robots.close)

@@ -4,7 +4,8 @@ A ``write()`` into the page cache (an LMDB commit without fdatasync, a log appen
 microseconds, but it blocks whenever the kernel throttles dirty pages or the file system's
 journal commits, and on a box where other processes write heavily that was the loop's worst
 stall (hundreds of ms). So the loop only *hands over*: ``submit(sink, item, then)`` appends to a
-list and returns; this thread takes everything pending, calls each sink once with its items in
+list and returns (the thread is woken once per loop iteration that handed anything over, not
+per item: a thread wake-up costs more CPU than most items); this thread takes everything pending, calls each sink once with its items in
 submit order (``sink(items)``: one LMDB transaction begun and committed here, one ``writev``),
 and then runs the ``then`` callbacks on the loop. Items handed over while a group is written go
 in the next group, so a write waits at most about two group writes and the loop never waits.
@@ -52,6 +53,8 @@ class WriteThread:
         self._pending: list[tuple[Sink | None, Any, Callable[[], None] | None]] = []
         self._closed = False
         self._held = False
+        self._loop_thread = threading.get_ident()   # made on the loop's thread
+        self._kick_due = False
         self._error: BaseException | None = None
         self.groups = 0
         self.items = 0
@@ -68,6 +71,18 @@ class WriteThread:
             if self._closed:
                 raise WriterError("writer closed")
             self._pending.append((sink, item, then))
+            if threading.get_ident() != self._loop_thread:
+                self._cv.notify()
+                return
+            if self._kick_due:
+                return
+            self._kick_due = True
+        # from the loop: one wake-up per loop iteration, however many items it handed over
+        self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        with self._cv:
+            self._kick_due = False
             self._cv.notify()
 
     def barrier(self, then: Callable[[], None]) -> None:
