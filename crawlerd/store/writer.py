@@ -4,11 +4,12 @@ A ``write()`` into the page cache (an LMDB commit without fdatasync, a log appen
 microseconds, but it blocks whenever the kernel throttles dirty pages or the file system's
 journal commits, and on a box where other processes write heavily that was the loop's worst
 stall (hundreds of ms). So the loop only *hands over*: ``submit(sink, item, then)`` appends to a
-list and returns (the thread is woken once per loop iteration that handed anything over, not
-per item: a thread wake-up costs more CPU than most items); this thread takes everything pending, calls each sink once with its items in
+list and returns (the thread is woken at most once per ``GROUP_DELAY_S`` by the loop, not per
+item: a thread wake-up costs more CPU than most items); this thread takes everything pending, calls each sink once with its items in
 submit order (``sink(items)``: one LMDB transaction begun and committed here, one ``writev``),
 and then runs the ``then`` callbacks on the loop. Items handed over while a group is written go
-in the next group, so a write waits at most about two group writes and the loop never waits.
+in the next group, so a write waits at most ``GROUP_DELAY_S`` plus about two group writes, and
+the loop never waits.
 
 py-lmdb write transactions are thread-affine (begun, used and committed on one thread), so an
 LMDB store written here is written only here; the loop may read it at any time (a read
@@ -32,6 +33,7 @@ from typing import Any
 log = logging.getLogger("crawlerd.store")
 
 Sink = Callable[[list[Any]], None]
+GROUP_DELAY_S = 0.005       # the loop wakes the thread at most this often: bounds latency and wake-ups
 
 
 class WriterError(RuntimeError):
@@ -46,8 +48,9 @@ class WriteThread:
     raises it)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, name: str = "crawlerd-writer",
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None, group_delay_s: float = GROUP_DELAY_S) -> None:
         self._loop = loop
+        self._delay = group_delay_s
         self._on_error = on_error
         self._cv = threading.Condition()
         self._pending: list[tuple[Sink | None, Any, Callable[[], None] | None]] = []
@@ -77,8 +80,8 @@ class WriteThread:
             if self._kick_due:
                 return
             self._kick_due = True
-        # from the loop: one wake-up per loop iteration, however many items it handed over
-        self._loop.call_soon(self._kick)
+        # from the loop: one wake-up per group_delay_s at most, however many items it handed over
+        self._loop.call_later(self._delay, self._kick)
 
     def _kick(self) -> None:
         with self._cv:
