@@ -28,9 +28,10 @@ Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
 is in RAM only, and a merge can hold the thread for tens of seconds; so
 ``submit`` first appends one record per call there (one write into the page
 cache, which survives ``kill -9``); on open the records DRUM has not journalled
-are replayed into it. Once started on a loop, that write runs on the intake
-writer thread (``store/writer.py``): ``submit`` hands the record over and
-returns. Invariant: a key is *logged* once its record was written (or DRUM
+are replayed into it. With ``threaded_intake=True``, once started on a loop,
+that write runs on the intake writer thread (``store/writer.py``): ``submit``
+hands the record over and returns (without it ``submit`` returns after the
+write, as the budgets' edge DRUM relies on). Invariant: a key is *logged* once its record was written (or DRUM
 journalled it); ``logged()`` / ``when_logged()`` wait for every key submitted
 before the call, and whatever must not happen before the keys are kept (a
 lease's completion, a hand-off acknowledgement) waits for them. A ``kill -9``
@@ -107,11 +108,12 @@ class AsyncSeenSet:
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
                  merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic, max_results: int = 1 << 13,
-                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5):
+                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5, threaded_intake: bool = False):
         if max_pending_keys < 1 or poll_interval_s <= 0:
             raise ValueError("max_pending_keys and poll_interval_s must be positive")
         self.path = os.path.abspath(path)
         self.max_pending_keys = max_pending_keys
+        self._threaded_intake = threaded_intake  # write the intake log on a thread once started
         self.poll_interval_s = poll_interval_s
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drum")
         kw = dict(buckets=buckets, bucket_buffer_bytes=bucket_buffer_bytes, merge_bytes=merge_bytes,
@@ -162,7 +164,8 @@ class AsyncSeenSet:
             raise SeenSetError("already started or closed")
         self._loop = loop
         self._on_results = on_results
-        self._intake.attach(WriteThread(loop, name="crawlerd-intake", on_error=self._intake_failed))
+        if self._threaded_intake:
+            self._intake.attach(WriteThread(loop, name="crawlerd-intake", on_error=self._intake_failed))
         self._pump_task = loop.create_task(self._pump(), name="seen-pump")
         self._wake.set()
 

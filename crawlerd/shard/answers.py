@@ -111,7 +111,7 @@ class Answers:
             if claimed is not None:
                 self.owners.confirm(claimed, url, res.started_at, pr.warc_record_id)
             elif self.owners is None and sha1 is not None and not pr.duplicate_of:
-                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
+                self.digests.record(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
         elif claimed is not None:
             self.owners.release(claimed, url)

@@ -125,7 +125,8 @@ class Shard:
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
-                                 max_pending_keys=d.max_pending_keys, clock=clock)
+                                 max_pending_keys=d.max_pending_keys, clock=clock,
+                                 threaded_intake=True)  # a lease completes once its links are logged
         self.digests = DigestSet(self._state("dedup", "digests"))
         dd = cfg.dedup
         self.near = NearDuplicates(self._state("dedup"), distance_bits=dd.simhash_distance,

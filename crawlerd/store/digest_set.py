@@ -97,7 +97,8 @@ class DigestSet:
     Invariant: an entry is never overwritten, so it always names the first
     capture of that payload. With a writer: every key in ``_unwritten`` was handed to the
     writer and is not yet known to be committed; the entries the loop sees are the committed
-    ones plus ``_unwritten`` (which wins: a key there was absent from the store when added).
+    ones, then ``_unwritten`` for keys not committed (``record`` does not look first, so its
+    overlay entry may name a later capture than the store's, which the writer then keeps).
     """
 
     def __init__(self, directory: str | os.PathLike, *, map_size_bytes: int = 64 * 2**30,
@@ -135,11 +136,26 @@ class DigestSet:
     def owner(self, digest: bytes | str) -> tuple[str, str, str] | None:
         """(first URL, first date, its WARC-Record-ID or "") for a digest seen before, else None."""
         key = digest_key(digest)
-        value = self._unwritten.get(key)
-        if value is None:
-            with self._env.begin() as txn:
-                value = txn.get(key)
+        with self._env.begin() as txn:
+            value = txn.get(key)
+        if value is None:               # committed first: an overlay entry may be a later capture (record)
+            value = self._unwritten.get(key)
         return None if value is None else _decode(value)
+
+    def record(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> None:
+        """``add`` without its answer and, with a writer, without reading the store on the caller's
+        thread: the writer keeps the entry only if the digest is absent, so the store still names
+        the first capture (``owner`` reads the store before the overlay)."""
+        if self._writer is None:
+            self.add(digest, url, date, record_id)
+            return
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        k = digest_key(digest)
+        if k not in self._unwritten:
+            self._unwritten[k] = _encode(url, date, record_id)
+            self._writer.submit(self._write, (k, self._unwritten[k]), functools.partial(self._unwritten.pop, k, None))
 
     def add(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> bool:
         """Record the first capture of a payload; False (and no change) if the digest is present."""

@@ -304,7 +304,7 @@ def say(kind, data):
     print(json.dumps([kind, data]), flush=True)
 
 async def main():
-    s = AsyncSeenSet(path, **small)
+    s = AsyncSeenSet(path, **small, threaded_intake=True)
     n = 0
     def on(results):
         nonlocal n

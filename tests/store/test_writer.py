@@ -86,7 +86,7 @@ def test_a_failed_write_stops_the_writer_and_acknowledges_nothing_after_it():
 
 def test_seen_set_logged_waits_for_the_intake_write(tmp_path):
     async def go():
-        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        s = AsyncSeenSet(str(tmp_path), **SMALL, threaded_intake=True)
         acks = []
         s.start(asyncio.get_running_loop(), lambda results: (acks.append(len(results)), s.ack()))
         w = s.intake_writer
@@ -234,4 +234,28 @@ def test_inflight_journal_end_lines_written_later_look_in_flight_until_then(tmp_
         w.close()
         j.attach_writer(None)
         j.close()
+    run(go())
+
+
+def test_digest_record_never_displaces_the_first_capture(tmp_path):
+    async def go():
+        d = DigestSet(tmp_path / "digests", map_size_bytes=1 << 24)
+        first, other = bytes(range(20)), bytes(range(1, 21))
+        assert d.add(first, "http://a.test/", "d1", "<urn:1>")       # committed before the writer
+        w = WriteThread(asyncio.get_running_loop())
+        d.attach_writer(w)
+        w.hold()
+        d.record(first, "http://copy.test/", "d2", "<urn:2>")        # a copy two workers both archived
+        d.record(other, "http://b.test/", "d3", "<urn:3>")
+        assert d.owner(first) == ("http://a.test/", "d1", "<urn:1>")
+        assert d.owner(other) == ("http://b.test/", "d3", "<urn:3>")    # from the overlay
+        w.release()
+        await written(w)
+        await turns()
+        assert d.owner(first) == ("http://a.test/", "d1", "<urn:1>")
+        assert d.owner(other) == ("http://b.test/", "d3", "<urn:3>")
+        assert len(d) == 2
+        w.close()
+        d.attach_writer(None)
+        d.close()
     run(go())
