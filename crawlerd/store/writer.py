@@ -33,7 +33,7 @@ from typing import Any
 log = logging.getLogger("crawlerd.store")
 
 Sink = Callable[[list[Any]], None]
-GROUP_DELAY_S = 0.005       # the loop wakes the thread at most this often: bounds latency and wake-ups
+GROUP_DELAY_S = 0.02        # the loop wakes the thread at most this often: bounds latency and wake-ups
 
 
 class WriterError(RuntimeError):
