@@ -412,7 +412,15 @@ class Supervisor:
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
                 raise ValueError("seed_add needs 'urls': a list of strings")
             n = self.shard.submit_urls(urls, depth=0, priority=0)
-            return {"submitted": n, "invalid": len(urls) - n}
+            answer = {"submitted": n, "invalid": len(urls) - n}
+            kept = self.shard.links_barrier()
+            if kept is None:
+                return answer
+
+            async def once_kept():
+                await kept          # answered once the seen-set's intake log holds them
+                return answer
+            return once_kept()
 
         def block(req):
             pat = req.get("pattern")

@@ -22,12 +22,20 @@ after the answer was archived (its WARC record handed to the OS): the restart co
 URL instead of fetching it again, so a kill -9 refetches only the requests in flight. The file is rewritten (temp name,
 rename) after a frontier commit has made the ``E`` lines' dues durable in the host records,
 keeping only the ``S`` lines of leases still out.
+
+With a writer thread attached (``attach_writer``) an ``E`` line is handed to it and written
+later, to the file that was current when it was handed over (a rotation hands the old file's
+close to the same thread, after those lines). ``S`` lines stay written before ``lease()``
+returns. An ``E`` not written by a ``kill -9`` leaves its request looking in flight: its host
+waits a whole gap and its URL is fetched again, never lost, never early.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+
+from crawlerd.store.writer import WriteThread
 
 FILE_NAME = "inflight.log"
 ROTATE_BYTES = 1 << 20
@@ -107,7 +115,7 @@ def read(directory: str) -> Replay:
 class InflightJournal:
     """The open journal of this run (see the module docstring for the format and invariant)."""
 
-    __slots__ = ("path", "_fd", "_size", "_session", "_boot")
+    __slots__ = ("path", "_fd", "_size", "_session", "_boot", "_writer", "_write_failed")
 
     def __init__(self, directory: str, session: int, ip_end: dict[str, float] | None = None):
         """Start this run's journal; ``ip_end``: IP gaps begun in the last run, still running."""
@@ -116,7 +124,24 @@ class InflightJournal:
         self._boot = boot_id() or "-"
         self._fd = -1
         self._size = 0
+        self._writer: WriteThread | None = None
+        self._write_failed: OSError | None = None
         self.rewrite([], ip_end or {})
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write ``E`` lines through ``writer`` (None: here again; the writer must be closed)."""
+        self._writer = writer
+
+    def _on_thread(self, items: list[tuple[int, bytes | None]]) -> None:
+        # on the writer thread, in order: (fd, line) appends, (fd, None) closes a rotated file
+        try:
+            for fd, data in items:
+                if data is None:
+                    os.close(fd)
+                else:
+                    os.write(fd, data)
+        except OSError as e:
+            self._write_failed = e
 
     def _write(self, text: str) -> None:
         data = text.encode("utf-8", "surrogateescape")
@@ -129,7 +154,15 @@ class InflightJournal:
     def ended(self, lease_id: int, end: float, due: float, done_key: bytes | None = None) -> None:
         """A request ended; ``done_key``: its URL's queue key when the URL is completed."""
         tail = f" {done_key.hex()}" if done_key is not None else ""
-        self._write(f"E {lease_id} {end!r} {due!r}{tail}\n")
+        if self._writer is None:
+            self._write(f"E {lease_id} {end!r} {due!r}{tail}\n")
+            return
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        data = f"E {lease_id} {end!r} {due!r}{tail}\n".encode("utf-8", "surrogateescape")
+        self._size += len(data)
+        self._writer.submit(self._on_thread, (self._fd, data))
 
     def needs_rotation(self) -> bool:
         return self._size >= ROTATE_BYTES
@@ -151,7 +184,10 @@ class InflightJournal:
             os.close(fd)
             raise
         if self._fd >= 0:
-            os.close(self._fd)
+            if self._writer is None:
+                os.close(self._fd)
+            else:
+                self._writer.submit(self._on_thread, (self._fd, None))    # after its pending lines
         self._fd, self._size = fd, len(text)
 
     def close(self) -> None:

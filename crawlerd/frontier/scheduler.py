@@ -507,6 +507,12 @@ class Frontier:
         if flush and not st.sync:
             st.flush()
 
+    def attach_writer(self, writer) -> None:
+        """Write the in-flight journal's end lines on ``writer`` (a ``store.writer.WriteThread``;
+        None: on the loop again, once it is closed). See ``journal.py``."""
+        if self._journal is not None:
+            self._journal.attach_writer(writer)
+
     def flush(self) -> None:
         """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
         self._store.flush()

@@ -28,12 +28,24 @@ Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
 is in RAM only, and a merge can hold the thread for tens of seconds; so
 ``submit`` first appends one record per call there (one write into the page
 cache, which survives ``kill -9``); on open the records DRUM has not journalled
-are replayed into it.
+are replayed into it. With ``threaded_intake=True``, once started on a loop,
+that write runs on the intake writer thread (``store/writer.py``): ``submit``
+hands the record over and returns (without it ``submit`` returns after the
+write, as the budgets' edge DRUM relies on). Invariant: a key is *logged* once its record was written (or DRUM
+journalled it); ``logged()`` / ``when_logged()`` wait for every key submitted
+before the call, and whatever must not happen before the keys are kept (a
+lease's completion, a hand-off acknowledgement) waits for them. A ``kill -9``
+before that loses keys nothing has acknowledged: their lease is fetched
+again, their hand-off batch delivered again. A failed intake write stops the
+seen-set (``raise_if_failed``) and fails the waiters: nothing waiting is
+acknowledged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import logging
 import os
 import time
@@ -47,6 +59,7 @@ from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
 from crawlerd.seen.drum_files import DrumCorrupt, DrumError
 from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
+from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.seen")
 
@@ -95,11 +108,12 @@ class AsyncSeenSet:
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
                  merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic, max_results: int = 1 << 13,
-                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5):
+                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5, threaded_intake: bool = False):
         if max_pending_keys < 1 or poll_interval_s <= 0:
             raise ValueError("max_pending_keys and poll_interval_s must be positive")
         self.path = os.path.abspath(path)
         self.max_pending_keys = max_pending_keys
+        self._threaded_intake = threaded_intake  # write the intake log on a thread once started
         self.poll_interval_s = poll_interval_s
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drum")
         kw = dict(buckets=buckets, bucket_buffer_bytes=bucket_buffer_bytes, merge_bytes=merge_bytes,
@@ -116,6 +130,9 @@ class AsyncSeenSet:
         self._drum_pending = d.pending
         self._ready = d.ready
         self._intake = IntakeWriter(self.path, last_segment)
+        self._logged_seq = self._next_seq      # every key before it is in the intake log (or DRUM)
+        self._log_waiters: collections.deque[tuple[int, asyncio.Future | None, Callable[[], None] | None]] = \
+            collections.deque()
         self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
         self._batch_keys = 0
         self._inflight_keys = 0
@@ -147,6 +164,8 @@ class AsyncSeenSet:
             raise SeenSetError("already started or closed")
         self._loop = loop
         self._on_results = on_results
+        if self._threaded_intake:
+            self._intake.attach(WriteThread(loop, name="crawlerd-intake", on_error=self._intake_failed))
         self._pump_task = loop.create_task(self._pump(), name="seen-pump")
         self._wake.set()
 
@@ -167,10 +186,53 @@ class AsyncSeenSet:
             auxl = list(aux)
             if len(auxl) != n:
                 raise ValueError("aux must have one entry per key")
-        self._intake.append(self._next_seq, karr, auxl)
+        then = None if self._intake.thread is None else functools.partial(self._on_logged, self._next_seq + n)
+        self._intake.append(self._next_seq, karr, auxl, then)
+        if then is None:
+            self._logged_seq = self._next_seq + n
         self._batch.append((karr, auxl))
         self._batch_keys += n
         self._next_seq += n
+        self._wake.set()
+
+    def logged(self) -> asyncio.Future | None:
+        """None when every key submitted so far is in the intake log; else a future done once it is
+        (failed if the seen-set stops first)."""
+        if self._logged_seq >= self._next_seq:
+            return None
+        fut = self._loop.create_future()
+        self._log_waiters.append((self._next_seq, fut, None))
+        return fut
+
+    @property
+    def intake_writer(self) -> WriteThread | None:
+        """The thread writing the intake log (None before ``start`` and after ``close``)."""
+        return self._intake.thread
+
+    def when_logged(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once every key submitted so far is in the intake log (at once
+        if it is; never if the seen-set stops first)."""
+        if self._logged_seq >= self._next_seq:
+            then()
+        else:
+            self._log_waiters.append((self._next_seq, None, then))
+
+    def _on_logged(self, seq: int) -> None:
+        self._logged_seq = max(self._logged_seq, seq)
+        w = self._log_waiters
+        while w and w[0][0] <= self._logged_seq:
+            _, fut, then = w.popleft()
+            if fut is not None:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                then()
+
+    def _intake_failed(self, err: BaseException) -> None:
+        if self._error is None:
+            self._error = err
+        log.error("seen-set intake log write failed; keys not logged are acknowledged to nobody: %r", err)
+        self._fail_waiters(SeenSetError(f"seen-set stopped: {err!r}"))
         self._wake.set()
 
     def ack(self) -> None:
@@ -227,6 +289,10 @@ class AsyncSeenSet:
             await loop.run_in_executor(self._exec, self._close_drum, job)
         finally:
             self._exec.shutdown(wait=True)
+            thread, self._intake.thread = self._intake.thread, None
+            if thread is not None:
+                thread.close()                  # the last records and deletions written
+                await asyncio.sleep(0)          # their callbacks run (logged waiters)
             self._fail_waiters(SeenSetError("seen-set closed"))
 
     def raise_if_failed(self) -> None:
@@ -263,7 +329,8 @@ class AsyncSeenSet:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
                 "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
                 "last_flush_s": round(self._last_flush_s, 3),
-                "pending": self.pending, "backpressure": self.backpressure}
+                "pending": self.pending, "backpressure": self.backpressure,
+                **({"intake_writer": self._intake.thread.stats()} if self._intake.thread is not None else {})}
 
     # -- pump (loop side) ---------------------------------------------------------------------------
 
@@ -348,6 +415,10 @@ class AsyncSeenSet:
             if not fut.done():
                 fut.set_exception(err)
         self._flush_new, self._flush_wait = [], []
+        for _, fut, _then in self._log_waiters:
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+        self._log_waiters.clear()
 
     # -- DRUM thread ---------------------------------------------------------------------------------
 
@@ -379,7 +450,7 @@ class AsyncSeenSet:
         for keys, aux in _calls(job.chunks):
             d.check_update(keys, aux=aux)
         if job.segment is not None:
-            os.unlink(job.segment)
+            self._intake.unlink(job.segment)     # after its records, if a writer thread has them
 
     def _close_drum(self, job: _Job | None) -> None:
         try:

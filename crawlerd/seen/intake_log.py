@@ -13,6 +13,14 @@ the body. A segment holds one batch: it is deleted once DRUM journalled that
 batch. On open the records with seq at or past DRUM's ``next_seq`` are
 replayed into DRUM; a torn last record (a submit that never returned, or a
 tail that never reached the disk) is cut off.
+
+With a writer thread (``IntakeWriter.thread``, set once the seen-set runs on a
+loop) the loop only builds a record and hands it over: the thread opens,
+appends to, closes and deletes the segments, in the order they were handed
+over (a segment is deleted only after its last record was written). A
+record's ``then`` runs on the loop once it is written: only then may anything
+that depends on the keys being kept (a lease's completion, a hand-off
+acknowledgement) happen.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from crawlerd.seen.drum_files import DrumCorrupt
+from crawlerd.store.writer import WriterError, WriteThread
 
 log = logging.getLogger("crawlerd.seen")
 
@@ -48,21 +57,40 @@ def segments(path: str) -> list[int]:
 class IntakeWriter:
     """Appends one record per submit to the open segment of a DRUM directory.
 
-    Invariant: at most one segment is open (``segment``, ``fd``); segment
+    Invariant: at most one segment is open (``segment``, ``is_open``); segment
     numbers only grow, past every segment found at open (``last_segment``).
+    With ``thread`` set, the file operations run on it in the order called
+    (``_tfd``, ``_tno``: the file it has open) and the caller's ``fd`` stays -1.
     """
 
     def __init__(self, path: str, last_segment: int):
         self.path = path
         self.segment_no = last_segment
         self.segment: str | None = None
+        self.is_open = False
         self.fd = -1
+        self.thread: WriteThread | None = None
+        self._tfd = -1
+        self._tno = -1
 
-    def append(self, first_seq: int, karr: np.ndarray, aux: list[bytes] | None) -> None:
-        if self.fd < 0:
+    def attach(self, thread: WriteThread) -> None:
+        """Write on ``thread`` from now on; a segment open here is continued there (its file
+        handed over before the thread is given anything)."""
+        if self.fd >= 0:
+            self._tfd, self._tno = self.fd, self.segment_no
+            self.fd = -1
+        self.thread = thread
+
+    def append(self, first_seq: int, karr: np.ndarray, aux: list[bytes] | None,
+               then: Callable[[], None] | None = None) -> None:
+        """One record; without a thread it is written when this returns, with one ``then`` runs
+        on the loop once it is."""
+        if not self.is_open:
             self.segment_no += 1
             self.segment = segment_path(self.path, self.segment_no)
-            self.fd = os.open(self.segment, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            self.is_open = True
+            if self.thread is None:
+                self.fd = _open_segment(self.segment)
         n = len(karr)
         parts = [karr.astype("<u8", copy=False).tobytes()]
         flags = auxb = 0
@@ -73,20 +101,61 @@ class IntakeWriter:
             auxb = len(parts[-1])
         crc = _crc(RECORD.pack(RECORD_MAGIC, flags, n, auxb, first_seq, 0, 0), parts)
         parts.insert(0, RECORD.pack(RECORD_MAGIC, flags, n, auxb, first_seq, crc, 0))
-        _write_all(self.fd, parts)
+        if self.thread is None:
+            _write_all(self.fd, parts)
+        else:
+            self.thread.submit(self._run_ops, ("append", self.segment_no, parts), then)
 
     def take_segment(self) -> str | None:
         """Close the open segment and return its path (None if none); the next append starts a new one."""
-        seg = self.segment
+        seg = self.segment if self.is_open else None
         self.close()
         self.segment = None
         return seg
 
     def close(self) -> None:
         """Close the open segment's file, keeping it (its records are replayed at the next start)."""
+        if self.is_open and self.thread is not None:
+            try:
+                self.thread.submit(self._run_ops, ("close", self.segment_no, None))
+            except WriterError:
+                pass                # the thread stopped on a failed write: nothing more is written
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        self.is_open = False
+
+    def unlink(self, segment: str) -> None:
+        """Delete a segment whose records DRUM journalled (from any thread): with a writer thread,
+        after the records handed to it before this call."""
+        if self.thread is None:
+            os.unlink(segment)
+        else:
+            self.thread.submit(self._run_ops, ("unlink", segment, None))
+
+    def _run_ops(self, ops: list[tuple[str, object, object]]) -> None:
+        # on the writer thread, in the order handed over
+        for op, a, parts in ops:
+            if op == "append":
+                if self._tno != a:
+                    self._close_thread_fd()
+                    self._tfd = _open_segment(segment_path(self.path, a))
+                    self._tno = a
+                _write_all(self._tfd, parts)
+            elif op == "close":
+                if self._tno == a:
+                    self._close_thread_fd()
+            else:
+                os.unlink(a)
+
+    def _close_thread_fd(self) -> None:
+        if self._tfd >= 0:
+            os.close(self._tfd)
+        self._tfd, self._tno = -1, -1
+
+
+def _open_segment(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
 
 
 def _crc(head: bytes, parts: list[bytes]) -> int:

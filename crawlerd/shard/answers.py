@@ -111,7 +111,7 @@ class Answers:
             if claimed is not None:
                 self.owners.confirm(claimed, url, res.started_at, pr.warc_record_id)
             elif self.owners is None and sha1 is not None and not pr.duplicate_of:
-                self.digests.add(sha1, url, repr(res.started_at), pr.warc_record_id)
+                self.digests.record(sha1, url, repr(res.started_at), pr.warc_record_id)
             self.record_visit(url, fp, host_key, res, sha1, depth)
         elif claimed is not None:
             self.owners.release(claimed, url)
@@ -140,9 +140,9 @@ class Answers:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
                 self.budgets.record_links(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
-        durable = self.intake.handoff_barrier()
+        durable = self.intake.links_barrier()
         if durable is not None:
-            await durable       # links for other shards are in the outbox before the lease completes
+            await durable       # its links kept (intake log, outbox) before the lease completes
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
                      depth: int) -> None:

@@ -67,7 +67,8 @@ class HostFiles:
                  archive: Callable[[FetchResult], None],
                  read_sitemap: Callable[[FetchResult], Awaitable[tuple | None]], events: FetchEvents,
                  submit_links: Callable[..., int], metrics: Metrics, clock: Callable[[], float],
-                 wall: Callable[[], float], stopping: Callable[[], bool]):
+                 wall: Callable[[], float], stopping: Callable[[], bool],
+                 links_barrier: Callable[[], Awaitable | None] = lambda: None):
         self.cfg = cfg
         self.frontier = frontier
         self.robots = robots
@@ -78,6 +79,7 @@ class HostFiles:
         self.read_sitemap = read_sitemap
         self.events = events
         self.submit_links = submit_links
+        self.links_barrier = links_barrier          # awaited before the lease completes: sitemap links kept
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
@@ -137,6 +139,9 @@ class HostFiles:
             last = res
             if decision.ok and self.cfg.sitemaps.enabled and same_host and not self.stopping():
                 last = await self._read_sitemaps(host_key, lease.ip, decision.rules, res, lease.deadline)
+                kept = self.links_barrier()
+                if kept is not None:
+                    await kept      # the sitemap links in the intake log before the lease completes
             retry_after = None
             if last.status in (429, 503):
                 retry_after = parse_retry_after(last.header("retry-after"), self.wall())

@@ -18,13 +18,19 @@ With several shards (``crawl.shards``), a URL whose host another shard owns (``u
 is not filtered here but staged in the hand-off outbox for its owner, which filters it and
 submits it to its own DRUM (``take_handoff``); STAR edges to another shard's domains go to that
 shard too (a vouch is counted in its target's shard: ``DomainGraph.export``); a lease
-completes only once the outbox holds its links durably (``handoff_barrier``). A received batch is acknowledged once DRUM's intake
+completes only once the outbox holds its links durably. A received batch is acknowledged once DRUM's intake
 log holds its records.
+
+The seen-set's intake log is written off the loop (``seen/front.py``): ``submit`` returns before
+its record is on disk, so a lease completes only after ``links_barrier`` (its links in the
+intake log, and in the outbox for other shards), and a received batch is acknowledged from
+``when_logged``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 
 from crawlerd.config import Config
@@ -155,9 +161,14 @@ class Intake:
         self.metrics.counters["handoff_vouches"] += 1
         return True
 
-    def handoff_barrier(self):
-        """None when every link handed to other shards is durable in the outbox, else an awaitable."""
-        return self.outbox.barrier() if self.outbox is not None else None
+    def links_barrier(self):
+        """None when every link submitted so far is kept (in DRUM's intake log; those for other
+        shards in the outbox), else an awaitable done once they are."""
+        logged = self.seen.logged()
+        staged = self.outbox.barrier() if self.outbox is not None else None
+        if logged is None or staged is None:
+            return staged if logged is None else logged
+        return asyncio.gather(logged, staged)
 
     def take_handoff(self, batches: list[Batch], ack: Callable[[Batch], None]) -> int:
         """Batches other shards handed to this one: filtered and sent to the seen-set like any
@@ -177,7 +188,8 @@ class Intake:
                 self.submit_links(links, depth=depth, hops=hops, priority=priority)
             if vouches and self.budgets is not None:
                 self.budgets.record_vouches(vouches)    # the edge DRUM's intake log holds them
-            ack(batch)          # after submit: the seen-set's intake log holds the records
+            # once the seen-set's intake log holds the records (a crash before: delivered again)
+            self.seen.when_logged(functools.partial(ack, batch))
             n += len(batch.records)
         self.metrics.counters["handoff_received"] += n
         return n

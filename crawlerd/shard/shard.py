@@ -44,6 +44,7 @@ from crawlerd.shard.tasks import Tasks
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
+from crawlerd.store.writer import WriteThread
 from crawlerd.url.filter import UrlFilter
 
 log = logging.getLogger("crawlerd.shard")
@@ -124,7 +125,8 @@ class Shard:
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
-                                 max_pending_keys=d.max_pending_keys, clock=clock)
+                                 max_pending_keys=d.max_pending_keys, clock=clock,
+                                 threaded_intake=True)  # a lease completes once its links are logged
         self.digests = DigestSet(self._state("dedup", "digests"))
         dd = cfg.dedup
         self.near = NearDuplicates(self._state("dedup"), distance_bits=dd.simhash_distance,
@@ -190,6 +192,7 @@ class Shard:
         self.fetcher: Fetcher | None = None
         self.runner: LeaseRunner | None = None
         self.syncer: SyncThread | None = None
+        self.writer: WriteThread | None = None
         # operator's view and the bench: how late this loop runs a 10 ms timer (its stalls)
         self.loop_lag = LoopLag(interval_s=0.01, watch_s=STALL_WATCH_S)
 
@@ -202,6 +205,10 @@ class Shard:
         """Normalise, filter and send URLs to the seen-set; returns how many were submitted."""
         return self.intake.submit_urls(urls, depth=depth, hops=hops, priority=priority, base=base)
 
+    def links_barrier(self):
+        """None when every URL submitted so far is kept (intake log, outbox), else an awaitable."""
+        return self.intake.links_barrier()
+
     def status(self, detail: bool = True) -> dict:
         """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
         st = self.ops.status(paused=self.paused)
@@ -212,6 +219,8 @@ class Shard:
         st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
+        if self.writer is not None:
+            st["writer"] = self.writer.stats()
         st["memory"] = self.memory()
         st["near_index"] = self.near.index_stats()
         if self.owners is not None:
@@ -279,7 +288,8 @@ class Shard:
                                outbound=outbound, fetch=self.fetcher.fetch, archive=self._archive,
                                read_sitemap=self._read_sitemap,
                                events=self.events, submit_links=self.intake.submit_links, metrics=self.metrics,
-                               clock=self.clock, wall=self.wall, stopping=lambda: self.stopping)
+                               clock=self.clock, wall=self.wall, stopping=lambda: self.stopping,
+                               links_barrier=self.intake.links_barrier)
         self.runner = LeaseRunner(frontier=self.frontier, table=self.leases, tasks=self.tasks, outbound=outbound,
                                   fetch=self.fetcher.fetch, robots=self.robots, recrawl=self.recrawl,
                                   host_files=host_files, answers=self.answers, events=self.events,
@@ -292,6 +302,13 @@ class Shard:
         # acknowledged only once the frontier holding them is on disk
         self.syncer = SyncThread(loop)
         self.intake.durable = self._when_durable
+        # the robots copies and first-capture digests are written on this thread; the loop hands
+        # them over (each store answers from a RAM overlay until its write lands)
+        self.writer = WriteThread(loop, name="crawlerd-writer",
+                                  on_error=lambda e: self.storage.fatal(e, "writer thread"))
+        self.robots.attach_writer(self.writer)
+        self.digests.attach_writer(self.writer)
+        self.frontier.attach_writer(self.writer)       # the in-flight journal's end lines
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -459,6 +476,13 @@ class Shard:
         if self.outbox is not None:
             # what is staged: written (its leases completed; the vouches of the last edge merge)
             await self.outbox.close()
+        if self.writer is not None:
+            # nothing hands over after this point: write everything, then the stores close here
+            self.writer.close()
+            self.robots.attach_writer(None)
+            self.digests.attach_writer(None)
+            self.frontier.attach_writer(None)
+            await asyncio.sleep(0)      # its last callbacks (overlays emptied)
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)

@@ -12,6 +12,16 @@ that ``add`` returned for; ``durable=False`` (the default) skips the fsync per
 commit, and ``flush()`` at checkpoints makes everything survive a power loss.
 Other processes (the processing workers) read it through :class:`DigestView`:
 LMDB serves any number of read-only openers beside its one writer.
+
+With a writer thread attached (``attach_writer``, the shard's ``WriteThread``), ``add`` only
+hands the entry over: the write transaction is begun and committed on that thread (py-lmdb
+write transactions are thread-affine), grouped with the other entries of its group. Until it
+lands the entry is in a RAM overlay (``_unwritten``) that ``owner``/``add`` consult first, so
+the loop's answers are exactly those of a synchronous write; a worker's ``DigestView`` sees the
+entry once committed (a copy archived in that window is a whole response, not a revisit: a
+duplicate kept, never a capture lost). A ``kill -9`` loses at most the overlay: entries whose
+captures are archived but which a later copy will not be a revisit of. A failed write is
+raised by the next ``add``.
 """
 
 from __future__ import annotations
@@ -19,10 +29,13 @@ from __future__ import annotations
 import base64
 import binascii
 import fcntl
+import functools
 import os
 from pathlib import Path
 
 import lmdb
+
+from crawlerd.store.writer import WriteThread
 
 _SHA1_BYTES = 20
 _MAX_DATE_BYTES = 254
@@ -82,7 +95,10 @@ class DigestSet:
     date, record id length, record id, URL (entries written before record ids
     were kept decode with an empty id).
     Invariant: an entry is never overwritten, so it always names the first
-    capture of that payload.
+    capture of that payload. With a writer: every key in ``_unwritten`` was handed to the
+    writer and is not yet known to be committed; the entries the loop sees are the committed
+    ones, then ``_unwritten`` for keys not committed (``record`` does not look first, so its
+    overlay entry may name a later capture than the store's, which the writer then keeps).
     """
 
     def __init__(self, directory: str | os.PathLike, *, map_size_bytes: int = 64 * 2**30,
@@ -103,6 +119,14 @@ class DigestSet:
         except BaseException:
             os.close(self._lock_fd)
             raise
+        self._writer: WriteThread | None = None
+        self._unwritten: dict[bytes, bytes] = {}
+        self._write_failed: BaseException | None = None
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write through ``writer`` from now on (None: write on the caller's thread again; the
+        writer must have written everything first, i.e. be closed)."""
+        self._writer = writer
 
     def get(self, digest: bytes | str) -> tuple[str, str] | None:
         """(first URL, first date) for a digest seen before, else None."""
@@ -114,30 +138,79 @@ class DigestSet:
         key = digest_key(digest)
         with self._env.begin() as txn:
             value = txn.get(key)
+        if value is None:               # committed first: an overlay entry may be a later capture (record)
+            value = self._unwritten.get(key)
         return None if value is None else _decode(value)
+
+    def record(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> None:
+        """``add`` without its answer and, with a writer, without reading the store on the caller's
+        thread: the writer keeps the entry only if the digest is absent, so the store still names
+        the first capture (``owner`` reads the store before the overlay)."""
+        if self._writer is None:
+            self.add(digest, url, date, record_id)
+            return
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        k = digest_key(digest)
+        if k not in self._unwritten:
+            self._unwritten[k] = _encode(url, date, record_id)
+            self._writer.submit(self._write, (k, self._unwritten[k]), functools.partial(self._unwritten.pop, k, None))
 
     def add(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> bool:
         """Record the first capture of a payload; False (and no change) if the digest is present."""
-        key, value = digest_key(digest), _encode(url, date, record_id)
-        with self._env.begin(write=True) as txn:
-            return txn.put(key, value, overwrite=False)
+        return self.add_many([(digest, url, date, record_id)])[0]
 
     def add_many(self, items: list[tuple]) -> list[bool]:
         """``add`` for several (digest, url, date[, record id]) in one transaction (in order, so a
         repeat within the batch is False)."""
         encoded = [(digest_key(d), _encode(*rest)) for d, *rest in items]
-        with self._env.begin(write=True) as txn:
-            return [txn.put(k, v, overwrite=False) for k, v in encoded]
+        if self._writer is None:
+            with self._env.begin(write=True) as txn:
+                return [txn.put(k, v, overwrite=False) for k, v in encoded]
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        out = []
+        unwritten = self._unwritten
+        with self._env.begin() as txn:
+            for k, v in encoded:
+                new = k not in unwritten and txn.get(k) is None
+                out.append(new)
+                if new:
+                    unwritten[k] = v
+                    self._writer.submit(self._write, (k, v), functools.partial(unwritten.pop, k, None))
+        return out
+
+    def _write(self, items: list[tuple[bytes, bytes]]) -> None:
+        # on the writer thread: one transaction for the group
+        try:
+            with self._env.begin(write=True) as txn:
+                for k, v in items:
+                    txn.put(k, v, overwrite=False)
+        except lmdb.Error as e:
+            self._write_failed = e
 
     def __contains__(self, digest: object) -> bool:
         return self.get(digest) is not None  # type: ignore[arg-type]
 
     def __len__(self) -> int:
-        return self._env.stat()["entries"]
+        """Entries committed (with a writer: plus those handed over, until their write lands)."""
+        return self._env.stat()["entries"] + len(self._unwritten)
 
     def flush(self) -> None:
-        """Force committed entries to disk (checkpoint)."""
-        self._env.sync(True)
+        """Force committed entries to disk (checkpoint); with a writer, on its thread after the
+        entries handed over before this call."""
+        if self._writer is None:
+            self._env.sync(True)
+        else:
+            self._writer.submit(self._sync)
+
+    def _sync(self, _items: list) -> None:
+        try:
+            self._env.sync(True)
+        except lmdb.Error as e:
+            self._write_failed = e
 
     def close(self) -> None:
         """Flush and release the environment and the owner lock (idempotent)."""

@@ -304,7 +304,7 @@ def say(kind, data):
     print(json.dumps([kind, data]), flush=True)
 
 async def main():
-    s = AsyncSeenSet(path, **small)
+    s = AsyncSeenSet(path, **small, threaded_intake=True)
     n = 0
     def on(results):
         nonlocal n
@@ -313,7 +313,9 @@ async def main():
         if n == kill_at:
             s.submit(extra, [b"x%d" % k for k in extra])     # in the intake log only
             say("submitted", extra)
-            os.kill(os.getpid(), signal.SIGKILL)
+            # killed once the intake writer says the log holds them (the delivery never acked)
+            s.when_logged(lambda: os.kill(os.getpid(), signal.SIGKILL))
+            return
         s.ack()
     for b in batches:
         s.submit(b, [b"x%d" % k for k in b])

@@ -33,7 +33,7 @@ class Parts:
         self.clock = clock
         self.frontier = Frontier(cfg.path("frontier"), clock=clock, map_size_bytes=1 << 26, blocklist=[])
         self.seen = AsyncSeenSet(cfg.path("drum"), buckets=4, bucket_buffer_bytes=1 << 12,
-                                 merge_bytes=1 << 20, cache_entries=1 << 10)
+                                 merge_bytes=1 << 20, cache_entries=1 << 10, threaded_intake=True)
         self.recrawl = Recrawl(cfg.path("recrawl"), map_size_bytes=1 << 24, clock=time.time)
         self.digests = DigestSet(cfg.path("dedup", "digests"), map_size_bytes=1 << 24)
         self.near = NearDuplicates(cfg.path("dedup"))

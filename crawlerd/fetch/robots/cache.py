@@ -3,6 +3,7 @@ and kept on disk (``store``) so that a restart reuses every copy still fresh."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ from crawlerd.bytecache import INT_BYTES, ByteLRU, slots_bytes, str_bytes
 from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
 from crawlerd.fetch.robots.rules import RobotsRules
 from crawlerd.fetch.robots.store import RobotsStore, StoredEntry
+from crawlerd.store.writer import WriteThread
 
 __all__ = ["RobotsCache", "entry_bytes"]
 
@@ -38,9 +40,17 @@ class RobotsCache:
     not in RAM is read back from there (its rules parsed again for ``agent_token``). Times are
     readings of ``clock``; on disk they are wall-clock (``wall``), so they keep their meaning
     across restarts.
+
+    With a writer thread (``attach_writer``) a ``put`` hands its record over and returns; the
+    store is then written only on that thread. Invariant: ``_unwritten`` holds, per host, the
+    last entry put and not yet written, and a read back (an entry evicted from RAM) answers from
+    it first, so the loop never sees an older copy than it put. A ``kill -9`` loses at most the
+    copies not yet written: their hosts fetch robots.txt again (robots first holds: a lease of
+    a host without a copy refetches it). A failed write is raised by the next ``put``.
     """
 
-    __slots__ = ("_entries", "_max_entries", "_store", "_off", "_agent", "_max_bytes")
+    __slots__ = ("_entries", "_max_entries", "_store", "_off", "_agent", "_max_bytes", "_writer", "_unwritten",
+                 "_write_failed")
 
     def __init__(self, max_entries: int = 100_000, *, cap_bytes: int = 64 << 20, directory: str | None = None,
                  agent_token: str = "",
@@ -54,6 +64,9 @@ class RobotsCache:
         self._agent = agent_token
         self._max_bytes = max_bytes
         self._store = None
+        self._writer: WriteThread | None = None
+        self._unwritten: dict[str, RobotsEntry] = {}
+        self._write_failed: OSError | None = None
         if directory is not None:
             self._store = RobotsStore(directory, max_entries=max_entries, keep_s=_KEEP_S,
                                       now_wall=clock() + self._off)
@@ -76,14 +89,42 @@ class RobotsCache:
         """Keep ``entry``. ``source``: the body its rules were parsed from (None: the same as the
         host's previous entry, as for a 304 or a kept stale copy; allow-all needs none)."""
         self._remember(host_key, entry)
-        if self._store is not None:
-            if source is None:
-                before = self._store.get(host_key)
+        if self._store is None:
+            return
+        if self._writer is None:
+            self._write([(host_key, entry, source)])
+            return
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        self._unwritten[host_key] = entry
+        self._writer.submit(self._write_later, (host_key, entry, source),
+                            functools.partial(self._landed, host_key, entry))
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write the store through ``writer`` from now on (None: on the caller's thread again; the
+        writer must have written everything first, i.e. be closed)."""
+        self._writer = writer
+
+    def _write(self, items: list[tuple[str, RobotsEntry, bytes | None]]) -> None:
+        off, store = self._off, self._store
+        for host_key, entry, source in items:
+            if source is None:      # the previous copy's body (written before: items keep their order)
+                before = store.get(host_key)
                 source = before.source if before is not None else b""
-            off = self._off
-            self._store.put(StoredEntry(host_key, entry.fetched_at + off, entry.expires_at + off, entry.status,
-                                        entry.failures, _STATE_INDEX.get(entry.outcome_name, 0), entry.note,
-                                        source))
+            store.put(StoredEntry(host_key, entry.fetched_at + off, entry.expires_at + off, entry.status,
+                                  entry.failures, _STATE_INDEX.get(entry.outcome_name, 0), entry.note, source))
+
+    def _write_later(self, items: list[tuple[str, RobotsEntry, bytes | None]]) -> None:
+        # on the writer thread: a failure is kept for the next put (on the loop) to raise
+        try:
+            self._write(items)
+        except OSError as e:
+            self._write_failed = e
+
+    def _landed(self, host_key: str, entry: RobotsEntry) -> None:
+        if self._unwritten.get(host_key) is entry:
+            del self._unwritten[host_key]
 
     def _remember(self, host_key: str, entry: RobotsEntry) -> None:
         self._entries.put(host_key, entry, entry_bytes(host_key, entry))
@@ -95,6 +136,10 @@ class RobotsCache:
     def _read_back(self, host_key: str) -> RobotsEntry | None:
         if self._store is None:
             return None
+        entry = self._unwritten.get(host_key)
+        if entry is not None:
+            self._remember(host_key, entry)
+            return entry
         se = self._store.get(host_key)
         if se is None:
             return None

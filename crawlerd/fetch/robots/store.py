@@ -14,12 +14,18 @@ record (the process died mid-write) is cut off at open.
 Bounds: the index keeps the newest record of at most ``max_entries`` hosts (oldest out
 first) and only records younger than ``keep_s`` (a stale copy is never used after that); the
 log is rewritten with the live records when it grows past twice their size.
+
+Threads: ``put`` (and the compaction it may start) runs on one thread, the shard's writer
+thread (``RobotsCache`` hands its writes over); ``get`` may run on another (the loop). A lock
+covers an index lookup with its ``pread`` and the compaction's swap of file and index, so a
+read never sees an index entry of the other file; the compaction's copying runs outside it.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -79,6 +85,7 @@ class RobotsStore:
         self._keep_s = keep_s
         self._index: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._live_bytes = 0
+        self._lock = threading.Lock()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self._size = self._load(now_wall)
 
@@ -115,29 +122,33 @@ class RobotsStore:
             self._live_bytes -= old[1]
 
     def get(self, host_key: str) -> StoredEntry | None:
-        where = self._index.get(host_key)
-        if where is None:
-            return None
-        off, n = where
-        got = _decode(os.pread(self._fd, n, off), 0)
+        with self._lock:
+            where = self._index.get(host_key)
+            if where is None:
+                return None
+            off, n = where
+            raw = os.pread(self._fd, n, off)
+        got = _decode(raw, 0)
         return None if got is None else got[0]
 
     def put(self, e: StoredEntry) -> None:
         data = _encode(e)
         os.pwrite(self._fd, data, self._size)
-        self._index_put(e.host_key, self._size, len(data))
+        with self._lock:
+            self._index_put(e.host_key, self._size, len(data))
         self._size += len(data)
         if self._size > _MIN_COMPACT_BYTES and self._size > 2 * self._live_bytes:
             self._compact()
 
     def _compact(self) -> None:
-        """Rewrite the log with the indexed records only (temp name, rename)."""
+        """Rewrite the log with the indexed records only (temp name, rename). Runs on the thread
+        that puts, so the index does not change while it is copied; only the swap is locked."""
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         index: OrderedDict[str, tuple[int, int]] = OrderedDict()
         pos = 0
         try:
-            for hk, (off, n) in self._index.items():
+            for hk, (off, n) in list(self._index.items()):
                 os.pwrite(fd, os.pread(self._fd, n, off), pos)
                 index[hk] = (pos, n)
                 pos += n
@@ -145,8 +156,9 @@ class RobotsStore:
         except BaseException:
             os.close(fd)
             raise
-        os.close(self._fd)
-        self._fd, self._index, self._size, self._live_bytes = fd, index, pos, pos
+        with self._lock:
+            os.close(self._fd)
+            self._fd, self._index, self._size, self._live_bytes = fd, index, pos, pos
 
     def __len__(self) -> int:
         return len(self._index)
@@ -156,9 +168,10 @@ class RobotsStore:
         return self._size
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def _fetched_at(data: bytes, off: int) -> float:

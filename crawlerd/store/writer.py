@@ -1,0 +1,170 @@
+"""Writes off the event loop: one thread does the disk writes the loop hands over, in groups.
+
+A ``write()`` into the page cache (an LMDB commit without fdatasync, a log append) usually takes
+microseconds, but it blocks whenever the kernel throttles dirty pages or the file system's
+journal commits, and on a box where other processes write heavily that was the loop's worst
+stall (hundreds of ms). So the loop only *hands over*: ``submit(sink, item, then)`` appends to a
+list and returns (the thread is woken at most once per ``GROUP_DELAY_S`` by the loop, not per
+item: a thread wake-up costs more CPU than most items); this thread takes everything pending, calls each sink once with its items in
+submit order (``sink(items)``: one LMDB transaction begun and committed here, one ``writev``),
+and then runs the ``then`` callbacks on the loop. Items handed over while a group is written go
+in the next group, so a write waits at most ``GROUP_DELAY_S`` plus about two group writes, and
+the loop never waits.
+
+py-lmdb write transactions are thread-affine (begun, used and committed on one thread), so an
+LMDB store written here is written only here; the loop may read it at any time (a read
+transaction sees the last commit), and each store keeps a RAM overlay of what it handed over
+and was not written yet, so a read on the loop answers from the overlay until the write lands.
+
+``hold()`` stops the thread before its next group until ``release()``: tests use it to prove
+that no ``then`` (an acknowledgement) runs before the write it depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("crawlerd.store")
+
+Sink = Callable[[list[Any]], None]
+GROUP_DELAY_S = 0.02        # the loop wakes the thread at most this often: bounds latency and wake-ups
+
+
+class WriterError(RuntimeError):
+    """A write on the writer thread failed; the writer stopped (nothing after it was written)."""
+
+
+class WriteThread:
+    """Key: none (one FIFO of (sink, item, then)). Invariants: every sink runs on this thread only
+    and sees its items in submit order; a ``then`` runs on the loop exactly once, after every item
+    submitted up to and including its own was written, and never after a write failed (the first
+    failure stops the thread, is handed to ``on_error`` on the loop, and every later ``submit``
+    raises it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, name: str = "crawlerd-writer",
+                 on_error: Callable[[BaseException], None] | None = None, group_delay_s: float = GROUP_DELAY_S) -> None:
+        self._loop = loop
+        self._delay = group_delay_s
+        self._on_error = on_error
+        self._cv = threading.Condition()
+        self._pending: list[tuple[Sink | None, Any, Callable[[], None] | None]] = []
+        self._closed = False
+        self._held = False
+        self._loop_thread = threading.get_ident()   # made on the loop's thread
+        self._kick_due = False
+        self._error: BaseException | None = None
+        self.groups = 0
+        self.items = 0
+        self.write_s = 0.0
+        self.max_write_s = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, sink: Sink | None, item: Any = None, then: Callable[[], None] | None = None) -> None:
+        """Hand ``item`` to ``sink`` (None: no write, only ``then`` after everything before it)."""
+        with self._cv:
+            if self._error is not None:
+                raise WriterError(f"writer stopped: {self._error!r}") from self._error
+            if self._closed:
+                raise WriterError("writer closed")
+            self._pending.append((sink, item, then))
+            if threading.get_ident() != self._loop_thread:
+                self._cv.notify()
+                return
+            if self._kick_due:
+                return
+            self._kick_due = True
+        # from the loop: one wake-up per group_delay_s at most, however many items it handed over
+        self._loop.call_later(self._delay, self._kick)
+
+    def _kick(self) -> None:
+        with self._cv:
+            self._kick_due = False
+            self._cv.notify()
+
+    def barrier(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once everything submitted so far is written."""
+        self.submit(None, None, then)
+
+    @property
+    def backlog(self) -> int:
+        """Items handed over and not yet taken by the thread."""
+        return len(self._pending)
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    def hold(self) -> None:
+        """Tests: the thread writes nothing more until ``release()`` (a group already taken ends)."""
+        with self._cv:
+            self._held = True
+
+    def release(self) -> None:
+        with self._cv:
+            self._held = False
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while (self._held or not self._pending) and not (self._closed and not self._held):
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, []
+            t0 = time.monotonic()
+            groups: dict[Sink, list[Any]] = {}        # by equality: a bound method is a new object per access
+            for sink, item, _ in batch:
+                if sink is not None:
+                    groups.setdefault(sink, []).append(item)
+            try:
+                for sink, items in groups.items():
+                    sink(items)
+            except BaseException as e:          # a failing disk: stop here, acknowledge nothing more
+                log.exception("background write failed")
+                with self._cv:
+                    self._error = e
+                    self._pending = []
+                if self._on_error is not None:
+                    self._post([functools.partial(self._on_error, e)])
+                return
+            dt = time.monotonic() - t0
+            self.groups += 1
+            self.items += len(batch)
+            self.write_s += dt
+            self.max_write_s = max(self.max_write_s, dt)
+            thens = [then for _, _, then in batch if then is not None]
+            if thens and not self._post(thens):
+                return
+
+    def _post(self, thens: list[Callable[[], None]]) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(_run_all, thens)
+        except RuntimeError:                    # the loop closed under us (shutdown)
+            return False
+        return True
+
+    def stats(self) -> dict:
+        return {"groups": self.groups, "items": self.items, "write_s": round(self.write_s, 3),
+                "max_write_ms": round(1000 * self.max_write_s, 1), "backlog": self.backlog}
+
+    def close(self) -> None:
+        """Write what is pending (a hold is lifted), then stop the thread; the last ``then`` callbacks
+        may still be queued on the loop (run it once to deliver them)."""
+        with self._cv:
+            self._closed = True
+            self._held = False
+            self._cv.notify()
+        self._thread.join()
+
+
+def _run_all(thens: list[Callable[[], None]]) -> None:
+    for then in thens:
+        then()
