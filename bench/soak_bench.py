@@ -277,6 +277,21 @@ def warmup_end(samples: list[dict], hosts: int, min_fraction: float) -> int:
     return len(samples)
 
 
+def heap_fits(after: list[dict], pages: list[float]) -> dict:
+    """The crawl process's C heap (glibc mallinfo2 from `crawlerd stats`, when the daemon reports it)
+    fitted against pages: bytes handed out (``in_use``: live, what a leak would grow) and the heaps'
+    extent (``heap``: sbrk and thread heaps, resident or not). RssAnon minus live C heap and Python's
+    own arenas is what the trims have not yet given back."""
+    if len(after) != len(pages) or not all(s.get("malloc", {}).get("in_use") is not None for s in after):
+        return {}
+    in_use = fit(pages, [float(s["malloc"]["in_use"] + s["malloc"]["mmap"]) for s in after])
+    extent = fit(pages, [float(s["malloc"]["heap"]) for s in after])
+    return {"heap_in_use_slope_b_per_page": in_use["slope"], "heap_extent_slope_b_per_page": extent["slope"],
+            "heap_in_use_first": after[0]["malloc"]["in_use"], "heap_in_use_last": after[-1]["malloc"]["in_use"],
+            "heap_extent_first": after[0]["malloc"]["heap"], "heap_extent_last": after[-1]["malloc"]["heap"],
+            "trim_ms_max": max(s["malloc"].get("trim_ms_max", 0) for s in after)}
+
+
 def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> dict:
     """Per process (the crawl process; the workers summed, as the pool may replace one), fitted slopes
     of RSS and RssAnon against URLs seen after the warm-up, bytes per URL."""
@@ -323,6 +338,7 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> di
             "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
+            **(heap_fits(after, pages) if name == "crawl" else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out
@@ -362,6 +378,11 @@ def summary_lines(result: dict, a: dict) -> list[str]:
                      f"{b(p['anon_slope_b_per_page'])} B/page; floor {b(p['anon_floor_slope_b_per_page'])} B/page); "
                      f"RSS {_mib(p['rss_first'])} -> {_mib(p['rss_last'])} MiB, anon {_mib(p['anon_first'])} -> "
                      f"{_mib(p['anon_last'])} MiB, HWM {_mib(p['hwm_max'])} MiB")
+        if "heap_in_use_slope_b_per_page" in p:
+            lines.append(f"  {name:8s} C heap in use {b(p['heap_in_use_slope_b_per_page'])} B/page "
+                         f"({_mib(p['heap_in_use_first'])} -> {_mib(p['heap_in_use_last'])} MiB), extent "
+                         f"{b(p['heap_extent_slope_b_per_page'])} B/page ({_mib(p['heap_extent_first'])} -> "
+                         f"{_mib(p['heap_extent_last'])} MiB), longest trim {p['trim_ms_max']:.1f} ms")
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
