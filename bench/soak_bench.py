@@ -263,16 +263,21 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
     return fx, fy
 
 
-def warmup_end(samples: list[dict], hosts: int, min_fraction: float) -> int:
+def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count at its peak, and at least ``min_fraction`` of the samples behind us (the caps
-    fill with the first few hundred thousand URLs)."""
+    active-host count at its peak, at least ``min_fraction`` of the samples behind us (the caps
+    fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
+    pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
+    the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
+    follow the pages, not the clock: a fit that starts with the first pages reads those fills as a
+    slope. A leak grows as fast in the second half of a run as in the first; a fill does not."""
     if not samples:
         return 0
     peak = max(s["hosts_active"] for s in samples)
     start = int(len(samples) * min_fraction)
+    min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
-        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak:
+        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak and s["pages"] >= min_pages:
             return i
     return len(samples)
 
@@ -286,18 +291,25 @@ def heap_fits(after: list[dict], pages: list[float]) -> dict:
         return {}
     in_use = fit(pages, [float(s["malloc"]["in_use"] + s["malloc"]["mmap"]) for s in after])
     extent = fit(pages, [float(s["malloc"]["heap"]) for s in after])
+    # RssAnon read by the daemon right after its last trim, the lowest of each tenth of the run:
+    # what the process keeps, without the churn a trim returns and the in-flight peaks
+    kept = [(p, float(s["malloc"]["anon_after_trim"])) for p, s in zip(pages, after, strict=True)
+            if s["malloc"].get("anon_after_trim")]
+    retained = fit(*floor_points([p for p, _ in kept], [y for _, y in kept])) if kept else {"slope": None}
     return {"heap_in_use_slope_b_per_page": in_use["slope"], "heap_extent_slope_b_per_page": extent["slope"],
+            "retained_floor_slope_b_per_page": retained["slope"],
             "heap_in_use_first": after[0]["malloc"]["in_use"], "heap_in_use_last": after[-1]["malloc"]["in_use"],
             "heap_extent_first": after[0]["malloc"]["heap"], "heap_extent_last": after[-1]["malloc"]["heap"],
             "trim_ms_max": max(s["malloc"].get("trim_ms_max", 0) for s in after)}
 
 
-def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> dict:
+def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmup_pages_fraction: float = 0.5) -> dict:
     """Per process (the crawl process; the workers summed, as the pool may replace one), fitted slopes
     of RSS and RssAnon against URLs seen after the warm-up, bytes per URL."""
-    w = warmup_end(samples, hosts, warmup_fraction)
+    w = warmup_end(samples, hosts, warmup_fraction, warmup_pages_fraction)
     after = samples[w:]
-    out = {"warmup_samples": w, "fit_samples": len(after), "procs": {}}
+    out = {"warmup_samples": w, "fit_samples": len(after), "warmup_pages_fraction": warmup_pages_fraction,
+           "procs": {}}
     if not after:
         return out
     out["seen_range"] = [after[0]["seen"], after[-1]["seen"]]
@@ -382,7 +394,8 @@ def summary_lines(result: dict, a: dict) -> list[str]:
             lines.append(f"  {name:8s} C heap in use {b(p['heap_in_use_slope_b_per_page'])} B/page "
                          f"({_mib(p['heap_in_use_first'])} -> {_mib(p['heap_in_use_last'])} MiB), extent "
                          f"{b(p['heap_extent_slope_b_per_page'])} B/page ({_mib(p['heap_extent_first'])} -> "
-                         f"{_mib(p['heap_extent_last'])} MiB), longest trim {p['trim_ms_max']:.1f} ms")
+                         f"{_mib(p['heap_extent_last'])} MiB), longest trim {p['trim_ms_max']:.1f} ms; "
+                         f"RssAnon after trims, floor {b(p['retained_floor_slope_b_per_page'])} B/page")
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
@@ -413,6 +426,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="RAM caps: small ones that fill in the warm-up, or the shipped defaults")
     p.add_argument("--workers", type=int, default=0, help="process.workers (0: cores - 1)")
     p.add_argument("--warmup-fraction", type=float, default=0.3, help="samples always counted as warm-up")
+    p.add_argument("--warmup-pages-fraction", type=float, default=0.5,
+                   help="the fit starts once this share of the run's pages is fetched")
     p.add_argument("--check-ledger", action="store_true",
                    help="also check politeness/robots on simweb's ledger and verify the WARC (json_out)")
     p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
@@ -481,7 +496,7 @@ def run_once(args: argparse.Namespace, data_dir: str) -> dict:
                 result["checks"] = ledger_checks(sim, data_dir)
             except (OSError, RuntimeError) as e:    # simweb too slow to answer: keep the memory samples
                 result["checks_error"] = repr(e)
-    a = analyse(result["samples"], args.hosts, args.warmup_fraction)
+    a = analyse(result["samples"], args.hosts, args.warmup_fraction, args.warmup_pages_fraction)
     result["analysis"] = a
     result["summary"] = summary_lines(result, a)
     print("\n".join(result["summary"]), flush=True)

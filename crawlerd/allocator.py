@@ -87,7 +87,9 @@ class Trimmer:
     """Calls :func:`malloc_trim` at most every ``interval_s`` (0: never), timing each call.
 
     Invariant: ``count`` trims ran, the longest took ``max_ms`` and all together ``total_ms``;
-    ``due(now)`` is true when ``interval_s`` passed since the last trim (or none ran yet)."""
+    ``anon_after`` is the private memory read right after the last one (what the process keeps,
+    without the churn a trim returns: the soak fits it). A call trims when ``interval_s`` passed
+    since the last trim, or none ran yet."""
 
     def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock=time.monotonic) -> None:
         self.interval_s = float(interval_s)
@@ -96,6 +98,7 @@ class Trimmer:
         self.count = 0
         self.max_ms = 0.0
         self.total_ms = 0.0
+        self.anon_after = None      # RssAnon right after the last trim: what the process keeps, bytes
 
     def maybe_trim(self, now: float | None = None) -> bool:
         """Trim if the interval passed; True if it trimmed."""
@@ -111,9 +114,23 @@ class Trimmer:
         self.count += 1
         self.total_ms += ms
         self.max_ms = max(self.max_ms, ms)
+        self.anon_after = _rss_anon()
         return True
 
     def stats(self) -> dict:
         """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``)."""
         return {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
-                "trim_ms_total": round(self.total_ms, 1), "trim_interval_s": self.interval_s}
+                "trim_ms_total": round(self.total_ms, 1), "trim_interval_s": self.interval_s,
+                "anon_after_trim": self.anon_after}
+
+
+def _rss_anon() -> int | None:
+    """This process's private resident memory (RssAnon of /proc/self/status), bytes; None off Linux."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
