@@ -305,13 +305,22 @@ def heap_fits(after: list[dict], pages: list[float]) -> dict:
 
 def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmup_pages_fraction: float = 0.5) -> dict:
     """Per process (the crawl process; the workers summed, as the pool may replace one), fitted slopes
-    of RSS and RssAnon against URLs seen after the warm-up, bytes per URL."""
-    w = warmup_end(samples, hosts, warmup_fraction, warmup_pages_fraction)
+    of RSS and RssAnon after the warm-up against URLs seen and against pages, bytes per URL / page;
+    also per page over the part of the run after ``warmup_pages_fraction`` of its pages (the
+    *late* span, see warmup_end: without the fills that follow the first pages) and, for the crawl
+    process, its C heap and RssAnon right after its trims over that span. The seen-set's growth
+    slows down and may stop before the end of a run (a web whose links are all known), so the
+    per-URL fit keeps the whole span after the warm-up."""
+    w = warmup_end(samples, hosts, warmup_fraction)
     after = samples[w:]
+    wl = max(w, warmup_end(samples, hosts, warmup_fraction, warmup_pages_fraction))
+    late = samples[wl:]
     out = {"warmup_samples": w, "fit_samples": len(after), "warmup_pages_fraction": warmup_pages_fraction,
-           "procs": {}}
+           "late_samples": len(late), "procs": {}}
     if not after:
         return out
+    if late:
+        out["late_pages_range"] = [late[0]["pages"], late[-1]["pages"]]
     out["seen_range"] = [after[0]["seen"], after[-1]["seen"]]
     out["pages_range"] = [after[0]["pages"], after[-1]["pages"]]
     out["queued_range"] = [after[0]["queued"], after[-1]["queued"]]
@@ -337,20 +346,28 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
         xs = [float(x) for x, _ in pts]
         rss = fit(xs, [float(m["VmRSS"]) for _, m in pts])
         anon = fit(xs, [float(m.get("RssAnon", 0)) for _, m in pts])
-        # the same growth per page fetched (pages and URLs seen rise together; this is not a second regressor)
-        pages = [float(s["pages"]) for s in after if name in series(s)]
-        anon_ys = [float(m.get("RssAnon", 0)) for _, m in pts]
-        per_page = fit(pages, anon_ys)
-        floor = fit(*floor_points(pages, anon_ys))
+        # the growth per page fetched, over the late span (pages and URLs seen rise together; this is
+        # not a second regressor)
+        late_pts = [(float(s["pages"]), series(s)[name]) for s in late if name in series(s)]
+        pages = [x for x, _ in late_pts]
+        anon_ys = [float(m.get("RssAnon", 0)) for _, m in late_pts]
+        late_fit = fit(pages, anon_ys)
+        late_floor = fit(*floor_points(pages, anon_ys))
+        all_pages = [float(s["pages"]) for s in after if name in series(s)]
+        all_anon = [float(m.get("RssAnon", 0)) for _, m in pts]
+        per_page = fit(all_pages, all_anon)
+        floor = fit(*floor_points(all_pages, all_anon))
         out["procs"][name] = {
             "rss_slope_b_per_url": rss["slope"], "rss_r2": rss["r2"],
             "anon_slope_b_per_url": anon["slope"], "anon_r2": anon["r2"],
             "anon_slope_b_per_page": per_page["slope"],
             "anon_floor_slope_b_per_page": floor["slope"],
+            "anon_late_slope_b_per_page": late_fit["slope"],
+            "anon_late_floor_slope_b_per_page": late_floor["slope"],
             "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
-            **(heap_fits(after, pages) if name == "crawl" else {}),
+            **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out
@@ -381,13 +398,16 @@ def summary_lines(result: dict, a: dict) -> list[str]:
     if "seen_range" in a:
         lines.append(f"  URLs seen {a['seen_range'][0]} -> {a['seen_range'][1]}, pages {a['pages_range'][0]} -> "
                      f"{a['pages_range'][1]}, queued {a['queued_range'][0]} -> {a['queued_range'][1]}, "
-                     f"active hosts {a['hosts_active_range'][0]}..{a['hosts_active_range'][1]}")
+                     f"active hosts {a['hosts_active_range'][0]}..{a['hosts_active_range'][1]}; per-page fits "
+                     f"over pages {a.get('late_pages_range')}")
     for name, p in a["procs"].items():
         def b(x):
             return "-" if x is None else f"{x:+.2f}"
         lines.append(f"  {name:8s} RSS slope {b(p['rss_slope_b_per_url'])} B/URL (r2 {p['rss_r2'] or 0:.2f}), "
                      f"RssAnon slope {b(p['anon_slope_b_per_url'])} B/URL (r2 {p['anon_r2'] or 0:.2f}, "
-                     f"{b(p['anon_slope_b_per_page'])} B/page; floor {b(p['anon_floor_slope_b_per_page'])} B/page); "
+                     f"{b(p['anon_slope_b_per_page'])} B/page; floor {b(p['anon_floor_slope_b_per_page'])} B/page; "
+                     f"late span {b(p['anon_late_slope_b_per_page'])}, its floor "
+                     f"{b(p['anon_late_floor_slope_b_per_page'])} B/page); "
                      f"RSS {_mib(p['rss_first'])} -> {_mib(p['rss_last'])} MiB, anon {_mib(p['anon_first'])} -> "
                      f"{_mib(p['anon_last'])} MiB, HWM {_mib(p['hwm_max'])} MiB")
         if "heap_in_use_slope_b_per_page" in p:
@@ -513,7 +533,7 @@ def medians(runs: list[dict], baseline: dict[str, float]) -> dict:
             if vals:
                 out.setdefault(name, {})[key] = statistics.median(vals)
         anon = out.get(name, {}).get("anon_slope_b_per_url")
-        if anon is not None:
+        if anon is not None and "anon_slope_b_per_page" in out[name]:
             out[name]["anon_vs_url_set"] = anon / baseline["url_set_b_per_url"]
             out[name]["anon_vs_fp_set"] = anon / baseline["fp_set_b_per_url"]
     out["pages_per_s"] = statistics.median(r["samples"][-1]["pages"] / r["samples"][-1]["t_s"]
@@ -539,7 +559,7 @@ def run(args: argparse.Namespace) -> dict:
           f"fingerprints {baseline['fp_set_b_per_url']:.0f} B/URL")
     for name in ("crawl", "workers"):
         m = med.get(name)
-        if m:
+        if m and "anon_vs_url_set" in m:
             print(f"median of {len(runs)} run(s), {name}: RSS {m.get('rss_slope_b_per_url', 0):+.2f} B/URL, "
                   f"RssAnon {m.get('anon_slope_b_per_url', 0):+.2f} B/URL ({m.get('anon_slope_b_per_page', 0):+.1f}"
                   f" B/page) = {m['anon_vs_url_set']:.3f} x URL set, {m['anon_vs_fp_set']:.3f} x fingerprint set")
