@@ -263,28 +263,64 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
     return fx, fy
 
 
-def warmup_end(samples: list[dict], hosts: int, min_fraction: float) -> int:
+def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count at its peak, and at least ``min_fraction`` of the samples behind us (the caps
-    fill with the first few hundred thousand URLs)."""
+    active-host count at its peak, at least ``min_fraction`` of the samples behind us (the caps
+    fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
+    pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
+    the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
+    follow the pages, not the clock: a fit that starts with the first pages reads those fills as a
+    slope. A leak grows as fast in the second half of a run as in the first; a fill does not."""
     if not samples:
         return 0
     peak = max(s["hosts_active"] for s in samples)
     start = int(len(samples) * min_fraction)
+    min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
-        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak:
+        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak and s["pages"] >= min_pages:
             return i
     return len(samples)
 
 
-def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> dict:
+def heap_fits(after: list[dict], pages: list[float]) -> dict:
+    """The crawl process's C heap (glibc mallinfo2 from `crawlerd stats`, when the daemon reports it)
+    fitted against pages: bytes handed out (``in_use``: live, what a leak would grow) and the heaps'
+    extent (``heap``: sbrk and thread heaps, resident or not). RssAnon minus live C heap and Python's
+    own arenas is what the trims have not yet given back."""
+    if len(after) != len(pages) or not all(s.get("malloc", {}).get("in_use") is not None for s in after):
+        return {}
+    in_use = fit(pages, [float(s["malloc"]["in_use"] + s["malloc"]["mmap"]) for s in after])
+    extent = fit(pages, [float(s["malloc"]["heap"]) for s in after])
+    # RssAnon read by the daemon right after its last trim, the lowest of each tenth of the run:
+    # what the process keeps, without the churn a trim returns and the in-flight peaks
+    kept = [(p, float(s["malloc"]["anon_after_trim"])) for p, s in zip(pages, after, strict=True)
+            if s["malloc"].get("anon_after_trim")]
+    retained = fit(*floor_points([p for p, _ in kept], [y for _, y in kept])) if kept else {"slope": None}
+    return {"heap_in_use_slope_b_per_page": in_use["slope"], "heap_extent_slope_b_per_page": extent["slope"],
+            "retained_floor_slope_b_per_page": retained["slope"],
+            "heap_in_use_first": after[0]["malloc"]["in_use"], "heap_in_use_last": after[-1]["malloc"]["in_use"],
+            "heap_extent_first": after[0]["malloc"]["heap"], "heap_extent_last": after[-1]["malloc"]["heap"],
+            "trim_ms_max": max(s["malloc"].get("trim_ms_max", 0) for s in after)}
+
+
+def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmup_pages_fraction: float = 0.5) -> dict:
     """Per process (the crawl process; the workers summed, as the pool may replace one), fitted slopes
-    of RSS and RssAnon against URLs seen after the warm-up, bytes per URL."""
+    of RSS and RssAnon after the warm-up against URLs seen and against pages, bytes per URL / page;
+    also per page over the part of the run after ``warmup_pages_fraction`` of its pages (the
+    *late* span, see warmup_end: without the fills that follow the first pages) and, for the crawl
+    process, its C heap and RssAnon right after its trims over that span. The seen-set's growth
+    slows down and may stop before the end of a run (a web whose links are all known), so the
+    per-URL fit keeps the whole span after the warm-up."""
     w = warmup_end(samples, hosts, warmup_fraction)
     after = samples[w:]
-    out = {"warmup_samples": w, "fit_samples": len(after), "procs": {}}
+    wl = max(w, warmup_end(samples, hosts, warmup_fraction, warmup_pages_fraction))
+    late = samples[wl:]
+    out = {"warmup_samples": w, "fit_samples": len(after), "warmup_pages_fraction": warmup_pages_fraction,
+           "late_samples": len(late), "procs": {}}
     if not after:
         return out
+    if late:
+        out["late_pages_range"] = [late[0]["pages"], late[-1]["pages"]]
     out["seen_range"] = [after[0]["seen"], after[-1]["seen"]]
     out["pages_range"] = [after[0]["pages"], after[-1]["pages"]]
     out["queued_range"] = [after[0]["queued"], after[-1]["queued"]]
@@ -310,19 +346,28 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3) -> di
         xs = [float(x) for x, _ in pts]
         rss = fit(xs, [float(m["VmRSS"]) for _, m in pts])
         anon = fit(xs, [float(m.get("RssAnon", 0)) for _, m in pts])
-        # the same growth per page fetched (pages and URLs seen rise together; this is not a second regressor)
-        pages = [float(s["pages"]) for s in after if name in series(s)]
-        anon_ys = [float(m.get("RssAnon", 0)) for _, m in pts]
-        per_page = fit(pages, anon_ys)
-        floor = fit(*floor_points(pages, anon_ys))
+        # the growth per page fetched, over the late span (pages and URLs seen rise together; this is
+        # not a second regressor)
+        late_pts = [(float(s["pages"]), series(s)[name]) for s in late if name in series(s)]
+        pages = [x for x, _ in late_pts]
+        anon_ys = [float(m.get("RssAnon", 0)) for _, m in late_pts]
+        late_fit = fit(pages, anon_ys)
+        late_floor = fit(*floor_points(pages, anon_ys))
+        all_pages = [float(s["pages"]) for s in after if name in series(s)]
+        all_anon = [float(m.get("RssAnon", 0)) for _, m in pts]
+        per_page = fit(all_pages, all_anon)
+        floor = fit(*floor_points(all_pages, all_anon))
         out["procs"][name] = {
             "rss_slope_b_per_url": rss["slope"], "rss_r2": rss["r2"],
             "anon_slope_b_per_url": anon["slope"], "anon_r2": anon["r2"],
             "anon_slope_b_per_page": per_page["slope"],
             "anon_floor_slope_b_per_page": floor["slope"],
+            "anon_late_slope_b_per_page": late_fit["slope"],
+            "anon_late_floor_slope_b_per_page": late_floor["slope"],
             "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
+            **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out
@@ -353,15 +398,24 @@ def summary_lines(result: dict, a: dict) -> list[str]:
     if "seen_range" in a:
         lines.append(f"  URLs seen {a['seen_range'][0]} -> {a['seen_range'][1]}, pages {a['pages_range'][0]} -> "
                      f"{a['pages_range'][1]}, queued {a['queued_range'][0]} -> {a['queued_range'][1]}, "
-                     f"active hosts {a['hosts_active_range'][0]}..{a['hosts_active_range'][1]}")
+                     f"active hosts {a['hosts_active_range'][0]}..{a['hosts_active_range'][1]}; per-page fits "
+                     f"over pages {a.get('late_pages_range')}")
     for name, p in a["procs"].items():
         def b(x):
             return "-" if x is None else f"{x:+.2f}"
         lines.append(f"  {name:8s} RSS slope {b(p['rss_slope_b_per_url'])} B/URL (r2 {p['rss_r2'] or 0:.2f}), "
                      f"RssAnon slope {b(p['anon_slope_b_per_url'])} B/URL (r2 {p['anon_r2'] or 0:.2f}, "
-                     f"{b(p['anon_slope_b_per_page'])} B/page; floor {b(p['anon_floor_slope_b_per_page'])} B/page); "
+                     f"{b(p['anon_slope_b_per_page'])} B/page; floor {b(p['anon_floor_slope_b_per_page'])} B/page; "
+                     f"late span {b(p['anon_late_slope_b_per_page'])}, its floor "
+                     f"{b(p['anon_late_floor_slope_b_per_page'])} B/page); "
                      f"RSS {_mib(p['rss_first'])} -> {_mib(p['rss_last'])} MiB, anon {_mib(p['anon_first'])} -> "
                      f"{_mib(p['anon_last'])} MiB, HWM {_mib(p['hwm_max'])} MiB")
+        if "heap_in_use_slope_b_per_page" in p:
+            lines.append(f"  {name:8s} C heap in use {b(p['heap_in_use_slope_b_per_page'])} B/page "
+                         f"({_mib(p['heap_in_use_first'])} -> {_mib(p['heap_in_use_last'])} MiB), extent "
+                         f"{b(p['heap_extent_slope_b_per_page'])} B/page ({_mib(p['heap_extent_first'])} -> "
+                         f"{_mib(p['heap_extent_last'])} MiB), longest trim {p['trim_ms_max']:.1f} ms; "
+                         f"RssAnon after trims, floor {b(p['retained_floor_slope_b_per_page'])} B/page")
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
@@ -392,6 +446,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="RAM caps: small ones that fill in the warm-up, or the shipped defaults")
     p.add_argument("--workers", type=int, default=0, help="process.workers (0: cores - 1)")
     p.add_argument("--warmup-fraction", type=float, default=0.3, help="samples always counted as warm-up")
+    p.add_argument("--warmup-pages-fraction", type=float, default=0.5,
+                   help="the fit starts once this share of the run's pages is fetched")
     p.add_argument("--check-ledger", action="store_true",
                    help="also check politeness/robots on simweb's ledger and verify the WARC (json_out)")
     p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
@@ -460,7 +516,7 @@ def run_once(args: argparse.Namespace, data_dir: str) -> dict:
                 result["checks"] = ledger_checks(sim, data_dir)
             except (OSError, RuntimeError) as e:    # simweb too slow to answer: keep the memory samples
                 result["checks_error"] = repr(e)
-    a = analyse(result["samples"], args.hosts, args.warmup_fraction)
+    a = analyse(result["samples"], args.hosts, args.warmup_fraction, args.warmup_pages_fraction)
     result["analysis"] = a
     result["summary"] = summary_lines(result, a)
     print("\n".join(result["summary"]), flush=True)
@@ -477,7 +533,7 @@ def medians(runs: list[dict], baseline: dict[str, float]) -> dict:
             if vals:
                 out.setdefault(name, {})[key] = statistics.median(vals)
         anon = out.get(name, {}).get("anon_slope_b_per_url")
-        if anon is not None:
+        if anon is not None and "anon_slope_b_per_page" in out[name]:
             out[name]["anon_vs_url_set"] = anon / baseline["url_set_b_per_url"]
             out[name]["anon_vs_fp_set"] = anon / baseline["fp_set_b_per_url"]
     out["pages_per_s"] = statistics.median(r["samples"][-1]["pages"] / r["samples"][-1]["t_s"]
@@ -503,7 +559,7 @@ def run(args: argparse.Namespace) -> dict:
           f"fingerprints {baseline['fp_set_b_per_url']:.0f} B/URL")
     for name in ("crawl", "workers"):
         m = med.get(name)
-        if m:
+        if m and "anon_vs_url_set" in m:
             print(f"median of {len(runs)} run(s), {name}: RSS {m.get('rss_slope_b_per_url', 0):+.2f} B/URL, "
                   f"RssAnon {m.get('anon_slope_b_per_url', 0):+.2f} B/URL ({m.get('anon_slope_b_per_page', 0):+.1f}"
                   f" B/page) = {m['anon_vs_url_set']:.3f} x URL set, {m['anon_vs_fp_set']:.3f} x fingerprint set")

@@ -417,6 +417,22 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "share: about a third at +5), at the price of a longer wait between a fetch and its archiving "
            "under contention (the work a kill -9 makes the crawl redo).", min=0, max=19),
     ]),
+    "malloc": ("glibc malloc in the crawl process and its workers (no effect with another C library; "
+               "ARCHITECTURE.md, Memory bounds: the C heap).", [
+        _k("trim_interval_s", float, 2.0,
+           "Seconds between malloc_trim(0) calls that give free heap pages back to the kernel (0: never). "
+           "Between two trims private memory holds what was allocated and freed since the last one, so "
+           "a shorter interval bounds the part of RAM that follows the crawl's rate; each trim's cost is "
+           "in `crawlerd stats` (malloc.trim_ms_max).", min=0.0, max=3600.0),
+        _k("mmap_threshold_bytes", int, 256 * KiB,
+           "Crawl process: blocks of this size and more get their own mapping, returned when freed "
+           "(glibc M_MMAP_THRESHOLD, fixed so it does not rise after the first large free); the heap top "
+           "is trimmed past twice this. Workers keep their own, larger threshold (parse buffers).",
+           min=16 * KiB, max=32 * MiB),
+        _k("arena_max", int, 4,
+           "Crawl process: malloc arenas its threads share at most (glibc M_ARENA_MAX; each can hold up "
+           "to 64 MiB of address space).", min=1, max=64),
+    ]),
     "control": ("Control socket and status.", [
         _k("socket", str, "", "Unix control socket path (mode 0600). Empty: <data_dir>/control.sock."),
     ]),

@@ -46,11 +46,11 @@ from collections import deque
 
 from crawlerd import aggregate, control, layout
 from crawlerd import config as configmod
+from crawlerd.allocator import tune_malloc
 from crawlerd.child import child_env, python_argv
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.last_run import reserve_last_run, write_last_run
-from crawlerd.metrics import tune_malloc
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.sdnotify import Notifier
 from crawlerd.shard import data_dir_problem, encode_aux
@@ -170,7 +170,7 @@ class Family:
 
     def run(self) -> int:
         import uvloop
-        tune_malloc()
+        tune_malloc(self.cfg.malloc.mmap_threshold_bytes, self.cfg.malloc.arena_max)
         handed = self.prepare()
         log.info("seeds handed to their shards: %d", handed)
         return uvloop.run(self._main())

@@ -9,8 +9,6 @@ these numbers lives in :mod:`crawlerd.exposition`.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import sys
 import threading
@@ -74,43 +72,6 @@ def process_usage(role: str, pid: int, shard: str = "", cpu_s: float | None = No
             "cpu_s": round(proc_cpu_s(pid) if cpu_s is None else cpu_s, 3),
             "rss_bytes": proc_rss_bytes(pid), "rss_anon_bytes": kinds.get("anon"),
             "rss_file_bytes": kinds.get("file"), "rss_shmem_bytes": kinds.get("shmem")}
-
-
-def _libc():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        return libc
-    except (OSError, AttributeError):
-        return None      # not glibc: no tuning, no trim
-
-
-_LIBC = _libc()
-# mallopt(3) parameters (glibc malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-MMAP_THRESHOLD_BYTES = 256 << 10
-ARENA_MAX = 4
-TRIM_INTERVAL_S = 10.0          # how often a long-lived process returns freed C-heap pages
-
-
-def tune_malloc() -> None:
-    """Allocations of MMAP_THRESHOLD_BYTES and more get their own mapping, returned to the kernel
-    when freed (glibc otherwise raises the threshold after the first large free, and a crawl's
-    large, short-lived buffers then fragment the heap for good); at most ARENA_MAX malloc arenas
-    for the process's threads (each thread otherwise may get its own 64 MiB arena). Call once, at
-    process start."""
-    if _LIBC is not None:
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-        _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_BYTES)
-        _LIBC.mallopt(_M_ARENA_MAX, ARENA_MAX)
-
-
-def malloc_trim() -> None:
-    """Give free C-heap pages back to the kernel (glibc malloc_trim(0): top and interior pages), so
-    a process's private memory follows what is live, not its fragmentation high-water mark."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
 
 
 # upper bounds of the loop-lag histogram, seconds (Prometheus `le` labels; +Inf is implied)

@@ -37,10 +37,11 @@ import lmdb
 
 from crawlerd import config as configmod
 from crawlerd import control, layout
+from crawlerd.allocator import tune_malloc
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
 from crawlerd.last_run import reserve_last_run, write_last_run
-from crawlerd.metrics import Metrics, process_usage, tune_malloc
+from crawlerd.metrics import Metrics, process_usage
 from crawlerd.metrics_server import MetricsServer
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.sdnotify import Notifier
@@ -147,7 +148,8 @@ class Supervisor:
 
     def run(self) -> int:
         import uvloop
-        tune_malloc()       # before the stores open: their buffers come from the tuned allocator
+        # before the stores open: their buffers come from the tuned allocator
+        tune_malloc(self.cfg.malloc.mmap_threshold_bytes, self.cfg.malloc.arena_max)
         seeds = self.prepare()
         return uvloop.run(self._main(seeds))
 
@@ -404,6 +406,7 @@ class Supervisor:
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
                 "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {}),
                 "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {}),
+                "malloc": sh.get("malloc", {}),
                 **({"ip_turns": self.cluster.ips.snapshot()} if self.cluster and self.cluster.ips else {})}
 
     def _handlers(self) -> dict:

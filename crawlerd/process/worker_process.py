@@ -33,11 +33,10 @@ import os
 import pickle
 import re
 import socket
-import time
 from collections import deque
 
+from crawlerd.allocator import Trimmer
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
-from crawlerd.metrics import TRIM_INTERVAL_S, malloc_trim
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.process.wire import LEN, PROGRESS, FrameReader, fetch_result, pack_result
@@ -124,7 +123,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     warc: WarcWriter | None = None
     segment_max_bytes = 0
     # thresholds: PageProcessor's tune_allocator (for speed); the trim below gives freed pages back
-    last_trim = time.monotonic()
+    trimmer = Trimmer()
     ask_near = False
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
 
@@ -159,6 +158,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
             for msg in batch:
                 if msg[0] == "init":
                     init = msg[1]
+                    trimmer = Trimmer(init.get("trim_interval_s", trimmer.interval_s))
                     if init.get("nice"):
                         os.nice(init["nice"])      # the shard loop first on a busy machine (process.worker_nice)
                     segment_max_bytes = init["segment_max_bytes"]
@@ -226,10 +226,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     os._exit(_CRASH_EXIT)   # test hook: records written, batch not answered
                 answers.append((job_id, pr))
             if answers:
-                now = time.monotonic()
-                if now - last_trim >= TRIM_INTERVAL_S:
-                    malloc_trim()   # parser and decoder buffers freed: give the pages back
-                    last_trim = now
+                trimmer.maybe_trim()    # parser and decoder buffers freed: give the pages back
                 try:
                     warc.flush()    # answered records are on disk: a crash loses only unanswered ones
                 except OSError as e:

@@ -16,6 +16,7 @@ import time
 import lmdb
 
 from crawlerd import layout
+from crawlerd.allocator import Trimmer
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
@@ -27,7 +28,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
-from crawlerd.metrics import TRIM_INTERVAL_S, LoopLag, Metrics, malloc_trim
+from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
 from crawlerd.seen import AsyncSeenSet, DrumError
@@ -87,7 +88,7 @@ class Shard:
         self._wake = asyncio.Event()
         self._last_commit = 0.0
         self._last_dns_save = 0.0
-        self._last_trim = 0.0
+        self.trimmer = Trimmer(cfg.malloc.trim_interval_s, clock=clock)
         self.storage = StorageHealth(cfg.crawl.data_dir, min_free_bytes=cfg.storage.min_free_bytes,
                                      probe_interval_s=cfg.storage.probe_interval_s, clock=clock,
                                      on_change=self._wake.set)
@@ -151,7 +152,7 @@ class Shard:
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes,
-            "nice": cfg.process.worker_nice},
+            "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s},
             on_worker_death=on_worker_death(metrics, cfg.path("index")))
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
@@ -222,6 +223,7 @@ class Shard:
         if self.writer is not None:
             st["writer"] = self.writer.stats()
         st["memory"] = self.memory()
+        st["malloc"] = self.trimmer.stats()
         st["near_index"] = self.near.index_stats()
         if self.owners is not None:
             st["digest_owners"] = self.owners.stats()
@@ -396,9 +398,7 @@ class Shard:
             if self.dust is not None:
                 self.dust.commit()
             self.events.flush()
-            if now - self._last_trim >= TRIM_INTERVAL_S:
-                self._last_trim = now
-                malloc_trim()       # freed C-heap pages (LMDB buffers, curl, merges) back to the kernel
+            self.trimmer.maybe_trim(now)    # freed C-heap pages (bodies, batches, LMDB buffers) back
             self.metrics.trim_hosts()
             if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
                 self._last_dns_save = now

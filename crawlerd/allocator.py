@@ -1,0 +1,136 @@
+"""glibc malloc settings of a long-lived crawler process, its periodic trim, and its heap numbers.
+
+Why a trim on a timer: after ``free`` glibc keeps freed chunks inside the heap for reuse and gives
+back only the top of the heap past ``M_TRIM_THRESHOLD``. ``malloc_trim(0)`` also returns the
+whole free pages inside it (MADV_DONTNEED), but the allocations that follow split those free
+chunks again and fault fresh pages in. So between two trims a process's private memory is what
+is live plus, at most, what it allocated and freed since the last trim (its *churn*: bodies,
+answer batches, parse buffers), bounded by the free space inside the heap's extent. A burst of
+work raises the extent (its high-water mark) and then leaves more free room for the churn to
+spread over: private memory follows churn per trim interval, i.e. the crawl's rate times the
+interval, not what is live. A shorter interval bounds that term (`malloc.trim_interval_s`);
+each trim's duration is measured and shown in `crawlerd stats` (``malloc``).
+
+Not glibc (musl, another libc): every call here is a no-op and the stats are empty.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import time
+
+# mallopt(3) parameters (glibc malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+): every field a size_t."""
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                 "uordblks", "fordblks", "keepcost")]
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    except (OSError, AttributeError):
+        return None, None      # not glibc: no tuning, no trim
+    try:
+        info = libc.mallinfo2
+        info.restype = _MallInfo2
+        info.argtypes = []
+    except AttributeError:
+        info = None             # glibc before 2.33: no heap numbers
+    return libc, info
+
+
+_LIBC, _MALLINFO2 = _libc()
+MMAP_THRESHOLD_BYTES = 256 << 10   # default of malloc.mmap_threshold_bytes
+ARENA_MAX = 4                      # default of malloc.arena_max
+TRIM_INTERVAL_S = 2.0              # default of malloc.trim_interval_s
+
+
+def tune_malloc(mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES, arena_max: int = ARENA_MAX) -> None:
+    """Allocations of ``mmap_threshold_bytes`` and more get their own mapping, returned to the
+    kernel when freed (glibc otherwise raises the threshold after the first large free, and a
+    crawl's large, short-lived buffers then fragment the heap for good); the heap top is trimmed
+    past twice that; at most ``arena_max`` malloc arenas for the process's threads (each thread
+    otherwise may get its own 64 MiB arena). Call once, at process start, before the stores open."""
+    if _LIBC is not None:
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * mmap_threshold_bytes)
+        _LIBC.mallopt(_M_ARENA_MAX, arena_max)
+
+
+def malloc_trim() -> None:
+    """Give free C-heap pages back to the kernel (glibc malloc_trim(0): top and interior pages), so
+    a process's private memory follows what is live, not its fragmentation high-water mark."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def heap_stats() -> dict[str, int]:
+    """The C heap of this process, bytes (glibc ``mallinfo2``, every arena): ``heap`` obtained by
+    sbrk and the thread arenas' heaps (their extent, resident or not), ``mmap`` in blocks mapped
+    alone, ``in_use`` handed out from the heaps, ``free`` in free chunks inside the heaps, ``top``
+    of it at the heaps' tops. Empty without glibc 2.33+."""
+    if _MALLINFO2 is None:
+        return {}
+    mi = _MALLINFO2()
+    return {"heap": mi.arena, "mmap": mi.hblkhd, "in_use": mi.uordblks, "free": mi.fordblks, "top": mi.keepcost}
+
+
+class Trimmer:
+    """Calls :func:`malloc_trim` at most every ``interval_s`` (0: never), timing each call.
+
+    Invariant: ``count`` trims ran, the longest took ``max_ms`` and all together ``total_ms``;
+    ``anon_after`` is the private memory read right after the last one (what the process keeps,
+    without the churn a trim returns: the soak fits it). A call trims when ``interval_s`` passed
+    since the last trim, or none ran yet."""
+
+    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock=time.monotonic) -> None:
+        self.interval_s = float(interval_s)
+        self.clock = clock
+        self.last = None
+        self.count = 0
+        self.max_ms = 0.0
+        self.total_ms = 0.0
+        self.anon_after = None      # RssAnon right after the last trim: what the process keeps, bytes
+
+    def maybe_trim(self, now: float | None = None) -> bool:
+        """Trim if the interval passed; True if it trimmed."""
+        if self.interval_s <= 0:
+            return False
+        now = self.clock() if now is None else now
+        if self.last is not None and now - self.last < self.interval_s:
+            return False
+        self.last = now
+        t0 = time.perf_counter()
+        malloc_trim()
+        ms = (time.perf_counter() - t0) * 1e3
+        self.count += 1
+        self.total_ms += ms
+        self.max_ms = max(self.max_ms, ms)
+        self.anon_after = _rss_anon()
+        return True
+
+    def stats(self) -> dict:
+        """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``)."""
+        return {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
+                "trim_ms_total": round(self.total_ms, 1), "trim_interval_s": self.interval_s,
+                "anon_after_trim": self.anon_after}
+
+
+def _rss_anon() -> int | None:
+    """This process's private resident memory (RssAnon of /proc/self/status), bytes; None off Linux."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

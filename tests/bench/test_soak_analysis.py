@@ -1,0 +1,63 @@
+"""The soak's fits (bench/soak_bench.py analyse) on synthetic samples: a fill after the first pages,
+a seen-set that stops growing, the crawl process's heap numbers."""
+
+import importlib.util
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 1 << 20
+
+
+def _load(name: str, path: str):
+    sys.path.insert(0, os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+soak = _load("soak_bench", os.path.join(ROOT, "bench", "soak_bench.py"))
+
+
+def samples(n=300, fill_pages=20_000, fill_bytes=8 * MIB, leak_b_per_page=0.0, seen_stops_at=None):
+    """Every host active from the start; pages rise 500 per sample; RssAnon fills by ``fill_bytes``
+    over the first ``fill_pages`` pages, then grows by ``leak_b_per_page``."""
+    out = []
+    for i in range(n):
+        pages = 500 * i
+        seen = 10 * pages if seen_stops_at is None else min(10 * pages, seen_stops_at)
+        fill = fill_bytes * min(pages, fill_pages) / fill_pages
+        anon = int(100 * MIB + fill + leak_b_per_page * pages)
+        mem = {"VmRSS": anon + 50 * MIB, "RssAnon": anon, "VmHWM": anon + 50 * MIB}
+        kept = anon - 1 * MIB
+        out.append({"t_s": 3.0 * i, "pages": pages, "seen": seen, "queued": pages, "hosts_active": 100,
+                    "hosts_total": 100, "mem": {"crawl": mem, "worker-1": dict(mem)},
+                    "malloc": {"heap": 60 * MIB, "mmap": 40 * MIB, "in_use": 50 * MIB, "free": MIB,
+                               "anon_after_trim": kept}})
+    return out
+
+
+def test_a_fill_after_the_first_pages_is_left_out_of_the_late_fit():
+    a = soak.analyse(samples(), 100, 0.02, 0.5)     # warm-up ends at 3,000 pages, in the fill
+    crawl = a["procs"]["crawl"]
+    assert crawl["anon_slope_b_per_page"] > 10             # the whole span still sees the fill
+    assert abs(crawl["anon_late_slope_b_per_page"]) < 0.01
+    assert abs(crawl["retained_floor_slope_b_per_page"]) < 0.01
+    assert a["late_pages_range"][0] >= 0.5 * 500 * 299
+
+
+def test_a_leak_shows_in_the_late_fit():
+    a = soak.analyse(samples(leak_b_per_page=5.0), 100, 0.1, 0.5)
+    crawl = a["procs"]["crawl"]
+    assert abs(crawl["anon_late_slope_b_per_page"] - 5.0) < 0.01
+    assert abs(crawl["retained_floor_slope_b_per_page"] - 5.0) < 0.5
+
+
+def test_per_url_fit_keeps_the_whole_span_when_the_seen_set_stops_growing():
+    a = soak.analyse(samples(fill_bytes=0, seen_stops_at=1_000_000), 100, 0.1, 0.5)
+    assert a["seen_range"][1] - a["seen_range"][0] > 0      # URLs grew in the span that is fitted per URL
+    assert a["procs"]["crawl"]["anon_slope_b_per_url"] is not None
+    assert "heap_in_use_slope_b_per_page" in a["procs"]["crawl"]
+    assert "heap_in_use_slope_b_per_page" not in a["procs"]["workers"]
