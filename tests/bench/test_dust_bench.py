@@ -1,25 +1,11 @@
 """bench/dust_bench.py: the judge (duplicates by the variant oracle, false skips) on a made-up ledger."""
 
-import importlib.util
-import os
-import sys
 
 from crawlerd.simweb.ledger import LedgerEntry
 from crawlerd.simweb.site import Site
+from tests.bench.scripts import load_bench
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load(name: str, path: str):
-    sys.path.insert(0, os.path.dirname(path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load("dust_bench", os.path.join(ROOT, "bench", "dust_bench.py"))
+bench = load_bench("dust_bench.py")
 
 
 def test_judge_counts_pages_fetched_again_under_another_url_and_lost_skips():

@@ -1,7 +1,6 @@
 """bench/e2e_bench.py: the ledger judge, /proc readers, process control, summaries, and the
 namespace guard; plus one short crawlerd-only run in a private network namespace."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -12,20 +11,13 @@ import pytest
 
 from crawlerd.simweb.ledger import HOST_GAP, HOST_OVERLAP, IP_CONCURRENCY, LedgerEntry
 from crawlerd.simweb.netns import in_private_netns
+from tests.bench.scripts import load_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "bench", "e2e_bench.py")
 
 
-def _load(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod          # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-e2e = _load("e2e_bench", BENCH)
+e2e = load_bench("e2e_bench.py")
 
 
 def _site(**robots_by_host) -> dict:

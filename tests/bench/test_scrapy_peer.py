@@ -1,27 +1,15 @@
 """bench/peers/scrapy_peer.py: settings match crawlerd's politeness defaults; the spider follows
 what crawlerd would follow (no rel=nofollow, nothing from a meta-nofollow page)."""
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
 pytest.importorskip("scrapy")
 from scrapy.http import HtmlResponse, Response  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench.scripts import load_bench  # noqa: E402
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("scrapy_peer", os.path.join(ROOT, "bench", "peers", "scrapy_peer.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["scrapy_peer"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-peer = _load()
+peer = load_bench("peers/scrapy_peer.py")
 
 
 def _html(url: str, body: str) -> HtmlResponse:

@@ -1,24 +1,13 @@
 """The soak's fits (bench/soak_bench.py analyse) on synthetic samples: a fill after the first pages,
 a seen-set that stops growing, the crawl process's heap numbers."""
 
-import importlib.util
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench.scripts import load_bench
+
 MIB = 1 << 20
 
 
-def _load(name: str, path: str):
-    sys.path.insert(0, os.path.dirname(path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-soak = _load("soak_bench", os.path.join(ROOT, "bench", "soak_bench.py"))
+soak = load_bench("soak_bench.py")
 
 
 def samples(n=300, fill_pages=20_000, fill_bytes=8 * MIB, leak_b_per_page=0.0, seen_stops_at=None):
