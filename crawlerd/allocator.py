@@ -50,7 +50,7 @@ def _libc():
 _LIBC, _MALLINFO2 = _libc()
 MMAP_THRESHOLD_BYTES = 256 << 10   # default of malloc.mmap_threshold_bytes
 ARENA_MAX = 4                      # default of malloc.arena_max
-TRIM_INTERVAL_S = 2.0              # default of malloc.trim_interval_s
+TRIM_INTERVAL_S = 10.0             # default of malloc.trim_interval_s
 
 
 def tune_malloc(mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES, arena_max: int = ARENA_MAX) -> None:
@@ -120,7 +120,7 @@ class Trimmer:
     def stats(self) -> dict:
         """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``)."""
         return {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
-                "trim_ms_total": round(self.total_ms, 1), "trim_interval_s": self.interval_s,
+                "trim_ms_total": round(self.total_ms, 3), "trim_interval_s": self.interval_s,
                 "anon_after_trim": self.anon_after}
 
 

@@ -419,11 +419,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
     ]),
     "malloc": ("glibc malloc in the crawl process and its workers (no effect with another C library; "
                "ARCHITECTURE.md, Memory bounds: the C heap).", [
-        _k("trim_interval_s", float, 2.0,
+        _k("trim_interval_s", float, 10.0,
            "Seconds between malloc_trim(0) calls that give free heap pages back to the kernel (0: never). "
            "Between two trims private memory holds what was allocated and freed since the last one, so "
-           "a shorter interval bounds the part of RAM that follows the crawl's rate; each trim's cost is "
-           "in `crawlerd stats` (malloc.trim_ms_max).", min=0.0, max=3600.0),
+           "a shorter interval bounds the part of RAM that follows the crawl's rate, but each trim runs on "
+           "the event loop (its cost: `crawlerd stats`, malloc.trim_ms_max; up to ~0.2 s on an HTTPS "
+           "crawl's heap), so more trims mean more loop stalls.", min=0.0, max=3600.0),
         _k("mmap_threshold_bytes", int, 256 * KiB,
            "Crawl process: blocks of this size and more get their own mapping, returned when freed "
            "(glibc M_MMAP_THRESHOLD, fixed so it does not rise after the first large free); the heap top "
