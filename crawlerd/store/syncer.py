@@ -65,7 +65,7 @@ class SyncThread:
             thens = [then for _, then in batch if then is not None]
             if thens:
                 try:
-                    self._loop.call_soon_threadsafe(_run_all, thens)
+                    self._loop.call_soon_threadsafe(run_all, thens)
                 except RuntimeError:            # the loop closed under us (shutdown)
                     return
 
@@ -81,6 +81,7 @@ class SyncThread:
         self._thread.join()
 
 
-def _run_all(thens: list[Callable[[], None]]) -> None:
+def run_all(thens: list[Callable[[], None]]) -> None:
+    """Run a group's callbacks in order, on the loop (after the writes they wait for)."""
     for then in thens:
         then()

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crawlerd.store.syncer import run_all
+
 log = logging.getLogger("crawlerd.store")
 
 Sink = Callable[[list[Any]], None]
@@ -146,7 +148,7 @@ class WriteThread:
 
     def _post(self, thens: list[Callable[[], None]]) -> bool:
         try:
-            self._loop.call_soon_threadsafe(_run_all, thens)
+            self._loop.call_soon_threadsafe(run_all, thens)
         except RuntimeError:                    # the loop closed under us (shutdown)
             return False
         return True
@@ -163,8 +165,3 @@ class WriteThread:
             self._held = False
             self._cv.notify()
         self._thread.join()
-
-
-def _run_all(thens: list[Callable[[], None]]) -> None:
-    for then in thens:
-        then()
