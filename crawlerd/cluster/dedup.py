@@ -13,11 +13,11 @@ an answer, as on the socket.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
 
+from crawlerd.cluster.answerer import Answerer
 from crawlerd.cluster.engine import Link
 
 log = logging.getLogger("crawlerd.cluster")
@@ -60,32 +60,14 @@ class OwnerPeer:
             await asyncio.wait(list(self._sends), timeout=2.0)
 
 
-class OwnerService:
+class OwnerService(Answerer):
     """Answers the digest claims other machines send to shard ``shard`` (see module doc)."""
 
+    what = "dedup request"
+
     def __init__(self, link: Link, shard: int, handle: Callable[[bytes], bytes | None]):
-        self.link = link
-        self.subject = link.names.dedup_subject(shard)
+        super().__init__(link, link.names.dedup_subject(shard))
         self.handle = handle
-        self.answered = 0
-        self._sub = None
 
-    async def start(self) -> None:
-        self._sub = await self.link.nc.subscribe(self.subject, cb=self._on_msg)
-
-    async def _on_msg(self, msg) -> None:
-        try:
-            out = self.handle(msg.data)
-        except (ValueError, KeyError) as e:
-            log.warning("dedup request on %s not understood: %r", self.subject, e)
-            return
-        if out is not None and msg.reply:
-            self.answered += 1
-            with contextlib.suppress(Exception):
-                await msg.respond(out)
-
-    async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+    def answer(self, data: bytes) -> bytes | None:
+        return self.handle(data)

@@ -23,11 +23,11 @@ grant of that many seconds; < 0: wait that many seconds before asking again).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 
+from crawlerd.cluster.answerer import Answerer
 from crawlerd.cluster.engine import Link, stop_tasks
 from crawlerd.cluster.ipturns import IpTurns
 
@@ -249,18 +249,17 @@ class ClusterIpSlots:
         return out
 
 
-class IpTurnService:
+class IpTurnService(Answerer):
     """Answers the IP questions other shards send to shard ``shard`` with its ``IpTurns``."""
 
-    def __init__(self, link: Link, shard: int, turns: IpTurns):
-        self.link = link
-        self.subject = link.names.ips_subject(shard)
-        self.turns = turns
-        self.answered = 0
-        self._sub = None
+    what = "ip question"
 
-    async def start(self) -> None:
-        self._sub = await self.link.nc.subscribe(self.subject, cb=self._on_msg)
+    def __init__(self, link: Link, shard: int, turns: IpTurns):
+        super().__init__(link, link.names.ips_subject(shard))
+        self.turns = turns
+
+    def answer(self, data: bytes) -> bytes:
+        return self.handle(data, time.monotonic())
 
     def handle(self, data: bytes, now: float) -> bytes:
         q = json.loads(data)
@@ -269,20 +268,3 @@ class IpTurnService:
             self.turns.done(int(k), node, shard, float(due_in), now)
         r = [self.turns.want(int(k), node, shard, now) for k in q.get("w", ())]
         return json.dumps({"r": r}, separators=(",", ":")).encode()
-
-    async def _on_msg(self, msg) -> None:
-        try:
-            out = self.handle(msg.data, time.monotonic())
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("ip question on %s not understood: %r", self.subject, e)
-            return
-        if msg.reply:
-            self.answered += 1
-            with contextlib.suppress(Exception):
-                await msg.respond(out)
-
-    async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
