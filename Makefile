@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx crawlerd/_native/*.h 2>/dev/null | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py crawlerd/_native/*.pyx crawlerd/_native/*.pxd crawlerd/_native/*.h 2>/dev/null | cksum | cut -d' ' -f1)
 SECONDS_RUN ?= 60
 # headless browser for the crawl report test (Debian package; never a downloaded build)
 CHROMIUM := /usr/bin/chromium

@@ -29,7 +29,7 @@ extensions = [
         "crawlerd._native." + os.path.splitext(os.path.basename(path))[0],
         [path],
         include_dirs=[numpy.get_include(), "crawlerd/_native"],   # bits.h: helpers both kernels share
-        depends=sorted(glob.glob("crawlerd/_native/*.h")),
+        depends=sorted(glob.glob("crawlerd/_native/*.h") + glob.glob("crawlerd/_native/*.pxd")),
         extra_compile_args=compile_args,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
