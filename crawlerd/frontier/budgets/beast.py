@@ -193,8 +193,11 @@ class Beast:
             mine = self._turns[dk] = {}
         turn = mine.get(hk)
         if turn is None:
-            raw = self.store.txn().get(hk, db=self.store.turns)
-            turn = _U64BE.unpack(raw)[0] if raw else 0
+            if d.deferred:
+                raw = self.store.txn().get(hk, db=self.store.turns)
+                turn = _U64BE.unpack(raw)[0] if raw else 0
+            else:
+                turn = 0        # a new backlog: the domain keeps no host turns (``_forget_turns``)
         if turn < d.turn:
             turn = d.turn
         mine[hk] = turn + 1
@@ -458,16 +461,15 @@ class Beast:
     def _write_puts(self) -> None:
         if self._puts:
             self._puts.sort()
-            txn, db = self.store.txn(), self.store.deferred
-            for k, v in self._puts:
-                txn.put(k, v, db=db, append=False)
+            self.store.txn().cursor(db=self.store.deferred).putmulti(self._puts)
             self._puts = []
 
     def _write_turns(self) -> None:
         if self._turns:
-            txn, db = self.store.txn(), self.store.turns
-            for hk, turn in sorted(kv for mine in self._turns.values() for kv in mine.items()):
-                txn.put(hk, _U64BE.pack(turn), db=db)
+            pack = _U64BE.pack
+            puts = [(hk, pack(turn)) for mine in self._turns.values() for hk, turn in mine.items()]
+            puts.sort()
+            self.store.txn().cursor(db=self.store.turns).putmulti(puts)
             self._turns = {}
 
     def _flush(self) -> None:

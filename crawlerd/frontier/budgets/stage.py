@@ -125,9 +125,11 @@ class Budgets:
         self.edges.start(loop, self._on_edges)
 
     # -- intake (the shard's seen-set answers) -----------------------------------------------
-    def offer(self, url: str, record: bytes, fp: int) -> bool:
-        """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue."""
-        return self.beast.offer(pld_of(url), record, fp, host_key_of(url))
+    def offer(self, url: str, record: bytes, fp: int, host_key: str | None = None) -> bool:
+        """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue.
+        ``host_key``: the URL's, when the caller has it already."""
+        hk = host_key_of(url) if host_key is None else host_key
+        return self.beast.offer(_pld_of_host_key(hk), record, fp, hk)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
