@@ -258,6 +258,7 @@ class Intake:
         mark = self.frontier.seen_mark
         fresh = []
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
+        rules_hk, rules = None, None        # the last host's usable robots rules (a page's links share hosts)
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -269,8 +270,10 @@ class Intake:
             url = decoded[3]
             hk = host_key(url)
             if robots is not None:
-                entry = robots.get(hk, now)
-                if entry is not None and entry.ok and not entry.rules.allowed(url):
+                if hk != rules_hk:
+                    entry = robots.get(hk, now)
+                    rules_hk, rules = hk, (entry.rules if entry is not None and entry.ok else None)
+                if rules is not None and not rules.allowed(url):
                     self.denied(url)            # robots.txt decides at admission
                     continue
             fresh.append((r.key, r.aux, *decoded, hk))

@@ -216,3 +216,38 @@ def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     queued, added, counters = run(go())
     assert queued == 3 + 1 and added == 4
     assert counters["seen_redelivered"] == 3
+
+
+def test_robots_rules_at_admission_are_each_hosts_own_when_hosts_interleave(tmp_path):
+    """URLs of a host with rules, of one without and of one whose robots.txt failed, interleaved in one
+    delivery: each is judged by its own host's rules (the intake reuses a host's rules along a run
+    of its URLs)."""
+    from crawlerd.fetch.robots import RobotsCache
+    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+    from crawlerd.fetch.robots.rules import RobotsRules
+    from crawlerd.seen.drum_answers import DrumResult, Op
+    from crawlerd.shard.intake import Intake, encode_aux
+
+    ruled, free, failed = "http://ruled.test", "http://free.test", "http://failed.test"
+    robots = RobotsCache()
+    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
+    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    robots.put(failed, RobotsEntry(RobotsRules.disallow_all(), 0.0, 1e9, 503, RobotsState.UNREACHABLE.value, ""))
+    urls = [f"{host}/private/{i}.html" for i in range(3) for host in (ruled, ruled, free, failed, ruled)]
+    urls += [f"{ruled}/p/{i}.html" for i in range(2)]
+    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None, aux=encode_aux(1, 0, 1, u), seq=i)
+               for i, u in enumerate(urls)]
+
+    async def go():
+        p = Parts(str(tmp_path))
+        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
+                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0)
+        try:
+            intake.on_seen_results(results)
+            return p.frontier.queued(), p.metrics.dropped["robots_denied"]
+        finally:
+            await p.close()
+
+    queued, denied = run(go())
+    assert denied == 3 * 3                      # ruled.test's private URLs, nothing else
+    assert queued == len(urls) - denied        # free.test's, failed.test's (decided at lease) and ruled.test's /p/
