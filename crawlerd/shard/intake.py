@@ -47,7 +47,7 @@ from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
 from crawlerd.url.hosts import host_key, host_of, shard_of
 
-SEEN_SLICE = 1024       # DRUM answers admitted per loop iteration (LMDB puts: ~1-3 ms a slice)
+SEEN_SLICE = 1024       # DRUM answers judged per loop iteration (a delivery commits once, after its last)
 
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
@@ -238,7 +238,12 @@ class Intake:
         self._admit(results[start:end] if start or end < len(results) else results, added)
         if end < len(results):
             asyncio.get_running_loop().call_soon(self._admit_slice, results, end, added)
-            return
+        elif start:
+            asyncio.get_running_loop().call_soon(self._commit_delivery, results, added)    # an iteration of its own
+        else:
+            self._commit_delivery(results, added)
+
+    def _commit_delivery(self, results: list, added: list[QueuedURL]) -> None:
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before the mark passes their answers
         if results:
