@@ -47,7 +47,10 @@ from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
 from crawlerd.url.hosts import host_key, host_of, shard_of
 
-SEEN_SLICE = 1024       # DRUM answers judged per loop iteration (a delivery commits once, after its last)
+SEEN_SLICE = 1024       # DRUM answers judged per loop iteration
+# DRUM answers judged per budget + frontier commit: a whole delivery of the shard's seen-set. The
+# pages one commit changes are the stores' write buffers (ARCHITECTURE.md, "Memory bounds").
+COMMIT_ANSWERS = 8192
 
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
@@ -224,33 +227,43 @@ class Intake:
         the seen-set and the frontier, and an answer delivered again is not added (and fetched) a
         second time.
         A delivery (up to a DRUM call of 8,192 answers) is judged ``SEEN_SLICE`` answers per loop
-        iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it; the whole
-        delivery is committed once, after its last slice (one budget commit and one frontier
-        commit per delivery, not per slice: each commit writes every page its puts touched).
-        At most one delivery is outstanding, so slices never interleave. A crash before the
-        commit redelivers the whole delivery; a budget commit another caller makes meanwhile
-        (readmission, edge answers) can only make a redelivered URL be charged or kept twice.
+        iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it, and
+        committed every ``COMMIT_ANSWERS`` answers judged and after its last slice, each commit
+        in a loop iteration of its own: one budget and one frontier commit per delivery rather
+        than per slice, as each commit writes every page its puts touched. The ack follows the
+        last commit. At most one delivery is outstanding, so slices never interleave. A crash
+        before a commit redelivers the answers after the last committed mark; a budget commit
+        another caller makes meanwhile (readmission, edge answers) can only make such a URL be
+        charged or kept twice.
         """
         self._admit_slice(results, 0, [])
 
-    def _admit_slice(self, results: list, start: int, added: list[QueuedURL]) -> None:
+    def _admit_slice(self, results: list, start: int, added: list[QueuedURL], judged: int = 0) -> None:
         end = start + SEEN_SLICE
         self._admit(results[start:end] if start or end < len(results) else results, added)
-        if end < len(results):
-            asyncio.get_running_loop().call_soon(self._admit_slice, results, end, added)
-        elif start:
-            asyncio.get_running_loop().call_soon(self._commit_delivery, results, added)    # an iteration of its own
+        judged += min(end, len(results)) - start
+        loop = asyncio.get_running_loop()
+        if end >= len(results):
+            if start:
+                loop.call_soon(self._commit, results, len(results), added, True)    # an iteration of its own
+            else:
+                self._commit(results, len(results), added, True)
+        elif judged >= COMMIT_ANSWERS:
+            loop.call_soon(self._commit, results, end, added, False)
+            loop.call_soon(self._admit_slice, results, end, [], 0)
         else:
-            self._commit_delivery(results, added)
+            loop.call_soon(self._admit_slice, results, end, added, judged)
 
-    def _commit_delivery(self, results: list, added: list[QueuedURL]) -> None:
+    def _commit(self, results: list, end: int, added: list[QueuedURL], last: bool) -> None:
+        """Commit what the answers before ``end`` admitted; after the delivery's ``last`` commit, ack."""
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before the mark passes their answers
-        if results:
-            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
-            self.frontier.add(added, seen_mark=results[-1].seq + 1)
+        # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+        self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
         if added:
             self.wake()
+        if not last:
+            return
         if self.durable is not None:
             self.durable(self.seen.ack)         # acknowledged once the commits are on disk
             return

@@ -88,6 +88,41 @@ def test_a_large_delivery_is_judged_in_slices_committed_once_and_acknowledged_af
     assert acks == [(n, n, 1)]
 
 
+def test_a_delivery_longer_than_a_commit_group_commits_each_group_with_its_mark_and_acks_after_the_last(
+        tmp_path, monkeypatch):
+    import crawlerd.shard.intake as intake_module
+
+    monkeypatch.setattr(intake_module, "COMMIT_ANSWERS", 2 * SEEN_SLICE)
+
+    async def go():
+        p = Parts(str(tmp_path))
+        events = []
+        real_add, real_ack = p.frontier.add, p.seen.ack
+
+        def add(items, **kw):
+            items = list(items)
+            events.append(("add", len(items), kw.get("seen_mark")))
+            return real_add(items, **kw)
+
+        def ack():
+            events.append(("ack", p.frontier.queued(), p.frontier.seen_mark))
+            real_ack()
+
+        p.frontier.add, p.seen.ack = add, ack
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = 5 * SEEN_SLICE + 7
+            assert p.intake.submit_urls([f"http://h{i % 50}.test/p{i}" for i in range(n)], depth=0) == n
+            await p.seen.flush()
+            return n, events
+        finally:
+            await p.close()
+
+    n, events = run(go())
+    g = 2 * SEEN_SLICE
+    assert events == [("add", g, g), ("add", g, 2 * g), ("add", n - 2 * g, n), ("ack", n, n)]
+
+
 def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_after_both(tmp_path):
     from crawlerd.frontier.budgets import Budgets
 
