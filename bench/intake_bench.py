@@ -64,7 +64,7 @@ def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: in
                                       unique=rng.random() < UNIQUE_SHARE, value=None,
                                       aux=encode_aux(depth, 1, 1, url), seq=seq))
                 seq += 1
-        out.append(one)
+        out.append(one[:DELIVERY])
     return out
 
 
@@ -91,7 +91,7 @@ async def one_run(args: argparse.Namespace, seed: int) -> dict:
         rng = random.Random(seed)
         seeds = deliveries(rng, args.hosts, 1, 0, 0)[0][:SEEDS]
         warm = deliveries(rng, args.hosts, args.warmup, 2, SEEDS)
-        timed = deliveries(rng, args.hosts, args.deliveries, 2, warm[-1][-1].seq + 1)
+        timed = deliveries(rng, args.hosts, args.deliveries, 2, warm[-1][-1].seq + 100)
         await deliver(seeds)
         for d in warm:
             await deliver(d)
