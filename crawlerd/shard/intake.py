@@ -258,8 +258,9 @@ class Intake:
         """Commit what the answers before ``end`` admitted; after the delivery's ``last`` commit, ack."""
         if self.budgets is not None:
             self.budgets.commit()       # deferrals durable before the mark passes their answers
-        # committed with the position after these answers; new hosts show up in hosts_needing_dns()
-        self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
+        if end:
+            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
         if added:
             self.wake()
         if not last:

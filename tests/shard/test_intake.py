@@ -286,3 +286,17 @@ def test_robots_rules_at_admission_are_each_hosts_own_when_hosts_interleave(tmp_
     queued, denied = run(go())
     assert denied == 3 * 3                      # ruled.test's private URLs, nothing else
     assert queued == len(urls) - denied        # free.test's, failed.test's (decided at lease) and ruled.test's /p/
+
+
+def test_an_empty_delivery_is_acknowledged(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path))
+        acks = []
+        p.seen.ack = lambda: acks.append(1)
+        try:
+            p.intake.on_seen_results([])
+            return acks, p.frontier.queued()
+        finally:
+            await p.close()
+
+    assert run(go()) == ([1], 0)
