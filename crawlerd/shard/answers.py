@@ -184,6 +184,12 @@ class Answers:
             self.metrics.counters["near_dup_demotions"] += 1
         return near
 
+    def near_duplicates(self, pages: list[tuple[int, str]]) -> list[str]:
+        """``near_duplicate`` for each (simhash, URL) of a worker's batch, in order: one commit of
+        the near-duplicate store for the batch instead of one per page."""
+        with self.near.batch():
+            return [self.near_duplicate(simhash, url) for simhash, url in pages]
+
 
 def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:
     """The pool's callback: a dead worker's open segment is closed at once (torn tail cut)."""

@@ -98,8 +98,10 @@ class UrlFilter:
         """Estimated bytes of the per-host state against its cap."""
         return {"bytes": self._bytes, "cap_bytes": self.state_bytes, "entries": len(self._hosts)}
 
-    def check(self, url: str) -> str | None:
-        reason = self._reason(url)
+    def check(self, url: str, key: str = "") -> str | None:
+        """The reason to drop ``url`` (counted, its values remembered), or None; ``key``: its host
+        key when the caller has it (a worker's link), else taken from the URL."""
+        reason = self._reason(url, key=key)
         if reason is not None:
             self.drops[reason] += 1
         return reason
@@ -108,10 +110,10 @@ class UrlFilter:
         """The reason ``check`` would drop ``url`` now, without counting it or remembering its values."""
         return self._reason(url, record=False)
 
-    def _reason(self, url: str, record: bool = True) -> str | None:
+    def _reason(self, url: str, record: bool = True, key: str = "") -> str | None:
         if len(url) > self.max_url_length:
             return URL_TOO_LONG
-        key = host_key(url)
+        key = key or host_key(url)
         path, _, query = url[len(key):].partition("?")
         segs = [s for s in path.split("/") if s]
         if len(segs) > self.max_path_depth:

@@ -139,7 +139,8 @@ class Budgets:
 
     def record_links(self, page_url: str, host_keys: Iterable[str]) -> int:
         """The hosts one page links to (followed links only): domain edges for STAR; returns edges sent."""
-        keys, aux = self.graph.edge_keys(pld_of(page_url), {pld_of(h) for h in host_keys})
+        # the worker gave each link's host key: its domain is one cached look-up, no parse
+        keys, aux = self.graph.edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in host_keys})
         if keys:
             self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
             self.edges.submit(keys, aux)
