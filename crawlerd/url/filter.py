@@ -78,6 +78,7 @@ class UrlFilter:
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
         self.max_repeated_segments = max_repeated_segments
+        self._few_slashes = min(max_path_depth, max_repeated_segments)
         self.max_query_params = max_query_params
         self.max_param_values = max_param_values
         self.state_bytes = state_bytes
@@ -115,11 +116,13 @@ class UrlFilter:
             return URL_TOO_LONG
         key = key or host_key(url)
         path, _, query = url[len(key):].partition("?")
-        segs = [s for s in path.split("/") if s]
-        if len(segs) > self.max_path_depth:
-            return PATH_TOO_DEEP
-        if len(segs) > self.max_repeated_segments and _has_repeated_run(segs, self.max_repeated_segments):
-            return REPEATED_SEGMENTS
+        # a path has at most as many segments as slashes: few slashes pass both segment checks
+        if path.count("/") > self._few_slashes:
+            segs = [s for s in path.split("/") if s]
+            if len(segs) > self.max_path_depth:
+                return PATH_TOO_DEEP
+            if len(segs) > self.max_repeated_segments and _has_repeated_run(segs, self.max_repeated_segments):
+                return REPEATED_SEGMENTS
         if not query:
             return None
         params = [p.partition("=") for p in query.split("&") if p]
