@@ -162,11 +162,13 @@ class Answers:
         return self._links_flushes
 
     def flush_links(self) -> None:
-        """Hand the pages' edges gathered so far to the budgets."""
-        pages, self._pages_links = self._pages_links, []
+        """Hand the pages' edges gathered so far to the budgets. If that raises (a failed edge
+        DRUM) they stay: each page's ``process`` tries again and raises, so its lease does not
+        complete, as when the edges went page by page."""
+        if self._pages_links:
+            self.budgets.record_pages_links(self._pages_links)
+        self._pages_links = []
         self._links_flushes += 1
-        if pages:
-            self.budgets.record_pages_links(pages)
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
                      depth: int) -> None:

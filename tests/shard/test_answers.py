@@ -127,3 +127,32 @@ def test_edges_of_pages_answered_together_go_in_one_call_before_their_leases_com
     pages = [u for call in calls for u in call]
     assert sorted(pages) == sorted(done_before)             # each page once
     assert len(calls) < len(pages)                          # pages answered together: one call
+
+
+def test_a_failed_edge_handover_fails_the_page_instead_of_completing_it(tmp_path):
+    """The budgets refuse the edges (a failed edge DRUM): ``process`` raises for the page, so its
+    lease is not completed, and the edges are not dropped silently."""
+    class Failing(EdgeRecorder):
+        def record_pages_links(self, pages):
+            raise OSError("edge DRUM failed")
+
+    async def go():
+        p = Parts(str(tmp_path))
+        ans = make(p)
+        ans.budgets = Failing()
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, _ctx: None)       # the iteration's flush fails too
+        await ans.pool.start()
+        p.seen.start(loop, p.intake.on_seen_results)
+        try:
+            url = "http://f.test/p"
+            try:
+                await ans.process(url, 9, "http://f.test", item(url), answer(url, PAGE))
+            except OSError as e:
+                return str(e)
+            return "completed"
+        finally:
+            await ans.pool.close()
+            await p.close()
+
+    assert run(go()) == "edge DRUM failed"
