@@ -126,13 +126,14 @@ class Intake:
         if self.shards > 1:
             links = self._route(links, depth, hops, priority)
         check, dropped = self.url_filter.check, self.metrics.dropped
+        head = f"{depth} {hops} {priority} "       # encode_aux's, once for the page's links
         for ln in links:
-            reason = check(ln.url)
+            reason = check(ln.url, ln.host_key)
             if reason:
                 dropped[reason] += 1
                 continue
             keys.append(ln.fp)
-            aux.append(encode_aux(depth, hops, priority, ln.url))
+            aux.append((head + ln.url).encode())
         if keys:
             self.seen.submit(keys, aux)
         return len(keys)
