@@ -4,9 +4,10 @@ This runs once per extracted href (tens of millions an hour), so the common
 case avoids the general RFC 3986 path: an href that is already an absolute,
 network-path (``//host/...``), root-relative, plain relative, query-only
 (``?q``) or fragment-only (``#f``) reference made only of characters that need
-no escaping, with no dot segments, is assembled directly from the page's
-normalised base; its authority goes through :func:`crawlerd.url.canonical.normalize_authority`,
-whose per-process LRU cache makes repeat hosts a dictionary hit. Everything
+no escaping is assembled directly from the page's normalised base, its dot
+segments removed (``remove_dot_segments``, as ``normalize`` does); its authority
+goes through :func:`crawlerd.url.canonical.normalize_authority`, whose
+per-process LRU cache makes repeat hosts a dictionary hit. Everything
 else takes :func:`crawlerd.url.canonical.normalize`. Both paths give the same string
 (a property test checks it).
 """
@@ -18,7 +19,14 @@ import re
 from xxhash import xxh3_64_intdigest
 
 from crawlerd.records import Link
-from crawlerd.url.canonical import PATH_CHARS, QUERY_CHARS, normalize, normalize_authority, parse_base
+from crawlerd.url.canonical import (
+    PATH_CHARS,
+    QUERY_CHARS,
+    normalize,
+    normalize_authority,
+    parse_base,
+    remove_dot_segments,
+)
 from crawlerd.url.hosts import host_key
 
 __all__ = ["links_from_page"]
@@ -29,10 +37,10 @@ _ABSOLUTE = re.compile(
     re.S)
 _NETWORK_PREFIXES = ("http", "//")     # candidates for _ABSOLUTE
 # Same-authority reference: a root-relative path (not "//"), or a relative path without ":" (else its
-# first segment could read as a scheme) that does not start with "."; or no path at all ("?q", "#f", "").
+# first segment could read as a scheme; "./x", "../x" included); or no path at all ("?q", "#f", "").
 _NO_COLON = PATH_CHARS.replace(":", "")
 _SAME_HOST = re.compile(
-    rf"(/(?!/)[{PATH_CHARS}]*|[{_NO_COLON.replace('.', '').replace('/', '')}][{_NO_COLON}]*)?"
+    rf"(/(?!/)[{PATH_CHARS}]*|[{_NO_COLON.replace('/', '')}][{_NO_COLON}]*)?"
     rf"(?:\?([{QUERY_CHARS}]*))?(?:#.*)?", re.S)
 
 
@@ -67,9 +75,10 @@ def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
                         continue
                     if path is None:
                         path = "/"
-                    if "/." not in path:       # else dot segments: the general path removes them
-                        link_key = f"{link_scheme}://{netloc}"
-                        url = f"{link_key}{path}?{query}" if query else link_key + path
+                    elif "/." in path:
+                        path = remove_dot_segments(path)
+                    link_key = f"{link_scheme}://{netloc}"
+                    url = f"{link_key}{path}?{query}" if query else link_key + path
             else:
                 m = same_host(href)
                 if m is not None:
@@ -81,8 +90,9 @@ def links_from_page(hrefs: list[tuple[str, bool]], base_url: str, *,
                     else:
                         if path[0] != "/":
                             path = base_dir + path
-                        if "/." not in path:
-                            url = f"{key}{path}?{query}" if query else key + path
+                        if "/." in path:
+                            path = remove_dot_segments(path)
+                        url = f"{key}{path}?{query}" if query else key + path
                     link_key = key
         if url is None:
             url = normalize(href, base_url)

@@ -79,7 +79,8 @@ FAST_CASES = [
     "//a.com/x", "//a.com", "///a.com/x", "http:/a.com/x", "httpx://a.com/", "https:a", "http://a.com:/",
     "http://a_b.com/", "http://-.com/", "http://a.com:0080/", "http://a.com:1/", "http://a.com/%41",
     "", "#", "#f", "#f?g", "?", "?a=b", "?a=b#f", "?a b", "?a?b", "/?x", "h", "help.html", "http", "httpdocs/a",
-    "?%41", "#\t", "a b", "a#/../x",
+    "?%41", "#\t", "a b", "a#/../x", ".", "..", "./", "../", "./a", "../a", "../../../x?y", ".x", "..x/./y",
+    "./a#f", "../?q", "//a.com/./x/../y",
 ]
 
 
