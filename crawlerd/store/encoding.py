@@ -81,9 +81,8 @@ def digest_of(*parts: bytes) -> str:
 
 def warc_date(ts: float) -> str:
     """WARC-Date with microseconds (WARC/1.1 §5.4 allows fractions of a second)."""
-    d = datetime.fromtimestamp(ts, UTC)     # rounds to the microsecond (half even), as strftime saw it
-    return (f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
-            f".{d.microsecond:06d}Z")
+    # rounds to the microsecond (half even); "YYYY-MM-DDTHH:MM:SS.ffffff+00:00" -> "...ffffffZ"
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 _forks = 0     # forks this process was born of (RecordIds: a child draws its own random bytes)

@@ -468,6 +468,14 @@ def test_random_record_ids_are_version_4_and_unique():
         assert rid == f"urn:uuid:{u}" and u.version == 4 and u.variant == uuid.RFC_4122
 
 
+@given(ts=st.floats(min_value=0, max_value=2**34, allow_nan=False))
+def test_warc_date_is_utc_with_six_fraction_digits(ts):
+    from datetime import UTC, datetime
+    d = datetime.fromtimestamp(ts, UTC)
+    assert warc_date(ts) == d.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert warc_date(1700000000.0) == "2023-11-14T22:13:20.000000Z"
+
+
 def test_a_forked_child_never_repeats_its_parents_record_ids():
     from crawlerd.store.encoding import RecordIds
     gen = RecordIds()
