@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -75,6 +76,7 @@ class PageInfo:
     truncated: bool = False     # nesting over the depth cap: only the part before it was parsed
 
 
+@lru_cache(maxsize=256)       # labels repeat page after page; two codec lookups each otherwise
 def _codec(label: str | None) -> str | None:
     if not label:
         return None
