@@ -2,7 +2,8 @@
 
 1. Worker path, in process: ``PageProcessor.process`` + a WARC flush per 8 pages (a batch)
    (decode, parse, links, digest, simhash, WARC request/response records), CPU
-   microseconds per page, for identity pages and for gzip + chunked pages.
+   microseconds per page, for identity pages, for gzip + chunked pages and for the pages
+   simweb serves the e2e bench (web profile: varied sizes and link forms, 30% gzip).
 2. Worker path through the pool: one worker process fed over its socketpair;
    CPU per page of the worker (from /proc) and of the crawl process (pickling,
    dispatch), so the IPC overhead is visible.
@@ -121,6 +122,34 @@ def fetch_result(i: int, body: bytes, *, coded: bool) -> FetchResult:
                        headers=headers)
 
 
+def simweb_results(n: int) -> list[FetchResult]:
+    """``n`` HTML answers of simweb's web profile (what the e2e bench crawls): sizes and link
+    counts as drawn there, 30% of hosts gzip, the link forms of simweb.pages; ~5% home pages."""
+    from crawlerd.simweb import site as S
+    from crawlerd.simweb.handler import Handler
+    site = S.Site(n_hosts=2000, seed=7, profile=S.PROFILE_WEB)
+    handler = Handler(site, 80)
+    hosts = [h for h in site.hosts[:site.n_hosts] if h.role == S.ROLE_NORMAL]
+    out: list[FetchResult] = []
+    i = 0
+    while len(out) < n:
+        host = hosts[(i * 7) % len(hosts)]
+        path = "/" if i % 20 == 0 else f"/p/{(i * 7919) % max(host.pages, 1)}.html"
+        i += 1
+        _, reply = handler.handle(host.name, path, accept_gzip=True)
+        if reply.status != 200 or not reply.content_type.startswith("text/html"):
+            continue
+        headers = [("Content-Type", reply.content_type), ("Content-Length", str(len(reply.body))),
+                   *reply.headers]
+        head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+        req = (f"GET {path} HTTP/1.1\r\nHost: {host.name}\r\nUser-Agent: crawlerd-bench/0.1\r\n"
+               f"Accept-Encoding: gzip\r\n\r\n")
+        out.append(FetchResult(url=f"http://{host.name}{path}", outcome=Outcome.OK, status=200, ip="127.0.0.2",
+                               started_at=1.7e9 + i, elapsed_s=0.01, request_head=req.encode(),
+                               response_head=head.encode(), body=reply.body, headers=headers))
+    return out
+
+
 # -- measuring ----------------------------------------------------------------------------------
 def per_item_us(fn, items, runs: int, per: int | None = None) -> float:
     """Median over ``runs`` passes of CPU microseconds per item (or per ``per`` units in all)."""
@@ -134,7 +163,7 @@ def per_item_us(fn, items, runs: int, per: int | None = None) -> float:
     return statistics.median(samples)
 
 
-def worker_path(results: list[FetchResult], runs: int, tmp: str) -> float:
+def worker_path(results: list[FetchResult], runs: int, tmp: str, min_links: int = 40) -> float:
     samples = []
     for r in range(runs):
         warc = WarcWriter(f"{tmp}/inproc-{r}", segment_max_bytes=1 << 30)
@@ -146,7 +175,7 @@ def worker_path(results: list[FetchResult], runs: int, tmp: str) -> float:
             if i % 8 == 7:
                 warc.flush()    # as the worker loop does before answering a batch (8 jobs in flight)
         samples.append((time.process_time() - t0) / len(results) * 1e6)
-        assert pr.outcome is Outcome.OK and len(pr.links) >= 40, pr
+        assert pr.outcome is Outcome.OK and len(pr.links) >= min_links, pr
         warc.close()
     return statistics.median(samples)
 
@@ -254,6 +283,9 @@ def main() -> None:
         print("worker path (decode, parse, links, digest, simhash, WARC + flush per batch):")
         row("in process, identity body", worker_path(plain, runs, tmp), target=TARGETS_US["worker path"])
         row("in process, gzip + chunked body", worker_path(coded, runs, tmp), target=TARGETS_US["worker path"])
+        web = simweb_results(n)
+        row("in process, simweb web-profile pages", worker_path(web, runs, tmp, min_links=1), target=TARGETS_US["worker path"],
+            note=f"({sum(len(r.body) for r in web) / n / 1000:.1f} KB as sent)")
         w_us, c_us = pool_path(coded, runs, tmp)
         row("pool, 1 worker: worker process", w_us, target=TARGETS_US["worker path"])
         row("pool, 1 worker: crawl process (IPC)", c_us)

@@ -51,6 +51,30 @@ def test_repeated_segments(path, max_repeats, dropped):
     assert f.check("http://a.com" + path) == (REPEATED_SEGMENTS if dropped else None)
 
 
+@pytest.mark.parametrize(("depth", "repeats"), [(1, 1), (2, 2), (3, 1), (1, 3), (4, 4)])
+def test_segment_checks_on_few_slashes_and_with_a_given_host_key(depth, repeats):
+    """The segment checks read segments, not slashes (empty ones do not count), whether or not
+    the caller gives the host key; the answers are those of counting the segments outright."""
+    import random
+    rng = random.Random(depth * 10 + repeats)
+    f, g = UrlFilter(max_path_depth=depth, max_repeated_segments=repeats), UrlFilter(
+        max_path_depth=depth, max_repeated_segments=repeats)
+    for _ in range(3000):
+        parts = [rng.choice(["", "a", "b", "c"]) for _ in range(rng.randrange(0, 8))]
+        key = rng.choice(["http://a.com", "https://b.org:8443"])
+        url = key + "/" + "/".join(parts) + rng.choice(["", "/", "?x=1"])
+        segs = [s for s in url[len(key):].partition("?")[0].split("/") if s]
+        want = None
+        if len(segs) > depth:
+            want = PATH_TOO_DEEP
+        elif len(segs) > repeats and any(
+                all(segs[i + k * n:i + (k + 1) * n] == segs[i:i + n] for k in range(1, repeats + 1))
+                for n in range(1, len(segs) + 1) for i in range(0, len(segs) - n * (repeats + 1) + 1)):
+            want = REPEATED_SEGMENTS
+        assert f.check(url) == want, url
+        assert g.check(url, key) == want, url
+
+
 def test_too_many_query_params():
     f = UrlFilter(max_query_params=3)
     assert f.check("http://a.com/p?a=1&b=2&c=3") is None

@@ -22,8 +22,10 @@ Persistence under ``directory`` (``data_dir/dedup``):
 
 ``near/``
     LMDB: key = doc id (8 bytes, big endian), value = simhash (8 bytes, big
-    endian) + URL (UTF-8). Each add is its own committed transaction (written
-    before it returns; fsynced by ``save``), so ``kill -9`` loses no doc.
+    endian) + URL (UTF-8). Each add is committed before ``check_and_add`` returns
+    (inside ``batch()``: before the batch ends, one transaction for all its adds),
+    written then and fsynced by ``save``, so ``kill -9`` loses no doc the crawl
+    was told about.
 ``near-index/``
     The :class:`NearIndex`: sorted block tables in run files on disk and a
     delta in RAM of at most ``index_ram_bytes``. Its manifest names the
@@ -35,10 +37,12 @@ Persistence under ``directory`` (``data_dir/dedup``):
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -125,6 +129,7 @@ class NearDuplicates:
             os.close(self._lock_fd)
             self._lock_fd = -1
             raise
+        self._txn: lmdb.Transaction | None = None     # the write transaction of the open batch()
         self.checked = 0            # pages checked since open
         self.near_found = 0         # of which near duplicates
         self.demotions = 0          # True answers of should_demote since open
@@ -149,19 +154,23 @@ class NearDuplicates:
         """URL of a stored page within ``distance_bits`` of ``simhash``, or "" (then this page is stored).
 
         Counts the answer in ``host_key``'s window. Call it once per fetched page that has text.
+        Inside ``batch()`` the page is written in the batch's transaction, else in its own.
         """
+        if self._txn is None:
+            with self.batch():
+                return self.check_and_add(simhash, url, host_key)
+        txn = self._txn
         self.checked += 1
         match = ""
         for doc, _fp, _dist in self._index.query(simhash, self.distance_bits):
-            match = self.url_of(doc)
+            match = self._url_in(txn, doc)
             if match:
                 break       # closest first; a doc whose URL is lost (damaged LMDB) is passed over
         if match == url:
             match = ""      # the same URL again (recrawl): not a near duplicate, already stored
         elif not match:
             doc = self.next_id
-            with self._env.begin(write=True) as txn:
-                txn.put(_KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass"), append=True)
+            txn.put(_KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass"), append=True)
             self._index.add(simhash, doc)
             self.next_id = doc + 1
         else:
@@ -169,10 +178,29 @@ class NearDuplicates:
         self._count(host_key, bool(match))
         return match
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One LMDB write transaction for every ``check_and_add`` inside, committed when the block
+        ends (a worker's batch of questions costs one commit, not one per page). A page may match
+        one stored earlier in the same batch."""
+        if self._txn is not None:
+            yield
+            return
+        with self._env.begin(write=True) as txn:
+            self._txn = txn
+            try:
+                yield
+            finally:
+                self._txn = None
+
     def url_of(self, doc_id: int) -> str:
         """URL of a stored doc, or "" if unknown."""
         with self._env.begin() as txn:
-            value = txn.get(_KEY.pack(doc_id))
+            return self._url_in(txn, doc_id)
+
+    @staticmethod
+    def _url_in(txn: lmdb.Transaction, doc_id: int) -> str:
+        value = txn.get(_KEY.pack(doc_id))
         return "" if value is None else value[_FP.size:].decode("utf-8", "surrogatepass")
 
     # -- per-host windows ----------------------------------------------------------------

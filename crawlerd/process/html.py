@@ -2,7 +2,9 @@
 
 :func:`extract` never raises on malformed input: the bytes are decoded with
 replacement characters and lexbor parses any string the way a browser would
-(HTML Living Standard §13.2). The links it returns are raw hrefs; resolving
+(HTML Living Standard §13.2). A page in valid UTF-8 (most of the web) goes to
+lexbor as bytes, which it parses as UTF-8: the same document without a decode
+to ``str`` and selectolax's encode back. The links it returns are raw hrefs; resolving
 and normalising them is :func:`crawlerd.process.links.links_from_page`'s job.
 
 Robots directives come from ``<meta name="robots">`` and ``<meta name="TOKEN">``
@@ -15,13 +17,14 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from selectolax.lexbor import LexborHTMLParser
 
 from crawlerd.url.canonical import normalize
 
-__all__ = ["PageInfo", "extract", "decode_html", "charset_from_content_type", "parse_robots_directives",
-           "parse_x_robots_tag", "canonical_from_link_header"]
+__all__ = ["PageInfo", "extract", "decode_html", "page_codec", "charset_from_content_type",
+           "parse_robots_directives", "parse_x_robots_tag", "canonical_from_link_header"]
 
 # HTML §13.2.3.2: the encoding prescan looks at the first 1024 bytes.
 _PRESCAN_BYTES = 1024
@@ -73,6 +76,7 @@ class PageInfo:
     truncated: bool = False     # nesting over the depth cap: only the part before it was parsed
 
 
+@lru_cache(maxsize=256)       # labels repeat page after page; two codec lookups each otherwise
 def _codec(label: str | None) -> str | None:
     if not label:
         return None
@@ -95,18 +99,13 @@ def charset_from_content_type(content_type: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
-    """Decode a page: BOM, else the HTTP charset, else a ``<meta>`` charset, else UTF-8; never raises.
-
-    Returns ``(text, codec name)``. Undecodable bytes become U+FFFD. Per HTML
-    §13.2.3.2 a UTF-16 label found in ``<meta>`` means UTF-8 (an ASCII-compatible
-    prescan could not have read it otherwise).
-    """
+def page_codec(body: bytes, content_type: str | None = None) -> tuple[str, int]:
+    """``(codec name, offset of the text)`` :func:`decode_html` decodes a page with (the offset
+    skips a byte order mark)."""
     if body[:3] == b"\xef\xbb\xbf":
-        return body[3:].decode("utf-8", "replace"), "utf-8"
+        return "utf-8", 3
     if body[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        codec = "utf-16-le" if body[:2] == b"\xff\xfe" else "utf-16-be"
-        return body[2:].decode(codec, "replace"), codec
+        return ("utf-16-le" if body[:2] == b"\xff\xfe" else "utf-16-be"), 2
     codec = _codec(charset_from_content_type(content_type))
     if codec is None:
         m = _META_CHARSET.search(body, 0, _PRESCAN_BYTES)
@@ -114,12 +113,37 @@ def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]
             codec = _codec(m.group(1).decode("ascii"))
             if codec is not None and codec.startswith("utf-16"):
                 codec = "utf-8"
-    if codec is None:
-        codec = "utf-8"
+    return codec or "utf-8", 0
+
+
+def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
+    """Decode a page: BOM, else the HTTP charset, else a ``<meta>`` charset, else UTF-8; never raises.
+
+    Returns ``(text, codec name)``. Undecodable bytes become U+FFFD. Per HTML
+    §13.2.3.2 a UTF-16 label found in ``<meta>`` means UTF-8 (an ASCII-compatible
+    prescan could not have read it otherwise).
+    """
+    codec, start = page_codec(body, content_type)
     try:
-        return body.decode(codec, "replace"), codec
+        return body[start:].decode(codec, "replace"), codec
     except (LookupError, UnicodeError, ValueError):
         return body.decode("utf-8", "replace"), "utf-8"
+
+
+def _utf8_source(body: bytes, content_type: str | None) -> bytes | None:
+    """The page's bytes when they are exactly what :func:`decode_html` would decode them to in
+    UTF-8 (the codec is UTF-8 and they are valid UTF-8), else None. Lexbor parses bytes as
+    UTF-8, so such a page is parsed without a decode to ``str`` and selectolax's encode back."""
+    codec, start = page_codec(body, content_type)
+    if codec != "utf-8":
+        return None
+    src = body[start:] if start else body
+    if not src.isascii():
+        try:
+            src.decode("utf-8")         # validates; invalid bytes need decode_html's U+FFFD
+        except UnicodeDecodeError:
+            return None
+    return src
 
 
 def parse_robots_directives(value: str) -> tuple[bool, bool]:
@@ -219,13 +243,17 @@ def extract(body: bytes, base_url: str, *, agent_token: str = "crawlerd", max_li
     nofollow only if every occurrence has ``rel~=nofollow``. Robots meta
     applies when named ``robots`` or ``agent_token`` (case-insensitive).
     """
-    text, codec = decode_html(body, content_type)
-    info = PageInfo(base_url=base_url, encoding=codec)
-    if text.count("<") > _SCAN_ABOVE_TAGS:
-        cut = _depth_cut(text)
-        if cut >= 0:
-            text, info.truncated = text[:cut], True
-    tree = LexborHTMLParser(text)
+    source: str | bytes | None = _utf8_source(body, content_type)
+    if source is not None and source.count(b"<") <= _SCAN_ABOVE_TAGS:
+        info = PageInfo(base_url=base_url, encoding="utf-8")
+    else:
+        source, codec = decode_html(body, content_type)
+        info = PageInfo(base_url=base_url, encoding=codec)
+        if source.count("<") > _SCAN_ABOVE_TAGS:
+            cut = _depth_cut(source)
+            if cut >= 0:
+                source, info.truncated = source[:cut], True
+    tree = LexborHTMLParser(source)
     # Element lookups go through tags() (lexbor's by-name walk), not css(): the first css()
     # call on a document builds lexbor's CSS parser and selector engine, which costs about
     # as much as a third of the parse of a 20 KB page.

@@ -39,8 +39,8 @@ again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops
 reason instead of restarting workers in a loop while it reports "running".
 
 Near duplicates. A worker first parses every job of a batch, then (if the pool
-has a ``near_duplicate`` callback) sends one ``("near", [(job id, simhash, url)])``
-frame and waits for the crawl process's answers before it writes any record, so
+has a ``near_duplicate`` callback, or ``near_duplicates`` for a whole batch) sends one
+``("near", [(job id, simhash, url)])`` frame and waits for the crawl process's answers before it writes any record, so
 a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
@@ -183,6 +183,8 @@ class WorkerPool:
         self.max_job_attempts = max_job_attempts
         self.on_worker_death = on_worker_death
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
+        # or all of a batch's questions at once: [(simhash, url)] -> [near-duplicate URL or ""]
+        self.near_duplicates = None
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
@@ -217,7 +219,7 @@ class WorkerPool:
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         init = dict(self.init, worker_tag=self.tag(index), ring_bytes=self.ring_bytes,
-                    near_duplicates=self.near_duplicate is not None)
+                    near_duplicates=self.near_duplicate is not None or self.near_duplicates is not None)
         page_fd = os.memfd_create(f"crawlerd-{self.tag(index)}-progress")
         ring = BodyRing(self.ring_bytes, f"crawlerd-{self.tag(index)}-ring")
         try:
@@ -369,6 +371,14 @@ class WorkerPool:
     def _answer_near(self, w: _Worker, queries: list) -> None:
         """A worker asks, before archiving a batch, which stored pages its pages nearly duplicate."""
         answers = {}
+        if self.near_duplicates is not None:
+            try:
+                found = self.near_duplicates([(simhash, url) for _job, simhash, url in queries])
+            except Exception:           # the worker waits for an answer: give one, say why
+                log.exception("near-duplicate check failed for a batch of %d", len(queries))
+                found = [""] * len(queries)
+            answers = {q[0]: near or "" for q, near in zip(queries, found, strict=True)}
+            queries = ()
         for job_id, simhash, url in queries:
             near = ""
             if self.near_duplicate is not None:

@@ -24,6 +24,8 @@ from crawlerd.store.encoding import payload_digest
 from crawlerd.store.warc import IDENTICAL_PAYLOAD_PROFILE, NOT_MODIFIED_PROFILE, WarcWriter
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+# response headers analyse reads (the first value of each), in one pass over them
+_READ_HEADERS = frozenset({"content-type", "content-encoding", "transfer-encoding", "link"})
 
 DigestSeen = Callable[[str, str, float], "PriorCapture | tuple[str, float] | None"]
 NearDuplicate = Callable[[int, str], str]
@@ -86,6 +88,7 @@ class Analysis:
     outlinks: list[Link] = field(default_factory=list)    # every link found, nofollow marked (metadata)
     robots_meta: tuple[bool, bool] = (False, False)         # (noindex, nofollow) from the page itself
     asks_near: bool = False
+    robots_tags: list[str] = field(default_factory=list)    # X-Robots-Tag header values, in order
 
 
 class PageProcessor:
@@ -121,27 +124,36 @@ class PageProcessor:
     def analyse(self, res: FetchResult, prior=_ASK, digest: str = "") -> Analysis:
         """Parse one response (see :meth:`process`); writes nothing."""
         url = res.url
-        ctype = (res.header("content-type") or "").split(";", 1)[0].strip().lower()
+        first: dict[str, str] = {}      # as res.header(name) gives them (FetchResult), one pass
+        robots_tags: list[str] = []
+        for k, v in res.headers:
+            k = k.lower()
+            if k in _READ_HEADERS:
+                first.setdefault(k, v)
+            elif k == "x-robots-tag":
+                robots_tags.append(v)
+        content_type = first.get("content-type")
+        ctype = (content_type or "").split(";", 1)[0].strip().lower()
         pr = ProcessResult(url=url, outcome=Outcome.OK, status=res.status, content_type=ctype)
-        a = Analysis(res=res, pr=pr, prior=None)
+        a = Analysis(res=res, pr=pr, prior=None, robots_tags=robots_tags)
         # the WARC payload is the entity with transfer coding removed (content coding kept)
+        te = first.get("transfer-encoding")
         try:
-            entity = dechunk(res.body, len(res.body) + 1) if res.chunked else res.body
+            entity = dechunk(res.body, len(res.body) + 1) if te and "chunked" in te.lower() else res.body
         except DecodeError as e:
             entity = res.body
             pr.outcome, pr.error = e.outcome, str(e)
         pr.digest = digest or payload_digest(entity)
-        noindex, nofollow = parse_x_robots_tag(
-            [v for k, v in res.headers if k.lower() == "x-robots-tag"], self.agent_token)
+        noindex, nofollow = parse_x_robots_tag(robots_tags, self.agent_token) if robots_tags else (False, False)
         if pr.outcome is Outcome.OK and res.status == 200 and ctype in HTML_TYPES:
             try:    # from the entity: the chunked framing is already gone (no second pass)
-                body = decode_body(entity, chunked=False, content_encoding=res.header("content-encoding"),
+                body = decode_body(entity, chunked=False, content_encoding=first.get("content-encoding"),
                                    max_bytes=self.max_decoded_bytes)
             except DecodeError as e:
                 pr.outcome, pr.error = e.outcome, str(e)
             else:
                 info = extract(body, url, agent_token=self.agent_token, max_links=self.max_links,
-                               content_type=res.header("content-type"))
+                               content_type=content_type)
                 a.robots_meta = (info.noindex, info.nofollow)
                 noindex = noindex or info.noindex
                 nofollow = nofollow or info.nofollow
@@ -154,7 +166,7 @@ class PageProcessor:
                 pr.canonical = info.canonical
                 a.asks_near = bool(info.text)
         if res.status == 200 and not pr.canonical:
-            pr.canonical = canonical_from_link_header(res.header("link"), url)
+            pr.canonical = canonical_from_link_header(first.get("link"), url)
         pr.noindex, pr.nofollow = noindex, nofollow
         if prior is _ASK:
             prior = self.digest_seen(pr.digest, url, res.started_at) if self.digest_seen else None
@@ -214,7 +226,7 @@ class PageProcessor:
         meta = ", ".join(d for d, on in zip(("noindex", "nofollow"), a.robots_meta, strict=True) if on)
         if meta:
             m.append(("robots-meta", meta))
-        m += [("x-robots-tag", v) for k, v in res.headers if k.lower() == "x-robots-tag"]
+        m += [("x-robots-tag", v) for v in a.robots_tags]
         if pr.outcome is not Outcome.OK and pr.error:
             m.append(("processing-error", f"{pr.outcome.value}: {pr.error[:500]}"))
         m += [("outlink", f"{ln.url} nofollow" if ln.nofollow else ln.url) for ln in a.outlinks]

@@ -28,6 +28,7 @@ with text, so the capture's metadata record can name the page it nearly duplicat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -75,6 +76,8 @@ class Answers:
         self.events = events
         self.metrics = metrics
         self.budgets = budgets
+        self._pages_links: list[tuple[str, set[str]]] = []     # STAR edges of this loop iteration
+        self._links_flushes = 0
         # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
         self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
 
@@ -123,6 +126,7 @@ class Answers:
             self.metrics.counters[f"process_{pr.outcome.value}"] += 1
         if pr.duplicate_of:
             self.metrics.counters["duplicate_exact"] += 1
+        edges = None                        # its STAR edges wait for this flush (_record_links_soon)
         if res.status in REDIRECT_STATUSES:
             loc = res.header("location")
             if loc:
@@ -138,11 +142,33 @@ class Answers:
             self.intake.submit_links(follow, depth=depth + 1)
             if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                self.budgets.record_links(url, {ln.host_key for ln in follow})
+                edges = self._record_links_soon(url, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
         durable = self.intake.links_barrier()
         if durable is not None:
             await durable       # its links kept (intake log, outbox) before the lease completes
+        if edges is not None and edges == self._links_flushes:
+            self.flush_links()  # its edges still wait for the iteration's end: they go now
+
+    def _record_links_soon(self, url: str, host_keys: set[str]) -> int:
+        """A page's STAR edges, handed to the budgets at the end of this loop iteration with those
+        of the other pages answered in it (a worker answers a batch at once): one edge-DRUM
+        submission per iteration instead of one per page. Still before the page's lease
+        completes: ``process`` waits for the seen-set's intake log (a callback queued after this
+        one), or hands them over itself if they are still here then. Returns the flush they wait for."""
+        if not self._pages_links:
+            asyncio.get_running_loop().call_soon(self.flush_links)
+        self._pages_links.append((url, host_keys))
+        return self._links_flushes
+
+    def flush_links(self) -> None:
+        """Hand the pages' edges gathered so far to the budgets. If that raises (a failed edge
+        DRUM) they stay: each page's ``process`` tries again and raises, so its lease does not
+        complete, as when the edges went page by page."""
+        if self._pages_links:
+            self.budgets.record_pages_links(self._pages_links)
+        self._pages_links = []
+        self._links_flushes += 1
 
     def record_visit(self, url: str, fp: int, host_key: str, res: FetchResult, sha1: bytes | None,
                      depth: int) -> None:
@@ -183,6 +209,12 @@ class Answers:
             self.frontier.demote_host(host_key)
             self.metrics.counters["near_dup_demotions"] += 1
         return near
+
+    def near_duplicates(self, pages: list[tuple[int, str]]) -> list[str]:
+        """``near_duplicate`` for each (simhash, URL) of a worker's batch, in order: one commit of
+        the near-duplicate store for the batch instead of one per page."""
+        with self.near.batch():
+            return [self.near_duplicate(simhash, url) for simhash, url in pages]
 
 
 def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:

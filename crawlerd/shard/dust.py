@@ -67,7 +67,7 @@ class DustGate:
 
     # -- intake ------------------------------------------------------------------------------
     def admit(self, fresh: list[tuple]) -> list[tuple]:
-        """(fp, aux, depth, hops, priority, url) of URLs the seen-set found new -> those to queue."""
+        """(fp, aux, depth, hops, priority, url, host key) of URLs the seen-set found new -> those to queue."""
         decisions = self.learner.admit_batch([it[5] for it in fresh], [it[0] for it in fresh],
                                              [it[2] for it in fresh], [it[3] for it in fresh])
         out = []
@@ -80,12 +80,12 @@ class DustGate:
                 # the record says so too: a URL that BEAST holds back is readmitted deferred
                 url = item[5]
                 out.append((item[0], encode_aux(item[2], item[3], PRIORITY_DEFERRED, url), item[2], item[3],
-                            PRIORITY_DEFERRED, url))
+                            PRIORITY_DEFERRED, url, item[6]))
                 counters["dust_deferred"] += 1
             elif action == SKIP:
-                self._skipped(item[5], host_key_of(item[5]), d, item[1])
+                self._skipped(item[5], item[6], d, item[1])
             elif action == PROBE:
-                out.append(item[:4] + (0, item[5]))
+                out.append(item[:4] + (0, item[5], item[6]))
                 counters["dust_probes"] += 1
                 self.events.record("dust_probe", item[5], "dust_probe")
             else:                                   # a sample: fetched to re-validate its rule

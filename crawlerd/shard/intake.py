@@ -47,7 +47,10 @@ from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
 from crawlerd.url.hosts import host_key, host_of, shard_of
 
-SEEN_SLICE = 1024       # DRUM answers admitted per loop iteration (LMDB puts: ~1-3 ms a slice)
+SEEN_SLICE = 1024       # DRUM answers judged per loop iteration
+# DRUM answers judged per budget + frontier commit: a whole delivery of the shard's seen-set. The
+# pages one commit changes are the stores' write buffers (ARCHITECTURE.md, "Memory bounds").
+COMMIT_ANSWERS = 8192
 
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
@@ -123,13 +126,14 @@ class Intake:
         if self.shards > 1:
             links = self._route(links, depth, hops, priority)
         check, dropped = self.url_filter.check, self.metrics.dropped
+        head = f"{depth} {hops} {priority} "       # encode_aux's, once for the page's links
         for ln in links:
-            reason = check(ln.url)
+            reason = check(ln.url, ln.host_key)
             if reason:
                 dropped[reason] += 1
                 continue
             keys.append(ln.fp)
-            aux.append(encode_aux(depth, hops, priority, ln.url))
+            aux.append((head + ln.url).encode())
         if keys:
             self.seen.submit(keys, aux)
         return len(keys)
@@ -218,35 +222,63 @@ class Intake:
         """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
-        ``frontier.add`` commits before ``ack`` (and with ``durable`` set, the commit is synced
-        to disk on the sync thread first), so a unique URL is never lost between the two, and
-        it commits the position after the answers (``seen_mark``) with them, so an answer
-        delivered again is not added (and fetched) a second time.
-        A delivery (up to a DRUM call of 8,192 answers) is admitted ``SEEN_SLICE`` answers per
-        loop iteration, each slice committed with its mark, and acknowledged after the last: no
-        iteration holds the loop for all of it (at most one delivery is outstanding, so slices
-        never interleave).
+        The budget state commits, then ``frontier.add`` commits the delivery's new URLs with the
+        position after its answers (``seen_mark``), then ``ack`` runs (with ``durable`` set, once
+        both commits are synced to disk on the sync thread): a unique URL is never lost between
+        the seen-set and the frontier, and an answer delivered again is not added (and fetched) a
+        second time.
+        A delivery (up to a DRUM call of 8,192 answers) is judged ``SEEN_SLICE`` answers per loop
+        iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it, and
+        committed every ``COMMIT_ANSWERS`` answers judged and after its last slice, each commit
+        in a loop iteration of its own: one budget and one frontier commit per delivery rather
+        than per slice, as each commit writes every page its puts touched. The ack follows the
+        last commit. At most one delivery is outstanding, so slices never interleave. A crash
+        before a commit redelivers the answers after the last committed mark; a budget commit
+        another caller makes meanwhile (readmission, edge answers) can only make such a URL be
+        charged or kept twice.
         """
-        self._admit_slice(results, 0)
+        self._admit_slice(results, 0, [])
 
-    def _admit_slice(self, results: list, start: int) -> None:
+    def _admit_slice(self, results: list, start: int, added: list[QueuedURL], judged: int = 0) -> None:
         end = start + SEEN_SLICE
-        self._admit(results[start:end] if start or end < len(results) else results)
-        if end < len(results):
-            asyncio.get_running_loop().call_soon(self._admit_slice, results, end)
+        self._admit(results[start:end] if start or end < len(results) else results, added)
+        judged += min(end, len(results)) - start
+        loop = asyncio.get_running_loop()
+        if end >= len(results):
+            if start:
+                loop.call_soon(self._commit, results, len(results), added, True)    # an iteration of its own
+            else:
+                self._commit(results, len(results), added, True)
+        elif judged >= COMMIT_ANSWERS:
+            loop.call_soon(self._commit, results, end, added, False)
+            loop.call_soon(self._admit_slice, results, end, [], 0)
+        else:
+            loop.call_soon(self._admit_slice, results, end, added, judged)
+
+    def _commit(self, results: list, end: int, added: list[QueuedURL], last: bool) -> None:
+        """Commit what the answers before ``end`` admitted; after the delivery's ``last`` commit, ack."""
+        if self.budgets is not None:
+            self.budgets.commit()       # deferrals durable before the mark passes their answers
+        if end:
+            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
+        if added:
+            self.wake()
+        if not last:
             return
         if self.durable is not None:
             self.durable(self.seen.ack)         # acknowledged once the commits are on disk
             return
         self.seen.ack()
 
-    def _admit(self, results: list) -> None:
-        """Admit unique answers to the frontier (robots, budgets) and commit; no ack."""
-        added = []
+    def _admit(self, results: list, added: list[QueuedURL]) -> None:
+        """Judge one slice of answers: the unique ones that pass robots, DUST and BEAST go to
+        ``added``; nothing is committed here."""
         dup = again = 0
         mark = self.frontier.seen_mark
         fresh = []
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
+        rules_hk, rules = None, None        # the last host's usable robots rules (a page's links share hosts)
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -256,33 +288,32 @@ class Intake:
                 continue
             decoded = decode_aux(r.aux)         # (depth, hops, priority, url)
             url = decoded[3]
+            hk = host_key(url)
             if robots is not None:
-                entry = robots.get(host_key(url), now)
-                if entry is not None and entry.ok and not entry.rules.allowed(url):
+                if hk != rules_hk:
+                    entry = robots.get(hk, now)
+                    rules_hk, rules = hk, (entry.rules if entry is not None and entry.ok else None)
+                if rules is not None and not rules.allowed(url):
                     self.denied(url)            # robots.txt decides at admission
                     continue
-            fresh.append((r.key, r.aux, *decoded))
+            fresh.append((r.key, r.aux, *decoded, hk))
         if self.admission is not None and fresh:
             fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
-        for key, aux, depth, hops, priority, url in fresh:
-            if self.budgets is not None:
+        budgets, deferred = self.budgets, 0
+        for key, aux, depth, hops, priority, url, hk in fresh:
+            if budgets is not None:
                 if depth == 0:
-                    self.budgets.add_root(url)          # seeds: trust roots of STAR, never charged
-                elif not self.budgets.offer(url, aux, key):
-                    self.metrics.counters["budget_deferred"] += 1     # BEAST: waits for a later queue
+                    budgets.add_root(url)               # seeds: trust roots of STAR, never charged
+                elif not budgets.offer(url, aux, key, hk):
+                    deferred += 1                       # BEAST: waits for a later queue
                     continue
-            added.append(QueuedURL(url=url, host_key=host_key(url), priority=priority,
-                                   depth=depth, hops=hops, fp=key))
-        self.metrics.counters["seen_duplicate"] += dup
+            added.append(QueuedURL(url=url, host_key=hk, priority=priority, depth=depth, hops=hops, fp=key))
+        counters = self.metrics.counters
+        counters["seen_duplicate"] += dup
+        if deferred:
+            counters["budget_deferred"] += deferred
         if again:
-            self.metrics.counters["seen_redelivered"] += again
-        if self.budgets is not None:
-            self.budgets.commit()       # deferrals durable before DRUM's answers are acknowledged
-        if results:
-            # committed with the position after these answers; new hosts show up in hosts_needing_dns()
-            self.frontier.add(added, seen_mark=results[-1].seq + 1)
-        if added:
-            self.wake()
+            counters["seen_redelivered"] += again
 
     def denied(self, url: str) -> None:
         """A unique URL its host's robots.txt disallows: dropped at admission, counted, one event."""

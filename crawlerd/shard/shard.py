@@ -176,7 +176,7 @@ class Shard:
         self.answers = Answers(cfg, pool=self.pool, digests=self.digests, near=self.near, recrawl=self.recrawl,
                                frontier=self.frontier, intake=self.intake, events=self.events, metrics=metrics,
                                budgets=self.budgets, owners=self.owners)
-        self.pool.near_duplicate = self.answers.near_duplicate     # asked before a page is archived
+        self.pool.near_duplicates = self.answers.near_duplicates     # asked before a batch is archived
         learner = open_learner(cfg, self._state("dust"))                                 # DUST rules (None: dust.enabled false)
         self.dust = DustGate(cfg, learner, frontier=self.frontier, intake=self.intake, events=self.events,
                              metrics=metrics) if learner is not None else None

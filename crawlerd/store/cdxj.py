@@ -47,6 +47,11 @@ _MIME_END = re.compile(r"[;\s]")
 
 def timestamp14(warc_date: str) -> str:
     """``2024-05-06T07:08:09.123456Z`` -> ``20240506070809``."""
+    d = warc_date
+    if len(d) >= 19 and d[4] == "-" and d[7] == "-" and d[10] == "T" and d[13] == ":" and d[16] == ":":
+        stamp = d[0:4] + d[5:7] + d[8:10] + d[11:13] + d[14:16] + d[17:19]
+        if stamp.isdigit() and stamp.isascii():
+            return stamp        # the form WarcWriter writes: the same digits, picked out directly
     digits = "".join(c for c in warc_date[:19] if c.isdigit())
     return digits.ljust(14, "0")[:14]
 

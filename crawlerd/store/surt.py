@@ -23,6 +23,10 @@ and theirs agree line for line (a test compares the two on generated URLs):
    too: ``127.0.0.1`` -> ``1,0,0,127``), ``:port`` if kept, ``)``, path, ``?query``.
 
 A URL the parser cannot take (a bad port) keys as itself, as cdxj-indexer does.
+
+Most URLs a crawl archives are already plain (lower-case host, no escapes, no dot
+segments, no session ids): :func:`surt` keys those without the general steps, to the
+same key (a test compares both with the ``surt`` package on generated plain URLs).
 """
 
 from __future__ import annotations
@@ -55,12 +59,23 @@ _QUERY_SESSION_IDS = tuple(re.compile(p, re.I | re.S) for p in (
     rb"^(.*)(?:cfid=[^&]+&cftoken=[^&]+)(?:&(.*))?$",
 ))
 _DEFAULT_PORT = {b"http": 80, b"https": 443}
+# A plain URL: http(s), a lower-case ASCII host, a port of digits, a path of non-empty segments
+# and a query, both of characters that no step changes but case (no "%", "#", "(", space).
+_PLAIN = re.compile(r"(https?)://([a-z0-9\-]+(?:\.[a-z0-9\-]+)*)(?::([0-9]{1,5}))?"
+                    r"((?:/[A-Za-z0-9\-._~!$&'*+,;=:@]+)*/?)(?:\?([A-Za-z0-9\-._~!$&'*+,;=:@/?]+))?")
+_PLAIN_PORT = {"http": 80, "https": 443}
+_WWW_STR = re.compile(r"www\d*\.", re.A)
 
 
 def surt(url: str) -> str:
     """The SURT key of ``url`` (see the module docstring); ``-`` for an empty URL."""
     if not url:
         return "-"
+    m = _PLAIN.fullmatch(url)
+    if m is not None and "/." not in m.group(4):      # no dot segments either
+        key = _plain_key(*m.groups())
+        if key is not None:
+            return key
     try:
         raw = url.encode("utf-8")
         if raw.startswith(b"filedesc"):
@@ -68,6 +83,32 @@ def surt(url: str) -> str:
         return _key(raw).decode("utf-8")
     except (ValueError, AttributeError, UnicodeError, OSError):
         return url
+
+
+def _plain_key(scheme: str, host: str, port: str | None, path: str, query: str | None) -> str | None:
+    """The key of a URL that matched ``_PLAIN``: the steps of ``_key`` that can change it; None
+    when it needs the general path after all (a numeric host, a bad port, a session id)."""
+    if not host.strip("0123456789."):
+        return None                         # all digits and dots: a numeric IPv4 spelling
+    if port is not None:
+        port_no = int(port)
+        if port_no > 65535:
+            return None
+        port = f":{port_no}" if port_no and port_no != _PLAIN_PORT[scheme] else ""
+    w = _WWW_STR.match(host)
+    if w:
+        host = host[w.end():]
+    labels = host.split(".")
+    labels.reverse()
+    path = path.lower() if path else "/"
+    if len(path) > 1 and path[-1] == "/":
+        path = path[:-1]
+    if query is not None:
+        query = query.lower()
+        if "sid" in query or "session" in query or "cfid" in query:
+            return None                     # perhaps a session id: the general path removes it
+        query = "?" + _sorted_query(query.encode("ascii")).decode("ascii")
+    return f"{','.join(labels)}{port or ''}){path}{query or ''}"
 
 
 def _unescape(value: bytes) -> bytes:

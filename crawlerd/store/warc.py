@@ -52,7 +52,7 @@ from crawlerd.store.encoding import (
     warc_uri,
 )
 from crawlerd.store.fsync import fsync_dir
-from crawlerd.store.segment import OPEN_SUFFIX, create_next, dechunk, http_header, is_chunked
+from crawlerd.store.segment import OPEN_SUFFIX, create_next, dechunk, is_chunked
 
 IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -88,10 +88,20 @@ def _protocol_field(protocol: str) -> str:
     return f"WARC-Protocol: {protocol}\r\n" if protocol else ""
 
 
-def _content_coded(response_head: bytes) -> bool:
-    """True when the response carries a content coding other than identity (gzip, br, ...)."""
-    coding = http_header(response_head, b"content-encoding")
-    return coding is not None and coding.strip().lower() not in (b"", b"identity")
+def _content_headers(response_head: bytes) -> tuple[bytes | None, bytes | None]:
+    """(Content-Type, Content-Encoding) of a response head, the first of each as ``http_header``
+    gives it, in one pass over the lines."""
+    ctype = coding = None
+    for line in response_head.split(b"\n")[1:]:
+        key, sep, value = line.partition(b":")
+        if sep:
+            key = key.strip().lower()
+            if key == b"content-type":
+                if ctype is None:
+                    ctype = value.strip()
+            elif key == b"content-encoding" and coding is None:
+                coding = value.strip()
+    return ctype, coding
 
 
 class WarcWriter:
@@ -191,12 +201,15 @@ class WarcWriter:
                 f"WARC-Concurrent-To: <{req_id}>\r\nWARC-Warcinfo-ID: <{self._warcinfo_id}>\r\n"
                 f"WARC-Block-Digest: {digest_of(response_head, body)}\r\n"
                 f"WARC-Payload-Digest: {payload_digest}\r\n{extra}").encode()
-        if body and _content_coded(response_head) and self.compress_level > 0:
-            loc = self._append_stored_body(head + _TYPE_RESPONSE, response_head, body)
+        ctype, coding = _content_headers(response_head)
+        # a content-coded body (gzip, br, ...) is not deflated again
+        if body and coding is not None and coding.lower() not in (b"", b"identity") and self.compress_level > 0:
+            loc = self._append_stored_body(head + _TYPE_RESPONSE, response_head, body, resp_id)
         else:
-            loc = self._append(head + _TYPE_RESPONSE, response_head, body)
-        loc = loc._replace(record_id=resp_id)
-        self._index_line(uri, date, response_head, payload_digest, loc, revisit=False)
+            loc = self._append(head + _TYPE_RESPONSE, response_head, body, resp_id)
+        status = cdxj.status_of(response_head) if response_head.startswith(b"HTTP/") else None
+        self._index_line(uri, date, status, cdxj.mime_of(ctype) if status is not None else None,
+                         payload_digest, loc)
         if metadata:
             self._metadata(uri, date, resp_id, metadata)
         self._after_write()
@@ -232,9 +245,9 @@ class WarcWriter:
                 f"WARC-Profile: {profile}\r\n{refers}WARC-Refers-To-Target-URI: {warc_uri(refers_to_uri)}\r\n"
                 f"WARC-Refers-To-Date: {warc_date(refers_to_date)}\r\n"
                 f"WARC-Block-Digest: {digest_of(block)}\r\n{digest}{tail}").encode()
-        loc = self._append(head + (_TYPE_RESPONSE if identical else b""), block, b"")
-        loc = loc._replace(record_id=rev_id)
-        self._index_line(uri, date, block, payload_digest, loc, revisit=True)
+        loc = self._append(head + (_TYPE_RESPONSE if identical else b""), block, b"", rev_id)
+        self._index_line(uri, date, cdxj.status_of(block) if block.startswith(b"HTTP/") else None,
+                         "warc/revisit", payload_digest, loc)
         if metadata:
             self._metadata(uri, date, rev_id, metadata)
         self._after_write()
@@ -307,21 +320,21 @@ class WarcWriter:
                 f"WARC-Block-Digest: {digest_of(block)}\r\n").encode()
         self._append(head + _TYPE_FIELDS, block, b"")
 
-    def _append(self, head: bytes, block_a: bytes, block_b: bytes) -> WarcLocation:
+    def _append(self, head: bytes, block_a: bytes, block_b: bytes, record_id: str = "") -> WarcLocation:
         """Compress one record (header + block) into one gzip member and buffer it."""
         length = len(block_a) + len(block_b)
         data = b"".join((WARC_VERSION, head, b"Content-Length: %d\r\n\r\n" % length, block_a, block_b, CRLF2))
-        return self._buffer(self._deflate(data, self.compress_level, 31))
+        return self._buffer(self._deflate(data, self.compress_level, 31), record_id)
 
-    def _append_stored_body(self, head: bytes, block_a: bytes, body: bytes) -> WarcLocation:
+    def _append_stored_body(self, head: bytes, block_a: bytes, body: bytes, record_id: str) -> WarcLocation:
         """Like ``_append``, for a body that is already compressed (content-coded): the headers
         are deflated, the body goes in stored blocks; still one gzip member."""
         data = b"".join((WARC_VERSION, head, b"Content-Length: %d\r\n\r\n" % (len(block_a) + len(body)),
                          block_a))
-        return self._buffer(stored_body_member(self._compressobj, self.compress_level, data, body))
+        return self._buffer(stored_body_member(self._compressobj, self.compress_level, data, body), record_id)
 
-    def _buffer(self, member: bytes) -> WarcLocation:
-        loc = WarcLocation(self._name, self._size, len(member))
+    def _buffer(self, member: bytes, record_id: str) -> WarcLocation:
+        loc = WarcLocation(self._name, self._size, len(member), record_id)
         self._buf.append(member)
         self._buf_bytes += len(member)
         self._size += len(member)
@@ -329,13 +342,8 @@ class WarcWriter:
         self.bytes_written += len(member)
         return loc
 
-    def _index_line(self, uri: str, date: str, http_head: bytes, digest: str | None, loc: WarcLocation,
-                    revisit: bool) -> None:
-        status = cdxj.status_of(http_head) if http_head.startswith(b"HTTP/") else None
-        if revisit:
-            mime = "warc/revisit"
-        else:
-            mime = cdxj.mime_of(http_header(http_head, b"content-type")) if status is not None else None
+    def _index_line(self, uri: str, date: str, status: str | None, mime: str | None, digest: str | None,
+                    loc: WarcLocation) -> None:
         cap = cdxj.Capture(url=uri, warc_date=date, mime=mime, status=status, digest=digest,
                            length=loc.length, offset=loc.offset, filename=loc.filename)
         self._index.write(cap.line() + "\n")

@@ -53,7 +53,7 @@ import xxhash
 
 __all__ = [
     "MAX_INPUT_CHARS", "DEFAULT_PORTS", "PATH_CHARS", "QUERY_CHARS", "BaseUrl", "normalize",
-    "normalize_authority", "parse_base", "fingerprint",
+    "normalize_authority", "parse_base", "fingerprint", "remove_dot_segments",
 ]
 
 # Longer inputs are refused outright: bounds the work done per hostile href. The
@@ -86,7 +86,7 @@ def _pct_repl(m: re.Match) -> str:
     return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
 
 
-def _remove_dot_segments(path: str) -> str:
+def remove_dot_segments(path: str) -> str:
     """RFC 3986 §5.2.4 for an absolute path (starts with "/")."""
     if "/." not in path:
         return path
@@ -110,7 +110,7 @@ def _assemble(scheme: str, netloc: str, path: str, query: str | None) -> str:
         path = "/"
     elif path[0] != "/":
         path = "/" + path
-    path = _remove_dot_segments(path)
+    path = remove_dot_segments(path)
     if query:
         if not _QUERY_CLEAN.fullmatch(query):
             query = _QUERY_FIX.sub(_pct_repl, query)

@@ -78,6 +78,7 @@ class UrlFilter:
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
         self.max_repeated_segments = max_repeated_segments
+        self._few_slashes = min(max_path_depth, max_repeated_segments)
         self.max_query_params = max_query_params
         self.max_param_values = max_param_values
         self.state_bytes = state_bytes
@@ -98,8 +99,10 @@ class UrlFilter:
         """Estimated bytes of the per-host state against its cap."""
         return {"bytes": self._bytes, "cap_bytes": self.state_bytes, "entries": len(self._hosts)}
 
-    def check(self, url: str) -> str | None:
-        reason = self._reason(url)
+    def check(self, url: str, key: str = "") -> str | None:
+        """The reason to drop ``url`` (counted, its values remembered), or None; ``key``: its host
+        key when the caller has it (a worker's link), else taken from the URL."""
+        reason = self._reason(url, key=key)
         if reason is not None:
             self.drops[reason] += 1
         return reason
@@ -108,16 +111,18 @@ class UrlFilter:
         """The reason ``check`` would drop ``url`` now, without counting it or remembering its values."""
         return self._reason(url, record=False)
 
-    def _reason(self, url: str, record: bool = True) -> str | None:
+    def _reason(self, url: str, record: bool = True, key: str = "") -> str | None:
         if len(url) > self.max_url_length:
             return URL_TOO_LONG
-        key = host_key(url)
+        key = key or host_key(url)
         path, _, query = url[len(key):].partition("?")
-        segs = [s for s in path.split("/") if s]
-        if len(segs) > self.max_path_depth:
-            return PATH_TOO_DEEP
-        if len(segs) > self.max_repeated_segments and _has_repeated_run(segs, self.max_repeated_segments):
-            return REPEATED_SEGMENTS
+        # a path has at most as many segments as slashes: few slashes pass both segment checks
+        if path.count("/") > self._few_slashes:
+            segs = [s for s in path.split("/") if s]
+            if len(segs) > self.max_path_depth:
+                return PATH_TOO_DEEP
+            if len(segs) > self.max_repeated_segments and _has_repeated_run(segs, self.max_repeated_segments):
+                return REPEATED_SEGMENTS
         if not query:
             return None
         params = [p.partition("=") for p in query.split("&") if p]

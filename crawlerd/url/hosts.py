@@ -65,11 +65,12 @@ def registered_domain(host: str) -> str:
     """
     global _PSL
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        ipaddress.ip_address(bare)
-        return host
-    except ValueError:
-        pass
+    if bare[-1:].isdigit() or ":" in bare:      # an IPv4 literal ends in a digit, an IPv6 one has colons
+        try:
+            ipaddress.ip_address(bare)
+            return host
+        except ValueError:
+            pass
     if _PSL is None:
         _PSL = PublicSuffixList()
     return _PSL.privatesuffix(host.lower()) or host.lower()

@@ -74,6 +74,49 @@ def test_matches_brute_force_model(tmp_path, k):
         assert len(nd) == len(model.docs) == nd.next_id
 
 
+def test_batches_answer_as_single_calls(tmp_path):
+    """Inside batch() (one transaction for a worker's batch) every answer is the model's, a page
+    matching one stored earlier in the same batch included; a nested batch joins the open one."""
+    rng = random.Random(11)
+    model = Model(3)
+    items = list(stream(rng, 1200))
+    with NearDuplicates(tmp_path, tail_capacity=16) as nd:
+        i = 0
+        while i < len(items):
+            n = rng.randrange(1, 40)
+            with nd.batch():
+                for fp, url, host in items[i:i + n]:
+                    with nd.batch():
+                        assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
+            i += n
+        base = rng.getrandbits(64)
+        with nd.batch():
+            assert nd.check_and_add(base, "http://z.test/1", "http://z.test") == ""
+            assert nd.check_and_add(base ^ 1, "http://z.test/2", "http://z.test") == "http://z.test/1"
+        assert len(nd) == len(model.docs) + 1 == nd.next_id
+
+
+def test_kill_after_a_batch_loses_nothing(tmp_path):
+    """A batch's docs are committed when the batch ends: kill -9 after it loses none of them."""
+    script = textwrap.dedent(f"""
+        import os, random
+        from crawlerd.dedup.near import NearDuplicates
+        nd = NearDuplicates({str(tmp_path)!r})
+        rng = random.Random(3)
+        with nd.batch():
+            for i in range(50):
+                assert nd.check_and_add(rng.getrandbits(64), f"http://a.test/{{i}}", "http://a.test") == ""
+        os._exit(0)     # no close, no save: as kill -9
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    rng = random.Random(3)
+    fps = [rng.getrandbits(64) for _ in range(50)]
+    with NearDuplicates(tmp_path) as nd:
+        assert nd.next_id == 50 and len(nd) == 50
+        assert nd.url_of(49) == "http://a.test/49"
+        assert nd.check_and_add(fps[7] ^ 2, "http://b.test/7", "http://b.test") == "http://a.test/7"
+
+
 def test_save_reopen_gives_same_answers(tmp_path):
     rng = random.Random(5)
     items = list(stream(rng, 800))

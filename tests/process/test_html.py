@@ -251,6 +251,25 @@ def test_random_tag_soup_never_raises(doc):
         assert len(info.links) == len({h for h, _ in info.links})
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["<a href='x'>", "<a href=\"é/ü\">", "</a>", "<p>", "<title>", "</title>",
+                                 "<meta name=robots content=nofollow>", "<base href='/b/'>", "<script>",
+                                 "</script>", "text", "Grüße", "日本", "\x00", "\U0001f600", " ", "<", ">"]),
+                max_size=60).map("".join))
+def test_a_utf8_page_parses_the_same_as_its_decoded_text(doc):
+    """Valid UTF-8 goes to the parser as bytes (no decode): what it finds equals what the same
+    text gives through the decoding path (a UTF-16 page with its BOM is always decoded first)."""
+    def found(info: PageInfo):
+        return (info.links, info.base_url, info.noindex, info.nofollow, info.title, info.canonical, info.text)
+
+    decoded = extract(b"\xff\xfe" + doc.encode("utf-16-le"), PAGE)
+    assert decoded.encoding == "utf-16-le"
+    for body in (doc.encode(), b"\xef\xbb\xbf" + doc.encode()):
+        info = extract(body, PAGE)
+        assert info.encoding == "utf-8"
+        assert found(info) == found(decoded)
+
+
 def test_rel_canonical_first_one_resolved_against_the_base():
     from crawlerd.process.html import extract
     info = extract(b'<html><head><base href="/docs/"><link rel="alternate" href="/x">'

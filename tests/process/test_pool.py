@@ -390,6 +390,39 @@ def test_near_duplicates_are_decided_before_the_records_are_written(tmp_path):
     assert b"simhash: " in metas["http://a.test/other"] and b"simhash" not in metas["http://a.test/img.png"]
 
 
+def test_near_duplicate_questions_can_be_answered_a_batch_at_a_time(tmp_path):
+    """With ``near_duplicates`` the pool asks once per worker batch (every question of it, in
+    order), and each page gets its own answer."""
+    from crawlerd.dedup.near import NearDuplicates
+    init = init_for(tmp_path)
+    pages = [response(f"http://a.test/v{i}", page_html(99) + b"<p>variant %d</p>" % i) for i in range(6)]
+    pages.append(response("http://a.test/other", page_html(5)))
+    calls = []
+
+    async def run():
+        with NearDuplicates(tmp_path / "dedup") as nd:
+            def near_many(batch):
+                calls.append([url for _simhash, url in batch])
+                with nd.batch():
+                    return [nd.check_and_add(simhash, url, "http://a.test") for simhash, url in batch]
+            pool = WorkerPool(1, init, jobs_per_worker=8)
+            pool.near_duplicates = near_many
+            await pool.start()
+            try:
+                first = await pool.process(pages[0])
+                rest = await asyncio.gather(*(pool.process(r) for r in pages[1:]))
+            finally:
+                await pool.close()
+            return [first, *rest]
+
+    results = dict(zip([p.url for p in pages], asyncio.run(run()), strict=True))
+    assert sorted(u for batch in calls for u in batch) == sorted(p.url for p in pages)
+    assert len(calls) < len(pages)          # the later pages came in batches of several
+    assert results["http://a.test/v0"].near_duplicate_of == ""
+    assert all(results[f"http://a.test/v{i}"].near_duplicate_of == "http://a.test/v0" for i in range(1, 6))
+    assert results["http://a.test/other"].near_duplicate_of == ""
+
+
 def test_a_sitemap_job_is_archived_and_read_by_the_worker(tmp_path):
     """The crawl process never parses a sitemap: the worker archives it and sends back its reading."""
     urls = "".join(f"<url><loc>http://s.test/p/{i}</loc><lastmod>2023-11-14</lastmod></url>" for i in range(300))

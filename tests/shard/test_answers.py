@@ -81,3 +81,78 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
                 elif rec.rec_type == "revisit":
                     refers[uri] = rec.rec_headers.get_header("WARC-Refers-To")
     assert set(refers) == set(dups) and set(refers.values()) == {ids[firsts[0]]}
+
+
+class EdgeRecorder:
+    """Stands in for the budgets: the pages whose STAR edges were handed over, call by call."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def record_pages_links(self, pages):
+        self.calls.append([url for url, _host_keys in pages])
+        return 0
+
+    def pages(self) -> set[str]:
+        return {u for call in self.calls for u in call}
+
+
+def test_edges_of_pages_answered_together_go_in_one_call_before_their_leases_complete(tmp_path):
+    """A page's domain edges are handed to the budgets with those of the other pages answered in
+    the same loop iteration, and always before its ``process`` returns (its lease completes)."""
+    async def go():
+        p = Parts(str(tmp_path))
+        ans = make(p)
+        rec = ans.budgets = EdgeRecorder()
+        await ans.pool.start()
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        done_before = {}
+
+        async def one(host: str):
+            url = f"http://{host}/p"
+            await ans.process(url, hash(url) & 0xFFFF, f"http://{host}", item(url), answer(url, PAGE + host.encode()))
+            done_before[url] = url in rec.pages()      # handed over by the time its lease completes
+
+        try:
+            await one("solo.test")
+            await asyncio.gather(*(one(f"h{i}.test") for i in range(6)))
+            await p.seen.flush()
+            return rec.calls, done_before
+        finally:
+            await ans.pool.close()
+            await p.close()
+
+    calls, done_before = run(go())
+    assert all(done_before.values()) and len(done_before) == 7
+    pages = [u for call in calls for u in call]
+    assert sorted(pages) == sorted(done_before)             # each page once
+    assert len(calls) < len(pages)                          # pages answered together: one call
+
+
+def test_a_failed_edge_handover_fails_the_page_instead_of_completing_it(tmp_path):
+    """The budgets refuse the edges (a failed edge DRUM): ``process`` raises for the page, so its
+    lease is not completed, and the edges are not dropped silently."""
+    class Failing(EdgeRecorder):
+        def record_pages_links(self, pages):
+            raise OSError("edge DRUM failed")
+
+    async def go():
+        p = Parts(str(tmp_path))
+        ans = make(p)
+        ans.budgets = Failing()
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, _ctx: None)       # the iteration's flush fails too
+        await ans.pool.start()
+        p.seen.start(loop, p.intake.on_seen_results)
+        try:
+            url = "http://f.test/p"
+            try:
+                await ans.process(url, 9, "http://f.test", item(url), answer(url, PAGE))
+            except OSError as e:
+                return str(e)
+            return "completed"
+        finally:
+            await ans.pool.close()
+            await p.close()
+
+    assert run(go()) == "edge DRUM failed"

@@ -25,10 +25,11 @@ def test_a_deferred_suspect_carries_the_deferred_level_in_its_record(tmp_path):
     learner.observe(page, fingerprint(page), H, hashlib.sha1(b"page").digest(), 0, "")
 
     def item(url: str, depth: int = 2) -> tuple:
-        return (fingerprint(url), encode_aux(depth, 0, 1, url), depth, 0, 1, url)
+        return (fingerprint(url), encode_aux(depth, 0, 1, url), depth, 0, 1, url, H)
 
     out = gate.admit([item(page, 1), item(f"{page}?sid=3f2a9c1b7d00aa"), item(f"{H}/p/2.html")])
     assert [it[5] for it in out] == [page, f"{page}?sid=3f2a9c1b7d00aa", f"{H}/p/2.html"]
     assert out[1][4] == PRIORITY_DEFERRED and decode_aux(out[1][1]) == (2, 0, PRIORITY_DEFERRED, out[1][5])
     assert out[2][4] == 1 and decode_aux(out[2][1])[2] == 1
+    assert {it[6] for it in out} == {H}          # the host key travels with the item
     learner.close()

@@ -1,6 +1,11 @@
 """Intake: filter with counted reasons, seen-set, frontier; acknowledged only after the frontier commit."""
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 
 from crawlerd.shard.intake import SEEN_SLICE
 from crawlerd.url.filter import PATH_TOO_DEEP
@@ -42,35 +47,182 @@ def test_priority_falls_one_level_every_three_hops(tmp_path):
     assert run(go()) == [0, 1, 1, 1, 2, 2, 2, 2, 2]
 
 
-def test_a_large_delivery_is_admitted_in_slices_and_acknowledged_after_the_last(tmp_path):
+def test_a_large_delivery_is_judged_in_slices_committed_once_and_acknowledged_after_the_commit(tmp_path):
     async def go():
         p = Parts(str(tmp_path))
-        sizes, acks_before_done = [], []
+        judged, adds, acks = [], [], []
         real_add, real_ack = p.frontier.add, p.seen.ack
+
+        def admission(fresh):               # the DUST hook sees each slice as it is judged
+            judged.append((len(fresh), len(adds)))
+            return fresh
 
         def add(items, **kw):
             items = list(items)
-            sizes.append(len(items))
+            adds.append((len(items), kw.get("seen_mark")))
             return real_add(items, **kw)
 
         def ack():
-            acks_before_done.append(p.frontier.queued())
+            acks.append((p.frontier.queued(), p.frontier.seen_mark, len(adds)))
             real_ack()
 
+        p.intake.admission = admission
         p.frontier.add, p.seen.ack = add, ack
         p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
         try:
             n = 3 * SEEN_SLICE + 7
             assert p.intake.submit_urls([f"http://h{i % 50}.test/p{i}" for i in range(n)], depth=0) == n
             await p.seen.flush()
-            return n, sizes, acks_before_done, p.frontier.queued()
+            return n, judged, adds, acks, p.frontier.queued()
         finally:
             await p.close()
 
-    n, sizes, acks, queued = run(go())
-    assert queued == n and sum(sizes) == n
-    assert max(sizes) <= SEEN_SLICE and len(sizes) >= 4
-    assert acks and all(q == n for q in acks[-1:])     # the ack came once every slice was in
+    n, judged, adds, acks, queued = run(go())
+    assert queued == n
+    # judged a slice per loop iteration, none of them committed on its own
+    assert len(judged) >= 4 and max(size for size, _ in judged) <= SEEN_SLICE and sum(s for s, _ in judged) == n
+    assert all(before == 0 for _, before in judged)
+    # one frontier commit for the whole delivery, with the position after its last answer
+    assert adds == [(n, n)]
+    # acknowledged once, after that commit
+    assert acks == [(n, n, 1)]
+
+
+def test_a_delivery_longer_than_a_commit_group_commits_each_group_with_its_mark_and_acks_after_the_last(
+        tmp_path, monkeypatch):
+    import crawlerd.shard.intake as intake_module
+
+    monkeypatch.setattr(intake_module, "COMMIT_ANSWERS", 2 * SEEN_SLICE)
+
+    async def go():
+        p = Parts(str(tmp_path))
+        events = []
+        real_add, real_ack = p.frontier.add, p.seen.ack
+
+        def add(items, **kw):
+            items = list(items)
+            events.append(("add", len(items), kw.get("seen_mark")))
+            return real_add(items, **kw)
+
+        def ack():
+            events.append(("ack", p.frontier.queued(), p.frontier.seen_mark))
+            real_ack()
+
+        p.frontier.add, p.seen.ack = add, ack
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = 5 * SEEN_SLICE + 7
+            assert p.intake.submit_urls([f"http://h{i % 50}.test/p{i}" for i in range(n)], depth=0) == n
+            await p.seen.flush()
+            return n, events
+        finally:
+            await p.close()
+
+    n, events = run(go())
+    g = 2 * SEEN_SLICE
+    assert events == [("add", g, g), ("add", g, 2 * g), ("add", n - 2 * g, n), ("ack", n, n)]
+
+
+def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_after_both(tmp_path):
+    from crawlerd.frontier.budgets import Budgets
+
+    async def go():
+        p = Parts(str(tmp_path))
+        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
+                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False)
+        p.intake.budgets = b
+        order = []
+        real_commit, real_add, real_ack = b.commit, p.frontier.add, p.seen.ack
+
+        def commit():
+            order.append(("budgets", b.beast.waiting))
+            real_commit()
+
+        def add(items, **kw):
+            order.append(("frontier", kw.get("seen_mark")))
+            return real_add(items, **kw)
+
+        def ack():
+            order.append(("ack", None))
+            real_ack()
+
+        b.commit, p.frontier.add, p.seen.ack = commit, add, ack
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = 2 * SEEN_SLICE + 5
+            assert p.intake.submit_urls([f"http://h{i % 40}.test/p{i}" for i in range(n)], depth=1) == n
+            await p.seen.flush()
+            return n, order, p.frontier.queued(), b.beast.waiting, dict(p.metrics.counters)
+        finally:
+            await p.close()
+            b.store.close()
+
+    n, order, queued, waiting, counters = run(go())
+    assert queued == 40 * 2 and waiting == n - 80 == counters["budget_deferred"]   # 2 per domain pass, the rest wait
+    assert order == [("budgets", n - 80), ("frontier", n), ("ack", None)]
+
+
+KILLED_CHILD = textwrap.dedent("""
+    import asyncio, sys
+    sys.path.insert(0, {root!r})
+    from crawlerd.frontier.budgets import Budgets
+    from tests.shard.parts import Parts
+
+    async def main():
+        p = Parts({data!r})
+        p.intake.budgets = Budgets({budgets!r}, base_budget=2, per_inlink=2, max_budget=100,
+                                   map_size_bytes=1 << 24, edge_buckets=2, edge_merge_bytes=1 << 20,
+                                   edge_cache_entries=1 << 10, sync=False)
+        slices = []
+
+        def admission(fresh):
+            slices.append(len(fresh))
+            if len(slices) == 2:                    # the delivery is half judged: be killed here
+                print("judging", flush=True)
+                sys.stdin.read()
+            return fresh
+
+        p.intake.admission = admission
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        p.intake.submit_urls([f"http://h{{i % 40}}.test/p{{i}}" for i in range({n})], depth=1)
+        await p.seen.flush()
+
+    asyncio.run(main())
+""")
+
+
+def test_kill_9_in_the_middle_of_a_delivery_loses_no_url_and_adds_none_twice(tmp_path):
+    """The slices judged before the kill were not committed: the whole delivery comes again."""
+    from crawlerd.frontier.budgets import Budgets
+
+    n = 3 * SEEN_SLICE
+    data, budgets = str(tmp_path / "data"), str(tmp_path / "data" / "budgets")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = KILLED_CHILD.format(root=root, data=data, budgets=budgets, n=n)
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"judging\n"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+    async def go():
+        p = Parts(data)
+        b = Budgets(budgets, base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24, edge_buckets=2,
+                    edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False)
+        p.intake.budgets = b
+        try:
+            before = (p.frontier.queued(), b.beast.waiting)
+            p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+            await p.seen.flush()
+            return before, p.frontier.queued(), b.beast.waiting
+        finally:
+            await p.close()
+            b.store.close()
+
+    before, queued, waiting = run(go())
+    assert before == (0, 0)                     # nothing of the half-judged delivery was committed
+    assert queued == 40 * 2 and queued + waiting == n       # all of it after the restart, once
 
 
 def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
@@ -99,3 +251,52 @@ def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     queued, added, counters = run(go())
     assert queued == 3 + 1 and added == 4
     assert counters["seen_redelivered"] == 3
+
+
+def test_robots_rules_at_admission_are_each_hosts_own_when_hosts_interleave(tmp_path):
+    """URLs of a host with rules, of one without and of one whose robots.txt failed, interleaved in one
+    delivery: each is judged by its own host's rules (the intake reuses a host's rules along a run
+    of its URLs)."""
+    from crawlerd.fetch.robots import RobotsCache
+    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+    from crawlerd.fetch.robots.rules import RobotsRules
+    from crawlerd.seen.drum_answers import DrumResult, Op
+    from crawlerd.shard.intake import Intake, encode_aux
+
+    ruled, free, failed = "http://ruled.test", "http://free.test", "http://failed.test"
+    robots = RobotsCache()
+    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
+    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    robots.put(failed, RobotsEntry(RobotsRules.disallow_all(), 0.0, 1e9, 503, RobotsState.UNREACHABLE.value, ""))
+    urls = [f"{host}/private/{i}.html" for i in range(3) for host in (ruled, ruled, free, failed, ruled)]
+    urls += [f"{ruled}/p/{i}.html" for i in range(2)]
+    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None, aux=encode_aux(1, 0, 1, u), seq=i)
+               for i, u in enumerate(urls)]
+
+    async def go():
+        p = Parts(str(tmp_path))
+        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
+                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0)
+        try:
+            intake.on_seen_results(results)
+            return p.frontier.queued(), p.metrics.dropped["robots_denied"]
+        finally:
+            await p.close()
+
+    queued, denied = run(go())
+    assert denied == 3 * 3                      # ruled.test's private URLs, nothing else
+    assert queued == len(urls) - denied        # free.test's, failed.test's (decided at lease) and ruled.test's /p/
+
+
+def test_an_empty_delivery_is_acknowledged(tmp_path):
+    async def go():
+        p = Parts(str(tmp_path))
+        acks = []
+        p.seen.ack = lambda: acks.append(1)
+        try:
+            p.intake.on_seen_results([])
+            return acks, p.frontier.queued()
+        finally:
+            await p.close()
+
+    assert run(go()) == ([1], 0)

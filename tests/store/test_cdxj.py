@@ -64,6 +64,21 @@ def test_surt_equals_the_surt_package(scheme, host, port, path, query, frag):
         assert surt(u) == _reference_surt(u), u
 
 
+_LABEL = st.text(alphabet="abwz019-", min_size=1, max_size=6)
+_PLAIN_PIECE = st.text(alphabet="aZ09-._~!$&'*+,;=:@/?sidSESSIONcf", max_size=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(scheme=st.sampled_from(["http", "https"]), labels=st.lists(_LABEL, min_size=1, max_size=4),
+       port=st.sampled_from(["", ":80", ":443", ":8080", ":0", ":00080", ":99999"]), path=_PLAIN_PIECE,
+       query=_PLAIN_PIECE)
+def test_surt_of_plain_urls_equals_the_surt_package(scheme, labels, port, path, query):
+    """Plain URLs (what a crawl mostly archives) take surt's short path: same key as the general one."""
+    url = f"{scheme}://{'.'.join(labels)}{port}/{path}"
+    for u in (url, f"{url}?{query}", f"{scheme}://{'.'.join(labels)}?{query}"):
+        assert surt(u) == _reference_surt(u), u
+
+
 def test_timestamp14():
     assert timestamp14("2023-11-14T22:13:20.123456Z") == "20231114221320"
     assert timestamp14("2023-11-14T22:13:20Z") == "20231114221320"

@@ -50,3 +50,21 @@ def test_bad_digests(bad):
 def test_bad_types():
     with pytest.raises(TypeError):
         digest_key(12345)
+
+
+def test_base32_digests_read_as_base64_reads_them():
+    """The one-conversion base32 reader gives b32decode's bytes, in either case, with or without
+    the sha1: prefix, and refuses what is not 32 base32 characters."""
+    import base64
+    import random
+    rng = random.Random(7)
+    for _ in range(2000):
+        raw = rng.randbytes(20)
+        text = base64.b32encode(raw).decode()
+        assert digest_key(text) == raw
+        assert digest_key("sha1:" + text.lower()) == raw
+        assert digest_key(f"  SHA1:{text} ") == raw
+    for bad in ["0" * 32, "A" * 31 + "1", "A" * 31 + "_", "A_" * 16, "+" + "A" * 31, "\u0661" + "A" * 31,
+                "A" * 31 + "\u00e9", "A" * 31 + "="]:
+        with pytest.raises(ValueError):
+            digest_key(bad)

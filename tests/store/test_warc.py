@@ -173,6 +173,20 @@ def test_metadata_record_fields_are_single_lines(tmp_path):
     assert block == b"noindex: true\r\nnote: two%0D%0Alines\r\n"
 
 
+@pytest.mark.parametrize("fields,block", [
+    ([("outlink", "http://a.test/"), ("outlink", "http://b.test/ nofollow")],
+     b"outlink: http://a.test/\r\noutlink: http://b.test/ nofollow\r\n"),
+    ({"note": "cr\ronly", "x": "lf\nonly"}, b"note: cr%0Donly\r\nx: lf%0Aonly\r\n"),
+    ([("a:b", "c: d"), ("e", "f")], b"a_b: c: d\r\ne: f\r\n"),       # a colon in a name, not in a value
+    ([("crlf\r\n", "v")], b"crlf%0D%0A: v\r\n"),
+    ([("k", "caf\u00e9")], "k: caf\u00e9\r\n".encode()),
+    ([], b""),
+])
+def test_fields_block_escapes_what_would_break_a_line(fields, block):
+    from crawlerd.store.encoding import fields_block
+    assert fields_block(fields) == block
+
+
 def test_chunked_payload_digest_is_over_dechunked_body(tmp_path):
     path, _ = sample_segment(tmp_path)
     resp = records(path)[5][0]
@@ -452,6 +466,31 @@ def test_random_record_ids_are_version_4_and_unique():
     for rid in ids:
         u = uuid.UUID(rid.removeprefix("urn:uuid:"))
         assert rid == f"urn:uuid:{u}" and u.version == 4 and u.variant == uuid.RFC_4122
+
+
+@given(ts=st.floats(min_value=0, max_value=2**34, allow_nan=False))
+def test_warc_date_is_utc_with_six_fraction_digits(ts):
+    from datetime import UTC, datetime
+    d = datetime.fromtimestamp(ts, UTC)
+    assert warc_date(ts) == d.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert warc_date(1700000000.0) == "2023-11-14T22:13:20.000000Z"
+
+
+def test_a_forked_child_never_repeats_its_parents_record_ids():
+    from crawlerd.store.encoding import RecordIds
+    gen = RecordIds()
+    gen()                                                # the parent's pool is filled before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                         # child: its next ids, then exit at once
+        os.write(w, " ".join(gen() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        child = f.read().split()
+    os.waitpid(pid, 0)
+    parent = [gen() for _ in range(4)]
+    assert len(child) == 4 and not set(child) & set(parent)
 
 
 class TestSha1Base32:

@@ -52,6 +52,7 @@ after the frontier has queued them: a crash loses nothing and at worst queues a 
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 import xxhash
 
@@ -68,6 +69,12 @@ _FP = struct.Struct("<Q")
 FIFO_FORMAT = 2                        # deferred keys carry the host turn (1: arrival only)
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
+
+
+@lru_cache(maxsize=1 << 16)
+def _host_hash(host: str) -> bytes:
+    """A host key's part of its ``turns`` key (a page's links share hosts: cached)."""
+    return _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
 
 
 class BeastCorrupt(Exception):
@@ -187,14 +194,17 @@ class Beast:
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
         # Buffered, written in key order before anything reads the table (and at commit):
         # sorted puts touch each B-tree page once instead of once per URL.
-        hk = dk + b"\0" + _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
+        hk = dk + b"\0" + _host_hash(host)
         mine = self._turns.get(dk)
         if mine is None:
             mine = self._turns[dk] = {}
         turn = mine.get(hk)
         if turn is None:
-            raw = self.store.txn().get(hk, db=self.store.turns)
-            turn = _U64BE.unpack(raw)[0] if raw else 0
+            if d.deferred:
+                raw = self.store.txn().get(hk, db=self.store.turns)
+                turn = _U64BE.unpack(raw)[0] if raw else 0
+            else:
+                turn = 0        # a new backlog: the domain keeps no host turns (``_forget_turns``)
         if turn < d.turn:
             turn = d.turn
         mine[hk] = turn + 1
@@ -458,16 +468,15 @@ class Beast:
     def _write_puts(self) -> None:
         if self._puts:
             self._puts.sort()
-            txn, db = self.store.txn(), self.store.deferred
-            for k, v in self._puts:
-                txn.put(k, v, db=db, append=False)
+            self.store.txn().cursor(db=self.store.deferred).putmulti(self._puts)
             self._puts = []
 
     def _write_turns(self) -> None:
         if self._turns:
-            txn, db = self.store.txn(), self.store.turns
-            for hk, turn in sorted(kv for mine in self._turns.values() for kv in mine.items()):
-                txn.put(hk, _U64BE.pack(turn), db=db)
+            pack = _U64BE.pack
+            puts = [(hk, pack(turn)) for mine in self._turns.values() for hk, turn in mine.items()]
+            puts.sort()
+            self.store.txn().cursor(db=self.store.turns).putmulti(puts)
             self._turns = {}
 
     def _flush(self) -> None:

@@ -125,9 +125,11 @@ class Budgets:
         self.edges.start(loop, self._on_edges)
 
     # -- intake (the shard's seen-set answers) -----------------------------------------------
-    def offer(self, url: str, record: bytes, fp: int) -> bool:
-        """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue."""
-        return self.beast.offer(pld_of(url), record, fp, host_key_of(url))
+    def offer(self, url: str, record: bytes, fp: int, host_key: str | None = None) -> bool:
+        """A new URL: True if it may be queued now, False if BEAST keeps it for a later queue.
+        ``host_key``: the URL's, when the caller has it already."""
+        hk = host_key_of(url) if host_key is None else host_key
+        return self.beast.offer(_pld_of_host_key(hk), record, fp, hk)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
@@ -139,7 +141,19 @@ class Budgets:
 
     def record_links(self, page_url: str, host_keys: Iterable[str]) -> int:
         """The hosts one page links to (followed links only): domain edges for STAR; returns edges sent."""
-        keys, aux = self.graph.edge_keys(pld_of(page_url), {pld_of(h) for h in host_keys})
+        return self.record_pages_links([(page_url, host_keys)])
+
+    def record_pages_links(self, pages: Iterable[tuple[str, Iterable[str]]]) -> int:
+        """``record_links`` for several pages (page URL, host keys) in one edge DRUM submission
+        (one intake-log record instead of one per page); returns edges sent."""
+        keys: list[int] = []
+        aux: list[bytes] = []
+        edge_keys = self.graph.edge_keys
+        for page_url, host_keys in pages:
+            # the worker gave each link's host key: its domain is one cached look-up, no parse
+            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in host_keys})
+            keys += k
+            aux += a
         if keys:
             self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
             self.edges.submit(keys, aux)

@@ -80,10 +80,11 @@ class RecordCache:
 
     def flush(self) -> None:
         """Write the changed records into the store's transaction, in key order."""
-        txn, db = self.store.txn(), self.db
-        for dk, r in sorted(self.dirty.items()):
-            txn.put(dk, r.encode(), db=db)
-        self.dirty.clear()
+        if self.dirty:
+            puts = [(dk, r.encode()) for dk, r in self.dirty.items()]
+            puts.sort()
+            self.store.txn().cursor(db=self.db).putmulti(puts)
+            self.dirty.clear()
 
     def __len__(self) -> int:
         return len(self.lru)

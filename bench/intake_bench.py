@@ -1,0 +1,136 @@
+"""The admission path alone: DRUM deliveries through ``Intake`` into BEAST and the frontier, CPU per answer.
+
+A crawl-shaped stream of answers (``--hosts`` hosts, each its own registered domain like simweb's
+``h{i}.sim``; a page's links: 15 on its own host, 2 on other hosts; half of the answers unique)
+goes through ``Intake.on_seen_results`` in deliveries of 8,192 answers, the way the seen-set's
+pump hands them over, with budgets on (the shipped rule and probation) and robots and DUST off.
+After warm-up deliveries (and 3,000 seed answers, the trust roots), ``--deliveries`` are timed:
+process CPU per answer and per unique answer, and the budget and frontier commits they took.
+Nothing is fetched and no thread but the loop runs, so it isolates the loop's admission CPU.
+
+Runs on whichever crawlerd the interpreter imports, so a tree is compared with another by running
+this file with each tree's interpreter:
+
+    nice .venv/bin/python bench/intake_bench.py --runs 5
+    nice /path/to/other/.venv/bin/python bench/intake_bench.py --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import shutil
+import statistics
+import tempfile
+import time
+
+from crawlerd import config
+from crawlerd.frontier import Frontier
+from crawlerd.frontier.budgets import Budgets
+from crawlerd.metrics import Metrics
+from crawlerd.seen.drum_answers import DrumResult, Op
+from crawlerd.shard.intake import Intake, encode_aux
+from crawlerd.url.filter import UrlFilter
+
+DELIVERY = 8192
+UNIQUE_SHARE = 0.5
+SEEDS = 3000
+
+
+class Seen:
+    """The seen-set as the intake sees it: ``ack`` ends a delivery."""
+
+    backpressure = False
+
+    def __init__(self) -> None:
+        self.acked: asyncio.Event | None = None
+
+    def ack(self) -> None:
+        self.acked.set()
+
+
+def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: int) -> list[list[DrumResult]]:
+    out, seq = [], first_seq
+    for _ in range(n):
+        one: list[DrumResult] = []
+        while len(one) < DELIVERY:
+            page_host = rng.randrange(hosts)
+            for j in range(17):
+                h = page_host if j < 15 else rng.randrange(hosts)
+                url = f"http://h{h}.sim/p/{rng.randrange(10**9)}.html"
+                one.append(DrumResult(key=rng.getrandbits(63), op=Op.CHECK_UPDATE,
+                                      unique=rng.random() < UNIQUE_SHARE, value=None,
+                                      aux=encode_aux(depth, 1, 1, url), seq=seq))
+                seq += 1
+        out.append(one[:DELIVERY])
+    return out
+
+
+async def one_run(args: argparse.Namespace, seed: int) -> dict:
+    work = tempfile.mkdtemp(prefix="crawlerd-intake-bench-")
+    try:
+        cfg = config.load(None, [f"crawl.data_dir={work!r}"])
+        bu, buf = cfg.budgets, cfg.storage.lmdb_write_buffer_bytes
+        frontier = Frontier(cfg.path("frontier"), map_size_bytes=1 << 32, blocklist=[], sync=False,
+                            deferred_level=True, write_buffer_bytes=buf)
+        budgets = Budgets(cfg.path("budgets"), base_budget=bu.base_budget, per_inlink=bu.per_inlink,
+                          max_budget=bu.max_budget, mode=bu.indegree, vouch_ratio=bu.vouch_ratio, queues=bu.queues,
+                          max_spread=bu.max_spread, cache_entries=bu.cache_entries, map_size_bytes=1 << 32,
+                          sync=False, write_buffer_bytes=buf, probation=bu.probation)
+        seen = Seen()
+        intake = Intake(cfg, frontier=frontier, seen=seen, url_filter=UrlFilter(), recrawl=None, metrics=Metrics(),
+                        wake=lambda: None, budgets=budgets, wall=time.time)
+
+        async def deliver(results: list[DrumResult]) -> None:
+            seen.acked = asyncio.Event()
+            intake.on_seen_results(results)
+            await seen.acked.wait()
+
+        rng = random.Random(seed)
+        seeds = deliveries(rng, args.hosts, 1, 0, 0)[0][:SEEDS]
+        warm = deliveries(rng, args.hosts, args.warmup, 2, SEEDS)
+        timed = deliveries(rng, args.hosts, args.deliveries, 2, warm[-1][-1].seq + 100)
+        await deliver(seeds)
+        for d in warm:
+            await deliver(d)
+        gc.collect()
+        gc.freeze()
+        commits = (budgets.store.commits, frontier.commits)
+        t0 = time.process_time()
+        for d in timed:
+            await deliver(d)
+        cpu = time.process_time() - t0
+        answers = sum(len(d) for d in timed)
+        unique = sum(r.unique for d in timed for r in d)
+        out = {"us_per_answer": 1e6 * cpu / answers, "us_per_unique": 1e6 * cpu / unique,
+               "budget_commits": budgets.store.commits - commits[0], "frontier_commits": frontier.commits - commits[1],
+               "deferred": intake.metrics.counters["budget_deferred"]}
+        frontier.close()
+        await budgets.close()
+        return out
+    finally:
+        gc.unfreeze()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, default=20000)
+    p.add_argument("--deliveries", type=int, default=30, help="timed deliveries of 8,192 answers")
+    p.add_argument("--warmup", type=int, default=5, help="deliveries before the timed ones")
+    p.add_argument("--runs", type=int, default=3)
+    args = p.parse_args()
+    gc.set_threshold(50_000, 20, 100)      # as the daemon sets it (supervisor.py)
+    runs = [asyncio.run(one_run(args, seed)) for seed in range(1, args.runs + 1)]
+    for r in runs:
+        print(f"  {r['us_per_answer']:.2f} us/answer, {r['us_per_unique']:.2f} us/unique answer, "
+              f"{r['budget_commits']} budget / {r['frontier_commits']} frontier commits")
+    print(f"median: {statistics.median(r['us_per_answer'] for r in runs):.2f} us/answer, "
+          f"{statistics.median(r['us_per_unique'] for r in runs):.2f} us/unique answer "
+          f"({args.deliveries} deliveries of {DELIVERY} answers, {args.hosts} hosts, {args.runs} runs)")
+
+
+if __name__ == "__main__":
+    main()
