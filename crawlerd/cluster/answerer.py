@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from abc import ABC, abstractmethod
 
 from crawlerd.cluster.engine import Link
 
 log = logging.getLogger("crawlerd.cluster")
 
 
-class Answerer:
+class Answerer(ABC):
     """Answers requests on ``subject`` with :meth:`answer`. Invariant: subscribed from ``start``
     until ``close``; ``answered`` counts the replies sent."""
 
@@ -28,10 +29,10 @@ class Answerer:
         self.answered = 0
         self._sub = None
 
+    @abstractmethod
     def answer(self, data: bytes) -> bytes | None:
         """The reply to one request's payload, or None for none; ValueError/KeyError/TypeError for
         a request that does not decode."""
-        raise NotImplementedError
 
     async def start(self) -> None:
         self._sub = await self.link.nc.subscribe(self.subject, cb=self._on_msg)
