@@ -313,7 +313,10 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
     per-URL fit keeps the whole span after the warm-up."""
     w = warmup_end(samples, hosts, warmup_fraction)
     after = samples[w:]
-    wl = max(w, warmup_end(samples, hosts, warmup_fraction, warmup_pages_fraction))
+    # the late span: from the warm-up's end, once that share of the pages is fetched (hosts that ran
+    # out of URLs by then do not end it again)
+    min_pages = warmup_pages_fraction * samples[-1]["pages"] if samples else 0
+    wl = next((i for i in range(w, len(samples)) if samples[i]["pages"] >= min_pages), len(samples))
     late = samples[wl:]
     out = {"warmup_samples": w, "fit_samples": len(after), "warmup_pages_fraction": warmup_pages_fraction,
            "late_samples": len(late), "procs": {}}
@@ -367,7 +370,7 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
             "rss_first": pts[0][1]["VmRSS"], "rss_last": pts[-1][1]["VmRSS"],
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
-            **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" else {}),
+            **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" and late_pts else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out

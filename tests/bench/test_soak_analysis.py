@@ -50,3 +50,12 @@ def test_per_url_fit_keeps_the_whole_span_when_the_seen_set_stops_growing():
     assert a["procs"]["crawl"]["anon_slope_b_per_url"] is not None
     assert "heap_in_use_slope_b_per_page" in a["procs"]["crawl"]
     assert "heap_in_use_slope_b_per_page" not in a["procs"]["workers"]
+
+
+def test_hosts_running_out_of_urls_late_in_the_run_do_not_empty_the_late_span():
+    ss = samples()
+    for s in ss[200:]:
+        s["hosts_active"] = 70          # hosts done: below 95 % of the peak from the last third on
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    assert a["late_samples"] > 100
+    assert "heap_in_use_slope_b_per_page" in a["procs"]["crawl"]
