@@ -28,6 +28,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.memtrace import MemTrace
 from crawlerd.metrics import LoopLag, Metrics
 from crawlerd.process.pool import WorkerPool, default_workers
 from crawlerd.records import FetchResult
@@ -89,6 +90,7 @@ class Shard:
         self._last_commit = 0.0
         self._last_dns_save = 0.0
         self.trimmer = Trimmer(cfg.malloc.trim_interval_s, clock=clock)
+        self.memtrace = MemTrace.from_env(self._state("tracemalloc"), clock=clock)     # debug: None unless asked
         self.storage = StorageHealth(cfg.crawl.data_dir, min_free_bytes=cfg.storage.min_free_bytes,
                                      probe_interval_s=cfg.storage.probe_interval_s, clock=clock,
                                      on_change=self._wake.set)
@@ -399,6 +401,8 @@ class Shard:
                 self.dust.commit()
             self.events.flush()
             self.trimmer.maybe_trim(now)    # freed C-heap pages (bodies, batches, LMDB buffers) back
+            if self.memtrace is not None:
+                self.memtrace.maybe_dump(now)
             self.metrics.trim_hosts()
             if now - self._last_dns_save > DNS_SAVE_INTERVAL_S:
                 self._last_dns_save = now
