@@ -1,0 +1,40 @@
+"""The tracemalloc debug switch: off unless asked, snapshots on its interval, a diff that names what grew."""
+
+import os
+import tracemalloc
+
+import pytest
+
+from crawlerd.memtrace import ENV, MemTrace, grown
+
+
+@pytest.fixture
+def untraced():
+    yield
+    tracemalloc.stop()
+
+
+def test_off_unless_the_environment_asks(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert MemTrace.from_env(str(tmp_path / "t")) is None
+    monkeypatch.setenv(ENV, "0")
+    assert MemTrace.from_env(str(tmp_path / "t")) is None
+    monkeypatch.setenv(ENV, "soon")
+    assert MemTrace.from_env(str(tmp_path / "t")) is None
+    assert not os.path.exists(tmp_path / "t")
+
+
+def test_snapshots_on_the_interval_and_the_diff_finds_the_growth(tmp_path, monkeypatch, untraced):
+    monkeypatch.setenv(ENV, "30")
+    t = [100.0]
+    tr = MemTrace.from_env(str(tmp_path / "t"), clock=lambda: t[0])
+    assert tr is not None and tracemalloc.is_tracing()
+    assert tr.maybe_dump(120.0) is None                  # not yet due
+    first = tr.maybe_dump(130.0)
+    kept = [bytes(1000) for _ in range(2000)]            # ~2 MB that stays live
+    second = tr.maybe_dump(160.0)
+    assert os.path.basename(first) < os.path.basename(second)    # named in time order
+    lines = grown(first, second, top=5)
+    assert float(lines[0].split()[1]) > 1500             # KiB grew in all
+    assert "test_memtrace.py" in lines[1]                # the line above, first
+    assert len(kept) == 2000
