@@ -411,6 +411,13 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Processing worker processes in all, shared out evenly among the shards (0: cores - "
            "shards, at least one per shard).", min=0, max=256),
         _k("max_links_per_page", int, 5000, "Links extracted from one page at most.", min=0, max=1_000_000),
+        _k("queue_bytes", int, 64 * MiB,
+           "RAM for fetched bodies not archived yet (waiting for a worker or in one), bytes: a lease starts "
+           "only while they and the transfers going, at the mean body size so far, fit (backpressure on "
+           "leasing, never on the transfers already going; nothing is dropped, and with nothing fetched or "
+           "going one lease may always start, however large its body). It does not cap the number of "
+           "transfers otherwise (fetch.max_in_flight does). `crawlerd stats`: memory.fetched_bodies.",
+           min=1 * MiB, max=64 * GiB),
         _k("worker_nice", int, 0,
            "Niceness the processing workers add to the crawl loop's (0: the same). Raising it gives the "
            "latency-bound shard loop the CPU first on a machine shared with other work (workers keep a "

@@ -50,7 +50,9 @@ lease of a response until it is processed (its transfer slot is free once the
 transfer ends) and stops leasing while ``waiting`` reaches ``capacity``
 (``behind``), so a slow pool stops new fetches instead of growing a queue of
 fetched, unarchived responses (RAM, and the work a kill -9 makes the crawl redo);
-no answer is dropped.
+no answer is dropped. ``body_bytes`` is the bodies of the calls not returned: the
+shard's lease window keeps them, with the transfers' expected bodies, within
+``process.queue_bytes``.
 """
 
 from __future__ import annotations
@@ -193,6 +195,7 @@ class WorkerPool:
         self.waiting = 0                              # process() calls waiting for one of those slots
         self.held = 0                                 # process() calls holding one (in a worker or its backlog)
         self.answered = 0                             # process() calls answered so far
+        self.body_bytes = 0                           # bodies of the process() calls not returned (calls)
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -294,11 +297,16 @@ class WorkerPool:
         ``sitemap``: (max_urls, max_bytes) to have the worker also decode and parse the answer as a
         sitemap; the result's ``sitemap`` holds the reading (the parse never runs on this loop).
         """
-        self.waiting += 1
+        self.body_bytes += len(result.body)
         try:
-            await self._slots.acquire()
-        finally:
-            self.waiting -= 1
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+        except BaseException:
+            self.body_bytes -= len(result.body)
+            raise
         self.held += 1
         try:
             loop = asyncio.get_running_loop()
@@ -313,6 +321,7 @@ class WorkerPool:
                 self.answered += 1
         finally:
             self.held -= 1
+            self.body_bytes -= len(result.body)
             self._slots.release()
 
     def _dispatch(self, job: _Job) -> None:

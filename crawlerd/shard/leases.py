@@ -97,18 +97,43 @@ class LeaseWindow:
     kill -9 makes the crawl redo (a run starting with thousands of hosts due at once would
     lease ``fetch.max_in_flight`` in one step). Size: ``2 x R x L`` plus ``floor`` (twice the
     workers' slots), at most ``ceiling`` (``fetch.max_in_flight``).
+
+    Bytes (``max_bytes``, ``process.queue_bytes``): the bodies fetched and not archived yet plus
+    the transfers going, each at the mean body so far (``body_mean``, at least ``MIN_BODY_BYTES``),
+    must fit, or no lease starts (``free``). Only leasing waits: the transfers going land, and the
+    count of transfers is the window's as long as the bytes fit. With nothing fetched or going one
+    lease may always start, so one body larger than the cap still goes (``fetch.max_body_bytes``
+    bounds it).
     """
 
-    def __init__(self, floor: int, ceiling: int):
+    MIN_BODY_BYTES = 1024           # an empty answer still costs its record and headers
+    FIRST_BODY_BYTES = 64 << 10     # the mean assumed before any body landed: a web's bodies are unknown
+
+    def __init__(self, floor: int, ceiling: int, max_bytes: int = 0):
         self.floor = floor
         self.ceiling = ceiling
+        self.max_bytes = max_bytes      # 0: no byte bound
         self.fetch_s = 0.0              # moving average of transfer times, seconds
+        self.body_mean = float(self.FIRST_BODY_BYTES)   # moving average of bodies fetched, bytes
         self.rate = 0.0                 # best answers-per-second lately
         self._last_t: float | None = None
         self._last_answered = 0
 
-    def fetched(self, elapsed_s: float) -> None:
+    def fetched(self, elapsed_s: float, body_bytes: int = 0) -> None:
         self.fetch_s += 0.05 * (max(elapsed_s, 0.0) - self.fetch_s)
+        self.body_mean += 0.05 * (max(body_bytes, self.MIN_BODY_BYTES) - self.body_mean)
+
+    def free(self, transfers: int, queued_bytes: int) -> int:
+        """Leases that may start now: the window less the ``transfers`` going (on the wire, waiting
+        for the fetcher, or leased and not started), and no more than the bytes left once the
+        ``queued_bytes`` (bodies fetched, not archived) and the transfers' expected bodies are
+        counted. With nothing going and nothing queued, at least one."""
+        room = self.size - transfers
+        if self.max_bytes > 0:
+            room = min(room, int((self.max_bytes - queued_bytes) // self.body_mean) - transfers)
+        if transfers <= 0 and queued_bytes <= 0:
+            room = max(room, 1)
+        return room
 
     def tick(self, now: float, answered: int) -> None:
         """Once a second or so: the pool's answers so far."""
@@ -264,7 +289,7 @@ class LeaseRunner:
             return
         res = await self.fetch(req)
         if self.window is not None:
-            self.window.fetched(res.elapsed_s)
+            self.window.fetched(res.elapsed_s, len(res.body))
         if res.outcome is Outcome.ABORTED:
             # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)

@@ -162,10 +162,11 @@ class Shard:
         self.tasks = Tasks(self._wake.set, store_errors=STORE_ERRORS,
                            on_store_error=lambda e: self.storage.fatal(e, "a lease"))
         self.leases = LeaseTable()
-        self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight)
+        self.window = LeaseWindow(floor=2 * self.pool.capacity, ceiling=cfg.fetch.max_in_flight,
+                                  max_bytes=cfg.process.queue_bytes)
         self.intake = Intake(cfg, frontier=self.frontier, seen=self.seen, url_filter=url_filter,
                              recrawl=self.recrawl, metrics=metrics, wake=self._wake.set, budgets=self.budgets,
-                             wall=wall, free_slots=self._free_transfers,
+                             wall=wall, free_slots=lambda: self.window.size - self._transfers(),
                              paused=lambda: self.paused or self.storage.paused,
                              robots=self.robots, clock=clock, on_dropped=self.events.dropped,
                              shard=index, shards=shards, outbox=outbox)
@@ -242,7 +243,11 @@ class Shard:
 
     def memory(self) -> dict[str, dict[str, int]]:
         """Each bounded RAM component's estimated bytes against its cap (`crawlerd stats`)."""
-        out = {"robots_cache": self.robots.memory(), "url_filter": self.url_filter.memory(), **self.near.memory()}
+        out = {"robots_cache": self.robots.memory(), "url_filter": self.url_filter.memory(), **self.near.memory(),
+               # bodies fetched and not archived yet: leasing keeps them and the transfers' expected
+               # bodies within the cap (LeaseWindow.free); bodies larger than the mean can pass it
+               "fetched_bodies": {"bytes": self.pool.body_bytes, "cap_bytes": self.cfg.process.queue_bytes,
+                                  "entries": self.pool.calls}}
         if self.resolver is not None:
             out["dns_cache"] = self.resolver.memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
@@ -415,13 +420,17 @@ class Shard:
         if self.ownership is None or self.ownership.held(self.clock()):
             self.inbox.ack(batch)
 
-    def _free_transfers(self) -> int:
-        """Transfer slots free: the lease window (``fetch.max_in_flight`` at most) less transfers on
-        the wire or waiting for one, less leases whose task has not reached the fetcher yet. A lease
-        waiting for a worker holds no slot: ``pool.behind`` bounds that queue."""
+    def _transfers(self) -> int:
+        """Transfers on the wire or waiting for one, and leases whose task has not reached the fetcher yet."""
         f = self.fetcher
-        busy = f.in_flight + f.waiting if f is not None else 0
-        return self.window.size - busy - self.leases.unstarted
+        return (f.in_flight + f.waiting if f is not None else 0) + self.leases.unstarted
+
+    def _free_transfers(self) -> int:
+        """Leases that may start: the lease window (``fetch.max_in_flight`` at most) less the
+        transfers, within ``process.queue_bytes`` for the bodies not archived plus the transfers'
+        expected ones (``LeaseWindow.free``). A lease waiting for a worker holds no transfer slot:
+        ``pool.behind`` bounds that queue's count, the byte bound its bodies."""
+        return self.window.free(self._transfers(), self.pool.body_bytes)
 
     async def _sleep_until_next(self) -> None:
         nd = self.frontier.next_due()

@@ -1,4 +1,5 @@
-"""robots.txt decides at admission; a disallowed lease costs no gap; a full processing queue pauses leasing."""
+"""robots.txt decides at admission; a disallowed lease costs no gap; a full processing queue pauses leasing;
+fetched bodies not archived stay within process.queue_bytes."""
 
 import asyncio
 import os
@@ -156,3 +157,158 @@ def test_a_full_processing_queue_pauses_leasing_and_loses_nothing(tmp_path):
     # leasing stopped once as many answers waited for the worker as it holds
     assert behind and calls == asked == 2 * capacity and queued == 100 - asked
     assert done == (100, 0, 0, 100)                       # then everything was fetched and processed
+class HeldFetcher:
+    """Stands in for the fetcher: every transfer stays on the wire until the test lands it."""
+
+    def __init__(self, server: Server, elapsed_s: float):
+        self.server = server
+        self.elapsed_s = elapsed_s
+        self.wire: list[asyncio.Future] = []
+        self.waiting = 0
+        self.connections_open = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.wire)
+
+    async def fetch(self, req):
+        turn = asyncio.get_running_loop().create_future()
+        self.wire.append(turn)
+        try:
+            await turn
+        finally:
+            self.wire.remove(turn)
+        res = await self.server.fetch(req)
+        res.elapsed_s = self.elapsed_s         # the lease window's fetch time stays as the test set it
+        return res
+
+    def land(self, n: int) -> None:
+        for turn in [t for t in self.wire if not t.done()][:n]:
+            turn.set_result(None)
+
+    async def close(self, grace: float) -> None:
+        self.land(len(self.wire))
+
+
+def crawl_shard(tmp_path, clock, hosts: int, body: bytes, *sets: str):
+    """A one-worker shard whose ``hosts`` hosts each have one page, robots known, due now."""
+    from crawlerd import config
+    from crawlerd.fetch.robots import robots_decision
+    cfg = config.load(None, [f"crawl.data_dir={str(tmp_path)!r}", "process.workers=1",
+                             "politeness.min_delay_s=0.0", "politeness.delay_factor=0.0", "budgets.enabled=false",
+                             'network.allow=["127.0.0.0/8"]', *sets])
+    shard = Shard(cfg, Metrics(), clock=clock)
+    server = Server({})
+    urls = [f"http://h{i}.test/p" for i in range(hosts)]
+    for i, url in enumerate(urls):
+        h = url[:-2]
+        server.answers[url] = (200, body, [])
+        shard.frontier.add([QueuedURL(url=url, host_key=h, fp=fingerprint(url))])
+        shard.frontier.set_host_ip(h, f"127.0.{i // 250}.{i % 250 + 1}")      # one IP each: per-IP limits aside
+        shard.frontier.set_robots(h, expires_at=clock() + 3600, crawl_delay_s=None)
+        shard.robots.put(h, robots_decision(status=404, outcome_ok=True, body=b"", location=None, hops=0,
+                                            previous=None, now=clock(), agent_token="crawlerd",
+                                            cache_ttl_s=3600, error_retry_s=600, max_bytes=1 << 19))
+    return shard, server
+
+
+def held_runner(shard, fetcher) -> LeaseRunner:
+    outbound = Outbound(guard=shard.guard, frontier=shard.frontier, resolve=None, host_busy=shard.leases.host_busy)
+    shard.fetcher = fetcher
+    return LeaseRunner(frontier=shard.frontier, table=shard.leases, tasks=shard.tasks, outbound=outbound,
+                       fetch=fetcher.fetch, robots=shard.robots, recrawl=shard.recrawl, host_files=None,
+                       answers=shard.answers, events=shard.events, metrics=shard.metrics, clock=clock_of(shard),
+                       wall=time.time, storage_failed=shard.storage.failed, window=shard.window)
+
+
+def clock_of(shard):
+    return shard.clock
+
+
+async def settle() -> None:
+    """Let the tasks just woken run up to their next wait (leases reach the fetcher, answers the pool)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def crawl_with_a_stopped_worker(shard, server, fetcher, runner, land_per_round: int, rounds: int):
+    """Lease, land ``land_per_round`` transfers, again, while the worker is stopped; then let it go.
+    Returns the largest (transfers + answers waiting for the worker, bodies not archived) seen
+    after any step, and the end state (asked, processing calls, queued, pages)."""
+    await shard.pool.start()
+    shard.seen.start(asyncio.get_running_loop(), shard.intake.on_seen_results)
+    worker = shard.pool.pids()[0]
+    os.kill(worker, signal.SIGSTOP)            # processing stalls: answers pile up
+    peak_open, peak_bytes = 0, 0
+    try:
+        for _ in range(rounds):
+            shard._step(runner)
+            await settle()
+            peak_open = max(peak_open, fetcher.in_flight + shard.pool.waiting)
+            fetcher.land(land_per_round)
+            await settle()
+            peak_open = max(peak_open, fetcher.in_flight + shard.pool.waiting)
+            peak_bytes = max(peak_bytes, shard.memory()["fetched_bodies"]["bytes"])
+        stalled = len(server.asked)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    for _ in range(3000):
+        shard._step(runner)
+        fetcher.land(len(fetcher.wire))
+        await asyncio.sleep(0.005)
+        if shard.frontier.queued() == 0 and shard.pool.calls == 0 and not len(shard.leases):
+            break
+    done = (len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.metrics.pages)
+    await shard._shutdown()
+    return peak_open, peak_bytes, stalled, done
+
+
+def test_fetched_bodies_stay_within_process_queue_bytes_and_nothing_is_lost(tmp_path):
+    clock = FakeClock(1000.0)
+    body = b"<!DOCTYPE html><html><body><p>" + b"x" * (30 * 1024) + b"</p></body></html>"
+
+    async def go():
+        shard, server = crawl_shard(tmp_path, clock, 200, body, f"process.queue_bytes={1 << 20}")
+        fetcher = HeldFetcher(server, elapsed_s=0.5)
+        runner = held_runner(shard, fetcher)
+        shard.window.rate, shard.window.fetch_s = 200.0, 0.5      # the count alone allows 64 + 200 transfers
+        size = shard.window.size
+        return size, await crawl_with_a_stopped_worker(shard, server, fetcher, runner, land_per_round=10,
+                                                       rounds=12)
+
+    size, (_, peak_bytes, stalled, done) = run(go())
+    assert size == 264
+    # the bodies waiting for the stopped worker, with the transfers' expected ones, stayed within
+    # the cap: leasing waited (without the bound: 64 answers the pool holds, 2 MiB)
+    assert 0 < peak_bytes <= 1 << 20
+    assert stalled <= (1 << 20) // (30 * 1024)          # about 30 KiB each: 34 fetched at most
+    assert done == (200, 0, 0, 200)                     # then everything was fetched and archived, once
+
+
+def test_the_byte_bound_leaves_the_transfer_count_to_the_window(tmp_path):
+    clock = FakeClock(1000.0)
+
+    async def go():
+        shard, server = crawl_shard(tmp_path, clock, 300, PAGE)     # small bodies: the bytes never bind
+        fetcher = HeldFetcher(server, elapsed_s=0.5)
+        runner = held_runner(shard, fetcher)
+        shard.window.rate, shard.window.fetch_s = 200.0, 0.5
+        await shard.pool.start()
+        shard.seen.start(asyncio.get_running_loop(), shard.intake.on_seen_results)
+        shard._step(runner)
+        await settle()
+        going = fetcher.in_flight
+        fetcher.land(len(fetcher.wire))
+        for _ in range(3000):
+            shard._step(runner)
+            fetcher.land(len(fetcher.wire))
+            await asyncio.sleep(0.005)
+            if shard.frontier.queued() == 0 and shard.pool.calls == 0 and not len(shard.leases):
+                break
+        done = (len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.metrics.pages)
+        await shard._shutdown()
+        return shard.window.size, going, done
+
+    size, going, done = run(go())
+    assert going == size == 264                 # one step leased the whole window (64 KiB each, 17 MiB < 64 MiB)
+    assert done == (300, 0, 0, 300)
