@@ -52,6 +52,7 @@ SMALL_CAPS = [
     "dedup.near_index_ram_bytes=4194304",   # near-duplicate delta: flushed to disk every ~35,000 pages
     "dedup.host_windows_bytes=1048576",     # per-host near-duplicate windows
     "dedup.worker_captures_bytes=1048576",  # a worker's own first captures, not yet in the digest set
+    "dust.cache_bytes=4194304",             # DUST host states decoded (they grow with each host's pages)
     "robots.cache_bytes=4194304",           # parsed robots.txt rules
     "dns.cache_bytes=4194304",              # DNS answers
     # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s

@@ -368,7 +368,13 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("class_entries", int, 1 << 21,
            "Recently admitted URL skeletons kept in RAM to recognise suspects (8 bytes each).", min=1024,
            max=1 << 32),
-        _k("cache_hosts", int, 2048, "Host records kept decoded in RAM.", min=16, max=1 << 20),
+        _k("cache_hosts", int, 2048, "Host records kept decoded in RAM, at most (dust.cache_bytes bounds their bytes).",
+           min=16, max=1 << 20),
+        _k("cache_bytes", int, 32 * MiB,
+           "RAM for the host records kept decoded (rules and evidence of the hosts used last), bytes, "
+           "estimated at 512 B + 7 B per byte of the stored record (a host with a full evidence window "
+           "costs ~14 KiB); the least recently used are written back and dropped past it. `crawlerd "
+           "stats`: memory.dust_hosts.", min=64 * KiB, max=64 * GiB),
     ]),
     "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
         _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1, max=4096),

@@ -88,7 +88,7 @@ class DustLearner:
                  cache_hosts: int = 2048, near_bits: int = 3, prior_hosts: int = 3, prior_counter_hosts: int = 2,
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
                  initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
-                 clock=time.time, write_buffer_bytes: int = 0):
+                 clock=time.time, write_buffer_bytes: int = 0, cache_bytes: int = 32 << 20):
         """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
         admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there
         spends the budget on nothing, so probes are then only taken from the frontier's deferred
@@ -117,7 +117,8 @@ class DustLearner:
         self.counters: Counter[str] = Counter()
         self._host_probes: Counter[str] = Counter()
         self.hosts = DustHosts(self.store, self.priors, cache_hosts=cache_hosts, max_host_bytes=max_host_bytes,
-                               clock=clock, counters=self.counters, on_evict=self._forget_host)
+                               clock=clock, counters=self.counters, on_evict=self._forget_host,
+                               cache_bytes=cache_bytes)
         self._classes = ClassTable(class_entries)
         # fp -> (kind, rule, canonical, its digest u32, its simhash) of probes and samples in flight
         self._pending: OrderedDict[int, tuple[str, str, str, int, int]] = OrderedDict()

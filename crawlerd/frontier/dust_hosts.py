@@ -27,20 +27,39 @@ class HostInfo(NamedTuple):
     samples: dict[str, int]         # rule text -> samples that agreed with it (kept current in place)
 
 
+# RAM of a cached host state, estimated from its record's encoded (JSON) size: measured on a soak's
+# records (bench/RESULTS.md, "DUST host states bounded in bytes"), the decoded state costs 3.6 B per
+# record byte, 6.7 B once its evidence URLs are parsed (``Evidence.parts``), plus the state itself
+HOST_STATE_BYTES = 512
+RAM_PER_RECORD_BYTE = 7
+
+
+def host_state_bytes(record_bytes: int) -> int:
+    """Estimated RAM of one cached host state whose record encodes to ``record_bytes``."""
+    return HOST_STATE_BYTES + RAM_PER_RECORD_BYTE * record_bytes
+
+
 class DustHosts:
-    """Host states by host key: the ``cache_hosts`` most recently used in an LRU (a changed one
-    also in ``dirty`` until written), ``info`` for every host with trusted, relevant or retired
-    rules. Invariant: ``info`` of a host is rebuilt (``refresh``) whenever its trusted rules,
-    relevant names or retired rules change; an info is replaced then, and only its sample counts
-    change in place (``observe``)."""
+    """Host states by host key: the most recently used in an LRU of at most ``cache_hosts``
+    entries and ``cache_bytes`` estimated bytes (a changed one also in ``dirty`` until written),
+    ``info`` for every host with trusted, relevant or retired rules. Invariants: ``info`` of a
+    host is rebuilt (``refresh``) whenever its trusted rules, relevant names or retired rules
+    change; an info is replaced then, and only its sample counts change in place (``observe``).
+    ``cached_bytes`` is the sum of the cached states' charges, each charged by its record's size
+    when loaded and again when written (a state grows between: by the evidence of the pages
+    archived since the last commit), and the LRU is cut back to its bounds after each load and
+    each write of the changed states (it keeps at least the state just used)."""
 
     def __init__(self, store: DustStore, priors: PriorTable, *, cache_hosts: int, max_host_bytes: int,
-                 clock, counters: Counter, on_evict: Callable[[str], None]):
+                 clock, counters: Counter, on_evict: Callable[[str], None], cache_bytes: int = 16 << 20):
         """``counters``: the learner's (adoptions are counted there); ``on_evict(host)``: the
         store dropped the host's record to stay in bounds (the learner forgets it too)."""
         self.store, self.priors, self.cache_hosts, self.max_host_bytes = store, priors, cache_hosts, max_host_bytes
+        self.cache_bytes = cache_bytes
         self._clock, self.counters, self._on_evict = clock, counters, on_evict
         self._cache: OrderedDict[str, HostState] = OrderedDict()
+        self._charged: dict[str, int] = {}          # host -> its state's charge, bytes (the cached ones)
+        self.cached_bytes = 0
         self.dirty: set[str] = set()
         self.info: dict[str, HostInfo] = {}
         self.skips_by_host: Counter[str] = Counter()
@@ -59,23 +78,43 @@ class DustHosts:
         if st is not None:
             self._cache.move_to_end(host)
             return st
-        st = HostState(self.store.get_host(host))
+        rec, size = self.store.get_host_sized(host)
+        st = HostState(rec)
         self._cache[host] = st
-        while len(self._cache) > self.cache_hosts:
+        self._charge(host, size)
+        self._cut()
+        return st
+
+    def _charge(self, host: str, record_bytes: int) -> None:
+        b = host_state_bytes(record_bytes)
+        self.cached_bytes += b - self._charged.get(host, 0)
+        self._charged[host] = b
+
+    def _cut(self) -> None:
+        """Evict the least recently used states (a changed one is written first) down to the bounds."""
+        while len(self._cache) > 1 and (len(self._cache) > self.cache_hosts or self.cached_bytes > self.cache_bytes):
             old, ost = self._cache.popitem(last=False)
+            self.cached_bytes -= self._charged.pop(old)
             if old in self.dirty:
                 self.write(old, ost)
-        return st
+
+    def memory(self) -> dict[str, int]:
+        """The cached states' estimated bytes against ``cache_bytes`` (`crawlerd stats`)."""
+        return {"bytes": self.cached_bytes, "cap_bytes": self.cache_bytes, "entries": len(self._cache)}
 
     def write(self, host: str, st: HostState) -> None:
         rec = st.to_record()
-        while self.store.encoded_size(rec) > self.max_host_bytes and st.shrink():
+        size = self.store.encoded_size(rec)
+        while size > self.max_host_bytes and st.shrink():
             rec = st.to_record()
+            size = self.store.encoded_size(rec)
         for gone in self.store.put_host(host, rec):      # the least recently written hosts
             self.info.pop(gone, None)
             self.skips_by_host.pop(gone, None)
             self._on_evict(gone)
         self.dirty.discard(host)
+        if host in self._charged:
+            self._charge(host, size)
 
     def refresh(self, host: str, st: HostState) -> None:
         trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))
@@ -142,3 +181,4 @@ class DustHosts:
             if st is not None:
                 self.write(host, st)
         self.dirty.clear()
+        self._cut()                 # the states written may have grown past the byte bound

@@ -87,8 +87,12 @@ class DustStore:
 
     # -- host records ----------------------------------------------------------------------
     def get_host(self, host: str) -> dict | None:
+        return self.get_host_sized(host)[0]
+
+    def get_host_sized(self, host: str) -> tuple[dict | None, int]:
+        """A host's record and its encoded size, bytes ((None, 0) when there is none)."""
         raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
-        return orjson.loads(raw) if raw else None
+        return (orjson.loads(raw), len(raw)) if raw else (None, 0)
 
     def put_host(self, host: str, record: dict) -> list[str]:
         """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted

@@ -44,7 +44,7 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
     return DustLearner(directory or cfg.path("dust"), confirmations=d.confirmations, sample_share=d.sample_share,
                        probe_share=d.probe_share, defer=d.defer_suspects, window=d.evidence_per_host,
                        max_bytes=d.max_bytes, max_host_bytes=d.max_host_bytes, class_entries=d.class_entries,
-                       cache_hosts=d.cache_hosts, near_bits=cfg.dedup.simhash_distance,
+                       cache_hosts=d.cache_hosts, cache_bytes=d.cache_bytes, near_bits=cfg.dedup.simhash_distance,
                        prior_hosts=d.prior_hosts, prior_counter_hosts=d.prior_counter_hosts,
                        prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
                        min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
@@ -164,6 +164,10 @@ class DustGate:
     def close(self) -> None:
         self.final = self.stats()
         self.learner.close()
+
+    def memory(self) -> dict[str, int]:
+        """The learner's cached host states against ``dust.cache_bytes`` (`crawlerd stats`)."""
+        return self.learner.hosts.memory()
 
     def stats(self) -> dict:
         """Rules and counters for ``crawlerd stats`` (the last ones once closed)."""

@@ -250,6 +250,8 @@ class Shard:
                                   "entries": self.pool.calls}}
         if self.resolver is not None:
             out["dns_cache"] = self.resolver.memory()
+        if self.dust is not None:
+            out["dust_hosts"] = self.dust.memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
             slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
             out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,

@@ -413,3 +413,26 @@ def test_without_admission_probes_a_suspect_waits_and_a_probe_is_taken_from_the_
     assert L.take_probe(f"{H}/a?x=1", fingerprint(f"{H}/a?x=1"), H)
     assert L.tokens == 1.0 and not L.wants_probe(H)          # a new host needs 2 to start
     assert not L.take_probe(f"{H}/b?x=1", fingerprint(f"{H}/b?x=1"), H)
+
+
+def test_cached_host_states_stay_within_cache_bytes_and_lose_no_evidence(tmp_path):
+    def crawl(path, cache_bytes):
+        s = Site(path, lambda u: u, window=24, cache_hosts=2048, cache_bytes=cache_bytes)
+        peak = 0
+        for k in range(24):                     # round robin over 200 hosts, as a crawl visits them
+            for i in range(200):
+                s.fetch(f"http://h{i}.example/p/{k}-{'x' * 30}.html")
+                if (k * 200 + i) % 100 == 99:   # the shard commits every couple of seconds
+                    s.learner.commit()
+                    peak = max(peak, s.learner.hosts.memory()["bytes"])
+        s.learner.commit()
+        kept = {i: [e.url for e in s.learner.hosts.state(f"http://h{i}.example").evidence] for i in range(200)}
+        return peak, s.learner.hosts.memory(), kept
+
+    peak, mem, kept = crawl(str(tmp_path / "small"), 64 << 10)
+    assert peak <= 64 << 10 and mem["bytes"] <= mem["cap_bytes"] == 64 << 10
+    assert 1 < mem["entries"] < 200                           # the bound, not the entry count, evicted
+    free_peak, _, reference = crawl(str(tmp_path / "free"), 1 << 30)
+    assert free_peak > 4 * (64 << 10)                         # unbounded, the same crawl holds more
+    assert kept == reference                                  # evicted states were written back whole
+    assert all(len(urls) == 24 for urls in kept.values())
