@@ -71,12 +71,13 @@ def test_fit_spans_many_urls(soak):
     assert q_hi > q_lo, "the queue did not grow: nothing piled up on disk"
 
 
-# Measured (bench/RESULTS.md, "RAM that follows the rate": two 15-min soaks side by side, 20,000 hosts,
-# loaded 2-core box, main vs the 2-s trim): crawl process +1.8 / +4.0 B/URL, +29 / +33 B/page; workers
-# +0.31 / +0.38 B/URL, +5.6 / +5.6 B/page. The crawl process's C heap extent is flat from 22 k to 166 k
-# pages; its RssAnon swings +-7 MiB with the fetched responses waiting for the worker (12.6 KB each),
-# which a fit over 150 k pages reads as tens of bytes per page either way (the late half of the same runs:
-# -6.6 / -31 B/page), so these stay strict xfails until a run long enough to resolve 2 B/page.
+# Measured (bench/RESULTS.md, "DUST host states bounded in bytes": two 15-min soaks side by side, 20,000
+# hosts, loaded 2-core box, main vs the branch that bounds the DUST cache in bytes): crawl process
+# +45.4 / +33.2 B/page over the whole span after the warm-up, +13.0 / -0.1 B/page over its late half;
+# workers -0.8 / +0.3 B/page. The crawl process still grows in the span right after the warm-up, where
+# the seen-set stops growing and the crawl speeds up (its C heap in use: +19 B/page on the branch), so
+# its cases stay strict xfails. Both arms saw every URL of the web within ~6 minutes, so the per-URL
+# fit spans ~120 k URLs (test_fit_spans_many_urls wants 200 k).
 _NOT_YET = pytest.mark.xfail(strict=True, reason="private memory still above the per-page target (see the "
                              "comment above and bench/RESULTS.md)")
 
@@ -88,8 +89,7 @@ def test_private_memory_slope_per_url_is_small(soak, proc):
     assert p["anon_slope_b_per_url"] <= MAX_SLOPE_B_PER_URL, p
 
 
-@_NOT_YET
-@pytest.mark.parametrize("proc", ["crawl", "workers"])
+@pytest.mark.parametrize("proc", [pytest.param("crawl", marks=_NOT_YET), "workers"])
 def test_private_memory_slope_per_page_is_small(soak, proc):
     # RAM grows with active hosts only (capped by config); pages fetched and their
     # fingerprints go to disk (WARC, LMDB, the near-duplicate index's run files)
