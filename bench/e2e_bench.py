@@ -484,7 +484,10 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
         extra={"workers": workers, "cpu_by_process_raw_s": last.get("cpu_by_process_s", {}),
                "wait4_cpu_s": round(wait4_cpu, 3), "uptime_s": last.get("uptime_s"),
                "last_run_found": bool(last), "outcomes": last.get("outcomes", {}),
-               "dropped": last.get("dropped", {}), "stderr_tail": tail if rc != 0 else ""})
+               "dropped": last.get("dropped", {}), "stderr_tail": tail if rc != 0 else "",
+               # jobs per answer frame: the workers' mean batch over the run (bench/RESULTS.md, fifth pass)
+               "worker_batches": {k: sum((s.get("worker_batches") or {}).get(k, 0) for s in last.get("shards", []))
+                                  for k in ("frames", "jobs")}})
 
 
 def hosts_file_text(static_hosts: dict[str, str]) -> str:
@@ -720,6 +723,10 @@ def bench(args: argparse.Namespace) -> dict:
                           f" us/request, workers {st.get('workers_us_per_page', 0):.0f} us/page, all "
                           f"{st.get('all_us_per_page', 0):.0f} us/page, stall p99.9 {st.get('stall_p999_ms')} ms, "
                           f"in flight {st.get('in_flight', {})}", file=sys.stderr, flush=True)
+                    wb = r.extra.get("worker_batches") or {}
+                    if wb.get("frames"):
+                        print(f"  workers' batches: {wb['jobs'] / wb['frames']:.2f} jobs per answer frame "
+                              f"({wb['frames']} frames, whole run)", file=sys.stderr, flush=True)
                     for site in st.get("stall_sites") or []:
                         print(f"    stall > 50 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms): "
                               f"{site['where']}", file=sys.stderr)

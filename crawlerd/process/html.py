@@ -123,18 +123,22 @@ def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]
     §13.2.3.2 a UTF-16 label found in ``<meta>`` means UTF-8 (an ASCII-compatible
     prescan could not have read it otherwise).
     """
-    codec, start = page_codec(body, content_type)
+    return _decode(body, *page_codec(body, content_type))
+
+
+def _decode(body: bytes, codec: str, start: int) -> tuple[str, str]:
+    """:func:`decode_html` once :func:`page_codec` has named the codec and the text's offset."""
     try:
         return body[start:].decode(codec, "replace"), codec
     except (LookupError, UnicodeError, ValueError):
         return body.decode("utf-8", "replace"), "utf-8"
 
 
-def _utf8_source(body: bytes, content_type: str | None) -> bytes | None:
+def _utf8_source(body: bytes, codec: str, start: int) -> bytes | None:
     """The page's bytes when they are exactly what :func:`decode_html` would decode them to in
-    UTF-8 (the codec is UTF-8 and they are valid UTF-8), else None. Lexbor parses bytes as
-    UTF-8, so such a page is parsed without a decode to ``str`` and selectolax's encode back."""
-    codec, start = page_codec(body, content_type)
+    UTF-8 (``codec``, from :func:`page_codec`, is UTF-8 and they are valid UTF-8), else None.
+    Lexbor parses bytes as UTF-8, so such a page is parsed without a decode to ``str`` and
+    selectolax's encode back."""
     if codec != "utf-8":
         return None
     src = body[start:] if start else body
@@ -243,11 +247,12 @@ def extract(body: bytes, base_url: str, *, agent_token: str = "crawlerd", max_li
     nofollow only if every occurrence has ``rel~=nofollow``. Robots meta
     applies when named ``robots`` or ``agent_token`` (case-insensitive).
     """
-    source: str | bytes | None = _utf8_source(body, content_type)
+    codec, start = page_codec(body, content_type)      # once: the decode below reuses it
+    source: str | bytes | None = _utf8_source(body, codec, start)
     if source is not None and source.count(b"<") <= _SCAN_ABOVE_TAGS:
         info = PageInfo(base_url=base_url, encoding="utf-8")
     else:
-        source, codec = decode_html(body, content_type)
+        source, codec = _decode(body, codec, start)
         info = PageInfo(base_url=base_url, encoding=codec)
         if source.count("<") > _SCAN_ABOVE_TAGS:
             cut = _depth_cut(source)

@@ -196,6 +196,8 @@ class WorkerPool:
         self.held = 0                                 # process() calls holding one (in a worker or its backlog)
         self.answered = 0                             # process() calls answered so far
         self.body_bytes = 0                           # bodies of the process() calls not returned (calls)
+        self.answer_frames = 0                        # workers' answer frames (a batch each) so far
+        self.answers_framed = 0                       # jobs those frames answered
         self._backlog: deque[_Job] = deque()
         self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
@@ -360,6 +362,8 @@ class WorkerPool:
             return
         _kind, answers, segment, size = msg
         w.segment, w.acked_bytes = segment, size
+        self.answer_frames += 1
+        self.answers_framed += len(answers)
         self._quick_deaths = 0
         self._start_deaths = 0
         for job_id, packed in answers:

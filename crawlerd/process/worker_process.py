@@ -242,7 +242,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                             captures.forget(pr.digest, pr.url)      # its record was cut back
                     answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
-                size = os.path.getsize(segment) if segment else 0
+                size = warc.size        # flushed above: the segment's length on disk, without a stat
                 data = pickle.dumps(("results", [(job_id, pack_result(pr)) for job_id, pr in answers], segment, size),
                                     protocol=pickle.HIGHEST_PROTOCOL)
                 try:

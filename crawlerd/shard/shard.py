@@ -220,6 +220,8 @@ class Shard:
         st["leases"] = st["in_flight"]
         st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
         st["processing"] = self.pool.calls
+        # jobs / frames: the workers' mean batch (a lone job runs on cold caches, bench/RESULTS.md)
+        st["worker_batches"] = {"frames": self.pool.answer_frames, "jobs": self.pool.answers_framed}
         st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits

@@ -253,12 +253,18 @@ class WarcWriter:
         self._after_write()
         return loc
 
+    @property
+    def size(self) -> int:
+        """Bytes of the open segment, buffered records included (on disk after :meth:`flush`);
+        0 between segments."""
+        return self._size if self._file is not None else 0
+
     def flush(self) -> None:
-        """Hand buffered records to the OS (fsync too when ``fsync``)."""
+        """Hand buffered records to the OS (fsync too when ``fsync``). The CDXJ sidecar is left
+        to its file buffer: recovery indexes a segment from its records, never from the sidecar."""
         if self._file is None:
             return
         self._drain()
-        self._index.flush()
         if self.fsync:
             os.fsync(self._file.fileno())
 

@@ -224,6 +224,24 @@ def test_deep_but_normal_page_is_not_cut():
     assert info.links == [("/l", False)]
 
 
+@pytest.mark.parametrize(("body", "content_type", "codec", "title"), [
+    ("<title>Wérld</title>".encode(), None, "utf-8", "Wérld"),
+    (b"\xef\xbb\xbf<title>W\xc3\xa9rld</title>", "text/html; charset=koi8-r", "utf-8", "Wérld"),
+    ('<meta charset="windows-1252"><title>Wérld</title>'.encode("cp1252"), None, "cp1252", "Wérld"),
+    ("<title>Wérld</title>".encode("latin-1"), "text/html; charset=ISO-8859-1", "cp1252", "Wérld"),
+    (b"<title>W\xe9rld</title>", None, "utf-8", "W\ufffdrld"),
+])
+def test_a_page_with_many_tags_decides_its_codec_once(monkeypatch, body, content_type, codec, title):
+    """Past _SCAN_ABOVE_TAGS a page is decoded for the depth scan: with the codec found once."""
+    import crawlerd.process.html as html_mod
+    calls = []
+    real = html_mod.page_codec
+    monkeypatch.setattr(html_mod, "page_codec", lambda *a: calls.append(1) or real(*a))
+    info = extract(body + b"<br>" * 5000 + b'<a href="/x">x</a>', PAGE, content_type=content_type)
+    assert calls == [1]
+    assert (info.encoding, info.title, info.links, info.truncated) == (codec, title, [("/x", False)], False)
+
+
 def test_stray_end_tags_do_not_hide_nesting():
     body = b"<div>" * 5000 + b"</nope>" * 5000 + b'<a href="deep">'
     assert extract(body, PAGE).truncated

@@ -270,6 +270,22 @@ def test_backpressure_process_waits_for_a_free_slot(tmp_path):
     assert [r.outcome for r in results] == [Outcome.OK] * 3
 
 
+def test_jobs_that_arrive_together_are_answered_in_one_frame(tmp_path):
+    jobs = [response(f"http://t.test/p/{i}", page_html(i)) for i in range(6)]
+
+    async def together(pool, tasks):
+        w = pool.workers[0]
+        os.kill(w.proc.pid, signal.SIGSTOP)         # before the first job is sent: all six wait in its socket
+        try:
+            await wait_until(lambda: pool.outstanding() == 6, "six jobs sent")
+        finally:
+            os.kill(w.proc.pid, signal.SIGCONT)
+
+    pool, results, _, _ = run_pool(tmp_path, jobs, workers=1, jobs_per_worker=8, during=together)
+    assert [r.outcome for r in results] == [Outcome.OK] * 6
+    assert (pool.answer_frames, pool.answers_framed) == (1, 6)
+
+
 def test_close_times_out_a_stuck_worker_and_resolves_its_jobs(tmp_path):
     init = init_for(tmp_path)
     recovering = Recovering(init["index_dir"])

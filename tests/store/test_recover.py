@@ -202,3 +202,23 @@ def test_recover_segment_of_a_dead_writer(tmp_path):
     assert recover_segment(src, index_dir=str(idx)) == []                # already closed: nothing to do
     os.remove(cdxj_path(final, str(idx)))
     assert recover_segment(final, index_dir=str(idx)) == [f"indexed {os.path.basename(final)}"]
+
+
+def test_flushed_segment_is_indexed_from_its_records_not_the_sidecar(tmp_path):
+    """A worker flushes its records per batch but not its CDXJ sidecar: a crash leaves the
+    sidecar short or empty, and recovery still indexes every flushed record."""
+    w = det_writer(tmp_path)
+    for i in range(5):
+        write_page(w, i)
+    w.flush()
+    path = w.current_path
+    sidecar = cdxj_path(path) + ".open"
+    with open(sidecar, "w"):
+        pass                                        # as if no index line reached the OS
+    recover_segment(path)
+    final = path.removesuffix(".open")
+    assert not os.path.exists(sidecar)
+    with open(cdxj_path(final)) as f:
+        lines = f.read().splitlines()
+    assert len(lines) == 5
+    assert lines == index(final)

@@ -275,6 +275,22 @@ def test_flush_hands_bytes_to_the_os(tmp_path):
     w.close()
 
 
+def test_size_is_the_segment_length_once_flushed(tmp_path):
+    """The worker answers with ``size`` as the acknowledged length of its segment (no stat)."""
+    w = det_writer(tmp_path, buffer_bytes=1 << 30)
+    assert w.size == 0                                      # no segment yet
+    locs = [write_page(w, i) for i in range(3)]
+    assert w.size == locs[-1].offset + locs[-1].length     # the last record is the response
+    w.flush()
+    assert w.size == os.path.getsize(w.current_path)
+    write_page(w, 3)
+    assert w.size > os.path.getsize(w.current_path)         # buffered bytes count too
+    w.flush()
+    assert w.size == os.path.getsize(w.current_path)
+    w.close()
+    assert w.size == 0
+
+
 def test_rotation_keeps_closed_segments_untouched(tmp_path):
     w = det_writer(tmp_path, segment_max_bytes=4096, compressor="zlib", compress_level=0)
     locs = [write_page(w, i, size=1500) for i in range(12)]
