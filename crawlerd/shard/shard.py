@@ -396,7 +396,7 @@ class Shard:
                 self.syncer.request(self.recrawl.flush)
                 self.syncer.request(self.frontier.flush)
             if self.dust is not None:
-                self.dust.commit()
+                self.dust.commit_sliced()       # over the next loop iterations
             self.events.flush()
             self.trimmer.maybe_trim(now)    # freed C-heap pages (bodies, batches, LMDB buffers) back
             self.metrics.trim_hosts()
