@@ -256,7 +256,7 @@ class StatusPoller(threading.Thread):
                                  "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1)} for g in b["gc"]}
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
-            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls > 50 ms were
+            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls over the watch threshold (20 ms) were
         return out
 
 
@@ -763,7 +763,7 @@ def bench(args: argparse.Namespace) -> dict:
                     for site in st.get("stall_sites") or []:
                         split = (f", waiting for a CPU {site['runq_s'] * 1000:.0f} ms, GC {site['gc_s'] * 1000:.0f} ms"
                                  if "runq_s" in site else "")
-                        print(f"    stall > 50 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms{split}): "
+                        print(f"    stall > 20 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms{split}): "
                               f"{site['where']}", file=sys.stderr)
                 results[f"{kind}/{scheme}"].append(r)
     finally:

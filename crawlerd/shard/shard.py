@@ -57,7 +57,7 @@ DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at st
 DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
 INBOX_POLL_S = 0.1              # batches other shards handed to this one are looked for this often
-STALL_WATCH_S = 0.05             # a loop stall longer than this is traced to where it happened (`crawlerd stats`)
+STALL_WATCH_S = 0.02             # a loop stall longer than this (the 20 ms bound) is traced to where it happened (`crawlerd stats`)
 
 
 class Shard:
