@@ -763,7 +763,7 @@ def bench(args: argparse.Namespace) -> dict:
                     for site in st.get("stall_sites") or []:
                         split = (f", waiting for a CPU {site['runq_s'] * 1000:.0f} ms, GC {site['gc_s'] * 1000:.0f} ms"
                                  if "runq_s" in site else "")
-                        print(f"    stall > 20 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms{split}): "
+                        print(f"    stall site (over the watch threshold) x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms{split}): "
                               f"{site['where']}", file=sys.stderr)
                 results[f"{kind}/{scheme}"].append(r)
     finally:
