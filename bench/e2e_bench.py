@@ -211,6 +211,8 @@ class StatusPoller(threading.Thread):
                 self.series.append({"t": time.monotonic(), "in_flight": st.get("in_flight", 0),
                                     "pages": st.get("pages", 0), "queued": st.get("queued", 0),
                                     "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
+                                    "own_hist": ll.get("own_cumulative"), "stall_split": ll.get("stalls"),
+                                    "gc": ll.get("gc"),
                                     "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None,
                                     "stall_sites": ll.get("stall_sites")})
 
@@ -220,7 +222,7 @@ class StatusPoller(threading.Thread):
 
     def steady(self, t0: float, t1: float) -> dict:
         """In-flight transfers (min/median/max) and the loop stall p99/p99.9 between t0 and t1."""
-        from crawlerd.metrics import lag_quantile_s
+        from crawlerd.metrics import LAG_BUCKETS_S, lag_quantile_s
         inside = [s for s in self.series if t0 <= s["t"] <= t1]
         out: dict = {"status_samples": len(inside)}
         if inside:
@@ -230,15 +232,31 @@ class StatusPoller(threading.Thread):
         hists = [s for s in inside if s["stall_hist"]]
         if len(hists) >= 2:
             a, b = hists[0], hists[-1]
-            cum = [y - x for x, y in zip(a["stall_hist"], b["stall_hist"], strict=True)]
             n = b["stall_count"] - a["stall_count"]
-            for q, key in ((0.99, "stall_p99_ms"), (0.999, "stall_p999_ms")):
-                v = lag_quantile_s(cum, n, q)
-                out[key] = None if v is None else v * 1000
+            minutes = (b["t"] - a["t"]) / 60
+            # "stall": the timer's lateness (wall clock); "own stall": the same less the time the loop
+            # thread waited, runnable, for a CPU (LoopLag.own_counts; the process's own doing)
+            for hist, prefix in (("stall_hist", "stall"), ("own_hist", "own_stall")):
+                if not (a.get(hist) and b.get(hist)):
+                    continue
+                cum = [y - x for x, y in zip(a[hist], b[hist], strict=True)]
+                for q, key in ((0.99, "p99_ms"), (0.999, "p999_ms")):
+                    v = lag_quantile_s(cum, n, q)
+                    out[f"{prefix}_{key}"] = None if v is None else v * 1000
+                for bound in (0.02, 0.05, 0.1):         # samples later than bound, per minute
+                    above = n - cum[LAG_BUCKETS_S.index(bound)]
+                    out[f"{prefix}_over_{bound * 1000:g}ms_per_min"] = round(above / minutes, 2) if minutes else None
             out["stall_samples"] = n
+            if a.get("stall_split") and b.get("stall_split"):   # where the time of samples > 20 ms went
+                out["stall_split"] = {k: round(b["stall_split"][k] - a["stall_split"][k], 3)
+                                      for k in ("count", "lag_s", "cpu_s", "runq_s", "gc_s")}
+            if a.get("gc") and b.get("gc"):
+                out["gc"] = {g: {"collections": b["gc"][g]["collections"] - a["gc"][g]["collections"],
+                                 "total_ms": round(1000 * (b["gc"][g]["total_s"] - a["gc"][g]["total_s"]), 1),
+                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1)} for g in b["gc"]}
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
-            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls > 50 ms were
+            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls over the watch threshold (20 ms) were
         return out
 
 
@@ -611,7 +629,9 @@ def summarize(results: list[CrawlResult]) -> dict:
         "steady": {k: _median([r.steady.get(k) for r in results])
                    for k in ("pages_per_s", "crawl_us_per_request", "crawl_us_per_page", "workers_us_per_page",
                              "all_us_per_page", "simweb_us_per_request", "stall_p99_ms", "stall_p999_ms",
-                             "stall_max_ms_whole_run")},
+                             "stall_max_ms_whole_run", "own_stall_p999_ms", "stall_over_20ms_per_min",
+                             "stall_over_50ms_per_min", "stall_over_100ms_per_min", "own_stall_over_20ms_per_min",
+                             "own_stall_over_50ms_per_min", "own_stall_over_100ms_per_min")},
         "in_flight_median": _median([(r.steady.get("in_flight") or {}).get("median") for r in results]),
         "in_flight_max": _median([(r.steady.get("in_flight") or {}).get("max") for r in results]),
     }
@@ -659,18 +679,18 @@ def print_steady(summary: dict[str, dict]) -> None:
     """The steady-state table (after warm-up): per-process CPU, stalls, in flight, refetches."""
     print("\n=== steady state (after warm-up): medians ===")
     head = (f"{'crawler':16} {'pages/s':>7} {'crawl us/req':>12} {'crawl us/pg':>11} {'workers us/pg':>13} "
-            f"{'all us/pg':>9} {'simweb us/req':>13} {'stall p99.9':>11} {'in flight med/max':>17} "
+            f"{'all us/pg':>9} {'simweb us/req':>13} {'stall p99.9':>11} {'own p99.9':>9} {'in flight med/max':>17} "
             f"{'refetch':>8}")
     print(head)
     print("-" * len(head))
     for name, s in summary.items():
         st = s["steady"]
         infl = "-" if s["in_flight_median"] is None else f"{s['in_flight_median']:.0f}/{s['in_flight_max']:.0f}"
-        p999 = st.get("stall_p999_ms")
+        p999, own = st.get("stall_p999_ms"), st.get("own_stall_p999_ms")
         print(f"{name:16} {_f(st['pages_per_s'], '7.1f')} {_f(st['crawl_us_per_request'], '12.0f')} "
               f"{_f(st['crawl_us_per_page'], '11.0f')} {_f(st['workers_us_per_page'], '13.0f')} "
               f"{_f(st['all_us_per_page'], '9.0f')} {_f(st['simweb_us_per_request'], '13.0f')} "
-              f"{'-' if p999 is None else f'{p999:g} ms':>11} {infl:>17} "
+              f"{'-' if p999 is None else f'{p999:g} ms':>11} {'-' if own is None else f'{own:g} ms':>9} {infl:>17} "
               f"{_f(100 * (s['refetch_share'] or 0), '7.2f')}%")
     for scheme in ("http", "https"):
         c, p = summary.get(f"crawlerd/{scheme}"), summary.get(f"scrapy/{scheme}")
@@ -679,6 +699,25 @@ def print_steady(summary: dict[str, dict]) -> None:
     h, t = summary.get("crawlerd/http"), summary.get("crawlerd/https")
     if h and t and h["steady"]["all_us_per_page"] and t["steady"]["all_us_per_page"]:
         print(f"crawlerd https / http CPU per page x{t['steady']['all_us_per_page'] / h['steady']['all_us_per_page']:.2f}")
+
+
+def print_stalls(st: dict) -> None:
+    """One crawl's loop stalls over the steady window: the wall lag and the loop's own lag (less the
+    time its thread waited for a CPU), samples later than 20 / 50 / 100 ms per minute, the split of
+    the samples over 20 ms, and the collector's passes."""
+    for prefix, name in (("stall", "stall"), ("own_stall", "own stall (less CPU wait)")):
+        if f"{prefix}_p999_ms" in st:
+            per_min = " / ".join(_f(st.get(f"{prefix}_over_{b}ms_per_min"), ".1f") for b in (20, 50, 100))
+            print(f"    {name}: p99 {st.get(f'{prefix}_p99_ms')} ms, p99.9 {st.get(f'{prefix}_p999_ms')} ms, "
+                  f"samples > 20 / 50 / 100 ms per minute: {per_min}", file=sys.stderr)
+    sp = st.get("stall_split")
+    if sp:
+        print(f"    samples > 20 ms: {sp['count']:.0f}, lag {sp['lag_s'] * 1000:.0f} ms in all: loop thread CPU "
+              f"{sp['cpu_s'] * 1000:.0f} ms, waiting for a CPU {sp['runq_s'] * 1000:.0f} ms, GC {sp['gc_s'] * 1000:.0f} ms",
+              file=sys.stderr)
+    for g, v in (st.get("gc") or {}).items():
+        print(f"    {g}: {v['collections']} collections, {v['total_ms']} ms (worst of the run {v['max_ms_whole_run']} ms)",
+              file=sys.stderr)
 
 
 def code_version(python: str = sys.executable) -> str:
@@ -727,8 +766,11 @@ def bench(args: argparse.Namespace) -> dict:
                     if wb.get("frames"):
                         print(f"  workers' batches: {wb['jobs'] / wb['frames']:.2f} jobs per answer frame "
                               f"({wb['frames']} frames, whole run)", file=sys.stderr, flush=True)
+                    print_stalls(st)
                     for site in st.get("stall_sites") or []:
-                        print(f"    stall > 50 ms x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms): "
+                        split = (f", waiting for a CPU {site['runq_s'] * 1000:.0f} ms, GC {site['gc_s'] * 1000:.0f} ms"
+                                 if "runq_s" in site else "")
+                        print(f"    stall site (over the watch threshold) x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms{split}): "
                               f"{site['where']}", file=sys.stderr)
                 results[f"{kind}/{scheme}"].append(r)
     finally:

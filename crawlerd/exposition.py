@@ -144,6 +144,9 @@ def _shard_families(shards: list[dict]) -> list[Metric]:
     lag = HistogramMetricFamily("crawlerd_loop_lag_seconds",
                                 "How late a 100 ms timer fires on the shard's event loop (loop stalls).",
                                 labels=["shard"])
+    own = HistogramMetricFamily("crawlerd_loop_own_lag_seconds",
+                                "The loop lag less the time the loop thread waited, runnable, for a CPU "
+                                "(the stalls the process caused itself).", labels=["shard"])
     for sh in shards:
         for state, key in _HOST_STATES:
             hosts.add_metric([sh["shard"], state], _at(sh, ("frontier", key)))
@@ -152,7 +155,11 @@ def _shard_families(shards: list[dict]) -> list[Metric]:
                                                                 strict=True)]
         buckets.append(("+Inf", float(ll.get("count", 0))))
         lag.add_metric([sh["shard"]], buckets, float(ll.get("sum_s", 0.0)))
-    return [*out, hosts, lag]
+        if "own_cumulative" in ll:
+            buckets = [(repr(float(b)), float(c)) for b, c in zip(ll["buckets_s"], ll["own_cumulative"], strict=True)]
+            buckets.append(("+Inf", float(ll.get("count", 0))))
+            own.add_metric([sh["shard"]], buckets, float(ll.get("own_sum_s", 0.0)))
+    return [*out, hosts, lag, own]
 
 
 def _budget_families(b: dict) -> list[Metric]:

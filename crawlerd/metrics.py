@@ -9,6 +9,7 @@ these numbers lives in :mod:`crawlerd.exposition`.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -91,14 +92,92 @@ def lag_quantile_s(cumulative: list[int], count: int, q: float) -> float | None:
     return float("inf")
 
 
+# a lag sample above this is split into where its time went (`LoopLag.stalls`): the issue's bound
+STALL_SPLIT_S = 0.02
+
+
+class ThreadTimes:
+    """The calling thread's CPU time and the time it waited, runnable, for a CPU (seconds), from
+    ``/proc/thread-self/schedstat`` (Linux sched_info: on-CPU ns, run-queue wait ns, slices). Made
+    on the thread it measures; the file stays open and one ``pread`` reads both (~2 us). Without
+    the file the CPU time is ``time.thread_time()`` and the wait is None (unknown)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            self.read()
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+
+    def read(self) -> tuple[float, float | None]:
+        if self._fd is None:
+            return time.thread_time(), None
+        fields = os.pread(self._fd, 96, 0).split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+GC_GENERATIONS = 3
+
+
+class GcTimes:
+    """Time the interpreter spends in its cyclic garbage collector, per generation (``gc.callbacks``;
+    a collection holds the GIL, so it stalls the loop whichever thread triggered it).
+
+    Key: generation -> ``[collections, total_s, max_s]``; ``total_s`` over all. Invariant:
+    ``total_s`` == the sum of the generations' totals; installed at most once per instance."""
+
+    def __init__(self) -> None:
+        self.gens = [[0, 0.0, 0.0] for _ in range(GC_GENERATIONS)]
+        self.total_s = 0.0
+        self._t0 = 0.0
+        self._installed = False
+
+    def install(self) -> None:
+        if not self._installed:
+            gc.callbacks.append(self._on_gc)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._on_gc)
+            self._installed = False
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        d = time.perf_counter() - self._t0
+        g = self.gens[min(info.get("generation", 0), GC_GENERATIONS - 1)]
+        g[0] += 1
+        g[1] += d
+        if d > g[2]:
+            g[2] = d
+        self.total_s += d
+
+    def snapshot(self) -> dict:
+        return {f"gen{i}": {"collections": n, "total_s": round(t, 6), "max_s": round(m, 6)}
+                for i, (n, t, m) in enumerate(self.gens)}
+
+
 class LoopLag:
     """How late a periodic callback runs on an event loop: the loop's stalls, as a histogram.
 
     Every ``interval_s`` a timer fires; its lag is how long after its due time it ran
-    (a callback that blocked the loop, a long GC pass, a slow synchronous write).
+    (a callback that blocked the loop, a long GC pass, a slow synchronous write, or the process
+    not scheduled: on a box with more runnable threads than cores the loop waits for a CPU).
     Key: ``counts[i]`` = samples with lag <= ``LAG_BUCKETS_S[i]`` and above the bound
-    before it, the last slot for lags above every bound. Invariants: ``sum(counts) ==
-    count``; ``sum_s`` is the total lag; while started exactly one timer is armed.
+    before it, the last slot for lags above every bound. ``own_counts`` is the same histogram of
+    each lag less the time the loop thread waited, runnable, for a CPU in that sample's window
+    (``ThreadTimes``): the lateness the process itself caused (its callbacks, GC, blocking calls,
+    the GIL held by its other threads). Samples above ``STALL_SPLIT_S`` add their lag, the loop
+    thread's CPU, its run-queue wait and the GC time of their window to ``stalls``.
+    Invariants: ``sum(counts) == sum(own_counts) == count``; ``sum_s`` is the total lag; while
+    started exactly one timer is armed.
     """
 
     def __init__(self, interval_s: float = 0.1, recent_s: int = 10, watch_s: float | None = None):
@@ -106,16 +185,28 @@ class LoopLag:
         # a thread that names where the loop is when a stall passes watch_s (None: no thread)
         self.watch = StallWatch(self, watch_s) if watch_s else None
         self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
+        self.own_counts = [0] * (len(LAG_BUCKETS_S) + 1)
         self.count = 0
         self.sum_s = 0.0
         self.max_s = 0.0
+        self.own_max_s = 0.0
+        self.own_sum_s = 0.0
+        # samples above STALL_SPLIT_S: count and summed lag, loop-thread CPU, run-queue wait, GC time
+        self.stalls = {"count": 0, "lag_s": 0.0, "cpu_s": 0.0, "runq_s": 0.0, "gc_s": 0.0}
+        self.gc = GcTimes()
         self._recent: deque[tuple[int, float]] = deque(maxlen=recent_s)   # (second, worst lag in it)
         self._loop = None
         self._timer = None
         self._due = 0.0
+        self._times: ThreadTimes | None = None
+        self._last = (0.0, None, 0.0)       # thread CPU, run-queue wait, GC total at the last firing
 
     def start(self, loop) -> None:
+        """Start sampling ``loop``; called on the loop's own thread (``ThreadTimes`` measures the caller)."""
         self._loop = loop
+        self._times = ThreadTimes()
+        self.gc.install()
+        self._last = (*self._times.read(), self.gc.total_s)
         self._arm()
         if self.watch is not None:
             self.watch.start()
@@ -126,6 +217,9 @@ class LoopLag:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.gc.uninstall()
+        if self._times is not None:
+            self._times.close()
 
     def _arm(self) -> None:
         self._due = self._loop.time() + self.interval_s
@@ -133,15 +227,36 @@ class LoopLag:
         self._timer = self._loop.call_at(self._due, self._fire)
 
     def _fire(self) -> None:
-        self.record(max(0.0, self._loop.time() - self._due))
+        lag = max(0.0, self._loop.time() - self._due)
+        cpu, runq = self._times.read()
+        gc_s = self.gc.total_s
+        cpu0, runq0, gc0 = self._last
+        self._last = (cpu, runq, gc_s)
+        waited = runq - runq0 if runq is not None and runq0 is not None else 0.0
+        self.record(lag, own_s=max(0.0, lag - waited))
+        if lag > STALL_SPLIT_S:
+            st = self.stalls
+            st["count"] += 1
+            st["lag_s"] += lag
+            st["cpu_s"] += cpu - cpu0
+            st["runq_s"] += waited
+            st["gc_s"] += gc_s - gc0
+            if self.watch is not None:
+                self.watch.settle(self.due_mono, waited, gc_s - gc0)
         self._arm()
 
-    def record(self, lag_s: float) -> None:
+    def record(self, lag_s: float, own_s: float | None = None) -> None:
+        """One sample: ``lag_s`` late, ``own_s`` of it not spent waiting for a CPU (default: all)."""
+        own_s = lag_s if own_s is None else own_s
         self.counts[bisect_left(LAG_BUCKETS_S, lag_s)] += 1     # first bound >= lag (Prometheus `le`)
+        self.own_counts[bisect_left(LAG_BUCKETS_S, own_s)] += 1
         self.count += 1
         self.sum_s += lag_s
+        self.own_sum_s += own_s
         if lag_s > self.max_s:
             self.max_s = lag_s
+        if own_s > self.own_max_s:
+            self.own_max_s = own_s
         sec = int(time.monotonic())
         if self._recent and self._recent[-1][0] == sec:
             if lag_s > self._recent[-1][1]:
@@ -150,18 +265,27 @@ class LoopLag:
             self._recent.append((sec, lag_s))
 
     def snapshot(self) -> dict:
-        """Cumulative bucket counts (Prometheus histogram shape) plus the worst lag lately and ever."""
-        cum, total = [], 0
-        for c in self.counts[:-1]:
-            total += c
-            cum.append(total)
+        """Cumulative bucket counts (Prometheus histogram shape) of the lag and of the loop's own
+        lag, the worst lag lately and ever, the split of stalls above ``STALL_SPLIT_S``, GC times."""
         horizon = int(time.monotonic()) - self._recent.maxlen
         recent = max((v for s, v in self._recent if s > horizon), default=0.0)
-        out = {"buckets_s": list(LAG_BUCKETS_S), "cumulative": cum, "count": self.count,
-               "sum_s": round(self.sum_s, 6), "max_s": round(self.max_s, 6), "recent_max_s": round(recent, 6)}
+        out = {"buckets_s": list(LAG_BUCKETS_S), "cumulative": _cumulative(self.counts), "count": self.count,
+               "sum_s": round(self.sum_s, 6), "max_s": round(self.max_s, 6), "recent_max_s": round(recent, 6),
+               "own_cumulative": _cumulative(self.own_counts), "own_max_s": round(self.own_max_s, 6),
+               "own_sum_s": round(self.own_sum_s, 6),
+               "stalls": {"over_s": STALL_SPLIT_S} | {k: round(v, 6) for k, v in self.stalls.items()},
+               "gc": self.gc.snapshot()}
         if self.watch is not None:
             out["stall_sites"] = self.watch.sites()
         return out
+
+
+def _cumulative(counts: list[int]) -> list[int]:
+    cum, total = [], 0
+    for c in counts[:-1]:
+        total += c
+        cum.append(total)
+    return cum
 
 
 STALL_SITES = 32            # distinct places kept (the most frequent)
@@ -174,15 +298,20 @@ class StallWatch:
     records the loop thread's innermost crawlerd frames (``sys._current_frames``).
 
     Key: ``counts[place]`` = stalls seen there, ``worst_s[place]`` = the longest overdue time
-    observed there (a lower bound of the stall). Invariant: at most ``STALL_SITES`` places, the
-    least frequent dropped first. Costs the loop nothing; the thread wakes ``2 / threshold_s``
-    times a second and takes the GIL only to look."""
+    observed there (a lower bound of the stall), ``split[place]`` = ``[run-queue wait, GC time]``
+    summed over those stalls (``settle``, from the loop once the stall ended): a place whose
+    stalls were mostly waiting for a CPU or a collection is where the loop happened to be, not
+    what held it. Invariant: at most ``STALL_SITES`` places, the least frequent dropped first.
+    Costs the loop nothing; the thread wakes ``2 / threshold_s`` times a second and takes the
+    GIL only to look (a collection holds the GIL, so the place seen is where it was triggered)."""
 
     def __init__(self, lag: LoopLag, threshold_s: float):
         self.lag = lag
         self.threshold_s = threshold_s
         self.counts: Counter[str] = Counter()
         self.worst_s: dict[str, float] = {}
+        self.split: dict[str, list[float]] = {}
+        self._placed: tuple[float, str] | None = None     # (due time, place) of the last stall seen
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._loop_thread = 0
@@ -212,16 +341,31 @@ class StallWatch:
             place = where(frame) if frame is not None else "?"
             if due != seen_due:
                 seen_due = due
+                self._placed = (due, place)
                 self.counts[place] += 1
                 if len(self.counts) > STALL_SITES:
-                    del self.counts[min(self.counts, key=self.counts.__getitem__)]
+                    gone = min(self.counts, key=self.counts.__getitem__)
+                    del self.counts[gone]
+                    self.split.pop(gone, None)
             if late > self.worst_s.get(place, 0.0):
                 self.worst_s[place] = late
 
+    def settle(self, due: float, runq_s: float, gc_s: float) -> None:
+        """The stall due at ``due`` ended: it waited ``runq_s`` for a CPU and spent ``gc_s`` collecting."""
+        placed = self._placed
+        if placed is not None and placed[0] == due and placed[1] in self.counts:
+            sp = self.split.setdefault(placed[1], [0.0, 0.0])
+            sp[0] += runq_s
+            sp[1] += gc_s
+
     def sites(self) -> list[dict]:
-        """The places, most frequent first: ``{"where", "stalls", "worst_s"}``."""
-        return [{"where": k, "stalls": n, "worst_s": round(self.worst_s.get(k, 0.0), 3)}
-                for k, n in self.counts.most_common()]
+        """The places, most frequent first: ``{"where", "stalls", "worst_s", "runq_s", "gc_s"}``."""
+        out = []
+        for k, n in self.counts.most_common():
+            rq, g = self.split.get(k, (0.0, 0.0))
+            out.append({"where": k, "stalls": n, "worst_s": round(self.worst_s.get(k, 0.0), 3),
+                        "runq_s": round(rq, 3), "gc_s": round(g, 3)})
+        return out
 
 
 def where(frame) -> str:

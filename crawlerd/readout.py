@@ -31,9 +31,12 @@ def print_status(s: dict) -> None:
         ll = sh.get("loop_lag") or {}
         if ll.get("count"):
             p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q) for q in (0.99, 0.999))
+            own = ""
+            if ll.get("own_cumulative"):     # less the time the loop waited for a CPU
+                own = f"  own p99.9 <= {lag_quantile_s(ll['own_cumulative'], ll['count'], 0.999) * 1000:g} ms"
             print(f"loop      shard {sh.get('shard')} lag p99 <= {p99 * 1000:g} ms  p99.9 <= {p999 * 1000:g} ms  "
-                  f"max {ll['max_s'] * 1000:.1f} ms")
-            for site in (ll.get("stall_sites") or [])[:STALL_SITES_SHOWN]:     # where stalls > 50 ms were
+                  f"max {ll['max_s'] * 1000:.1f} ms{own}")
+            for site in (ll.get("stall_sites") or [])[:STALL_SITES_SHOWN]:     # where stalls over the watch threshold (20 ms) were
                 print(f"          stalled x{site['stalls']} (worst {site['worst_s'] * 1000:.0f} ms) in {site['where']}")
 
 

@@ -23,7 +23,8 @@ EXPECTED = {   # name (without _total) -> type
     "crawlerd_seen_pending_keys": "gauge", "crawlerd_seen_disk_bytes": "gauge",
     "crawlerd_dedup_digests": "gauge", "crawlerd_dedup_simhashes": "gauge",
     "crawlerd_budget_deferred_urls": "gauge", "crawlerd_budget_admitted": "counter",
-    "crawlerd_loop_lag_seconds": "histogram", "crawlerd_process_cpu_seconds": "counter",
+    "crawlerd_loop_lag_seconds": "histogram", "crawlerd_loop_own_lag_seconds": "histogram",
+    "crawlerd_process_cpu_seconds": "counter",
     "crawlerd_process_resident_memory_bytes": "gauge", "crawlerd_state": "gauge", "crawlerd_uptime_seconds": "gauge",
 }
 

@@ -109,3 +109,68 @@ def test_a_loop_that_never_stalls_names_no_place():
         return snap
 
     assert asyncio.run(crawl())["stall_sites"] == []
+
+
+def test_the_loop_threads_times_grow_with_its_own_work():
+    from crawlerd.metrics import ThreadTimes
+
+    t = ThreadTimes()
+    cpu0, wait0 = t.read()
+    end = time.monotonic() + 0.05
+    while time.monotonic() < end:
+        pass
+    cpu1, wait1 = t.read()
+    t.close()
+    assert cpu1 - cpu0 > 0.0
+    assert wait0 is None or wait1 >= wait0
+
+
+def test_a_sleeping_stall_is_the_loops_own_and_split_into_its_parts():
+    """A callback that blocks (here: sleeps) is the loop's own stall: its thread was not waiting
+    for a CPU, so the own-lag histogram holds it as the wall-lag histogram does."""
+    async def main():
+        lag = LoopLag(interval_s=0.01)
+        lag.start(asyncio.get_running_loop())
+        while lag.count < 3:
+            await asyncio.sleep(0.01)
+        time.sleep(0.3)
+        n = lag.count
+        while lag.count == n:
+            await asyncio.sleep(0.01)
+        lag.stop()
+        return lag.snapshot()
+
+    snap = asyncio.run(main())
+    i = LAG_BUCKETS_S.index(0.1)
+    assert snap["count"] - snap["own_cumulative"][i] >= 1          # an own sample above 100 ms
+    assert snap["own_max_s"] >= 0.2
+    assert snap["own_cumulative"][-1] <= snap["count"]
+    assert all(o >= w for o, w in zip(snap["own_cumulative"], snap["cumulative"], strict=True))  # own <= wall
+    st = snap["stalls"]
+    assert st["count"] >= 1 and st["lag_s"] >= 0.25
+    assert st["cpu_s"] < st["lag_s"]          # asleep: the thread's CPU is a small part of the stall
+
+
+def test_a_full_collection_during_a_stall_is_timed_and_named_as_gc():
+    import gc
+
+    async def main():
+        lag = LoopLag(interval_s=0.01, watch_s=0.05)
+        lag.start(asyncio.get_running_loop())
+        while lag.count < 3:
+            await asyncio.sleep(0.01)
+        junk = [[i] for i in range(300_000)]         # a heap for the collector to walk
+        end = time.monotonic() + 0.15
+        while time.monotonic() < end:                  # hold the loop so the watch names the stall
+            gc.collect()
+        del junk
+        n = lag.count
+        while lag.count == n:
+            await asyncio.sleep(0.01)
+        lag.stop()
+        return lag.snapshot()
+
+    snap = asyncio.run(main())
+    assert snap["gc"]["gen2"]["collections"] >= 1 and snap["gc"]["gen2"]["total_s"] > 0
+    assert snap["stalls"]["gc_s"] > 0
+    assert any(site["gc_s"] > 0 for site in snap["stall_sites"]), snap["stall_sites"]

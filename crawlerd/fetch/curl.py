@@ -85,6 +85,11 @@ _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
 _EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 _EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
 _TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
+# Ready sockets handed to curl per loop callback. The private epoll set is level-triggered and
+# stays readable while sockets are left, so the loop calls back next iteration: its timers and
+# other callbacks run between batches. Unbounded, a wave of ~1,000 transfers made one iteration
+# of up to ~150 ms (the loop's stalls, bench/RESULTS.md); a batch is a few ms.
+READY_EVENTS = 32
 # libcurl 8.4 is the first to cut a body off at MAXFILESIZE while it streams (older ones only refuse a
 # declared Content-Length), and the body cap relies on it: no Python write callback checks sizes.
 _MIN_LIBCURL = 0x080400
@@ -384,13 +389,14 @@ class Fetcher:
         self._parked.pop(fd, None)
 
     def _on_ready(self) -> None:
-        """The private epoll set has events: run curl on each ready socket, then collect."""
+        """The private epoll set has events: run curl on up to ``READY_EVENTS`` ready sockets
+        (the rest on the loop's next iteration), then collect."""
         if self._released:
             return
         watched = self._watched
         m = self._multi
         running = -1
-        for fd, ev in self._ep.poll(0):
+        for fd, ev in self._ep.poll(0, READY_EVENTS):
             what = watched.get(fd, 0)
             if not what:
                 # parked (an idle connection closed or spoke) or already gone: stop watching

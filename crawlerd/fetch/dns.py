@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiodns
+import orjson
 import pycares
 from aiodns.error import DNSError
 from pycares import errno as ares_errno
@@ -272,22 +273,15 @@ class Resolver:
         return Resolution(r.outcome, list(r.ips), left, r.error)
 
     def save(self, path: str, now_wall: float) -> int:
-        """Write the fresh cache entries to ``path`` (JSON lines, wall-clock expiry; temp name, rename).
+        """Write the fresh cache entries to ``path`` now (``write_snapshot`` of ``snapshot``)."""
+        return write_snapshot(path, self.snapshot(now_wall))
 
-        No fsync: losing the file loses only lookups, which are asked again. Returns entries written.
-        """
-        off = now_wall - self._clock()
+    def snapshot(self, now_wall: float) -> tuple[list, float, float]:
+        """The cache as ``save`` writes it, for ``write_snapshot`` on another thread: one C-level
+        copy of the entry references (~1 ms for 20,000 hosts, where formatting and writing them
+        took ~95 ms of the loop). Entries are replaced, never changed, so the copy stays whole."""
         now = self._clock()
-        tmp = path + ".tmp"
-        n = 0
-        with open(tmp, "w", encoding="utf-8") as f:
-            for key, e in self._cache.items():
-                if e.expires_at > now:
-                    r = e.resolution
-                    f.write(json.dumps([key, round(e.expires_at + off, 3), r.outcome.value, r.ips]) + "\n")
-                    n += 1
-        os.replace(tmp, path)
-        return n
+        return list(self._cache.items()), now, now_wall - now
 
     def load(self, path: str, now_wall: float) -> int:
         """Take back the entries a previous run saved that are still within their TTL; returns how many.
@@ -355,3 +349,17 @@ class Resolver:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._resolver.close()
+
+
+def write_snapshot(path: str, snap: tuple[list, float, float]) -> int:
+    """Write a ``Resolver.snapshot``'s fresh entries to ``path`` (JSON lines, wall-clock expiry;
+    temp name, rename); safe on any thread. No fsync: losing the file loses only lookups, which
+    are asked again. Returns entries written."""
+    items, now, off = snap
+    lines = [orjson.dumps([key, round(e.expires_at + off, 3), e.resolution.outcome.value, e.resolution.ips])
+             for key, e in items if e.expires_at > now]
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"\n".join(lines) + (b"\n" if lines else b""))
+    os.replace(tmp, path)
+    return len(lines)

@@ -509,6 +509,14 @@ class DustLearner:
         self.hosts.write_dirty()
         self.store.commit()
 
+    def dirty_hosts(self) -> list[str]:
+        """Hosts whose state changed since it was last written (``commit`` writes them)."""
+        return list(self.hosts.dirty)
+
+    def write_hosts(self, hosts: list[str]) -> None:
+        """Write part of ``dirty_hosts()`` into the open transaction; ``commit`` writes the rest."""
+        self.hosts.write_hosts(hosts)
+
     def close(self) -> None:
         if self.store.env is not None:
             self.commit()

@@ -176,9 +176,16 @@ class DustHosts:
 
     def write_dirty(self) -> None:
         """Write every changed host state still cached (into the store's open transaction)."""
-        for host in list(self.dirty):
-            st = self._cache.get(host)
-            if st is not None:
-                self.write(host, st)
+        self.write_hosts(list(self.dirty))
         self.dirty.clear()
+        self._cut()                 # the states written may have grown past the byte bound
+
+    def write_hosts(self, hosts: list[str]) -> None:
+        """Write those of ``hosts`` still changed and cached (into the store's open transaction):
+        ``write_dirty`` in parts, a host changed again after its part stays dirty."""
+        for host in hosts:
+            if host in self.dirty:
+                st = self._cache.get(host)
+                if st is not None:
+                    self.write(host, st)
         self._cut()                 # the states written may have grown past the byte bound

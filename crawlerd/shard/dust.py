@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from crawlerd.config import Config
@@ -34,6 +35,7 @@ from crawlerd.url.hosts import host_key as host_key_of
 log = logging.getLogger("crawlerd.shard")
 
 PROBE_SCAN = 64             # deferred URLs looked at for one probe
+WRITE_SLICE = 128           # changed host states written per loop iteration by ``commit_sliced``
 
 
 def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | None:
@@ -64,6 +66,7 @@ class DustGate:
         self.events = events
         self.metrics = metrics
         self.final: dict | None = None          # stats at close
+        self._committing: object | None = None  # the sliced commit under way (its token)
 
     # -- intake ------------------------------------------------------------------------------
     def admit(self, fresh: list[tuple]) -> list[tuple]:
@@ -159,9 +162,33 @@ class DustGate:
 
     # -- the rest ----------------------------------------------------------------------------------
     def commit(self) -> None:
+        """Write every changed host and commit, now (checkpoint, close)."""
+        self._committing = None
         self.learner.commit()
 
+    def commit_sliced(self) -> None:
+        """``commit`` spread over loop iterations: the changed hosts (about 1,000 in 2 s of a fast
+        crawl, ~20-40 ms to encode and write) ``WRITE_SLICE`` per iteration, then the commit in an
+        iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot."""
+        if self._committing is not None:
+            return
+        token = self._committing = object()
+        hosts = self.learner.dirty_hosts()
+        loop = asyncio.get_running_loop()
+
+        def part(start: int) -> None:
+            if self._committing is not token:
+                return
+            if start < len(hosts):
+                self.learner.write_hosts(hosts[start:start + WRITE_SLICE])
+                loop.call_soon(part, start + WRITE_SLICE)
+                return
+            self._committing = None
+            self.learner.commit()       # writes what changed since, then commits
+        part(0)
+
     def close(self) -> None:
+        self._committing = None
         self.final = self.stats()
         self.learner.close()
 

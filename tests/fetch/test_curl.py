@@ -129,6 +129,25 @@ def test_concurrent_fetches_all_complete():
     assert left == 0
 
 
+def test_ready_sockets_beyond_one_callbacks_batch_are_served_on_the_next(monkeypatch):
+    """The fetcher hands curl at most READY_EVENTS ready sockets per loop callback; the rest wait
+    in the level-triggered epoll set for the next iteration, never for a timeout."""
+    import crawlerd.fetch.curl as curl_mod
+
+    monkeypatch.setattr(curl_mod, "READY_EVENTS", 1)
+
+    async def scenario(f, server, port):
+        reqs = [req(port, f"/page?size={5000 + i}", host=f"h{i}.test") for i in range(40)]
+        t0 = asyncio.get_running_loop().time()
+        out = await asyncio.gather(*(f.fetch(r) for r in reqs))
+        return out, asyncio.get_running_loop().time() - t0, f.in_flight
+    out, took_s, left = run(scenario, timeout_s=30.0, low_speed_time_s=30)
+    assert [r.outcome for r in out] == [Outcome.OK] * 40
+    assert [len(r.body) for r in out] == [5000 + i for i in range(40)]
+    assert took_s < 20.0          # no transfer waited for its timeout to be looked at again
+    assert left == 0
+
+
 def test_chunked_body_is_kept_raw_and_decodes():
     async def scenario(f, server, port):
         return await f.fetch(req(port, "/chunked"))

@@ -304,6 +304,33 @@ def test_cache_saved_and_loaded_within_ttl(tmp_path):
     assert short.ips == ["127.0.0.98"] and queries == 1
 
 
+def test_a_snapshot_is_written_off_the_loop_as_it_was_taken(tmp_path):
+    """The shard saves the cache on its writer thread: the loop takes a snapshot, the thread
+    formats and writes it; what the loop resolves meanwhile is not in that file, what it held is."""
+    import threading
+
+    from crawlerd.fetch.dns import write_snapshot
+
+    path = str(tmp_path / "dns-cache.jsonl")
+    s = DnsServer({"a.test": (["127.0.0.5"], 600), "b.test": (["127.0.0.6"], 600)})
+
+    async def scenario(r):
+        await r.resolve("a.test")
+        snap = r.snapshot(5_000.0)
+        await r.resolve("b.test")               # after the snapshot
+        out = []
+        t = threading.Thread(target=lambda: out.append(write_snapshot(path, snap)))
+        t.start()
+        t.join()
+        return out[0]
+    assert run(scenario, s) == 1
+
+    async def reload(r):
+        return r.load(path, 5_000.0), r.cached("a.test"), r.cached("b.test")
+    n, a, b = run(reload, DnsServer({}))
+    assert n == 1 and a.ips == ["127.0.0.5"] and b is None
+
+
 def test_damaged_cache_file_loads_what_it_can(tmp_path):
     path = tmp_path / "dns-cache.jsonl"
     path.write_text('["ok.test", 9000.0, "ok", ["127.0.0.4"]]\nnot json\n["x", 9000, "ok", ["300.1.1.1"]]\n'

@@ -685,3 +685,54 @@ def test_vouches_across_shards_count_where_their_target_lives_once_and_cascade(t
     for p in shards:
         p.check()
         p.close()
+
+
+def test_an_edge_delivery_is_applied_in_slices_committed_once_then_acknowledged(tmp_path, monkeypatch):
+    """The stage applies an edge delivery EDGE_SLICE answers per loop iteration and commits and
+    acknowledges once, after the last slice, in an iteration of its own."""
+    import crawlerd.frontier.budgets.stage as stage_module
+
+    monkeypatch.setattr(stage_module, "EDGE_SLICE", 8)
+
+    async def go():
+        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
+                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, mode="all")
+        loop = asyncio.get_running_loop()
+        b.start(loop)
+        ticks, events = [0], []
+        real_apply, real_commit, real_ack = b.graph.apply, b.store.commit, b.edges.ack
+
+        def tick():                     # once per loop iteration
+            ticks[0] += 1
+            loop.call_soon(tick)
+        tick()
+
+        def apply(results):
+            events.append(("apply", len(results), ticks[0]))
+            return real_apply(results)
+
+        def commit():
+            events.append(("commit", 0, ticks[0]))
+            real_commit()
+
+        def ack():
+            events.append(("ack", 0, ticks[0]))
+            real_ack()
+
+        b.graph.apply, b.store.commit, b.edges.ack = apply, commit, ack
+        try:
+            n = b.record_pages_links([(f"http://s{i}.org/", ["http://t.com"]) for i in range(30)])
+            await b.edges.flush()
+            return n, events, b.graph.indegree("t.com")
+        finally:
+            await b.close()
+
+    n, events, indeg = asyncio.run(go())
+    assert n == 30 and indeg == 30
+    applies = [e for e in events if e[0] == "apply"]
+    assert [size for _, size, _ in applies] == [8, 8, 8, 6]
+    assert len({t for *_, t in applies}) == 4                  # one slice per loop iteration
+    first, last = events.index(applies[0]), events.index(applies[-1])
+    assert all(e[0] == "apply" for e in events[first:last + 1])  # nothing committed between slices
+    assert [e[0] for e in events[last + 1:last + 3]] == ["commit", "ack"]    # then commit, then ack
+    assert events[last + 1][2] > applies[-1][2]                  # the commit in an iteration of its own

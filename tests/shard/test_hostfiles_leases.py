@@ -163,3 +163,45 @@ def test_a_connection_is_kept_only_for_a_host_whose_turn_comes_soon(tmp_path):
             await p.close()
 
     run(go())
+
+
+def test_a_step_leases_a_bounded_batch_and_later_steps_lease_the_rest_once(tmp_path):
+    """However many transfer slots are free, one step leases at most LEASES_PER_STEP (a wave of
+    leases is one long loop iteration); the steps after it lease every other due host, each once."""
+    import asyncio
+
+    from crawlerd.shard.leases import LEASES_PER_STEP
+
+    clock = FakeClock(1000.0)
+    hosts = [f"http://h{i}.test" for i in range(LEASES_PER_STEP * 3 + 5)]
+    answers = {}
+    for h in hosts:
+        answers[h + "/robots.txt"] = (404, b"", ())
+        answers[h + "/"] = (200, b"hello", ())
+
+    async def go():
+        p = Parts(str(tmp_path), clock=clock)
+        try:
+            server = Server(answers)
+            _hf, runner, *_ = wire(p, server)
+            p.frontier.add([QueuedURL(url=h + "/", host_key=h, fp=fingerprint(h + "/")) for h in hosts])
+            for i, h in enumerate(hosts):
+                p.frontier.set_host_ip(h, f"127.0.{i // 250}.{i % 250 + 1}")
+            sizes = []
+            for _ in range(200):
+                before = len(runner.table)
+                runner.start(clock(), 10_000)
+                sizes.append(len(runner.table) - before)
+                for _ in range(20):
+                    await asyncio.sleep(0)
+                clock.t += 1.0
+                if sum(server.asked.count(h + "/") for h in hosts) == len(hosts):
+                    break
+            return sizes, server.asked
+        finally:
+            await p.close()
+
+    sizes, asked = run(go())
+    assert max(sizes) == LEASES_PER_STEP
+    assert sorted(u for u in asked if not u.endswith("/robots.txt")) == sorted(h + "/" for h in hosts)
+    assert sorted(u for u in asked if u.endswith("/robots.txt")) == sorted(h + "/robots.txt" for h in hosts)

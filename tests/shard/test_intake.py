@@ -131,15 +131,23 @@ def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_af
         b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
                     edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False)
         p.intake.budgets = b
-        order = []
+        order, ticks, iterations = [], [0], {}
         real_commit, real_add, real_ack = b.commit, p.frontier.add, p.seen.ack
+        loop = asyncio.get_running_loop()
+
+        def tick():                         # runs once per loop iteration
+            ticks[0] += 1
+            loop.call_soon(tick)
+        tick()
 
         def commit():
             order.append(("budgets", b.beast.waiting))
+            iterations["budgets"] = ticks[0]
             real_commit()
 
         def add(items, **kw):
             order.append(("frontier", kw.get("seen_mark")))
+            iterations["frontier"] = ticks[0]
             return real_add(items, **kw)
 
         def ack():
@@ -152,14 +160,15 @@ def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_af
             n = 2 * SEEN_SLICE + 5
             assert p.intake.submit_urls([f"http://h{i % 40}.test/p{i}" for i in range(n)], depth=1) == n
             await p.seen.flush()
-            return n, order, p.frontier.queued(), b.beast.waiting, dict(p.metrics.counters)
+            return n, order, p.frontier.queued(), b.beast.waiting, dict(p.metrics.counters), iterations
         finally:
             await p.close()
             b.store.close()
 
-    n, order, queued, waiting, counters = run(go())
+    n, order, queued, waiting, counters, iterations = run(go())
     assert queued == 40 * 2 and waiting == n - 80 == counters["budget_deferred"]   # 2 per domain pass, the rest wait
     assert order == [("budgets", n - 80), ("frontier", n), ("ack", None)]
+    assert iterations["frontier"] > iterations["budgets"]       # the two commits are not one long iteration
 
 
 KILLED_CHILD = textwrap.dedent("""

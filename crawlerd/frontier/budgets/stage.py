@@ -27,6 +27,7 @@ from crawlerd.seen import AsyncSeenSet
 from crawlerd.url.hosts import host_key as host_key_of
 from crawlerd.url.hosts import host_of, registered_domain
 
+EDGE_SLICE = 1024      # edge answers applied per loop iteration (a whole delivery took up to ~80 ms)
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
 _OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
 log = logging.getLogger("crawlerd.budgets")
@@ -183,9 +184,19 @@ class Budgets:
     def has_waiting(self) -> bool:
         return self.beast.has_waiting()
 
-    def _on_edges(self, results: list) -> None:
-        # On the loop: apply, commit, then acknowledge (a crash in between redelivers; applied_seq skips).
-        self.graph.apply(results)
+    def _on_edges(self, results: list, start: int = 0) -> None:
+        # On the loop: apply EDGE_SLICE answers per iteration, then commit in an iteration of its
+        # own, then acknowledge (a crash in between redelivers; applied_seq skips). A commit another
+        # caller makes between slices holds the edges applied so far with their applied_seq.
+        end = start + EDGE_SLICE
+        self.graph.apply(results[start:end] if start or end < len(results) else results)
+        loop = asyncio.get_running_loop()
+        if end < len(results):
+            loop.call_soon(self._on_edges, results, end)
+        else:
+            loop.call_soon(self._commit_edges, results)
+
+    def _commit_edges(self, results: list) -> None:
         self.store.commit()
         self.edges.ack()
         if results:
