@@ -280,7 +280,9 @@ class Fetcher:
         t.req = req
         t.pinned = ip
         t.started_at = time.time()
-        t.t0 = self._loop.time()
+        # the precise clock, not the loop's time (cached at the start of an iteration): started_at +
+        # elapsed_s is then no earlier than when this answer was collected, which the host's gap follows
+        t.t0 = time.monotonic()
         fut = t.fut = self._loop.create_future()
         self._active[c] = t
         self._multi.add_handle(c)                         # curl asks for a timer; the work starts there
@@ -527,7 +529,7 @@ class Fetcher:
         body = b"".join(body_parts) if body_parts else b""
         body_parts.clear()
         res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
-                          elapsed_s=self._loop.time() - t.t0, request_head=request_head, response_head=head,
+                          elapsed_s=time.monotonic() - t.t0, request_head=request_head, response_head=head,
                           body=body, headers=headers, error=error)
         self._count(outcome)
         fut = t.fut

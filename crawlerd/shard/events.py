@@ -38,7 +38,7 @@ class FetchEvents:
         ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "final_url": res.url,
               "fetched_at": res.started_at, "status": res.status,
               "outcome": (pr.outcome if pr is not None else res.outcome).value,
-              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 1), "bytes": len(res.body)}
+              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body)}
         if pr is not None:
             ev.update(content_type=pr.content_type, digest=pr.digest, simhash=f"{pr.simhash:016x}",
                       warc={"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
