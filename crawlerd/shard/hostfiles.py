@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import time
 from collections.abc import Awaitable, Callable
 
 from crawlerd.config import Config
@@ -34,6 +35,21 @@ from crawlerd.shard.outbound import Outbound
 from crawlerd.url.canonical import normalize
 from crawlerd.url.hosts import host_key as host_key_of
 from crawlerd.url.hosts import host_of
+
+GAP_TOPUPS = 3      # extra sleeps wait_gap may take (each ends later in real time: never a spin)
+
+
+async def wait_gap(gap_s: float) -> None:
+    """Sleep at least ``gap_s`` of real time. The loop's timers run on its cached time (read at the
+    start of an iteration) and whole milliseconds, so ``asyncio.sleep`` alone may end a fraction of a
+    millisecond early; a politeness gap must not (the monotonic clock is checked, and the rest slept)."""
+    due = time.monotonic() + gap_s
+    await asyncio.sleep(gap_s)
+    for _ in range(GAP_TOPUPS):
+        rest = due - time.monotonic()
+        if rest <= 0:
+            return
+        await asyncio.sleep(rest + 0.001)
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
@@ -130,7 +146,7 @@ class HostFiles:
                 gap = self.politeness.gap_s(res.elapsed_s, 0.0, 0)
                 if lease.deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
                     break
-                await asyncio.sleep(gap)
+                await wait_gap(gap)
                 continue
             self.robots.put(host_key, decision, robots_source(decision, body, rc.max_bytes))
             self.frontier.set_robots(host_key, expires_at=decision.expires_at,
@@ -179,7 +195,7 @@ class HostFiles:
             gap = self.politeness.gap_s(last.elapsed_s, crawl_delay, 0)
             if deadline - self.clock() < gap + self.cfg.fetch.timeout_s:
                 break                     # never outlive the lease: the rest waits for the next reading
-            await asyncio.sleep(gap)
+            await wait_gap(gap)
             if self.stopping() or self.frontier.is_blocked(host_of(host_key)):
                 break                     # the operator blocklist wins at once
             req = self.outbound.request(url, ip)
