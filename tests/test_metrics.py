@@ -125,22 +125,24 @@ def test_the_loop_threads_times_grow_with_its_own_work():
     assert wait0 is None or wait1 >= wait0
 
 
+async def lag_around(block, lag: LoopLag) -> dict:
+    """``lag`` started on this loop; after its first samples ``block()`` holds the loop, then one
+    more sample lands (the late one) and the snapshot is returned."""
+    lag.start(asyncio.get_running_loop())
+    while lag.count < 3:
+        await asyncio.sleep(0.01)
+    block()
+    n = lag.count
+    while lag.count == n:
+        await asyncio.sleep(0.01)
+    lag.stop()
+    return lag.snapshot()
+
+
 def test_a_sleeping_stall_is_the_loops_own_and_split_into_its_parts():
     """A callback that blocks (here: sleeps) is the loop's own stall: its thread was not waiting
     for a CPU, so the own-lag histogram holds it as the wall-lag histogram does."""
-    async def main():
-        lag = LoopLag(interval_s=0.01)
-        lag.start(asyncio.get_running_loop())
-        while lag.count < 3:
-            await asyncio.sleep(0.01)
-        time.sleep(0.3)
-        n = lag.count
-        while lag.count == n:
-            await asyncio.sleep(0.01)
-        lag.stop()
-        return lag.snapshot()
-
-    snap = asyncio.run(main())
+    snap = asyncio.run(lag_around(lambda: time.sleep(0.3), LoopLag(interval_s=0.01)))
     i = LAG_BUCKETS_S.index(0.1)
     assert snap["count"] - snap["own_cumulative"][i] >= 1          # an own sample above 100 ms
     assert snap["own_max_s"] >= 0.2
@@ -154,23 +156,14 @@ def test_a_sleeping_stall_is_the_loops_own_and_split_into_its_parts():
 def test_a_full_collection_during_a_stall_is_timed_and_named_as_gc():
     import gc
 
-    async def main():
-        lag = LoopLag(interval_s=0.01, watch_s=0.05)
-        lag.start(asyncio.get_running_loop())
-        while lag.count < 3:
-            await asyncio.sleep(0.01)
+    def collect_while_holding_the_loop():
         junk = [[i] for i in range(300_000)]         # a heap for the collector to walk
         end = time.monotonic() + 0.15
         while time.monotonic() < end:                  # hold the loop so the watch names the stall
             gc.collect()
         del junk
-        n = lag.count
-        while lag.count == n:
-            await asyncio.sleep(0.01)
-        lag.stop()
-        return lag.snapshot()
 
-    snap = asyncio.run(main())
+    snap = asyncio.run(lag_around(collect_while_holding_the_loop, LoopLag(interval_s=0.01, watch_s=0.05)))
     assert snap["gc"]["gen2"]["collections"] >= 1 and snap["gc"]["gen2"]["total_s"] > 0
     assert snap["stalls"]["gc_s"] > 0
     assert any(site["gc_s"] > 0 for site in snap["stall_sites"]), snap["stall_sites"]

@@ -231,6 +231,18 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def drain(shard, runner, fetcher, server) -> tuple[int, int, int, int]:
+    """Step and land every transfer until nothing is queued, processing or leased (bounded):
+    (requests the server saw, pool calls open, URLs queued, pages counted)."""
+    for _ in range(3000):
+        shard._step(runner)
+        fetcher.land(len(fetcher.wire))
+        await asyncio.sleep(0.005)
+        if shard.frontier.queued() == 0 and shard.pool.calls == 0 and not len(shard.leases):
+            break
+    return len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.metrics.pages
+
+
 async def crawl_with_a_stopped_worker(shard, server, fetcher, runner, land_per_round: int, rounds: int):
     """Lease, land ``land_per_round`` transfers, again, while the worker is stopped; then let it go.
     Returns the largest (transfers + answers waiting for the worker, bodies not archived) seen
@@ -252,13 +264,7 @@ async def crawl_with_a_stopped_worker(shard, server, fetcher, runner, land_per_r
         stalled = len(server.asked)
     finally:
         os.kill(worker, signal.SIGCONT)
-    for _ in range(3000):
-        shard._step(runner)
-        fetcher.land(len(fetcher.wire))
-        await asyncio.sleep(0.005)
-        if shard.frontier.queued() == 0 and shard.pool.calls == 0 and not len(shard.leases):
-            break
-    done = (len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.metrics.pages)
+    done = await drain(shard, runner, fetcher, server)
     await shard._shutdown()
     return peak_open, peak_bytes, stalled, done
 
@@ -303,13 +309,7 @@ def test_the_byte_bound_leaves_the_transfer_count_to_the_window(tmp_path):
                 break
             going = fetcher.in_flight
         fetcher.land(len(fetcher.wire))
-        for _ in range(3000):
-            shard._step(runner)
-            fetcher.land(len(fetcher.wire))
-            await asyncio.sleep(0.005)
-            if shard.frontier.queued() == 0 and shard.pool.calls == 0 and not len(shard.leases):
-                break
-        done = (len(server.asked), shard.pool.calls, shard.frontier.queued(), shard.metrics.pages)
+        done = await drain(shard, runner, fetcher, server)
         await shard._shutdown()
         return shard.window.size, going, done
 
