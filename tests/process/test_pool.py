@@ -215,7 +215,10 @@ def test_sigkill_worker_holding_jobs_every_page_once(tmp_path):
         await wait_until(lambda: sum(t.done() for t in tasks) >= 5, "first answers")
         victim = pool.workers[0]
         os.kill(victim.proc.pid, signal.SIGSTOP)        # freeze it so it surely holds jobs
-        await wait_until(lambda: len(victim.outstanding) >= 2, "jobs queued at the frozen worker")
+        # a job goes to the worker holding fewest (ties to worker 0), so the frozen worker gets one
+        # as soon as the live one holds any; a second may never come if the live worker answers
+        # each job before the next is sent, so one held job is the case tested
+        await wait_until(lambda: len(victim.outstanding) >= 1, "a job queued at the frozen worker")
         os.kill(victim.proc.pid, signal.SIGKILL)
         killed.append(victim.proc.pid)
         await wait_until(lambda: len(pool.pids()) == 2 and victim.proc.pid not in pool.pids(), "a replacement")
