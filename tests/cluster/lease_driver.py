@@ -95,19 +95,32 @@ def holder_child(servers: str, logpath: str) -> None:
 
 async def fencing(nats: LocalNats, tmp: str) -> dict:
     logpath = os.path.join(tmp, "holder.log")
-    p = subprocess.Popen([sys.executable, __file__, "--holder", ",".join(nats.servers), logpath])
-    while not (os.path.exists(logpath) and open(logpath).read().count("\n") > 20):
-        await asyncio.sleep(0.05)
-    standby = await lease(nats.servers, "fence", 0, "standby")
-    early = await standby.acquire()                 # held by the old node: refused
-    p.send_signal(signal.SIGSTOP)
-    stopped_at = time.time()
-    got = await standby.acquire_wait(30.0, poll_s=0.05)
-    took_over = time.time()
-    standby.start()
-    await asyncio.sleep(0.5)
-    p.send_signal(signal.SIGCONT)
-    rc = p.wait(30)
+    # the holder's output goes to a file: a holder left behind must not hold the driver's pipes open
+    with open(os.path.join(tmp, "holder.out"), "wb") as out:
+        p = subprocess.Popen([sys.executable, __file__, "--holder", ",".join(nats.servers), logpath],
+                             stdout=out, stderr=subprocess.STDOUT)
+    try:
+        while not (os.path.exists(logpath) and open(logpath).read().count("\n") > 20):
+            if p.poll() is not None:
+                return {"error": f"the holder exited ({p.returncode}) before holding the lease"}
+            await asyncio.sleep(0.05)
+        standby = await lease(nats.servers, "fence", 0, "standby")
+        early = await standby.acquire()                 # held by the old node: refused
+        p.send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        got = await standby.acquire_wait(30.0, poll_s=0.05)
+        took_over = time.time()
+        standby.start()
+        await asyncio.sleep(0.5)
+        p.send_signal(signal.SIGCONT)
+        while p.poll() is None:                         # it notices the loss and exits (bounded by wait_for)
+            await asyncio.sleep(0.05)
+        rc = p.returncode
+    finally:                                            # never leave a stopped holder behind
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
     lines = open(logpath).read().splitlines()
     samples = [ln.split() for ln in lines if ln[0].isdigit()]
     held_after = [s for s in samples if float(s[0]) >= took_over and s[1] == "1"]

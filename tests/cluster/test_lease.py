@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.fixture(scope="module")
 def res(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("lease") / "lease.json")
-    return run_driver(os.path.join(HERE, "lease_driver.py"), out, timeout=180)
+    return run_driver(os.path.join(HERE, "lease_driver.py"), out, timeout=600)   # 9 scenarios of ≤ 60 s
 
 
 def scenario(res, name):
