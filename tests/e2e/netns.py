@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -28,7 +29,13 @@ def run_driver(driver: str, out: str, *args: str, timeout: float = 300, mounts: 
     cmd = [*ns, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, driver, out, *args]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # output to files, not pipes: a process the driver left behind (a server it restarted, a child
+    # it stopped) would hold a pipe open and keep the run waiting after the driver has exited
+    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
+        rc = subprocess.run(cmd, stdout=so, stderr=se, timeout=timeout, env=env).returncode
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read().decode(errors="replace"), se.read().decode(errors="replace")
+    assert rc == 0, stdout[-3000:] + stderr[-3000:]
     with open(out) as f:
         return json.load(f)
