@@ -1,6 +1,8 @@
 """The frontier's working set (crawlerd.frontier.working): members come back every gap, sessions end,
 every ready host gets its turn, politeness holds, and with it off hosts go in due-time order."""
 
+from itertools import pairwise
+
 import pytest
 
 from crawlerd.frontier.working import WorkingSet
@@ -55,7 +57,7 @@ def reuse_share(seen) -> float:
     """Requests that follow their host's previous one within the keep-alive time (a kept connection)."""
     close = total = 0
     for runs in seen.values():
-        for (_, e0), (s1, _) in zip(runs, runs[1:]):
+        for (_, e0), (s1, _) in pairwise(runs):
             close += s1 - e0 <= KEEP_ALIVE_S
             total += 1
         total += 1          # the host's first request opens a connection
@@ -97,7 +99,7 @@ def test_sessions_end_and_every_ready_host_gets_one(tmp_path):
     # gap apart would mean a host kept its place past its budget
     for hk, runs in seen.items():
         streak = 1
-        for (_, e0), (s1, _) in zip(runs, runs[1:]):
+        for (_, e0), (s1, _) in pairwise(runs):
             streak = streak + 1 if s1 - e0 < 1.5 else 1
             assert streak <= 5, f"{hk}: {streak} turns in a row"
 
