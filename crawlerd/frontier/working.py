@@ -18,10 +18,12 @@ the crawl's rate needs shrinks back (its members wait overdue meanwhile, still w
 politeness). ``cap`` bounds it (``frontier.working_set_max``; 0 turns the working set off: every
 host is a member of one heap, the due-time order of earlier versions).
 
-Starvation-free: members leave after a bounded session (or once they have no URL queued), a
-free slot then admits the idle host that became ready first, and a host entering the idle heap
-is keyed no earlier than the latest lease call, so it queues behind every host ready before it.
-Politeness is untouched: an idle key is never earlier than the host's due.
+A session ends only while some host waits idle (with none, a member goes on: a one-host crawl
+keeps its connection). Starvation-free: members leave after a bounded session while hosts wait
+(or once they have no URL queued), a free slot then admits the idle host that became ready
+first, and a host entering the idle heap is keyed no earlier than the latest lease call, so it
+queues behind every host ready before it. Politeness is untouched: an idle key is never earlier
+than the host's due.
 """
 
 from __future__ import annotations
@@ -115,11 +117,16 @@ class WorkingSet:
             m[0] += 1
 
     def spend(self, s: int, now: float) -> None:
-        """A lease of ``s`` came back: a member whose session is used up goes to the back of the idle heap."""
+        """A lease of ``s`` came back: a member whose session is used up goes to the back of the idle
+        heap, or, with no host idle (a one-host crawl), starts its next session at once."""
         m = self.session.get(s)
         if m is not None and (m[0] >= self.session_fetches or now - m[1] >= self.session_s):
             self.spent += 1
-            self.leave(s)
+            if len(self._idle):
+                self.leave(s)
+            else:
+                m[0], m[1] = 0, now
+                self.sessions += 1
 
     def leave(self, s: int) -> None:
         """``s`` is a member no more (no URL queued, session spent, slot freed); its heap entry, if
@@ -134,12 +141,14 @@ class WorkingSet:
     def sharers(self, s: int, now: float) -> int | None:
         """How many hosts take turns with ``s`` before its next one (its connection is worth keeping
         when they fit in the keep-alive time): the members, for a member with session left; every
-        scheduled host with the working set off; None for a host whose session ends (its next turn
-        comes after every idle host's)."""
+        scheduled host with the working set off; None for a host whose session ends while hosts wait
+        idle (its next turn comes after theirs)."""
         if self.cap <= 0:
             return len(self)
         m = self.session.get(s)
-        if m is None or m[0] >= self.session_fetches or now - m[1] >= self.session_s:
+        if m is None:
+            return None
+        if (m[0] >= self.session_fetches or now - m[1] >= self.session_s) and len(self._idle):
             return None
         return len(self.session)
 

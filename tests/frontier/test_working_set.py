@@ -117,25 +117,42 @@ def test_member_with_nothing_queued_leaves_and_the_next_ready_host_enters(h):
 
 
 def test_turn_sharers_says_when_a_connection_is_worth_keeping(tmp_path):
-    h = Harness(str(tmp_path / "f"), working_set_max=4096, session_fetches=2, session_s=30.0)
+    h = Harness(str(tmp_path / "f"), working_set_max=1, session_fetches=2, session_s=30.0)
     h.ready(host(1), 5)
+    h.ready(host(2), 5)
     assert h.f.turn_sharers(host(1)) is None            # not a member yet: its turn is not near
-    (a,) = h.lease()
-    assert h.f.turn_sharers(host(1)) == 1               # a member with a lease left this session
+    (a,) = h.lease()                                    # room for one member
+    assert a.host_key == host(1) and h.f.turn_sharers(host(1)) == 1    # a lease left this session
     h.done(a)
     h.clock.t = h.f.next_due()
     (b,) = h.lease()
-    assert h.f.turn_sharers(host(1)) is None            # its session's last lease: close the connection
+    assert b.host_key == host(1)
+    assert h.f.turn_sharers(host(1)) is None            # its session's last lease while h2 waits: close
     h.done(b)
     assert h.f.stats()["working_set_hosts"] == 0 and h.f.stats()["sessions_spent"] == 1
-    h.clock.t = h.f.next_due()
-    (c,) = h.lease()                                    # alone: back at once, a new session
-    assert h.f.stats()["sessions_started"] == 2
-    h.done(c)
+    (c,) = h.lease()                                    # the idle host ready first: h2, waiting since the start
+    assert c.host_key == host(2) and h.f.stats()["sessions_started"] == 2
     off = Harness(str(tmp_path / "off"), working_set_max=0)
     off.ready(host(1), 3)
     off.ready(host(2), 3)
     assert off.f.turn_sharers(host(1)) == 2             # off: every scheduled host takes turns
+
+
+def test_a_lone_host_keeps_its_place_and_its_connection(tmp_path):
+    """With no host waiting idle a used-up session starts again: a one-domain crawl never closes
+    its connection for the working set's sake, nor waits for it."""
+    h = Harness(str(tmp_path / "f"), working_set_max=4096, session_fetches=2, session_s=30.0)
+    h.ready(host(1), 7)
+    starts = []
+    for _ in range(6):
+        (lease,) = h.lease()
+        starts.append(h.clock.t)
+        assert h.f.turn_sharers(host(1)) == 1
+        h.done(lease)
+        assert h.f.stats()["working_set_hosts"] == 1
+        h.clock.t = h.f.next_due()
+    assert [b - a for a, b in pairwise(starts)] == [pytest.approx(1.0)] * 5
+    assert h.f.stats()["sessions_started"] == 4      # one, then one more after every second lease
 
 
 def test_cap_bounds_the_members_and_next_due_waits_for_room(tmp_path):
