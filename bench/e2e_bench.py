@@ -321,6 +321,7 @@ def judge(entries: list[LedgerEntry], site: dict, t_launch: float, seconds: floa
         "steady_pages_per_s": steady_pages / max(1e-9, seconds - warmup_s),
         "refetches": refetches, "refetch_share": refetches / max(1, len(entries)),
         "hosts_touched": len({e.host for e in entries}),
+        "hosts_paged": len({e.host for e in pages}),        # hosts reached: at least one page asked
         "politeness": {k: kinds.get(k, 0) for k in (HOST_OVERLAP, HOST_GAP, IP_CONCURRENCY)},
         "robots": dict(Counter(v.kind for v in rob)),
         "retry_after": len(ra),
@@ -505,7 +506,13 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
                "dropped": last.get("dropped", {}), "stderr_tail": tail if rc != 0 else "",
                # jobs per answer frame: the workers' mean batch over the run (bench/RESULTS.md, fifth pass)
                "worker_batches": {k: sum((s.get("worker_batches") or {}).get(k, 0) for s in last.get("shards", []))
-                                  for k in ("frames", "jobs")}})
+                                  for k in ("frames", "jobs")},
+               # curl's new vs reused connections (NUM_CONNECTS per transfer) and the frontier's
+               # working-set sessions, whole run
+               "connections": {k: sum(((s.get("fetcher") or {}).get("connections") or {}).get(k, 0)
+                                      for s in last.get("shards", [])) for k in ("new", "reused")},
+               "sessions_started": sum((s.get("frontier") or {}).get("sessions_started", 0)
+                                       for s in last.get("shards", []))})
 
 
 def hosts_file_text(static_hosts: dict[str, str]) -> str:
@@ -633,6 +640,9 @@ def summarize(results: list[CrawlResult]) -> dict:
                              "stall_over_50ms_per_min", "stall_over_100ms_per_min", "own_stall_over_20ms_per_min",
                              "own_stall_over_50ms_per_min", "own_stall_over_100ms_per_min")},
         "in_flight_median": _median([(r.steady.get("in_flight") or {}).get("median") for r in results]),
+        "hosts_paged": _median([r.judged.get("hosts_paged") for r in results]),
+        "connections_new": _median([(r.extra.get("connections") or {}).get("new") for r in results]),
+        "connections_reused": _median([(r.extra.get("connections") or {}).get("reused") for r in results]),
         "in_flight_max": _median([(r.steady.get("in_flight") or {}).get("max") for r in results]),
     }
 
@@ -762,6 +772,10 @@ def bench(args: argparse.Namespace) -> dict:
                           f" us/request, workers {st.get('workers_us_per_page', 0):.0f} us/page, all "
                           f"{st.get('all_us_per_page', 0):.0f} us/page, stall p99.9 {st.get('stall_p999_ms')} ms, "
                           f"in flight {st.get('in_flight', {})}", file=sys.stderr, flush=True)
+                    cn = r.extra.get("connections") or {}
+                    print(f"  connections: {cn.get('new', 0)} new, {cn.get('reused', 0)} reused; hosts reached "
+                          f"{r.judged.get('hosts_paged', 0)}; working-set sessions {r.extra.get('sessions_started', 0)}"
+                          f" (whole run)", file=sys.stderr, flush=True)
                     wb = r.extra.get("worker_batches") or {}
                     if wb.get("frames"):
                         print(f"  workers' batches: {wb['jobs'] / wb['frames']:.2f} jobs per answer frame "

@@ -144,6 +144,18 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=1.0, max=DAY),
         _k("max_attempts", int, 3, "Attempts before a URL goes to the dead-letter table.", min=1, max=100),
         _k("max_active_hosts", int, 200000, "Hosts with politeness state kept in RAM.", min=1, max=1 << 30),
+        _k("working_set_max", int, 4096,
+           "Most hosts leased from at once (the working set): a ready host joins when a free transfer slot "
+           "finds no member due, and stays for a session, so its connection is reused across its politeness "
+           "gap instead of reopened (and TLS renegotiated) every turn. The set sizes itself to what the "
+           "crawl's rate needs below this cap; 0: off (every ready host in due-time order).", min=0,
+           max=1 << 24),
+        _k("session_fetches", int, 20,
+           "Leases a working-set host makes before it goes to the back of the ready hosts (its last "
+           "request closes its connection).", min=1, max=1_000_000),
+        _k("session_s", float, 30.0,
+           "Longest stay of a host in the working set, seconds (with session_fetches: every ready host "
+           "gets a session in turn).", min=0.1, max=DAY),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for the frontier (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
     ]),

@@ -410,7 +410,8 @@ class Family:
             out.append({"shard": str(m.index), "pid": m.proc.pid if m.proc is not None else None,
                         "state": state if m.ready or m.proc is None else "starting", "restarts": m.restarts,
                         **{k: s.get(k, 0) for k in ("pages", "pages_per_s_10s", "pages_per_s_60s", "in_flight",
-                                                    "leases", "processing", "queued", "hosts_active")},
+                                                    "leases", "processing", "queued", "hosts_active",
+                                                    "working_set_hosts", "sessions_started")},
                         "handoff": s.get("handoff", {}), "loop_lag": s.get("loop_lag", {})})
         return out
 

@@ -18,6 +18,7 @@ def print_status(s: dict) -> None:
     print(f"crawlerd  {s['state']}  pid {s['pid']}  up {s['uptime_s']:.0f}s  data {s['data_dir']}")
     print(f"pages     {s['pages']}  ({s['pages_per_s_10s']:.1f}/s 10s, {s['pages_per_s_60s']:.1f}/s 60s)")
     print(f"queued    {s['queued']} URLs  {s['hosts_active']} hosts active  {s['in_flight']} in flight")
+    print(f"working   {s.get('working_set_hosts', 0)} hosts leased from  {s.get('sessions_started', 0)} sessions started")
     print(f"outcomes  {fmt_counts(s['outcomes'])}")
     print(f"statuses  {fmt_counts(s['statuses'])}")
     if len(s.get("shards", [])) > 1:

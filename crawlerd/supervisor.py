@@ -68,7 +68,7 @@ NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outco
 
 # per-shard fields in `status` (`stats` has each shard's whole dict)
 SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "leases", "processing", "queued",
-                 "hosts_active")
+                 "hosts_active", "working_set_hosts", "sessions_started")
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -363,6 +363,7 @@ class Supervisor:
             "uptime_s": snap["uptime_s"], "pages": snap["pages"],
             "pages_per_s_10s": snap["pages_per_s_10s"], "pages_per_s_60s": snap["pages_per_s_60s"],
             "queued": total("queued"), "hosts_active": total("hosts_active"),
+            "working_set_hosts": total("working_set_hosts"), "sessions_started": total("sessions_started"),
             "in_flight": total("in_flight"), "leases": total("leases"), "processing": total("processing"),
             "outcomes": snap["outcomes"], "statuses": snap["statuses"],
             "errors": sum(v for k, v in snap["outcomes"].items() if k not in NOT_ERRORS),

@@ -22,7 +22,11 @@ Scheduled
     start politeness allows. The heap holds exactly the hosts that have work,
     no lease beyond their limit (one, ARCHITECTURE.md invariant 1) and a known address — one
     entry per host however long its queue, so a host with a million URLs
-    never holds up the others.
+    never holds up the others. The heap is split (``working``): the frontier
+    leases from a working set of hosts, each for a bounded session, so a
+    crawl bound by its own rate comes back to the same hosts every gap and
+    reuses their connections; the other ready hosts wait idle, first ready
+    first in, and join when due members cannot fill the free slots.
 
 Leased
     ``lease`` pops due hosts. A host whose address is at
@@ -58,7 +62,7 @@ Restarted
 
 Modules: ``scheduler`` (the Frontier: add, the lease and release calls, DNS and robots
 answers, commits), ``schedule`` (where each active host waits, what a DNS answer changes,
-slots for waiting hosts), ``leasing`` (one host's lease taken and given back), ``restart``
+slots for waiting hosts), ``working`` (the working set and its sessions), ``leasing`` (one host's lease taken and given back), ``restart``
 (the last run's leases and dues back), ``operations`` (its operator side: blocklist, drops,
 stats, invariant checks), ``queues`` (LMDB tables and durability), ``journal`` (requests in
 flight), ``hosts`` (per-host state), ``ips`` (per-IP state), ``keyindex`` (compact key ->

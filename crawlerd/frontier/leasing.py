@@ -122,6 +122,7 @@ class Leasing:
             else:
                 H.state[s] = hs.BUSY
         H.out[s] += 1
+        self._heap.leased(s)         # counts against the host's working-set session
         ips.start(ip, now)
         ips.refs[ip] += 1            # the lease holds its IP until it is released
         return lease
@@ -167,6 +168,7 @@ class Leasing:
             H.state[s] = hs.BUSY
         elif H.state[s] == hs.READY:
             self._heap.update(s, H.due[s])
+        self._heap.spend(s, now)     # a used-up working-set session: to the back of the idle hosts
         self._sched.settle(s, now)
         return gap
 

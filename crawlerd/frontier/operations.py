@@ -283,7 +283,7 @@ class FrontierOps:
     def check_invariants(self, deep: bool = False) -> None:
         """Raise AssertionError naming the first broken invariant. ``deep`` also recounts LMDB."""
         H, heap, ips = self._hosts, self._heap, self._ips
-        heap.check_invariant()
+        heap.check_invariant(lambda s: s < len(H.keys) and H.keys[s] is not None)
         in_heap = 0
         out_total = 0
         for hk, s in H.slot_of.items():
@@ -291,6 +291,7 @@ class FrontierOps:
             where = f"host {hk} (state {st}, levels {mask:b}, leases {out})"
             assert H.keys[s] == hk, f"{where}: slot key mismatch"
             assert (s in heap) == (st in IN_HEAP), f"{where}: in heap {s in heap}"
+            assert heap.placed(s), f"{where}: in the wrong heap of the working set"
             in_heap += st in IN_HEAP
             out_total += out
             assert mask or out > 0, f"{where}: active with no work and no lease"
@@ -432,6 +433,7 @@ class FrontierOps:
             "hosts_total": self._store.count(self._store.hosts),
             "hosts_waiting": self._c["waiting"],
             "hosts_ready": len(self._heap),
+            **self._heap.stats(),
             "hosts_dns": state.count(hs.DNS) + state.count(hs.DNS_BACKOFF),
             "hosts_ip_wait": state.count(hs.IPWAIT),
             "parked": parked,

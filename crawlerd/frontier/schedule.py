@@ -104,6 +104,7 @@ class HostSchedule:
         if H.mask[s] == 0 or s in self._blocked_slots:
             if H.state[s] != hs.ROBOTS:
                 self.unschedule(s)
+            self._heap.leave(s)          # nothing to lease: its working-set place goes to another host
             if H.out[s] == 0:
                 self.deactivate(s, now)
             return
@@ -119,6 +120,7 @@ class HostSchedule:
             ips.detach(ip)
         self._dirty.discard(s)
         self._blocked_slots.discard(s)
+        self._heap.leave(s)
         H.release(s)
         self.fill_slots(now)
 

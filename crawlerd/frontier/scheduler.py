@@ -7,7 +7,6 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
-from crawlerd._native.heap import DueHeap
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier import journal
 from crawlerd.frontier.blocklist import Blocklist
@@ -26,6 +25,7 @@ from crawlerd.frontier.politeness import Politeness
 from crawlerd.frontier.queues import FrontierStore
 from crawlerd.frontier.restart import Restart
 from crawlerd.frontier.schedule import HostSchedule
+from crawlerd.frontier.working import WorkingSet
 from crawlerd.outcome import Outcome
 
 GiB = 1 << 30
@@ -59,7 +59,8 @@ class Frontier:
                  map_size_bytes: int = 64 * GiB, host_concurrency: dict[str, int] | None = None,
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
                  commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False,
-                 write_buffer_bytes: int = 0):
+                 write_buffer_bytes: int = 0, working_set_max: int = 4096, session_fetches: int = 20,
+                 session_s: float = 30.0):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
@@ -76,6 +77,8 @@ class Frontier:
         there, so per-IP limits hold across shards (ARCHITECTURE.md invariant 1).
         ``deferred_level``: one more level, after ``priority_levels``, that a host serves only
         when its other levels are empty (suspected duplicate URLs, ``crawlerd.frontier.dust``).
+        ``working_set_max``, ``session_fetches``, ``session_s``: the hosts leased from and how long
+        each stays (``crawlerd.frontier.working``; 0 hosts: off, every ready host by due time).
         """
         if not 1 <= priority_levels <= (15 if deferred_level else 16):
             raise ValueError(f"priority_levels = {priority_levels}: expected 1..{15 if deferred_level else 16}")
@@ -107,7 +110,7 @@ class Frontier:
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
         self._shared = shared_ips
         self._ip_delay_s = ip_delay_s
-        self._heap = DueHeap(1024)
+        self._heap = WorkingSet(working_set_max, session_fetches, session_s)
         self._leases: dict[int, LeaseOut] = {}
         self._min_deadline = math.inf
         self._need_dns: set[int] = set()
@@ -406,11 +409,14 @@ class Frontier:
     def is_blocked(self, host: str) -> bool:
         return self._blocklist.matches(host)
 
-    def has_queued(self, host_key: str) -> bool:
-        """Whether the host has URLs queued (not counting those leased): its connection is worth keeping."""
+    def turn_sharers(self, host_key: str) -> int | None:
+        """How many hosts take turns with this one before its next lease (``WorkingSet.sharers``);
+        None when it has nothing queued or its working-set session ends (no next turn soon)."""
         H = self._hosts
         s = H.slot_of.get(host_key)
-        return s is not None and H.mask[s] != 0
+        if s is None or H.mask[s] == 0:
+            return None
+        return self._heap.sharers(s, self._clock())
 
     def demote_host(self, host_key: str, levels: int = 1) -> None:
         """Near-duplicate trap feedback: see ``FrontierOps.demote_host``."""

@@ -215,14 +215,17 @@ class LeaseRunner:
     def keep_alive(self, host_key: str) -> bool:
         """Whether the connection of this request is worth keeping for the host's next one: the host
         has more URLs queued and its turn should come within ``keep_alive_s``. A crawl bound by its
-        own rate rather than by politeness reaches a host again only after every host scheduled
-        before it (hosts scheduled / answers per second): kept connections would wait idle for
-        tens of seconds, fill curl's cache and be evicted (a scan of the cache per transfer)
-        before their host's turn."""
-        if not self.frontier.has_queued(host_key):
+        own rate rather than by politeness reaches a host again only after every host taking turns
+        with it (the frontier's working set, or every host scheduled with it off; divided by the
+        answers per second): kept connections would otherwise wait idle for tens of seconds, fill
+        curl's cache and be evicted (a scan of the cache per transfer) before their host's turn.
+        The last lease of a working-set session closes its connection (the host's next turn comes
+        after the idle hosts')."""
+        sharers = self.frontier.turn_sharers(host_key)
+        if sharers is None:
             return False
         rate = self.window.rate if self.window is not None else 0.0
-        return rate <= 0.0 or self.frontier.hosts_ready() <= rate * self.keep_alive_s
+        return rate <= 0.0 or sharers <= rate * self.keep_alive_s
 
     # -- leases -----------------------------------------------------------------------
     def start(self, now: float, free: int) -> None:

@@ -58,7 +58,8 @@ class Operations:
     def status(self, *, paused: bool) -> dict:
         st = self.final["frontier"] if "frontier" in self.final else self.frontier.stats()
         return {"in_flight": len(self.table), "queued": st.get("queued", 0),
-                "hosts_active": st.get("hosts_active", 0), "seen_pending": self.seen.pending,
+                "hosts_active": st.get("hosts_active", 0), "working_set_hosts": st.get("working_set_hosts", 0),
+                "sessions_started": st.get("sessions_started", 0), "seen_pending": self.seen.pending,
                 "paused": paused, "frontier": st, "recent_errors": list(self.tasks.recent_errors)[-5:],
                 "worker_cpu_s": self.pool.cpu_s(), "worker_restarts": self.pool.restarts,
                 "recrawl": self.final.get("recrawl") or self.recrawl.stats(),

@@ -123,7 +123,7 @@ class BudgetCrawl:
     def __init__(self, path: str, web: FarmWeb, *, budgets: bool = True, slots: int = 20, seeds: int = 300,
                  base_budget: int = 2, per_inlink: int = 2, mode: str = "vouched", min_ready_hosts: int = 0,
                  edge_max_age_s: float = 5.0, rt=(0.05, 0.15), log_every_s: float = 5.0, on_commit=None,
-                 probation: bool = True):
+                 probation: bool = True, working_set_max: int = 4096):
         self.web = web
         self.clock = FakeClock()
         self.rng = random.Random(3)
@@ -135,7 +135,7 @@ class BudgetCrawl:
         self.f = Frontier(os.path.join(path, "frontier"), clock=self.clock, wall=self.clock, rng=random.Random(1), priority_levels=4,
                           delay_factor=10.0, min_delay_s=1.0, max_delay_s=30.0, per_ip_concurrency=1,
                           lease_timeout_s=300.0, max_active_hosts=len(web.sites) + 10, map_size_bytes=1 << 32,
-                          sync=False)
+                          sync=False, working_set_max=working_set_max)
         self.budgets = budgets
         if budgets:
             self.store = BudgetStore(os.path.join(path, "budgets"), map_size_bytes=1 << 30, sync=False)

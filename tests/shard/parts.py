@@ -31,7 +31,10 @@ class Parts:
         self.metrics = Metrics()
         self.woken = 0
         self.clock = clock
-        self.frontier = Frontier(cfg.path("frontier"), clock=clock, map_size_bytes=1 << 26, blocklist=[])
+        fr = cfg.frontier
+        self.frontier = Frontier(cfg.path("frontier"), clock=clock, map_size_bytes=1 << 26, blocklist=[],
+                                 working_set_max=fr.working_set_max, session_fetches=fr.session_fetches,
+                                 session_s=fr.session_s)
         self.seen = AsyncSeenSet(cfg.path("drum"), buckets=4, bucket_buffer_bytes=1 << 12,
                                  merge_bytes=1 << 20, cache_entries=1 << 10, threaded_intake=True)
         self.recrawl = Recrawl(cfg.path("recrawl"), map_size_bytes=1 << 24, clock=time.time)

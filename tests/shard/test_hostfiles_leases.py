@@ -3,10 +3,13 @@
 import asyncio
 import time
 
+import pytest
+
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import KIND_ROBOTS, KIND_URL, QueuedURL
 from crawlerd.frontier.politeness import Politeness
+from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
 from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.shard.answers import Answers
@@ -137,25 +140,40 @@ def test_robots_rules_then_sitemap_urls_go_to_the_intake_and_disallowed_urls_end
                                                            ("page", "robots_denied")]
 
 
-def test_a_connection_is_kept_only_for_a_host_whose_turn_comes_soon(tmp_path):
-    """A crawl bound by its own rate reaches a host again only after every host scheduled before
-    it: a kept connection would wait idle past keep_alive_s (and fill curl's cache)."""
+@pytest.mark.parametrize("working_set", [True, False])
+def test_a_connection_is_kept_only_for_a_host_whose_turn_comes_soon(tmp_path, working_set):
+    """A crawl bound by its own rate reaches a host again only after every host taking turns with
+    it: a kept connection would wait idle past keep_alive_s (and fill curl's cache). With the
+    frontier's working set those are its members: hosts waiting idle do not count, and a
+    session's last lease closes its connection (the host's next turn comes after theirs)."""
     clock = FakeClock(1000.0)
 
     async def go():
-        p = Parts(str(tmp_path), clock=clock)
+        p = Parts(str(tmp_path), f"frontier.working_set_max={4096 if working_set else 0}",
+                  "frontier.session_fetches=2", clock=clock)
         try:
             _hf, runner, *_ = wire(p, Server({}))
             runner.window = LeaseWindow(floor=2, ceiling=1000)
             runner.window.rate = 100.0          # answers per second
             runner.keep_alive_s = 5.0
-            queue_host(p, "/a", "/b")
-            assert runner.keep_alive(HOST)       # one host scheduled: its turn comes at once
+            queue_host(p, "/a", "/b", "/c")
+            if working_set:
+                assert not runner.keep_alive(HOST)      # not leased from yet
+                robots = lease_one(p, KIND_ROBOTS)      # its session's first lease
+            assert runner.keep_alive(HOST)       # one host taking turns: its turn comes at once
             others = [f"http://h{i}.test" for i in range(600)]
             p.frontier.add([QueuedURL(url=h + "/", host_key=h, fp=fingerprint(h + "/")) for h in others])
             for h in others:
                 p.frontier.set_host_ip(h, "127.0.0.2")
-            assert p.frontier.hosts_ready() > 500
+            assert p.frontier.hosts_ready() >= 600
+            if working_set:
+                assert runner.keep_alive(HOST)   # the 600 wait idle: HOST's turns come with the members'
+                p.frontier.complete(robots.lease_id, outcome=Outcome.OK, status=200)
+                p.frontier.set_robots(HOST, expires_at=clock.t + 3600.0, crawl_delay_s=None)
+                clock.t += 2.0
+                lease_one(p, KIND_URL)           # the member first, then its session is spent
+                assert not runner.keep_alive(HOST)
+                return
             assert not runner.keep_alive(HOST)   # 601 hosts before its turn at 100/s: 6 s > 5 s
             runner.keep_alive_s = 10.0
             assert runner.keep_alive(HOST)
