@@ -263,7 +263,14 @@ class DigestView:
                 return None
             self._env = lmdb.open(str(self._dir), readonly=True, subdir=True, max_dbs=0, lock=True,
                                   readahead=False)
-        with self._env.begin() as txn:
+        try:
+            txn = self._env.begin()
+        except lmdb.MapResizedError:
+            # the owner committed past what this view mapped when it opened (the file's size then,
+            # at least 10 MiB): map the owner's map size, then read
+            self._env.set_mapsize(0)
+            txn = self._env.begin()
+        with txn:
             value = txn.get(digest_key(digest))
         return None if value is None else _decode(value)
 

@@ -2,10 +2,13 @@
 
 import base64
 import hashlib
+import os
+import subprocess
+import sys
 
 import pytest
 
-from crawlerd.store.digest_set import DigestSet, digest_key
+from crawlerd.store.digest_set import DigestSet, DigestView, digest_key
 
 
 def test_first_capture_wins_and_notations_agree(tmp_path):
@@ -68,3 +71,31 @@ def test_base32_digests_read_as_base64_reads_them():
                 "A" * 31 + "\u00e9", "A" * 31 + "="]:
         with pytest.raises(ValueError):
             digest_key(bad)
+
+
+def _fill(directory, start: int, n: int) -> None:
+    """The owner (another process, as the crawl process is to a worker) records digests start..start+n."""
+    code = ("import hashlib, sys\n"
+            "from crawlerd.store.digest_set import DigestSet\n"
+            "start, n = int(sys.argv[2]), int(sys.argv[3])\n"
+            "with DigestSet(sys.argv[1]) as ds:\n"
+            "    ds.add_many([(hashlib.sha1(str(i).encode()).digest(), f'http://h{i}.test/' + 'p' * 200, 'd')\n"
+            "                 for i in range(start, start + n)])\n")
+    subprocess.run([sys.executable, "-c", code, str(directory), str(start), str(n)], check=True, timeout=120)
+
+
+def test_a_view_keeps_reading_after_the_owner_grew_the_file_past_its_map(tmp_path):
+    # A read-only view maps what the file held when it opened (LMDB: at least 10 MiB); once the owner
+    # commits past that, each read transaction of the view used to fail with MDB_MAP_RESIZED (a worker
+    # then archived every page unparsed, outcome process_error, from ~50 k pages of a crawl on)
+    _fill(tmp_path / "d", 0, 10)
+    view = DigestView(tmp_path / "d")
+    try:
+        assert view.get(hashlib.sha1(b"3").digest()) == ("http://h3.test/" + "p" * 200, "d")
+        _fill(tmp_path / "d", 10, 60_000)            # ~16 MiB of entries
+        assert os.path.getsize(tmp_path / "d" / "data.mdb") > 12 << 20
+        assert view.get(hashlib.sha1(b"3").digest()) == ("http://h3.test/" + "p" * 200, "d")
+        assert view.get(hashlib.sha1(b"60009").digest()) == ("http://h60009.test/" + "p" * 200, "d")
+        assert view.get(hashlib.sha1(b"60010").digest()) is None
+    finally:
+        view.close()
