@@ -141,6 +141,9 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
             "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
             "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
             "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
+            # pages a worker failed to process (a bug: archived raw, no links): a soak with them
+            # measures a different crawl
+            "process_errors": int(counters.get("process_process_error", 0)),
             "mem": {k: v for k, v in mem.items() if v is not None}, "malloc": st.get("malloc", {}),
             "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
                                 for k, v in st.get("memory", {}).items()},
@@ -423,6 +426,8 @@ def summary_lines(result: dict, a: dict) -> list[str]:
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
+    if result["samples"]:
+        lines.append(f"  pages a worker failed to process (process_error): {result['samples'][-1].get('process_errors', 0)}")
     lines.append("  disk: " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in result["disk_bytes"].items()))
     lines.append(f"  exit {result['rc']}, wall {result['wall_s']:.0f} s")
     if "checks" in result:

@@ -98,6 +98,11 @@ def test_private_memory_slope_per_page_is_small(soak, proc):
     assert p["anon_slope_b_per_page"] <= MAX_SLOPE_B_PER_PAGE, p
 
 
+def test_every_page_was_processed(soak):
+    # a page the worker failed on is archived raw and yields no links: the crawl stops finding URLs
+    assert soak["samples"][-1]["process_errors"] == 0, soak["samples"][-1]
+
+
 def test_components_stay_within_their_caps(soak):
     for s in soak["samples"]:
         for name, held in s.get("components_full", {}).items():
