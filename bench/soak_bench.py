@@ -269,19 +269,25 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
 
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count at its peak, at least ``min_fraction`` of the samples behind us (the caps
+    active-host count past its peak, at least ``min_fraction`` of the samples behind us (the caps
     fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
     pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
     the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
     follow the pages, not the clock: a fit that starts with the first pages reads those fills as a
-    slope. A leak grows as fast in the second half of a run as in the first; a fill does not."""
+    slope. A leak grows as fast in the second half of a run as in the first; a fill does not.
+
+    The active hosts peak once every host has its first URLs and then fall while the crawl goes on:
+    the domain budgets defer most new URLs of a host (ARCHITECTURE.md, "Budgets") and a host whose
+    queue runs dry is inactive until they are readmitted. That frees little (a host's slot and its
+    arrays are reused, not shrunk), and the analysis reports the active-host range beside the fit."""
     if not samples:
         return 0
     peak = max(s["hosts_active"] for s in samples)
-    start = int(len(samples) * min_fraction)
+    at_peak = next(i for i, s in enumerate(samples) if s["hosts_active"] >= 0.95 * peak)
+    start = max(at_peak, int(len(samples) * min_fraction))
     min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
-        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak and s["pages"] >= min_pages:
+        if i >= start and s["hosts_total"] >= hosts and s["pages"] >= min_pages:
             return i
     return len(samples)
 
