@@ -141,6 +141,9 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
             "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
             "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
             "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
+            # pages a worker failed to process (a bug: archived raw, no links): a soak with them
+            # measures a different crawl
+            "process_errors": int(counters.get("process_process_error", 0)),
             "mem": {k: v for k, v in mem.items() if v is not None}, "malloc": st.get("malloc", {}),
             "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
                                 for k, v in st.get("memory", {}).items()},
@@ -266,19 +269,25 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
 
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count at its peak, at least ``min_fraction`` of the samples behind us (the caps
+    active-host count past its peak, at least ``min_fraction`` of the samples behind us (the caps
     fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
     pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
     the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
     follow the pages, not the clock: a fit that starts with the first pages reads those fills as a
-    slope. A leak grows as fast in the second half of a run as in the first; a fill does not."""
+    slope. A leak grows as fast in the second half of a run as in the first; a fill does not.
+
+    The active hosts peak once every host has its first URLs and then fall while the crawl goes on:
+    the domain budgets defer most new URLs of a host (ARCHITECTURE.md, "Budgets") and a host whose
+    queue runs dry is inactive until they are readmitted. That frees little (a host's slot and its
+    arrays are reused, not shrunk), and the analysis reports the active-host range beside the fit."""
     if not samples:
         return 0
     peak = max(s["hosts_active"] for s in samples)
-    start = int(len(samples) * min_fraction)
+    at_peak = next(i for i, s in enumerate(samples) if s["hosts_active"] >= 0.95 * peak)
+    start = max(at_peak, int(len(samples) * min_fraction))
     min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
-        if i >= start and s["hosts_total"] >= hosts and s["hosts_active"] >= 0.95 * peak and s["pages"] >= min_pages:
+        if i >= start and s["hosts_total"] >= hosts and s["pages"] >= min_pages:
             return i
     return len(samples)
 
@@ -423,6 +432,8 @@ def summary_lines(result: dict, a: dict) -> list[str]:
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
+    if result["samples"]:
+        lines.append(f"  pages a worker failed to process (process_error): {result['samples'][-1].get('process_errors', 0)}")
     lines.append("  disk: " + ", ".join(f"{k} {_mib(v)} MiB" for k, v in result["disk_bytes"].items()))
     lines.append(f"  exit {result['rc']}, wall {result['wall_s']:.0f} s")
     if "checks" in result:

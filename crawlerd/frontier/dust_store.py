@@ -32,7 +32,7 @@ from typing import NamedTuple
 import lmdb
 import orjson
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget
 
 __all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
 
@@ -64,12 +64,13 @@ class DustStore:
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
                              sync=sync, metasync=sync, lock=True)
-        reserve_write_buffers(self.env, write_buffer_bytes)
+        self._budget = WriteBudget(self.env, write_buffer_bytes)
         self._hosts = self.env.open_db(b"hosts")
         self._lru = self.env.open_db(b"lru")
         self._arch = [self.env.open_db(b"arch0"), self.env.open_db(b"arch1")]
         self._skips = self.env.open_db(b"skips")
         self._meta = self.env.open_db(b"meta")
+        self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
         raw = self.txn().get(b"counters", db=self._meta)
         self.meta: dict = json.loads(raw) if raw else {}
@@ -103,7 +104,9 @@ class DustStore:
         self.meta["host_bytes"] += len(raw) - (len(old) if old else 0)
         txn.put(hk, raw, db=self._hosts)
         self._touch(host, hk)
-        return self._evict_hosts(keep=host)
+        evicted = self._evict_hosts(keep=host)
+        self._wrote(4 + 4 * len(evicted))
+        return evicted
 
     def encoded_size(self, record: dict) -> int:
         return len(_dumps(record))
@@ -181,6 +184,15 @@ class DustStore:
             txn.drop(self._arch[other], delete=False)
             self.meta["gen_count"][other] = 0
             self.meta["gen"] = other
+        self._wrote(1)
+
+    def _wrote(self, writes: int) -> None:
+        """A top-level write is done (no cursor of this transaction is open): an early commit once
+        the transaction's writes could fill the reserved page buffers (``WriteBudget``). It makes
+        durable what a commit a moment later would have: a crash loses less evidence, never more."""
+        self._budget.spend(writes)
+        if self._budget.full:
+            self.commit()
 
     # -- skip log ----------------------------------------------------------------------------
     @staticmethod
@@ -237,6 +249,7 @@ class DustStore:
         txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
         txn.commit()
         self._txn = None
+        self._budget.committed()
 
     def close(self) -> None:
         if self.env is None:

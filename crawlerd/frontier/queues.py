@@ -37,7 +37,7 @@ import struct
 
 import lmdb
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget
 
 _U64 = struct.Struct(">Q")
 _COUNTERS = ("seq", "lease_seq", "hid_next", "session", "wseq", "added", "queued", "completed", "dead",
@@ -58,7 +58,9 @@ class FrontierStore:
         self.path = path
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
-        reserve_write_buffers(self.env, write_buffer_bytes)
+        # LMDB's page buffers: reserved here, every transaction kept within them (the scheduler
+        # charges its writes and commits when it is full)
+        self.budget = WriteBudget(self.env, write_buffer_bytes)
         self.sync = sync
         self.queues = self.env.open_db(b"queues")
         self.hosts = self.env.open_db(b"hosts")
@@ -67,6 +69,7 @@ class FrontierStore:
         self.dead = self.env.open_db(b"dead")
         self.events = self.env.open_db(b"events")
         self.meta = self.env.open_db(b"meta")
+        self.budget.dbs = (self.queues, self.hosts, self.leases, self.waiting)
         self._txn: lmdb.Transaction | None = None
         self._qcur: lmdb.Cursor | None = None
 
@@ -90,6 +93,7 @@ class FrontierStore:
             self._qcur = None
             txn, self._txn = self._txn, None
             txn.commit()
+            self.budget.committed()
 
     def flush(self) -> None:
         self.env.sync(True)

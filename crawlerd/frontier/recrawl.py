@@ -47,7 +47,9 @@ Tables (big-endian keys, so LMDB byte order is time order):
 ``meta``  counters (same transaction as the state, so they agree after a crash).
 
 Durability: one write transaction at a time, committed every ``group_ops``
-writes (which also bounds LMDB's dirty pages in RAM) and by ``commit()``.
+writes, as soon as its writes could have changed as many pages as the store reserved
+(``store.lmdb_reserve.WriteBudget``: LMDB's dirty-page buffers never outgrow the reservation),
+and by ``commit()``.
 ``kill -9`` loses only the open transaction; ``record`` is idempotent (a
 visit whose ``fetched_at`` is not newer than the stored one is ignored), so
 replaying lost visits is harmless.
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 
 import lmdb
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget
 
 GiB = 1 << 30
 DAY_S = 86400.0
@@ -200,10 +202,11 @@ class Recrawl:
         self._sync = sync
         self._env = lmdb.open(path, map_size=map_size_bytes, max_dbs=3, sync=sync, metasync=False,
                               readahead=False, meminit=False)
-        reserve_write_buffers(self._env, write_buffer_bytes)
+        self._budget = WriteBudget(self._env, write_buffer_bytes)
         self._urls = self._env.open_db(b"urls")
         self._due = self._env.open_db(b"due")
         self._meta = self._env.open_db(b"meta")
+        self._budget.dbs = (self._urls, self._due)
         raw = self._w().get(b"counters", db=self._meta)
         if raw is not None:
             self._c.update(zip(_COUNTERS, _META.unpack(raw), strict=True))
@@ -214,9 +217,12 @@ class Recrawl:
             self._txn = self._env.begin(write=True)
         return self._txn
 
-    def _wrote(self) -> None:
+    def _wrote(self, writes: int) -> None:
+        """One record changed with ``writes`` puts and deletes: commit after ``group_ops`` records, or
+        once the transaction's writes could fill the reserved page buffers."""
         self._ops += 1
-        if self._ops >= self._group_ops:
+        self._budget.spend(writes)
+        if self._ops >= self._group_ops or self._budget.full:
             self._commit()
 
     def _commit(self) -> None:
@@ -224,6 +230,7 @@ class Recrawl:
             self._txn.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
             txn, self._txn = self._txn, None
             txn.commit()
+            self._budget.committed()
         self._ops = 0
 
     def commit(self, *, flush: bool = True) -> None:
@@ -260,7 +267,7 @@ class Recrawl:
             txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
         txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
         txn.put(fpk, _encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
-        self._wrote()
+        self._wrote(2 if old_due_ms is None else 3)
 
     def _drop(self, st: RecrawlState, due_ms: int) -> None:
         txn = self._w()
@@ -269,7 +276,7 @@ class Recrawl:
         if st.handed_out:
             self._c["out"] -= 1
         self._c["dropped"] += 1
-        self._wrote()
+        self._wrote(2)
 
     def state(self, fp: int) -> RecrawlState | None:
         """Everything known about one URL, or None if it is not tracked."""

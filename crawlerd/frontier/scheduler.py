@@ -36,6 +36,12 @@ GiB = 1 << 30
 # when the in-flight journal is gone (an OS crash): then every host waits a whole grace.
 CRASH_MARGIN_S = 3.0
 
+# Writes charged to the store's WriteBudget (LMDB page buffers, store/lmdb_reserve.py), at most:
+# an add puts the URL's queue entry and may write its host's record and waiting entry; a lease
+# takes the entry off its queue and puts the lease; a release deletes the lease, may put the URL
+# back, and its host's record is rewritten at the commit.
+_ADD_WRITES, _LEASE_WRITES, _RELEASE_WRITES = 3, 2, 3
+
 
 class Frontier:
     """Per-host back queues in LMDB, scheduled by a due-time heap under host and IP politeness.
@@ -173,11 +179,17 @@ class Frontier:
         the seen-set's position after these answers, committed in the same transaction, so answers
         the seen-set delivers again after a crash (at-least-once) are known as added (``seen_mark``).
         """
+        st, H = self._store, self._hosts
+        items = items if isinstance(items, list) else list(items)
+        # a URL's queue entry and at most its host's record and waiting entry: committing what is open
+        # first keeps this transaction within the reserved page buffers (the add itself stays one)
+        if st.open and not st.budget.fits(_ADD_WRITES * len(items)):
+            self._commit()
+        st.budget.spend(_ADD_WRITES * len(items))
         if seen_mark is not None and seen_mark > self._seen_mark:
             self._seen_mark = seen_mark
             self._store.save_mark(b"seen", seen_mark)
         now = self._clock()
-        st, H = self._store, self._hosts
         txn, hdb = st.txn(), st.hosts
         groups: dict[str, list[QueuedURL]] = {}
         for it in items:
@@ -266,7 +278,9 @@ class Frontier:
         # Group commit: an uncommitted lease is harmless (after a crash the URL is simply still
         # queued); completions wait at most commit_interval_s or group_ops operations.
         self._ops += len(out)
-        if self._ops >= self._group_ops or now - self._last_commit >= self._commit_interval_s:
+        self._store.budget.spend(_LEASE_WRITES * len(out))
+        if self._ops >= self._group_ops or now - self._last_commit >= self._commit_interval_s \
+                or self._store.budget.full:
             self._commit()
         return out
 
@@ -297,8 +311,9 @@ class Frontier:
     def _released(self, gap: float) -> None:
         """A lease was given back with this gap before its host's next request."""
         self._ops += 1
+        self._store.budget.spend(_RELEASE_WRITES)
         # a wait longer than the grace is committed at once: it must outlive even an OS crash
-        if gap > self._grace or self._ops >= self._group_ops:
+        if gap > self._grace or self._ops >= self._group_ops or self._store.budget.full:
             self._commit()
 
     # == leases that never came back =================================================

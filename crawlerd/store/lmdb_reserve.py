@@ -9,7 +9,8 @@ random puts lands on more distinct pages), and each new buffer is a fresh 4 KiB 
 allocated among the crawl's short-lived ones: measured as private memory rising with the pages
 crawled. Reserving the buffers at open (one transaction that changes about ``nbytes`` of pages,
 then aborted: nothing is written) turns that climb into a fixed cost, taken while the heap is
-young and compact; a transaction that changes more pages adds buffers as before.
+young and compact. :class:`WriteBudget` then keeps every transaction within them: the store commits
+once its writes could have changed as many pages as were reserved, so no transaction adds buffers.
 """
 
 from __future__ import annotations
@@ -38,3 +39,46 @@ def reserve_write_buffers(env: lmdb.Environment, nbytes: int) -> int:
     finally:
         txn.abort()
     return pages
+
+
+class WriteBudget:
+    """The pages one write transaction of a store may change: the buffers reserved when it opened.
+
+    A put or a delete changes at most one page per level of its B-tree (the path from the root to
+    its leaf), plus one for a split or a merge with a sibling. So each write is charged the depth of
+    the deepest of the store's tables plus one, read again after each commit (the trees deepen as
+    they grow), and a transaction whose charges stay within the reserved pages needs no buffer
+    beyond them. The store charges its writes with :meth:`spend` and commits, at a point where its
+    state is consistent, once :attr:`full`; the commit's own writes (the free-page list, the named
+    tables' roots) come out of the eighth held back.
+
+    Invariant: ``used`` is the charge of the open transaction's writes since the last
+    :meth:`committed`; ``limit`` is 0 (nothing reserved: unbounded, :attr:`full` never) or 7/8 of
+    the reserved pages."""
+
+    def __init__(self, env: lmdb.Environment, nbytes: int, dbs=()) -> None:
+        self.env = env
+        self.dbs = tuple(dbs)
+        self.pages = reserve_write_buffers(env, nbytes)
+        self.limit = self.pages - self.pages // 8
+        self.per_write = 2          # a new store: depth 1, one leaf (updated at each commit)
+        self.used = 0
+
+    def spend(self, writes: int = 1) -> None:
+        self.used += writes * self.per_write
+
+    def fits(self, writes: int) -> bool:
+        """Whether ``writes`` more fit in the open transaction's share of the reserved pages."""
+        return not self.limit or self.used + writes * self.per_write <= self.limit
+
+    @property
+    def full(self) -> bool:
+        return 0 < self.limit <= self.used
+
+    def committed(self) -> None:
+        """Call after each commit (or abort): a new transaction, charged by the trees' depth now."""
+        self.used = 0
+        if self.limit:
+            with self.env.begin() as txn:
+                depth = max([txn.stat(db)["depth"] for db in self.dbs] or [txn.stat()["depth"]])
+            self.per_write = max(1, depth) + 1

@@ -436,3 +436,19 @@ def test_cached_host_states_stay_within_cache_bytes_and_lose_no_evidence(tmp_pat
     assert free_peak > 4 * (64 << 10)                         # unbounded, the same crawl holds more
     assert kept == reference                                  # evicted states were written back whole
     assert all(len(urls) == 24 for urls in kept.values())
+
+
+def test_the_store_commits_early_to_stay_within_its_reserved_page_buffers(tmp_path):
+    # 64 pages reserved: 400 archived fingerprints without a commit from the learner take several
+    # early commits (each a state a later commit would have made durable), and none is lost
+    from crawlerd.frontier.dust_store import DustStore
+    s = DustStore(str(tmp_path / "d"), max_bytes=64 << 20, max_host_bytes=16 << 10, sync=False,
+                  write_buffer_bytes=64 * 4096)
+    start = s.env.info()["last_txnid"]
+    for fp in range(1, 401):
+        s.add_archived(fp * 0x9E3779B97F4A7C15 & (2**64 - 1), 1)
+    assert s.env.info()["last_txnid"] - start >= 400 // 28
+    s.close()
+    s = DustStore(str(tmp_path / "d"), max_bytes=64 << 20, max_host_bytes=16 << 10, sync=False)
+    assert all(s.archived(fp * 0x9E3779B97F4A7C15 & (2**64 - 1)) is not None for fp in range(1, 401))
+    s.close()

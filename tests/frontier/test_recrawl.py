@@ -281,6 +281,22 @@ def test_group_commit_bounds_what_a_crash_loses(tmp_path):
     r.close()
 
 
+def test_transactions_stay_within_the_reserved_page_buffers(tmp_path):
+    # 64 pages reserved (limit 56), a new tree of depth 1-2: each record (2 writes) is charged 2 x
+    # (depth + 1), so the store commits every ~7-14 records although group_ops is far away (without
+    # the budget nothing would be committed); a crash loses only the records since the last one
+    path = tmp_path / "r"
+    r = open_rc(path, group_ops=1 << 30, write_buffer_bytes=64 * 4096)
+    for n in range(300):
+        rec(r, n, T0 + n)
+    del r
+    crash()
+    r = open_rc(path)
+    assert 300 - 14 <= r.stats()["tracked"] < 300
+    r.check_invariants()
+    r.close()
+
+
 def test_kill_9_in_a_child_loses_only_the_open_transaction(tmp_path):
     path = str(tmp_path / "r")
     child = textwrap.dedent(f"""

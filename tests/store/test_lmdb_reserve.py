@@ -7,7 +7,7 @@ import random
 import lmdb
 import pytest
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget, reserve_write_buffers
 
 
 class _MallInfo2(ctypes.Structure):
@@ -78,4 +78,49 @@ def test_nothing_to_reserve(tmp_path):
     env = _open(tmp_path / "e")
     assert reserve_write_buffers(env, 0) == 0
     assert reserve_write_buffers(env, 100) == 0
+    env.close()
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_write_budget_keeps_transactions_within_the_reservation(tmp_path, bounded):
+    # the same random puts, committed every 1,500 puts (a busy store's commit interval), or also
+    # whenever the budget is full: only the latter keeps LMDB's buffers to the reserved pages
+    used = _heap_in_use()
+    env = _open(tmp_path / "e")
+    budget = WriteBudget(env, 1 << 20)
+    db = env.open_db(b"t")
+    budget.dbs = (db,)
+    assert budget.pages == 256 and budget.limit == 224 and not budget.full
+    rng = random.Random(3)
+    start, n, commits = used(), 0, 0
+    txn = env.begin(write=True)
+    for i in range(60_000):
+        txn.put(rng.randbytes(16), rng.randbytes(90), db=db)
+        budget.spend(1)
+        n += 1
+        if (i + 1) % 1500 == 0 or (bounded and budget.full):
+            txn.commit()
+            budget.committed()
+            commits += 1
+            txn = env.begin(write=True)
+    txn.commit()
+    climb = used() - start
+    with env.begin() as t:
+        assert t.stat(db)["entries"] == n
+        assert t.stat(db)["depth"] >= 3
+    if bounded:
+        assert budget.per_write >= 4                  # charged by the tree's depth (3 or more) + 1
+        assert climb < 256 << 10, climb               # no buffer beyond the reserved ones
+        assert commits > 60_000 // 1500
+    else:
+        assert climb > 1 << 20, climb                 # larger transactions take more buffers
+    env.close()
+
+
+def test_nothing_reserved_is_no_bound(tmp_path):
+    env = _open(tmp_path / "e")
+    budget = WriteBudget(env, 0)
+    budget.spend(1 << 30)
+    assert not budget.full
+    budget.committed()
     env.close()
