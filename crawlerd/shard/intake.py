@@ -260,8 +260,9 @@ class Intake:
         of its own: each commit alone took up to ~25 ms) the frontier; after the delivery's
         ``last`` commit, ack."""
         if self.budgets is not None:
-            self.budgets.commit()       # deferrals durable before the mark passes their answers
-            asyncio.get_running_loop().call_soon(self._commit_frontier, results, end, added, last)
+            # deferrals durable before the mark passes their answers: the frontier commits once the
+            # budget commit is written (on the writer thread during a crawl; else the next iteration)
+            self.budgets.commit(functools.partial(self._commit_frontier, results, end, added, last))
             return
         self._commit_frontier(results, end, added, last)
 
