@@ -49,6 +49,7 @@ class Overlay:
         self.writer = writer
         self.loop_thread = threading.get_ident()      # attached on the loop's thread
         self.write_threads: set[int] = set()          # threads that began a write transaction here
+        self.written_by: set[str] = set()             # their names
         self._rtxn = None
         self._view: dict[Any, dict[bytes, tuple[bytes | None, int]]] = {}
         self._sorted: dict[Any, list[bytes]] = {}
@@ -175,7 +176,9 @@ class Overlay:
         me = threading.get_ident()
         if me == self.loop_thread:
             raise AssertionError("an overlay's write transaction on the loop thread")
-        self.write_threads.add(me)
+        if me not in self.write_threads:
+            self.write_threads.add(me)
+            self.written_by.add(threading.current_thread().name)
         sync = False
         with self.env.begin(write=True) as txn:
             for layer, want_sync in items:
@@ -225,7 +228,7 @@ class Overlay:
 
     def stats(self) -> dict:
         return {"layers": self.layers, "landed": self.landed, "pending": self.pending,
-                "view_keys": sum(len(v) for v in self._view.values())}
+                "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by)}
 
 
 class OverlayCursor:

@@ -579,6 +579,46 @@ def test_kill_9_loses_no_deferred_record(tmp_path):
     p.close()
 
 
+CHILD_WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from frontier.test_budgets import Landing, Parts
+    landing = Landing()
+    p = Parts({path!r}, landing=landing)
+    for d in range(10):
+        p.offer(f"d{{d}}.com", [f"d{{d}}/{{i}}".encode() for i in range(30)])
+    p.store.commit()
+    landing.land(p.store)                   # landed: what a then would acknowledge
+    landing.writer.hold()                   # the next commit is handed over and never written
+    got = p.beast.readmit(6, advance=True)
+    p.store.commit()
+    print("ready", len(got), flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_kill_9_with_a_writer_keeps_what_landed_and_returns_what_did_not(tmp_path):
+    """A commit handed to the writer is promised once it landed: kill -9 keeps every deferral that
+    landed, and readmissions whose commit had not landed are handed out again (twice, never lost)."""
+    path = str(tmp_path / "b")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-c", CHILD_WRITER.format(tests=tests, path=path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        line = child.stdout.readline()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert line == b"ready 6\n"
+    p = Parts(path)
+    p.check()
+    rest = drain(p.beast)
+    offered = {f"d{d}/{i}".encode() for d in range(10) for i in range(30)}
+    admitted = {f"d{d}/{i}".encode() for d in range(10) for i in range(2)}
+    assert len(rest) == len(offered - admitted) and set(rest) == offered - admitted
+    p.close()
+
+
 # -- against a plain model --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(4))

@@ -250,7 +250,8 @@ class Budgets:
     # -- reading ------------------------------------------------------------------------------
     def stats(self, top: int = 10) -> dict:
         now = self.clock()
-        return {**self.beast.stats(top),
+        ov = self.store.overlay
+        return {**self.beast.stats(top), **({"store_writer": ov.stats()} if ov is not None else {}),
                 "graph": {**self.graph.stats(top), **self.timing.stats(now), "pending": self.edges.pending,
                           "drum": self.edges.stats()}}
 
