@@ -376,7 +376,8 @@ class Beast:
 
     @property
     def waiting(self) -> int:
-        """Deferred URLs waiting now."""
+        """Deferred URLs waiting now (with a writer attached: as of the last commit that landed, plus
+        the deferrals not handed over yet)."""
         return self.store.count(self.store.deferred) + len(self._puts)
 
     def has_waiting(self) -> bool:
