@@ -76,7 +76,8 @@ class Overlay:
                 return default if e[0] is None else e[0]
         return self.base().get(key, default, db=db)
 
-    def put(self, key: bytes, value: bytes, db=None) -> bool:
+    def put(self, key: bytes, value: bytes | None, db=None) -> bool:
+        """Write ``key`` (None: delete it) into the open layer and the view."""
         lay = self._layer.get(db)
         if lay is None:
             lay = self._layer[db] = {}
@@ -93,19 +94,7 @@ class Overlay:
 
     def delete(self, key: bytes, value: bytes = b"", db=None) -> bool:
         """Delete ``key`` (a key not stored costs the writer a failed delete; True either way)."""
-        lay = self._layer.get(db)
-        if lay is None:
-            lay = self._layer[db] = {}
-        lay[key] = None
-        v = self._view.get(db)
-        if v is None:
-            v = self._view[db] = {}
-        if key not in v:
-            fresh = self._fresh.get(db)
-            if fresh is not None:
-                fresh.append(key)
-        v[key] = (None, self._lid)
-        return True
+        return self.put(key, None, db=db)
 
     def view(self, db) -> dict[bytes, tuple[bytes | None, int]]:
         """Key -> (value, None when deleted; layer) of ``db``'s keys written and not landed yet."""
