@@ -52,7 +52,11 @@ writes, as soon as its writes could have changed as many pages as the store rese
 and by ``commit()``.
 ``kill -9`` loses only the open transaction; ``record`` is idempotent (a
 visit whose ``fetched_at`` is not newer than the stored one is ignored), so
-replaying lost visits is harmless.
+replaying lost visits is harmless. With a writer attached (``attach_writer``, the
+shard's ``WriteThread``, during the crawl) no write transaction runs on the loop:
+the transaction is a :class:`~crawlerd.store.overlay.Overlay` (reads see the
+loop's writes from RAM until they land) and a commit is handed over, on disk
+once its ``then`` ran (``commit(flush=True)``: fdatasync'd there too).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ from dataclasses import dataclass
 import lmdb
 
 from crawlerd.store.lmdb_reserve import WriteBudget
+from crawlerd.store.overlay import Overlay
+from crawlerd.store.writer import WriteThread
 
 GiB = 1 << 30
 DAY_S = 86400.0
@@ -194,6 +200,7 @@ class Recrawl:
         self._group_ops = group_ops
         self._ops = 0
         self._txn: lmdb.Transaction | None = None
+        self._overlay: Overlay | None = None
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._env = None
         if not enabled:
@@ -212,10 +219,24 @@ class Recrawl:
             self._c.update(zip(_COUNTERS, _META.unpack(raw), strict=True))
 
     # == transactions ==========================================================
-    def _w(self) -> lmdb.Transaction:
+    def _w(self) -> lmdb.Transaction | Overlay:
+        if self._overlay is not None:
+            return self._overlay
         if self._txn is None:
             self._txn = self._env.begin(write=True)
         return self._txn
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write on ``writer`` from now on (the open transaction commits here first); None: detach,
+        once every commit handed over landed, back to transactions of this thread."""
+        if self._env is None:
+            return
+        if writer is not None:
+            self._commit()
+            self._overlay = Overlay(self._env, writer)
+        elif self._overlay is not None:
+            self._overlay.close()
+            self._overlay = None
 
     def _wrote(self, writes: int) -> None:
         """One record changed with ``writes`` puts and deletes: commit after ``group_ops`` records, or
@@ -225,22 +246,37 @@ class Recrawl:
         if self._ops >= self._group_ops or self._budget.full:
             self._commit()
 
-    def _commit(self) -> None:
+    def _commit(self, then=None, sync: bool = False) -> bool:
+        """Commit the open transaction; True if it was handed to the writer (``then`` runs there)."""
+        self._ops = 0
+        ov = self._overlay
+        if ov is not None:
+            if ov.dirty:
+                ov.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
+            ov.commit(then, sync=sync)
+            self._budget.committed()
+            return True
         if self._txn is not None:
             self._txn.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
             txn, self._txn = self._txn, None
             txn.commit()
             self._budget.committed()
-        self._ops = 0
+        return False
 
-    def commit(self, *, flush: bool = True) -> None:
+    def commit(self, *, flush: bool = True, then=None) -> None:
         """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
-        only; ``flush()`` then makes it power-safe, from any thread."""
+        only; ``flush()`` then makes it power-safe, from any thread. With a writer attached both
+        happen there; ``then`` runs on the loop once the commit is written (at once without one)."""
         if self._env is None:
+            if then is not None:
+                then()
             return
-        self._commit()
+        if self._commit(then, sync=flush and not self._sync):
+            return
         if flush and not self._sync:
             self._env.sync(True)
+        if then is not None:
+            then()
 
     def flush(self) -> None:
         """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
@@ -251,6 +287,7 @@ class Recrawl:
         """Commit and close. URLs handed out and not yet recorded stay handed out (see the invariant)."""
         if self._env is None:
             return
+        self.attach_writer(None)        # raises if a commit handed over was not written
         self.commit()
         self._env.close()
         self._env = None

@@ -222,7 +222,8 @@ class Intake:
         """One delivery of DRUM answers (run on the loop by the seen-set's pump): into the frontier, then ack.
 
         DRUM delivers at least once: answers not yet acknowledged come back after a crash.
-        The budget state commits, then ``frontier.add`` commits the delivery's new URLs with the
+        The budget state commits, then (once that commit is written: on the writer thread during
+        a crawl) ``frontier.add`` commits the delivery's new URLs with the
         position after its answers (``seen_mark``), then ``ack`` runs (with ``durable`` set, once
         both commits are synced to disk on the sync thread): a unique URL is never lost between
         the seen-set and the frontier, and an answer delivered again is not added (and fetched) a
@@ -257,11 +258,12 @@ class Intake:
 
     def _commit(self, results: list, end: int, added: list[QueuedURL], last: bool) -> None:
         """Commit what the answers before ``end`` admitted: the budgets, then (in a loop iteration
-        of its own: each commit alone took up to ~25 ms) the frontier; after the delivery's
+        of its own, once the budget commit is written) the frontier; after the delivery's
         ``last`` commit, ack."""
         if self.budgets is not None:
-            self.budgets.commit()       # deferrals durable before the mark passes their answers
-            asyncio.get_running_loop().call_soon(self._commit_frontier, results, end, added, last)
+            # deferrals durable before the mark passes their answers: the frontier commits once the
+            # budget commit is written (on the writer thread during a crawl; else the next iteration)
+            self.budgets.commit(functools.partial(self._commit_frontier, results, end, added, last))
             return
         self._commit_frontier(results, end, added, last)
 

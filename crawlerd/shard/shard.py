@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -46,13 +47,13 @@ from crawlerd.shard.tasks import Tasks
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
-from crawlerd.store.writer import WriteThread
+from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.filter import UrlFilter
 
 log = logging.getLogger("crawlerd.shard")
 
 # What a failed write of an LMDB store or the seen-set raises: the crawl stops in order (storage.py)
-STORE_ERRORS = (OSError, lmdb.Error, DrumError)
+STORE_ERRORS = (OSError, lmdb.Error, DrumError, WriterError)   # WriterError: a write handed over failed
 COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
 DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
 DNS_CACHE_FILE = "dns-cache.jsonl"
@@ -323,6 +324,11 @@ class Shard:
         self.robots.attach_writer(self.writer)
         self.digests.attach_writer(self.writer)
         self.frontier.attach_writer(self.writer)       # the in-flight journal's end lines
+        # recrawl and budget state: their LMDB write transactions too (the loop reads them through
+        # a RAM overlay until each commit lands)
+        self.recrawl.attach_writer(self.writer)
+        if self.budgets is not None:
+            self.budgets.attach_writer(self.writer)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -401,12 +407,14 @@ class Shard:
         if now - self._last_commit > COMMIT_INTERVAL_S:
             self._last_commit = now
             self.ops.drain_frontier_drops()
-            self.recrawl.commit(flush=False)
+            syncer = self.syncer
+            # recrawl's commit is written on the writer thread; synced once it is
+            self.recrawl.commit(flush=False, then=None if syncer is None else
+                                (lambda: syncer.request(self.recrawl.flush)))
             self.frontier.expire_leases(now)
             self.frontier.commit(flush=False)
-            if self.syncer is not None:
-                self.syncer.request(self.recrawl.flush)
-                self.syncer.request(self.frontier.flush)
+            if syncer is not None:
+                syncer.request(self.frontier.flush)
             if self.dust is not None:
                 self.dust.commit_sliced()       # over the next loop iterations
             self.events.flush()
@@ -500,11 +508,13 @@ class Shard:
             await self.outbox.close()
         if self.writer is not None:
             # nothing hands over after this point: write everything, then the stores close here
+            self._safely("recrawl", functools.partial(self.recrawl.commit, flush=False))
             self.writer.close()
             self.robots.attach_writer(None)
             self.digests.attach_writer(None)
             self.frontier.attach_writer(None)
             await asyncio.sleep(0)      # its last callbacks (overlays emptied)
+            self._safely("recrawl", functools.partial(self.recrawl.attach_writer, None))
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)

@@ -30,6 +30,8 @@ def test_stats_show_the_reader_and_the_top_domains(crawl):
     assert crawl["stats_json"]["rc"] == 0
     bu = json.loads(crawl["stats_json"]["out"])["budgets"]
     assert bu["deferred"] > 0 and bu["reader_queue"] >= 0
+    # the budget state is written on the writer thread only, a layer per commit
+    assert bu["store_writer"]["written_by"] == ["crawlerd-writer"] and bu["store_writer"]["landed"] > 0
     # a domain is found before the edge DRUM has counted a link to it: its first URLs wait (probation)
     assert bu["probation"] > 0
     tops = bu["top_domains"]

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import lmdb
 import pytest
@@ -27,16 +28,56 @@ from crawlerd.frontier.budgets import (
 )
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
+from crawlerd.store.writer import WriteThread
 from crawlerd.url.hosts import registered_domain
 
 RULE = dict(base_budget=2, per_inlink=3, max_budget=50)
 
 
+class RecordingEnv:
+    """An LMDB environment that notes the threads beginning write transactions while ``recording``."""
+
+    def __init__(self, env):
+        self._env = env
+        self.recording = False
+        self.write_threads: set[int] = set()
+
+    def begin(self, *args, **kw):
+        if self.recording and kw.get("write"):
+            self.write_threads.add(threading.get_ident())
+        return self._env.begin(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+
+class Landing:
+    """A WriteThread on an event loop of this (the loop's) thread, which the test runs now and then:
+    commits handed over land only while it runs."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.writer = WriteThread(self.loop, group_delay_s=0.001)
+
+    def land(self, store):
+        for _ in range(2000):
+            self.loop.run_until_complete(asyncio.sleep(0.002))
+            if not store.overlay.pending:
+                return
+        raise AssertionError("budget commits did not land")
+
+    def close(self):
+        self.writer.close()
+        self.loop.run_until_complete(asyncio.sleep(0))
+        self.loop.close()
+
+
 class Parts:
-    """Store, graph, BEAST and a one-thread edge DRUM in one directory, opened together."""
+    """Store, graph, BEAST and a one-thread edge DRUM in one directory, opened together; with
+    ``landing``, the store writes on its writer thread (an env that records write transactions)."""
 
     def __init__(self, path, *, mode="vouched", ratio=0.5, cache=64, queues=4, max_spread=64, rule=None,
-                 probation=False):
+                 probation=False, landing=None):
         self.path = str(path)
         self.store = BudgetStore(os.path.join(self.path, "state"), map_size_bytes=1 << 26, sync=False)
         self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=ratio, cache_entries=cache)
@@ -44,6 +85,12 @@ class Parts:
                            max_spread=max_spread, cache_entries=cache, probation=probation)
         self.edges = EdgeDrum(os.path.join(self.path, "edges"), self.graph, buckets=4, bucket_buffer_bytes=4096,
                               merge_bytes=1 << 20, cache_entries=1024)
+        self.landing = landing
+        if landing is not None:
+            self.store.commit()
+            self.env = self.store.env = RecordingEnv(self.store.env)
+            self.store.attach_writer(landing.writer)
+            self.env.recording = True
 
     def link(self, src, targets):
         """One page's links, mapped to registered domains the way the shard does."""
@@ -57,6 +104,10 @@ class Parts:
         self.graph.check_invariants()
 
     def close(self):
+        if self.landing is not None:
+            self.store.commit()
+            self.landing.land(self.store)
+            self.env.recording = False
         self.store.close()
         self.edges.close()
 
@@ -528,13 +579,63 @@ def test_kill_9_loses_no_deferred_record(tmp_path):
     p.close()
 
 
+CHILD_WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from frontier.test_budgets import Landing, Parts
+    landing = Landing()
+    p = Parts({path!r}, landing=landing)
+    for d in range(10):
+        p.offer(f"d{{d}}.com", [f"d{{d}}/{{i}}".encode() for i in range(30)])
+    p.store.commit()
+    landing.land(p.store)                   # landed: what a then would acknowledge
+    landing.writer.hold()                   # the next commit is handed over and never written
+    got = p.beast.readmit(6, advance=True)
+    p.store.commit()
+    print("ready", len(got), flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_kill_9_with_a_writer_keeps_what_landed_and_returns_what_did_not(tmp_path):
+    """A commit handed to the writer is promised once it landed: kill -9 keeps every deferral that
+    landed, and readmissions whose commit had not landed are handed out again (twice, never lost)."""
+    path = str(tmp_path / "b")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-c", CHILD_WRITER.format(tests=tests, path=path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        line = child.stdout.readline()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert line == b"ready 6\n"
+    p = Parts(path)
+    p.check()
+    rest = drain(p.beast)
+    offered = {f"d{d}/{i}".encode() for d in range(10) for i in range(30)}
+    admitted = {f"d{d}/{i}".encode() for d in range(10) for i in range(2)}
+    assert len(rest) == len(offered - admitted) and set(rest) == offered - admitted
+    p.close()
+
+
 # -- against a plain model --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(4))
-def test_matches_a_plain_model_through_reopens(tmp_path, seed):
+@pytest.mark.parametrize("writer", [False, True])
+def test_matches_a_plain_model_through_reopens(tmp_path, seed, writer):
+    """With ``writer`` the store commits on a writer thread whose commits land at random moments:
+    the loop reads its own writes through the overlay until they do, and begins no write transaction."""
     rng = random.Random(seed)
     path = tmp_path / "b"
-    p = Parts(path, mode="all", cache=5, queues=3, max_spread=1)      # max_spread 1: a pass every queue
+    landing = Landing() if writer else None
+    lands = random.Random(seed)             # when commits land: the same operations with or without
+
+    def reopen():
+        return Parts(path, mode="all", cache=5, queues=3, max_spread=1, landing=landing)
+
+    p = reopen()      # max_spread 1: a pass every queue
+    writers: set[int] = set()
     doms = [f"d{i}.com" for i in range(12)]
     inlinks = collections.defaultdict(set)
     spent = collections.Counter()
@@ -580,9 +681,13 @@ def test_matches_a_plain_model_through_reopens(tmp_path, seed):
                     want.extend(deferred[d].popleft() for _ in range(n))
             assert sorted(got) == sorted(want), step
             p.store.commit()
+            if landing is not None and lands.random() < 0.3:
+                landing.land(p.store)              # else the commits pile up in the overlay
         elif op < 0.9:
+            if landing is not None:
+                writers |= p.env.write_threads
             p.close()
-            p = Parts(path, mode="all", cache=5, queues=3, max_spread=1)
+            p = reopen()
         else:
             p.check()
     p.edges.flush()
@@ -592,6 +697,12 @@ def test_matches_a_plain_model_through_reopens(tmp_path, seed):
     for d in doms:
         assert p.beast.domain(d)["deferred"] == len(deferred[d])
         assert p.graph.indegree(d) == len(inlinks[d])
+    if landing is not None:
+        p.close()
+        writers |= p.env.write_threads
+        landing.close()
+        assert writers and threading.get_ident() not in writers     # only the writer thread wrote
+        return
     p.close()
 
 
@@ -711,9 +822,9 @@ def test_an_edge_delivery_is_applied_in_slices_committed_once_then_acknowledged(
             events.append(("apply", len(results), ticks[0]))
             return real_apply(results)
 
-        def commit():
+        def commit(then=None):
             events.append(("commit", 0, ticks[0]))
-            real_commit()
+            real_commit(then)           # the ack waits for ``then``: the commit written
 
         def ack():
             events.append(("ack", 0, ticks[0]))

@@ -526,3 +526,55 @@ class RecrawlMachine(RuleBasedStateMachine):
 
 
 TestRecrawlMachine = RecrawlMachine.TestCase
+
+
+# == on the writer thread ===========================================================================
+def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_loop_writes_nothing(tmp_path):
+    """The same visits, hand-outs and forgets on a Recrawl with its own write transaction and on one
+    whose commits land on a writer thread at random moments (read through the overlay meanwhile):
+    the same answers throughout, the same tables at the end, every write transaction on the writer."""
+    import asyncio
+    import threading
+
+    from crawlerd.store.writer import WriteThread
+    from tests.frontier.test_budgets import RecordingEnv
+
+    async def go():
+        plain, threaded = open_rc(tmp_path / "a", group_ops=50), open_rc(tmp_path / "b", group_ops=50)
+        env = threaded._env = RecordingEnv(threaded._env)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        threaded.attach_writer(writer)
+        env.recording = True
+        both = (plain, threaded)
+        rng = random.Random(1)
+        for step in range(3000):
+            op, n, t = rng.random(), rng.randrange(300), T0 + step
+            if op < 0.6:
+                status, digest = rng.choice([200, 200, 304, 404, 410]), f"d{rng.random() < 0.5}"
+                assert len({r.record(f"{A}/p{n}", n, A, fetched_at=t, status=status, etag=f'"{step}"',
+                                     last_modified=None, digest=digest, changed=None) for r in both}) == 1
+            elif op < 0.8:
+                assert plain.due(t + 200, 20) == threaded.due(t + 200, 20), step
+                for r in both:
+                    r.commit(flush=False)
+            elif op < 0.85:
+                assert plain.forget(n) == threaded.forget(n)
+            else:
+                await asyncio.sleep(0.003 * rng.random())       # commits land meanwhile, or not
+            if step % 100 == 0:     # ``tracked`` counts what landed: compared at the end
+                assert {**plain.stats(), "tracked": 0} == {**threaded.stats(), "tracked": 0}, step
+        landed = asyncio.get_running_loop().create_future()
+        threaded.commit(flush=False, then=lambda: landed.set_result(None))
+        await landed
+        env.recording = False
+        threaded.attach_writer(None)
+        writer.close()
+        for r in both:
+            r.check_invariants()
+        assert plain.stats() == threaded.stats() and plain.stats()["tracked"] > 0
+        plain.close()
+        threaded.close()
+        return env.write_threads
+
+    writers = asyncio.run(go())
+    assert writers and threading.get_ident() not in writers       # the loop began no write transaction

@@ -140,10 +140,10 @@ def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_af
             loop.call_soon(tick)
         tick()
 
-        def commit():
+        def commit(then=None):
             order.append(("budgets", b.beast.waiting))
             iterations["budgets"] = ticks[0]
-            real_commit()
+            real_commit(then)           # the frontier's commit waits for ``then``
 
         def add(items, **kw):
             order.append(("frontier", kw.get("seen_mark")))

@@ -246,11 +246,16 @@ class Beast:
         self._write_puts()
         st = self.store
         txn = st.txn()
+        after = b""
         while len(out) < limit:
+            # the queues table ahead of the last key passed: a pass moves its domain to a later
+            # queue or out, never behind the reader, so this is its first entry (and a cursor over
+            # the writer's overlay does not walk the entries passed, deleted in RAM, again)
             cur = txn.cursor(db=st.queues)
-            if not cur.first():
+            if not cur.set_range(after):
                 break
             key = cur.key()
+            after = key + b"\0"
             q = _U64BE.unpack_from(key)[0]
             if q > self._r:
                 if not advance:
@@ -371,7 +376,8 @@ class Beast:
 
     @property
     def waiting(self) -> int:
-        """Deferred URLs waiting now."""
+        """Deferred URLs waiting now (with a writer attached: as of the last commit that landed, plus
+        the deferrals not handed over yet)."""
         return self.store.count(self.store.deferred) + len(self._puts)
 
     def has_waiting(self) -> bool:

@@ -9,6 +9,7 @@ answers are applied to the graph on the loop and acknowledged after the commit t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.hosts import host_key as host_key_of
 from crawlerd.url.hosts import host_of, registered_domain
 
@@ -91,8 +93,9 @@ def _pld_of_host_key(host_key: str) -> str:
 class Budgets:
     """Per-domain crawl budgets for one shard (see the package docstring).
 
-    Single-threaded: call it from the event loop. Durability: ``commit`` after ``offer`` (before
-    the seen-set's ack) and after queueing what ``readmit`` returned.
+    Single-threaded: call it from the event loop. Durability: ``commit`` after ``offer`` (the
+    seen-set's ack, and the frontier's seen-set position, wait for its ``then``) and after queueing
+    what ``readmit`` returned.
     """
 
     def __init__(self, path: str, *, base_budget: int, per_inlink: int, max_budget: int, mode: str = "vouched",
@@ -124,6 +127,10 @@ class Budgets:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.edges.start(loop, self._on_edges)
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Commit on ``writer`` (no LMDB write transaction on the loop; see ``BudgetStore``)."""
+        self.store.attach_writer(writer)
 
     # -- intake (the shard's seen-set answers) -----------------------------------------------
     def offer(self, url: str, record: bytes, fp: int, host_key: str | None = None) -> bool:
@@ -197,13 +204,17 @@ class Budgets:
             loop.call_soon(self._commit_edges, results)
 
     def _commit_edges(self, results: list) -> None:
-        self.store.commit()
-        self.edges.ack()
+        self.store.commit(functools.partial(self._edges_committed, results))
+
+    def _edges_committed(self, results: list) -> None:
+        self.edges.ack()            # the commit holding them is written: DRUM may forget them
         if results:
             self.timing.delivered(results[-1].seq + 1, self.clock())
 
-    def commit(self) -> None:
-        self.store.commit()
+    def commit(self, then: Callable[[], None] | None = None) -> None:
+        """Commit the budget state; ``then`` runs on the loop once that commit is written (survives
+        kill -9): with a writer attached that is after the writer's commit, else the next iteration."""
+        self.store.commit(then)
 
     def sync(self) -> None:
         """fdatasync the committed state (thread-safe beside the loop's write transactions)."""
@@ -213,16 +224,34 @@ class Budgets:
         self.edges.request_flush()
 
     async def close(self) -> None:
-        """Stop the edge DRUM (edges not merged stay in its journal for the next start), commit, close."""
+        """Stop the edge DRUM (edges not merged stay in its journal for the next start), commit (on
+        the writer, waiting for it, when one is attached), close."""
         try:
             await self.edges.close()
         finally:
-            self.store.close()
+            try:
+                await self._written()
+            finally:
+                self.store.close()
+
+    async def _written(self) -> None:
+        """Commit on the attached writer and wait until that commit is written (WriterError if the
+        writer failed)."""
+        ov = self.store.overlay
+        if ov is None:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self.store.commit(lambda: done.set_result(None))
+        while not done.done():
+            if ov.writer.error is not None:
+                raise WriterError(f"budget state not written: {ov.writer.error!r}") from ov.writer.error
+            await asyncio.wait({done}, timeout=0.05)
 
     # -- reading ------------------------------------------------------------------------------
     def stats(self, top: int = 10) -> dict:
         now = self.clock()
-        return {**self.beast.stats(top),
+        ov = self.store.overlay
+        return {**self.beast.stats(top), **({"store_writer": ov.stats()} if ov is not None else {}),
                 "graph": {**self.graph.stats(top), **self.timing.stats(now), "pending": self.edges.pending,
                           "drum": self.edges.stats()}}
 

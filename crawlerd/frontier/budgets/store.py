@@ -7,6 +7,7 @@ readmission and the queue position it came from.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -18,6 +19,8 @@ import lmdb
 import xxhash
 
 from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.overlay import Overlay
+from crawlerd.store.writer import WriteThread
 
 _MAX_KEY = 200          # LMDB keys are at most 511 bytes; a domain key is at most this long
 
@@ -108,6 +111,11 @@ class BudgetStore:
 
     ``commit`` runs the registered hooks (write-back caches) first, so every commit is a consistent
     state; an uncommitted transaction dies with the process (kill -9), leaving the last commit.
+
+    With a writer attached (``attach_writer``: the shard's ``WriteThread``, during the crawl) no
+    write transaction runs on the loop: ``txn()`` is an :class:`~crawlerd.store.overlay.Overlay`
+    (the loop reads its own writes from RAM until they land) and ``commit`` hands the changes
+    over; a commit is on disk (survives kill -9) once its ``then`` ran on the loop.
     """
 
     def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0):
@@ -125,6 +133,7 @@ class BudgetStore:
         self.turns = self.env.open_db(b"turns")
         self.meta = self.env.open_db(b"meta")
         self._txn: lmdb.Transaction | None = None
+        self._overlay: Overlay | None = None
         self._hooks: list[Callable[[], None]] = []
         self._closing = False
         self.commits = 0
@@ -134,10 +143,33 @@ class BudgetStore:
         # of such statistics, never budget state. Hooks read this flag.
         self.save_slow = True
 
-    def txn(self) -> lmdb.Transaction:
+    def txn(self) -> lmdb.Transaction | Overlay:
+        if self._overlay is not None:
+            return self._overlay
         if self._txn is None:
             self._txn = self.env.begin(write=True)
         return self._txn
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write on ``writer`` from now on (the open transaction commits here first); None: detach,
+        once every commit handed over landed (``when_written``), back to transactions of this thread."""
+        if writer is not None:
+            self.commit()
+            self._overlay = Overlay(self.env, writer)
+        elif self._overlay is not None:
+            self._overlay.close()
+            self._overlay = None
+
+    @property
+    def overlay(self) -> Overlay | None:
+        return self._overlay
+
+    def when_written(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once every commit made so far is written (now, without a writer)."""
+        if self._overlay is not None:
+            self._overlay.barrier(then)
+        else:
+            then()
 
     def add_hook(self, fn: Callable[[], None]) -> None:
         self._hooks.append(fn)
@@ -152,7 +184,9 @@ class BudgetStore:
     def count(self, db) -> int:
         return self.txn().stat(db)["entries"]
 
-    def commit(self) -> None:
+    def commit(self, then: Callable[[], None] | None = None) -> None:
+        """Commit what the hooks and callers wrote. ``then`` runs on the loop once it is written:
+        after the writer's commit, or (no writer) in the next loop iteration."""
         self.txn()
         now = time.monotonic()
         self.save_slow = self._closing or now - self._slow_saved_at >= 10.0
@@ -160,9 +194,14 @@ class BudgetStore:
             self._slow_saved_at = now
         for fn in self._hooks:
             fn()
+        self.commits += 1
+        if self._overlay is not None:
+            self._overlay.commit(then)
+            return
         txn, self._txn = self._txn, None
         txn.commit()
-        self.commits += 1
+        if then is not None:
+            asyncio.get_running_loop().call_soon(then)
 
     def flush(self) -> None:
         """fdatasync what is committed (any thread; LMDB allows it beside a write transaction)."""
@@ -174,6 +213,7 @@ class BudgetStore:
         if self.env is None:
             return
         self._closing = True
+        self.attach_writer(None)        # raises if a commit handed over was not written
         self.commit()
         self._hooks = []
         if not self.sync:

@@ -1,0 +1,318 @@
+"""An LMDB store written on the writer thread and read on the loop through a RAM overlay.
+
+py-lmdb write transactions are thread-affine (begun, used and committed on one thread), and a
+store whose reads run inside its write transaction (budgets: BEAST pops its FIFOs with a cursor;
+recrawl: the due index) cannot simply hand its puts over. :class:`Overlay` stands in for that
+write transaction on the loop: it has the parts of ``lmdb.Transaction`` and ``lmdb.Cursor`` the
+stores use (``get``, ``put``, ``delete``, ``stat``; cursors with ``first``, ``set_range``,
+``next``, ``key``, ``value``, ``delete``, ``putmulti``, ``iternext`` and iteration), and
+
+- a write goes into the open *layer* (key -> value, None for a delete) and into the *view* (the
+  newest value of every key written and not yet landed, with the layer that wrote it);
+- a read answers from the view first, else from a read transaction on the last commit that
+  landed; an ordered read (a cursor) merges the view's keys (kept sorted when a cursor needs
+  them) with the committed table's, so the loop reads exactly what a write transaction of its
+  own would hold;
+- ``commit(then)`` closes the layer and hands it to the :class:`~crawlerd.store.writer.WriteThread`:
+  the thread applies every layer of its group in one write transaction (deletes, then sorted
+  puts per table) and commits; ``then`` runs on the loop after that commit, when the layer's keys
+  leave the view (unless a later layer wrote them again) and the read transaction is renewed.
+
+Durability: a commit survives ``kill -9`` once it landed (its ``then`` ran; the thread commits
+without fdatasync unless asked, ``commit(sync=True)``); a caller whose promise depends on it
+(an acknowledgement, a position committed elsewhere) waits for ``then``. A failed write stops
+the writer (``WriteThread``: nothing after it is written or acknowledged).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from bisect import bisect_left, bisect_right, insort
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from crawlerd.store.writer import WriterError, WriteThread
+
+_INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
+
+
+class Overlay:
+    """Key: (table, key) -> (value or None for deleted, id of the layer that wrote it) in the view.
+    Invariants: the view holds exactly the keys of the layers not landed yet, each with its newest
+    write; a table's sorted key list (once a cursor asked for it) holds every key of its view (plus
+    ``_fresh`` keys not merged yet); layers are written and land in commit order."""
+
+    def __init__(self, env, writer: WriteThread) -> None:
+        self.env = env
+        self.writer = writer
+        self.loop_thread = threading.get_ident()      # attached on the loop's thread
+        self.write_threads: set[int] = set()          # threads that began a write transaction here
+        self.written_by: set[str] = set()             # their names
+        self._rtxn = None
+        self._view: dict[Any, dict[bytes, tuple[bytes | None, int]]] = {}
+        self._sorted: dict[Any, list[bytes]] = {}
+        self._fresh: dict[Any, list[bytes]] = {}
+        self._layer: dict[Any, dict[bytes, bytes | None]] = {}
+        self._lid = 0
+        self._landing: deque[tuple[int, dict]] = deque()
+        self.layers = 0
+        self.landed = 0
+
+    # -- the loop's transaction ---------------------------------------------------------------
+    def base(self):
+        """The read transaction on the last commit that landed (renewed at each landing)."""
+        t = self._rtxn
+        if t is None:
+            t = self._rtxn = self.env.begin()
+        return t
+
+    def get(self, key: bytes, default=None, db=None):
+        v = self._view.get(db)
+        if v:
+            e = v.get(key)
+            if e is not None:
+                return default if e[0] is None else e[0]
+        return self.base().get(key, default, db=db)
+
+    def put(self, key: bytes, value: bytes | None, db=None) -> bool:
+        """Write ``key`` (None: delete it) into the open layer and the view."""
+        lay = self._layer.get(db)
+        if lay is None:
+            lay = self._layer[db] = {}
+        lay[key] = value
+        v = self._view.get(db)
+        if v is None:
+            v = self._view[db] = {}
+        if key not in v:
+            fresh = self._fresh.get(db)
+            if fresh is not None:
+                fresh.append(key)
+        v[key] = (value, self._lid)
+        return True
+
+    def delete(self, key: bytes, value: bytes = b"", db=None) -> bool:
+        """Delete ``key`` (a key not stored costs the writer a failed delete; True either way)."""
+        return self.put(key, None, db=db)
+
+    def view(self, db) -> dict[bytes, tuple[bytes | None, int]]:
+        """Key -> (value, None when deleted; layer) of ``db``'s keys written and not landed yet."""
+        return self._view.get(db) or {}
+
+    def cursor(self, db=None) -> OverlayCursor:
+        return OverlayCursor(self, db)
+
+    def stat(self, db) -> dict:
+        """``entries`` as of the last commit that landed (for statistics: counting the writes not
+        landed yet would read each of their keys from the table, tens of ms for a large view)."""
+        return {"entries": self.base().stat(db)["entries"]}
+
+    def sorted_keys(self, db) -> list[bytes]:
+        """The view's keys of ``db`` in order (built the first time a cursor needs them)."""
+        keys = self._sorted.get(db)
+        if keys is None:
+            keys = self._sorted[db] = sorted(self._view.get(db, ()))
+            self._fresh[db] = []
+            return keys
+        fresh = self._fresh[db]
+        if fresh:
+            if len(fresh) <= _INSORT_MAX:
+                for k in fresh:
+                    insort(keys, k)
+            else:
+                keys.extend(fresh)
+                keys.sort()
+            fresh.clear()
+        return keys
+
+    # -- commits ------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Layers handed over and not landed yet (the open one not counted)."""
+        return len(self._landing)
+
+    @property
+    def dirty(self) -> bool:
+        """Writes since the last ``commit``."""
+        return bool(self._layer)
+
+    def commit(self, then: Callable[[], None] | None = None, *, sync: bool = False) -> None:
+        """Hand what was written since the last commit to the writer; ``then`` runs on the loop once
+        it is committed (``sync``: and fdatasync'd). Nothing written and nothing to run: no-op."""
+        layer = self._layer
+        if not layer and then is None and not sync:
+            return
+        lid = self._lid
+        self._layer = {}
+        self._lid += 1
+        self._landing.append((lid, layer))
+        self.layers += 1
+        # split and sorted here, so the writer thread runs C calls only (it holds the GIL the loop
+        # wants for any Python work it does)
+        ops = []
+        for db, changes in layer.items():
+            dels = [k for k, v in changes.items() if v is None]
+            puts = sorted((k, v) for k, v in changes.items() if v is not None)
+            ops.append((db, dels, puts))
+        self.writer.submit(self._write, (ops, sync), functools.partial(self._landed, lid, then))
+
+    def barrier(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once every commit made so far landed (now, if all did)."""
+        if self._landing:
+            self.writer.barrier(then)
+        else:
+            then()
+
+    def _write(self, items: list[tuple[dict, bool]]) -> None:
+        # On the writer thread: every layer of the group, in order, in one write transaction.
+        me = threading.get_ident()
+        if me == self.loop_thread:
+            raise AssertionError("an overlay's write transaction on the loop thread")
+        if me not in self.write_threads:
+            self.write_threads.add(me)
+            self.written_by.add(threading.current_thread().name)
+        sync = False
+        with self.env.begin(write=True) as txn:
+            for ops, want_sync in items:
+                sync = sync or want_sync
+                for db, dels, puts in ops:
+                    delete = txn.delete
+                    for k in dels:
+                        delete(k, db=db)
+                    if puts:
+                        txn.cursor(db=db).putmulti(puts)
+        if sync:
+            self.env.sync(True)
+
+    def _landed(self, lid: int, then: Callable[[], None] | None) -> None:
+        first, layer = self._landing.popleft()
+        if first != lid:
+            raise AssertionError(f"overlay layers landed out of order: {first} != {lid}")
+        for db, ops in layer.items():
+            v = self._view[db]
+            gone = False
+            for k in ops:
+                e = v.get(k)
+                if e is not None and e[1] == lid:
+                    del v[k]
+                    gone = True
+            if gone and db in self._sorted:
+                self._sorted[db] = [k for k in self.sorted_keys(db) if k in v]
+        if self._rtxn is not None:
+            self._rtxn.abort()          # the next read sees this commit
+            self._rtxn = None
+        self.landed += 1
+        if then is not None:
+            then()
+
+    def close(self) -> None:
+        """Detach: everything must have been committed and landed (else WriterError: not written)."""
+        if self._layer or self._landing:
+            raise WriterError(f"{len(self._landing)} overlay layers not written, uncommitted writes: "
+                              f"{bool(self._layer)}")
+        if self._rtxn is not None:
+            self._rtxn.abort()
+            self._rtxn = None
+
+    def stats(self) -> dict:
+        return {"layers": self.layers, "landed": self.landed, "pending": self.pending,
+                "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by)}
+
+
+class OverlayCursor:
+    """A cursor over one table as the overlay sees it (the view merged with the last commit)."""
+
+    __slots__ = ("_o", "_db", "_bc", "_k", "_v")
+
+    def __init__(self, overlay: Overlay, db) -> None:
+        self._o, self._db = overlay, db
+        self._bc = None
+        self._k: bytes | None = None
+        self._v: bytes = b""
+
+    def _seek(self, k: bytes, after: bool) -> bool:
+        """Move to the first key >= ``k`` (> ``k`` with ``after``); False (unpositioned) at the end."""
+        o, db = self._o, self._db
+        view = o.view(db)
+        bc = self._bc
+        if bc is None:
+            bc = self._bc = o.base().cursor(db=db)
+        bkey = None
+        found = bc.set_range(k)
+        while found:
+            key = bc.key()
+            if key in view or (after and key == k):     # the view decides for its keys
+                found = bc.next()
+                continue
+            bkey = key
+            break
+        okey = None
+        if view:
+            keys = o.sorted_keys(db)
+            i = bisect_right(keys, k) if after else bisect_left(keys, k)
+            n = len(keys)
+            while i < n:
+                if view[keys[i]][0] is not None:
+                    okey = keys[i]
+                    break
+                i += 1
+        if okey is not None and (bkey is None or okey < bkey):
+            self._k, self._v = okey, view[okey][0]
+        elif bkey is not None:
+            self._k, self._v = bkey, bc.value()
+        else:
+            self._k, self._v = None, b""
+            return False
+        return True
+
+    def first(self) -> bool:
+        return self._seek(b"", False)
+
+    def set_range(self, key: bytes) -> bool:
+        return self._seek(key, False)
+
+    def next(self) -> bool:
+        if self._k is None:
+            return self.first()
+        return self._seek(self._k, True)
+
+    def key(self) -> bytes:
+        return b"" if self._k is None else self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+    def delete(self) -> bool:
+        """Delete the current key and move to the next (unpositioned past the end)."""
+        k = self._k
+        if k is None:
+            return False
+        self._o.delete(k, db=self._db)
+        self._seek(k, True)
+        return True
+
+    def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
+        n = 0
+        put, db = self._o.put, self._db
+        for k, v in items:
+            put(k, v, db=db)
+            n += 1
+        return n, n
+
+    def iternext(self, keys: bool = True, values: bool = True) -> Iterator:
+        """From the current key (the first when unpositioned) to the end, as py-lmdb's does."""
+        if self._k is None and not self.first():
+            return
+        while True:
+            if keys and values:
+                yield self._k, self._v
+            elif keys:
+                yield self._k
+            else:
+                yield self._v
+            if not self.next():
+                return
+
+    def __iter__(self) -> Iterator:
+        return self.iternext()
