@@ -286,8 +286,10 @@ def drive(out_path: str, data_dir: str, hosts: int, final_s: float) -> int:
                 r.sleep_until(r.report["t_term"] + kill_s)
             r.kill(workers_too=True, ask=False, known=workers)
             r.report.update(name="drain", drain_kill_s=kill_s)
-            # the drain ended first: the daemon exited, or it logged its stop and was tearing down
-            ended = r.report.get("exited_before_kill") or "stopped pages=" in r.report["stderr"]
+            # the drain ended first: the daemon exited, or it was tearing down after the shard's drain
+            # (it logged its stop, or it had closed its control socket, which follows the drain)
+            ended = (r.report.get("exited_before_kill") or "stopped pages=" in r.report["stderr"]
+                     or not r.report.get("socket_left", True))
             if not ended or attempt == len(DRAIN_KILL_S) - 1:
                 break
             finished_first.append(r.report)

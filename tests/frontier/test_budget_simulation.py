@@ -107,8 +107,21 @@ CHILD = textwrap.dedent("""
 
 
 def test_no_deferred_url_is_lost_across_a_kill_9(tmp_path):
+    # the kill lands 0.5-1.5 s into the crawl's loop; when the crawl happened to readmit every
+    # deferred URL by then, the drill tested no deferral: it is run again (each run must lose nothing)
+    for attempt in range(4):
+        waiting, offered, lost = kill_9_drill(tmp_path / f"run{attempt}")
+        assert not lost, f"{len(lost)} URLs lost, e.g. {sorted(lost)[:3]}"
+        if waiting > 0:
+            break
+    assert waiting > 0 and len(offered) > 1000
+
+
+def kill_9_drill(path) -> tuple[int, set[str], set[str]]:
+    """One budgeted crawl killed in its loop: (URLs waiting after reopen, URLs offered, URLs lost)."""
+    os.makedirs(path)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=root, path=str(tmp_path))],
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=root, path=str(path))],
                              stdout=subprocess.PIPE)
     try:
         assert child.stdout.readline() == b"ready\n"
@@ -116,11 +129,11 @@ def test_no_deferred_url_is_lost_across_a_kill_9(tmp_path):
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    with open(tmp_path / "offered") as f:
+    with open(path / "offered") as f:
         offered = set(f.read().split())
-    with open(tmp_path / "done") as f:
+    with open(path / "done") as f:
         done = set(f.read().split())
-    crawl = tmp_path / "crawl"
+    crawl = path / "crawl"
     store = BudgetStore(str(crawl / "budgets"), map_size_bytes=1 << 30, sync=False)
     graph = DomainGraph(store)
     beast = Beast(store, graph, BudgetRule(2, 2, 100_000))
@@ -134,9 +147,7 @@ def test_no_deferred_url_is_lost_across_a_kill_9(tmp_path):
         deferred.update(r.decode().split(" ", 1)[1] for r in got)
     store.close()
     queued = frontier_urls(str(crawl / "frontier"))
-    lost = offered - done - queued - deferred
-    assert waiting > 0 and len(offered) > 1000
-    assert not lost, f"{len(lost)} URLs lost, e.g. {sorted(lost)[:3]}"
+    return waiting, offered, offered - done - queued - deferred
 
 
 def frontier_urls(path: str) -> set[str]:
