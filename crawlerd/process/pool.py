@@ -45,7 +45,8 @@ a capture's metadata record can name the stored page it nearly duplicates. One
 round trip per batch; frames that arrive meanwhile are held and handled next.
 
 Backpressure: ``process()`` waits for a free slot (``jobs_per_worker`` per
-worker); ``calls`` counts the calls waiting or in a worker. The shard keeps the
+worker; a count and a FIFO of waiters, a slot handed straight to the next
+waiter); ``calls`` counts the calls waiting or in a worker. The shard keeps the
 lease of a response until it is processed (its transfer slot is free once the
 transfer ends) and stops leasing while ``waiting`` reaches ``capacity``
 (``behind``), so a slow pool stops new fetches instead of growing a queue of
@@ -190,7 +191,9 @@ class WorkerPool:
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
-        self._slots = asyncio.Semaphore(workers * jobs_per_worker)
+        self._loop: asyncio.AbstractEventLoop | None = None      # the loop the pool started on
+        self._free = workers * jobs_per_worker        # slots nobody holds (see _take_slot)
+        self._slot_waiters: deque[asyncio.Future] = deque()     # process() calls waiting for a slot, FIFO
         self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
         self.waiting = 0                              # process() calls waiting for one of those slots
         self.held = 0                                 # process() calls holding one (in a worker or its backlog)
@@ -215,6 +218,7 @@ class WorkerPool:
 
     async def start(self) -> None:
         """Close segments an earlier run of this shard's workers left open, then start the workers."""
+        self._loop = asyncio.get_running_loop()
         for path in self._open_segments(None):
             for line in recover_segment(path, index_dir=self.init.get("index_dir") or None):
                 log.warning("segment recovery at start: %s", line)
@@ -300,18 +304,19 @@ class WorkerPool:
         sitemap; the result's ``sitemap`` holds the reading (the parse never runs on this loop).
         """
         self.body_bytes += len(result.body)
-        try:
-            self.waiting += 1
+        if self._free > 0 and not self._slot_waiters:
+            self._free -= 1
+        else:
             try:
-                await self._slots.acquire()
-            finally:
-                self.waiting -= 1
-        except BaseException:
-            self.body_bytes -= len(result.body)
-            raise
+                await self._wait_slot()
+            except BaseException:
+                self.body_bytes -= len(result.body)
+                raise
         self.held += 1
         try:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
             self._next_id += 1
             job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap)
             self._jobs[job.job_id] = job
@@ -324,7 +329,39 @@ class WorkerPool:
         finally:
             self.held -= 1
             self.body_bytes -= len(result.body)
-            self._slots.release()
+            self._release_slot()
+
+    async def _wait_slot(self) -> None:
+        """Wait in line for a slot: ``_release_slot`` hands it over by resolving the future (the
+        count of free slots does not change). A waiter cancelled after it was handed one passes
+        it on, so no slot is lost."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._slot_waiters.append(fut)
+        self.waiting += 1
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self._release_slot()            # handed a slot just as it gave up: the next one takes it
+            else:
+                with contextlib.suppress(ValueError):
+                    self._slot_waiters.remove(fut)
+            raise
+        finally:
+            self.waiting -= 1
+
+    def _release_slot(self) -> None:
+        """A slot comes back: to the first waiter still waiting, else to the free count."""
+        waiters = self._slot_waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
 
     def _dispatch(self, job: _Job) -> None:
         live = [w for w in self._workers if w is not None and w.alive]
@@ -342,7 +379,7 @@ class WorkerPool:
                             job.sitemap)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_out)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush_out)
 
     def _flush_out(self) -> None:
         """Write each worker's queued frames in one go (one syscall per worker per loop iteration)."""

@@ -78,6 +78,7 @@ class Answers:
         self.budgets = budgets
         self._pages_links: list[tuple[str, set[str]]] = []     # STAR edges of this loop iteration
         self._links_flushes = 0
+        self._loop: asyncio.AbstractEventLoop | None = None     # the loop of the first answer
         # the DUST gate's evidence hook (crawlerd.shard.dust), set by the shard
         self.evidence: Callable[[str, int, str, bytes, object, int], None] | None = None
 
@@ -157,7 +158,10 @@ class Answers:
         completes: ``process`` waits for the seen-set's intake log (a callback queued after this
         one), or hands them over itself if they are still here then. Returns the flush they wait for."""
         if not self._pages_links:
-            asyncio.get_running_loop().call_soon(self.flush_links)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self.flush_links)
         self._pages_links.append((url, host_keys))
         return self._links_flushes
 

@@ -8,7 +8,6 @@ parts it uses, steps the loop, and closes everything in an order that loses noth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -43,7 +42,7 @@ from crawlerd.shard.leases import LeaseRunner, LeaseTable, LeaseWindow
 from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageHealth, free_bytes
-from crawlerd.shard.tasks import Tasks
+from crawlerd.shard.tasks import Tasks, Wake
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
@@ -87,7 +86,7 @@ class Shard:
         self.wall = wall
         self.paused = False
         self.stopping = False
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         self._last_commit = 0.0
         self._last_dns_save = 0.0
         self.trimmer = Trimmer(cfg.malloc.trim_interval_s, clock=clock)
@@ -452,9 +451,7 @@ class Shard:
             nd = None                 # nothing can be leased now: wait for a transfer or task to end, or a tick
         tick = INBOX_POLL_S if self.inbox is not None else IDLE_TICK_S
         timeout = tick if nd is None else min(tick, max(0.0, nd - now))
-        self._wake.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.002))
+        await self._wake.sleep(max(timeout, 0.002))
 
     def _save_dns(self, *, now: bool = False) -> None:
         """The DNS cache to its file for the next run: formatted and written on the writer thread

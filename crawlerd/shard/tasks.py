@@ -3,6 +3,13 @@
 Every task the shard starts goes through :class:`Tasks`, so the ordered shutdown can wait for
 all of them (and cancel what outlives the grace), and a task that fails is logged and kept in
 ``recent_errors`` (shown by ``crawlerd status``) instead of vanishing with its exception.
+
+:class:`Wake` is the shard loop's sleep between steps: until something calls ``set`` (a transfer
+or task ended, links arrived) or the timeout passes.
+
+Both keep the loop they first ran on: CPython 3.11's ``asyncio.get_running_loop()`` (also behind
+``ensure_future``, ``wait_for``, ``Event.wait``) makes a ``getpid`` system call each time, and these
+run several times per request.
 """
 
 from __future__ import annotations
@@ -30,9 +37,13 @@ class Tasks:
         self.on_store_error = on_store_error
         self.running: set[asyncio.Task] = set()
         self.recent_errors: deque[str] = deque(maxlen=errors_kept)
+        self._loop: asyncio.AbstractEventLoop | None = None     # the loop of the first spawn
 
     def spawn(self, coro: Coroutine) -> None:
-        t = asyncio.ensure_future(coro)
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        t = loop.create_task(coro)
         self.running.add(t)
         t.add_done_callback(self._done)
 
@@ -60,3 +71,36 @@ class Tasks:
             log.error("task failed: %s", "".join(traceback.format_exception(exc)).replace("\n", " | "))
             self.recent_errors.append(repr(exc))
         self.on_done()
+
+
+class Wake:
+    """A wake-up for one sleeper at a time: ``sleep`` returns when ``set`` is called during it, or
+    after its timeout. A ``set`` while nobody sleeps is not kept (the sleeper has just looked at
+    everything). One future and one timer per sleep: no task, unlike ``wait_for(event.wait())``."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None     # the loop of the first sleep
+        self._fut: asyncio.Future | None = None
+
+    def set(self) -> None:
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(True)
+
+    async def sleep(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s`` seconds; True if woken by ``set``."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut = self._fut = loop.create_future()
+        timer = loop.call_later(timeout_s, _time_up, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._fut = None
+
+
+def _time_up(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(False)

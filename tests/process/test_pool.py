@@ -273,6 +273,67 @@ def test_backpressure_process_waits_for_a_free_slot(tmp_path):
     assert [r.outcome for r in results] == [Outcome.OK] * 3
 
 
+def test_slots_go_to_waiters_in_order_and_a_cancelled_waiter_loses_no_slot(tmp_path):
+    """The pool's own slot count (no asyncio.Semaphore): with the worker frozen, calls beyond its
+    slots wait (``waiting``, ``behind``); a waiter cancelled before its turn, and one cancelled
+    just after a slot was handed to it, give nothing up for good: every other call is answered,
+    in the order they came, and afterwards every slot can be taken again at once."""
+    jobs = [response(f"http://s.test/p/{i}", page_html(i)) for i in range(6)]
+    init = init_for(tmp_path)
+    seen: dict[str, object] = {}
+
+    async def run():
+        pool = WorkerPool(1, init, jobs_per_worker=2)
+        await pool.start()
+        tasks: list[asyncio.Future] = []
+        answered: list[str] = []
+
+        async def call(i):
+            pr = await pool.process(jobs[i])
+            answered.append(pr.url)
+            if i == 0:
+                # its slot was just handed to call 2 (call 3 left the line): call 2 gives up before
+                # it runs, so the slot must go on to call 4
+                tasks[2].cancel()
+            return pr
+
+        w = pool.workers[0]
+        try:
+            os.kill(w.proc.pid, signal.SIGSTOP)
+            try:
+                tasks.extend(asyncio.ensure_future(call(i)) for i in range(6))
+                await wait_until(lambda: pool.outstanding() == 2 and pool.waiting == 4, "two held, four waiting")
+                seen["behind"] = pool.behind
+                tasks[3].cancel()                       # waiting: leaves the line
+                await wait_until(lambda: pool.waiting == 3, "the cancelled waiter gone")
+            finally:
+                os.kill(w.proc.pid, signal.SIGCONT)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            seen["cancelled"] = [t.cancelled() for t in tasks]
+            seen["answered"] = answered
+            seen["after"] = (pool.waiting, pool.held, pool.calls)
+            # every slot is free again: with the worker frozen, as many calls as slots go out at once
+            os.kill(w.proc.pid, signal.SIGSTOP)
+            try:
+                again = [asyncio.ensure_future(pool.process(response(f"http://s.test/q/{i}", page_html(i))))
+                         for i in range(3)]
+                await wait_until(lambda: pool.outstanding() == 2 and pool.waiting == 1, "both slots taken")
+            finally:
+                os.kill(w.proc.pid, signal.SIGCONT)
+            seen["again"] = [r.outcome for r in await asyncio.gather(*again)]
+            seen["total"] = pool.answered
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+    assert seen["behind"] is True                       # four waiting for two slots: fetch no more
+    assert seen["cancelled"] == [False, False, True, True, False, False]
+    assert seen["answered"] == [jobs[i].url for i in (0, 1, 4, 5)]
+    assert seen["after"] == (0, 0, 0)
+    assert seen["again"] == [Outcome.OK] * 3
+    assert seen["total"] == 4 + 3
+
+
 def test_jobs_that_arrive_together_are_answered_in_one_frame(tmp_path):
     jobs = [response(f"http://t.test/p/{i}", page_html(i)) for i in range(6)]
 
