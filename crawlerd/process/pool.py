@@ -192,7 +192,7 @@ class WorkerPool:
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
         self._loop: asyncio.AbstractEventLoop | None = None      # the loop the pool started on
-        self._free = workers * jobs_per_worker        # slots nobody holds (see _take_slot)
+        self._free = workers * jobs_per_worker        # slots nobody holds (see _wait_slot)
         self._slot_waiters: deque[asyncio.Future] = deque()     # process() calls waiting for a slot, FIFO
         self.capacity = workers * jobs_per_worker     # jobs the workers hold at once
         self.waiting = 0                              # process() calls waiting for one of those slots
