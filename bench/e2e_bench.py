@@ -212,7 +212,7 @@ class StatusPoller(threading.Thread):
                                     "pages": st.get("pages", 0), "queued": st.get("queued", 0),
                                     "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
                                     "own_hist": ll.get("own_cumulative"), "stall_split": ll.get("stalls"),
-                                    "gc": ll.get("gc"),
+                                    "gc": ll.get("gc"), "stall_buckets": ll.get("buckets_s"),
                                     "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None,
                                     "stall_sites": ll.get("stall_sites")})
 
@@ -233,6 +233,9 @@ class StatusPoller(threading.Thread):
         if len(hists) >= 2:
             a, b = hists[0], hists[-1]
             n = b["stall_count"] - a["stall_count"]
+            # the daemon's own bounds: a base built from another version may have other buckets
+            buckets = b.get("stall_buckets") or list(LAG_BUCKETS_S)
+            out["stall_buckets_ms"] = [round(x * 1000, 1) for x in buckets]
             minutes = (b["t"] - a["t"]) / 60
             # "stall": the timer's lateness (wall clock); "own stall": the same less the time the loop
             # thread waited, runnable, for a CPU (LoopLag.own_counts; the process's own doing)
@@ -241,10 +244,10 @@ class StatusPoller(threading.Thread):
                     continue
                 cum = [y - x for x, y in zip(a[hist], b[hist], strict=True)]
                 for q, key in ((0.99, "p99_ms"), (0.999, "p999_ms")):
-                    v = lag_quantile_s(cum, n, q)
+                    v = lag_quantile_s(cum, n, q, buckets)
                     out[f"{prefix}_{key}"] = None if v is None else v * 1000
                 for bound in (0.02, 0.05, 0.1):         # samples later than bound, per minute
-                    above = n - cum[LAG_BUCKETS_S.index(bound)]
+                    above = n - cum[buckets.index(bound)]
                     out[f"{prefix}_over_{bound * 1000:g}ms_per_min"] = round(above / minutes, 2) if minutes else None
             out["stall_samples"] = n
             if a.get("stall_split") and b.get("stall_split"):   # where the time of samples > 20 ms went

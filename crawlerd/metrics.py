@@ -76,17 +76,20 @@ def process_usage(role: str, pid: int, shard: str = "", cpu_s: float | None = No
 
 
 # upper bounds of the loop-lag histogram, seconds (Prometheus `le` labels; +Inf is implied)
-LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# 15 and 30 ms beside 20: a p99.9 near the 20 ms bound reads as 15 / 20 / 30 ms, not "50 ms"
+LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def lag_quantile_s(cumulative: list[int], count: int, q: float) -> float | None:
+def lag_quantile_s(cumulative: list[int], count: int, q: float,
+                   buckets: list[float] | tuple[float, ...] = LAG_BUCKETS_S) -> float | None:
     """Quantile ``q`` of a loop-lag histogram (``LoopLag.snapshot()``'s ``cumulative`` and ``count``,
     or the difference of two snapshots for a time window) as the upper bound of its bucket,
-    seconds; inf above the last bound; None without samples."""
+    seconds; inf above the last bound; None without samples. ``buckets``: the snapshot's
+    ``buckets_s`` when it may come from another version of crawlerd."""
     if count <= 0:
         return None
     rank = q * count
-    for bound, cum in zip(LAG_BUCKETS_S, cumulative, strict=True):
+    for bound, cum in zip(buckets, cumulative, strict=True):
         if cum >= rank:
             return bound
     return float("inf")
