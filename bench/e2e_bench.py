@@ -256,7 +256,10 @@ class StatusPoller(threading.Thread):
             if a.get("gc") and b.get("gc"):
                 out["gc"] = {g: {"collections": b["gc"][g]["collections"] - a["gc"][g]["collections"],
                                  "total_ms": round(1000 * (b["gc"][g]["total_s"] - a["gc"][g]["total_s"]), 1),
-                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1)} for g in b["gc"]}
+                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1),
+                                 # passes over 20 ms (a daemon from before this count: None)
+                                 "over_20ms": (b["gc"][g]["over_stall"] - a["gc"][g]["over_stall"]
+                                               if "over_stall" in b["gc"][g] else None)} for g in b["gc"]}
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
             out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls over the watch threshold (20 ms) were
@@ -729,7 +732,10 @@ def print_stalls(st: dict) -> None:
               f"{sp['cpu_s'] * 1000:.0f} ms, waiting for a CPU {sp['runq_s'] * 1000:.0f} ms, GC {sp['gc_s'] * 1000:.0f} ms",
               file=sys.stderr)
     for g, v in (st.get("gc") or {}).items():
-        print(f"    {g}: {v['collections']} collections, {v['total_ms']} ms (worst of the run {v['max_ms_whole_run']} ms)",
+        n, over = v["collections"], v.get("over_20ms")
+        mean = f", mean {v['total_ms'] / n:.1f} ms" if n else ""
+        print(f"    {g}: {n} collections, {v['total_ms']} ms{mean}, "
+              f"{'?' if over is None else over} over 20 ms (worst of the run {v['max_ms_whole_run']} ms)",
               file=sys.stderr)
 
 

@@ -131,11 +131,12 @@ class GcTimes:
     """Time the interpreter spends in its cyclic garbage collector, per generation (``gc.callbacks``;
     a collection holds the GIL, so it stalls the loop whichever thread triggered it).
 
-    Key: generation -> ``[collections, total_s, max_s]``; ``total_s`` over all. Invariant:
-    ``total_s`` == the sum of the generations' totals; installed at most once per instance."""
+    Key: generation -> ``[collections, total_s, max_s, passes over STALL_SPLIT_S]``; ``total_s``
+    over all. Invariant: ``total_s`` == the sum of the generations' totals; installed at most
+    once per instance."""
 
     def __init__(self) -> None:
-        self.gens = [[0, 0.0, 0.0] for _ in range(GC_GENERATIONS)]
+        self.gens = [[0, 0.0, 0.0, 0] for _ in range(GC_GENERATIONS)]
         self.total_s = 0.0
         self._t0 = 0.0
         self._installed = False
@@ -160,11 +161,13 @@ class GcTimes:
         g[1] += d
         if d > g[2]:
             g[2] = d
+        if d > STALL_SPLIT_S:
+            g[3] += 1
         self.total_s += d
 
     def snapshot(self) -> dict:
-        return {f"gen{i}": {"collections": n, "total_s": round(t, 6), "max_s": round(m, 6)}
-                for i, (n, t, m) in enumerate(self.gens)}
+        return {f"gen{i}": {"collections": n, "total_s": round(t, 6), "max_s": round(m, 6), "over_stall": o}
+                for i, (n, t, m, o) in enumerate(self.gens)}
 
 
 class LoopLag:

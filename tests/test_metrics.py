@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from crawlerd.metrics import LAG_BUCKETS_S, LoopLag, lag_quantile_s, proc_rss_bytes, process_usage
+from crawlerd.metrics import (
+    LAG_BUCKETS_S,
+    STALL_SPLIT_S,
+    LoopLag,
+    lag_quantile_s,
+    proc_rss_bytes,
+    process_usage,
+)
 
 
 def test_lag_samples_land_in_the_first_bucket_at_or_above_them():
@@ -182,5 +189,7 @@ def test_a_full_collection_during_a_stall_is_timed_and_named_as_gc():
 
     snap = asyncio.run(lag_around(collect_while_holding_the_loop, LoopLag(interval_s=0.01, watch_s=0.05)))
     assert snap["gc"]["gen2"]["collections"] >= 1 and snap["gc"]["gen2"]["total_s"] > 0
+    g = snap["gc"]["gen2"]
+    assert (g["over_stall"] > 0) == (g["max_s"] > STALL_SPLIT_S) and g["over_stall"] <= g["collections"]
     assert snap["stalls"]["gc_s"] > 0
     assert any(site["gc_s"] > 0 for site in snap["stall_sites"]), snap["stall_sites"]
