@@ -262,7 +262,7 @@ class StatusPoller(threading.Thread):
                                                if "over_stall" in b["gc"][g] else None)} for g in b["gc"]}
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
-            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls over the watch threshold (20 ms) were
+            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:24]    # where stalls over the watch threshold (20 ms) were
         return out
 
 
