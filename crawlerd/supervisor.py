@@ -40,6 +40,7 @@ from crawlerd import control, layout
 from crawlerd.allocator import tune_malloc
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
+from crawlerd.gcpace import GcPacer
 from crawlerd.last_run import reserve_last_run, write_last_run
 from crawlerd.metrics import Metrics, process_usage
 from crawlerd.metrics_server import MetricsServer
@@ -59,11 +60,6 @@ STORE_ERRORS = (OSError, lmdb.Error, DrumError)
 # a cluster member that may not run its shard (another node holds or took its lease; EX_TEMPFAIL):
 # not a crash, the family asks again after the lease TTL
 EXIT_NOT_OWNER = 75
-
-# the collector on the crawl loop, after start-up's objects are frozen: a gen-0 pass costs about
-# 0.4 us per young object, so 50,000 had made 20-28 ms pauses (the loop's stall bound is 20 ms);
-# 10,000 keeps them near 4 ms. Gen 1 every 100 gen-0 passes: as often as 50,000 x 20 did
-GC_THRESHOLDS = (10_000, 100, 100)
 
 # outcomes that are the crawl working as intended, not trouble (the rest count as errors in status)
 NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outcome.ROBOTS_DENIED,
@@ -196,7 +192,8 @@ class Supervisor:
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
         gc.collect()
         gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        gc_pacer = GcPacer()            # the collector's passes between callbacks (gcpace.py)
+        gc_pacer.start(loop)
         server = control.ControlServer(self.control_path, self._handlers())
         try:
             await server.start()
@@ -242,6 +239,7 @@ class Supervisor:
             if timer:
                 timer.cancel()
             ticker.cancel()
+            gc_pacer.stop()
             if endpoint is not None:
                 await endpoint.close()
             await server.close()
