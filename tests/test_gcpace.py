@@ -58,12 +58,15 @@ def test_a_batch_inside_a_callback_is_not_collected_mid_way_and_cycles_are_freed
 
 def test_the_pacer_steps_up_a_generation_as_cpythons_thresholds_do():
     old = gc.get_threshold()
-    pacer = GcPacer(young=10, middle=3, old=2, auto=1_000_000)
+    now = [0.0]
+    pacer = GcPacer(young=10, middle=3, old=2, auto=1_000_000, full_s=100.0, clock=lambda: now[0])
     pacer.start(asyncio.new_event_loop())
     try:
         gc.collect()
         gens = []
-        for _ in range(12):
+        for i in range(24):
+            if i == 12:
+                now[0] = 100.0                  # a full pass is due by time from here
             junk = [Box() for _ in range(50)]   # past ``young`` new containers
             gens.append(pacer.step())
             del junk
@@ -71,5 +74,7 @@ def test_the_pacer_steps_up_a_generation_as_cpythons_thresholds_do():
     finally:
         pacer.stop()
         gc.set_threshold(*old)
-    # a gen-1 pass every third, a full pass in place of every second gen-1 pass
-    assert gens[:6] == [0, 0, 0, 1, 0, 0] and 2 in gens, gens
+    # a gen-1 pass every fourth; a full pass in place of a gen-1 pass once two came since the last
+    # one, and full_s went by: none in the first 100 s, then one
+    assert gens[:8] == [0, 0, 0, 1, 0, 0, 0, 1], gens
+    assert 2 not in gens[:12] and gens[12:].count(2) == 1, gens
