@@ -212,7 +212,7 @@ class StatusPoller(threading.Thread):
                                     "pages": st.get("pages", 0), "queued": st.get("queued", 0),
                                     "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
                                     "own_hist": ll.get("own_cumulative"), "stall_split": ll.get("stalls"),
-                                    "gc": ll.get("gc"),
+                                    "gc": ll.get("gc"), "stall_buckets": ll.get("buckets_s"),
                                     "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None,
                                     "stall_sites": ll.get("stall_sites")})
 
@@ -233,6 +233,9 @@ class StatusPoller(threading.Thread):
         if len(hists) >= 2:
             a, b = hists[0], hists[-1]
             n = b["stall_count"] - a["stall_count"]
+            # the daemon's own bounds: a base built from another version may have other buckets
+            buckets = b.get("stall_buckets") or list(LAG_BUCKETS_S)
+            out["stall_buckets_ms"] = [round(x * 1000, 1) for x in buckets]
             minutes = (b["t"] - a["t"]) / 60
             # "stall": the timer's lateness (wall clock); "own stall": the same less the time the loop
             # thread waited, runnable, for a CPU (LoopLag.own_counts; the process's own doing)
@@ -241,10 +244,10 @@ class StatusPoller(threading.Thread):
                     continue
                 cum = [y - x for x, y in zip(a[hist], b[hist], strict=True)]
                 for q, key in ((0.99, "p99_ms"), (0.999, "p999_ms")):
-                    v = lag_quantile_s(cum, n, q)
+                    v = lag_quantile_s(cum, n, q, buckets)
                     out[f"{prefix}_{key}"] = None if v is None else v * 1000
                 for bound in (0.02, 0.05, 0.1):         # samples later than bound, per minute
-                    above = n - cum[LAG_BUCKETS_S.index(bound)]
+                    above = n - cum[buckets.index(bound)]
                     out[f"{prefix}_over_{bound * 1000:g}ms_per_min"] = round(above / minutes, 2) if minutes else None
             out["stall_samples"] = n
             if a.get("stall_split") and b.get("stall_split"):   # where the time of samples > 20 ms went
@@ -253,10 +256,13 @@ class StatusPoller(threading.Thread):
             if a.get("gc") and b.get("gc"):
                 out["gc"] = {g: {"collections": b["gc"][g]["collections"] - a["gc"][g]["collections"],
                                  "total_ms": round(1000 * (b["gc"][g]["total_s"] - a["gc"][g]["total_s"]), 1),
-                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1)} for g in b["gc"]}
+                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1),
+                                 # passes over 20 ms (a daemon from before this count: None)
+                                 "over_20ms": (b["gc"][g]["over_stall"] - a["gc"][g]["over_stall"]
+                                               if "over_stall" in b["gc"][g] else None)} for g in b["gc"]}
         if self.series:
             out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
-            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:12]    # where stalls over the watch threshold (20 ms) were
+            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:24]    # where stalls over the watch threshold (20 ms) were
         return out
 
 
@@ -726,7 +732,10 @@ def print_stalls(st: dict) -> None:
               f"{sp['cpu_s'] * 1000:.0f} ms, waiting for a CPU {sp['runq_s'] * 1000:.0f} ms, GC {sp['gc_s'] * 1000:.0f} ms",
               file=sys.stderr)
     for g, v in (st.get("gc") or {}).items():
-        print(f"    {g}: {v['collections']} collections, {v['total_ms']} ms (worst of the run {v['max_ms_whole_run']} ms)",
+        n, over = v["collections"], v.get("over_20ms")
+        mean = f", mean {v['total_ms'] / n:.1f} ms" if n else ""
+        print(f"    {g}: {n} collections, {v['total_ms']} ms{mean}, "
+              f"{'?' if over is None else over} over 20 ms (worst of the run {v['max_ms_whole_run']} ms)",
               file=sys.stderr)
 
 

@@ -220,7 +220,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "never idles while deferred URLs exist). 0: the number of free fetch slots.", min=0, max=1 << 30),
         _k("readmit_batch", int, 1000,
            "Deferred URLs passed to the frontier per readmission step at most (every 0.1 s while it runs "
-           "short, else every second).", min=1, max=10_000_000),
+           "short, else every second), 200 per event-loop iteration.", min=1, max=10_000_000),
         _k("cache_entries", int, 65536, "Domains whose budget and in-degree records are cached in RAM (LRU).",
            min=16, max=1 << 30),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",

@@ -76,17 +76,20 @@ def process_usage(role: str, pid: int, shard: str = "", cpu_s: float | None = No
 
 
 # upper bounds of the loop-lag histogram, seconds (Prometheus `le` labels; +Inf is implied)
-LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# 15 and 30 ms beside 20: a p99.9 near the 20 ms bound reads as 15 / 20 / 30 ms, not "50 ms"
+LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-def lag_quantile_s(cumulative: list[int], count: int, q: float) -> float | None:
+def lag_quantile_s(cumulative: list[int], count: int, q: float,
+                   buckets: list[float] | tuple[float, ...] = LAG_BUCKETS_S) -> float | None:
     """Quantile ``q`` of a loop-lag histogram (``LoopLag.snapshot()``'s ``cumulative`` and ``count``,
     or the difference of two snapshots for a time window) as the upper bound of its bucket,
-    seconds; inf above the last bound; None without samples."""
+    seconds; inf above the last bound; None without samples. ``buckets``: the snapshot's
+    ``buckets_s`` when it may come from another version of crawlerd."""
     if count <= 0:
         return None
     rank = q * count
-    for bound, cum in zip(LAG_BUCKETS_S, cumulative, strict=True):
+    for bound, cum in zip(buckets, cumulative, strict=True):
         if cum >= rank:
             return bound
     return float("inf")
@@ -128,11 +131,12 @@ class GcTimes:
     """Time the interpreter spends in its cyclic garbage collector, per generation (``gc.callbacks``;
     a collection holds the GIL, so it stalls the loop whichever thread triggered it).
 
-    Key: generation -> ``[collections, total_s, max_s]``; ``total_s`` over all. Invariant:
-    ``total_s`` == the sum of the generations' totals; installed at most once per instance."""
+    Key: generation -> ``[collections, total_s, max_s, passes over STALL_SPLIT_S]``; ``total_s``
+    over all. Invariant: ``total_s`` == the sum of the generations' totals; installed at most
+    once per instance."""
 
     def __init__(self) -> None:
-        self.gens = [[0, 0.0, 0.0] for _ in range(GC_GENERATIONS)]
+        self.gens = [[0, 0.0, 0.0, 0] for _ in range(GC_GENERATIONS)]
         self.total_s = 0.0
         self._t0 = 0.0
         self._installed = False
@@ -157,11 +161,13 @@ class GcTimes:
         g[1] += d
         if d > g[2]:
             g[2] = d
+        if d > STALL_SPLIT_S:
+            g[3] += 1
         self.total_s += d
 
     def snapshot(self) -> dict:
-        return {f"gen{i}": {"collections": n, "total_s": round(t, 6), "max_s": round(m, 6)}
-                for i, (n, t, m) in enumerate(self.gens)}
+        return {f"gen{i}": {"collections": n, "total_s": round(t, 6), "max_s": round(m, 6), "over_stall": o}
+                for i, (n, t, m, o) in enumerate(self.gens)}
 
 
 class LoopLag:

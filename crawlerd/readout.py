@@ -5,7 +5,7 @@ Each function prints one view of an answer from the control socket; the CLI asks
 
 from __future__ import annotations
 
-from crawlerd.metrics import lag_quantile_s
+from crawlerd.metrics import LAG_BUCKETS_S, lag_quantile_s
 
 STALL_SITES_SHOWN = 3       # `crawlerd status`: the most frequent places of loop stalls
 
@@ -31,10 +31,11 @@ def print_status(s: dict) -> None:
     for sh in s.get("shards", []):
         ll = sh.get("loop_lag") or {}
         if ll.get("count"):
-            p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q) for q in (0.99, 0.999))
+            bounds = ll.get("buckets_s") or LAG_BUCKETS_S
+            p99, p999 = (lag_quantile_s(ll["cumulative"], ll["count"], q, bounds) for q in (0.99, 0.999))
             own = ""
             if ll.get("own_cumulative"):     # less the time the loop waited for a CPU
-                own = f"  own p99.9 <= {lag_quantile_s(ll['own_cumulative'], ll['count'], 0.999) * 1000:g} ms"
+                own = f"  own p99.9 <= {lag_quantile_s(ll['own_cumulative'], ll['count'], 0.999, bounds) * 1000:g} ms"
             print(f"loop      shard {sh.get('shard')} lag p99 <= {p99 * 1000:g} ms  p99.9 <= {p999 * 1000:g} ms  "
                   f"max {ll['max_s'] * 1000:.1f} ms{own}")
             for site in (ll.get("stall_sites") or [])[:STALL_SITES_SHOWN]:     # where stalls over the watch threshold (20 ms) were

@@ -40,6 +40,7 @@ from crawlerd import control, layout
 from crawlerd.allocator import tune_malloc
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
+from crawlerd.gcpace import GcPacer
 from crawlerd.last_run import reserve_last_run, write_last_run
 from crawlerd.metrics import Metrics, process_usage
 from crawlerd.metrics_server import MetricsServer
@@ -191,7 +192,8 @@ class Supervisor:
         # long-lived start-up objects leave the collector's view; fewer gen-0 passes on the hot path
         gc.collect()
         gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
+        gc_pacer = GcPacer()            # the collector's passes between callbacks (gcpace.py)
+        gc_pacer.start(loop)
         server = control.ControlServer(self.control_path, self._handlers())
         try:
             await server.start()
@@ -237,6 +239,7 @@ class Supervisor:
             if timer:
                 timer.cancel()
             ticker.cancel()
+            gc_pacer.stop()
             if endpoint is not None:
                 await endpoint.close()
             await server.close()

@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from crawlerd.metrics import LAG_BUCKETS_S, LoopLag, lag_quantile_s, proc_rss_bytes, process_usage
+from crawlerd.metrics import (
+    LAG_BUCKETS_S,
+    STALL_SPLIT_S,
+    LoopLag,
+    lag_quantile_s,
+    proc_rss_bytes,
+    process_usage,
+)
 
 
 def test_lag_samples_land_in_the_first_bucket_at_or_above_them():
@@ -52,7 +59,7 @@ def test_process_usage_of_this_process_and_a_gone_one():
 
 def test_lag_quantile_is_the_bound_of_the_bucket_holding_it():
     lag = LoopLag()
-    for v in [0.0005] * 997 + [0.015, 0.015, 3.0]:
+    for v in [0.0005] * 997 + [0.018, 0.018, 3.0]:
         lag.record(v)
     snap = lag.snapshot()
     assert lag_quantile_s(snap["cumulative"], snap["count"], 0.5) == 0.001
@@ -62,6 +69,23 @@ def test_lag_quantile_is_the_bound_of_the_bucket_holding_it():
     snap = lag.snapshot()
     assert lag_quantile_s(snap["cumulative"], snap["count"], 1.0) == float("inf")
     assert lag_quantile_s([0] * len(LAG_BUCKETS_S), 0, 0.99) is None
+
+
+def test_lag_p999_tells_the_20_ms_bound_from_30_and_50_ms():
+    """The stall bound is 20 ms: a p99.9 just over it reads 30 ms, not the next coarse bucket."""
+    for worst, p999 in ((0.012, 0.015), (0.019, 0.02), (0.025, 0.03), (0.04, 0.05)):
+        lag = LoopLag()
+        for v in [0.0005] * 998 + [worst] * 2:
+            lag.record(v)
+        snap = lag.snapshot()
+        assert lag_quantile_s(snap["cumulative"], snap["count"], 0.999) == p999
+
+
+def test_lag_quantile_reads_a_histogram_with_its_own_bounds():
+    """A daemon of another version reports its own ``buckets_s``; the quantile uses those."""
+    old = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+    cum = [990, 990, 990, 990, 990, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000]
+    assert lag_quantile_s(cum, 1000, 0.999, old) == 0.05
 
 
 def test_a_stall_is_traced_to_the_function_that_held_the_loop():
@@ -165,5 +189,7 @@ def test_a_full_collection_during_a_stall_is_timed_and_named_as_gc():
 
     snap = asyncio.run(lag_around(collect_while_holding_the_loop, LoopLag(interval_s=0.01, watch_s=0.05)))
     assert snap["gc"]["gen2"]["collections"] >= 1 and snap["gc"]["gen2"]["total_s"] > 0
+    g = snap["gc"]["gen2"]
+    assert (g["over_stall"] > 0) == (g["max_s"] > STALL_SPLIT_S) and g["over_stall"] <= g["collections"]
     assert snap["stalls"]["gc_s"] > 0
     assert any(site["gc_s"] > 0 for site in snap["stall_sites"]), snap["stall_sites"]

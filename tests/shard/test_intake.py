@@ -309,3 +309,143 @@ def test_an_empty_delivery_is_acknowledged(tmp_path):
             await p.close()
 
     assert run(go()) == ([1], 0)
+
+
+def _budgets(path: str):
+    from crawlerd.frontier.budgets import Budgets
+    return Budgets(path, base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24, edge_buckets=2,
+                   edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False)
+
+
+def test_a_large_readmission_is_queued_in_slices_each_committed_in_one_iteration(tmp_path):
+    """budgets.readmit_batch deferred URLs pass READMIT_SLICE per loop iteration: each slice is read,
+    queued and committed (frontier, then budgets) in one callback, a step meanwhile starts no
+    second readmission, and every URL passed is queued once."""
+    from crawlerd.shard.intake import READMIT_SLICE
+
+    batch = 4 * READMIT_SLICE + 50
+
+    async def go():
+        p = Parts(str(tmp_path), f"budgets.readmit_batch={batch}")
+        b = _budgets(str(tmp_path / "budgets"))
+        p.intake.budgets = b
+        loop = asyncio.get_running_loop()
+        p.seen.start(loop, p.intake.on_seen_results)
+        try:
+            n = 3000
+            p.intake.submit_urls([f"http://h{i % 40}.test/p{i}" for i in range(n)], depth=1)
+            await p.seen.flush()
+            before = (p.frontier.queued(), b.beast.waiting)
+            ticks, events = [0], []
+
+            def tick():                         # runs once per loop iteration
+                ticks[0] += 1
+                loop.call_soon(tick)
+            tick()
+            real_add, real_commit = p.frontier.add, b.commit
+
+            def add(items, **kw):
+                events.append(("add", len(items), ticks[0]))
+                return real_add(items, **kw)
+
+            def commit(then=None):
+                events.append(("commit", 0, ticks[0]))
+                real_commit(then)
+
+            p.frontier.add, b.commit = add, commit
+            p.intake.free_slots = lambda: 100       # the fetcher would idle: the reader moves on
+            now = p.clock() + 10.0
+            p.intake.step_budgets(now)
+            await asyncio.sleep(0)
+            p.intake.step_budgets(now + 1.0)        # a step while the readmission is under way
+            for _ in range(20):
+                await asyncio.sleep(0)
+            return n, before, events, p.frontier.queued(), b.beast.waiting, dict(p.metrics.counters)
+        finally:
+            await p.close()
+            b.store.close()
+
+    n, before, events, queued, waiting, counters = run(go())
+    assert before == (80, n - 80)
+    slices = [(events[i], events[i + 1]) for i in range(0, len(events), 2)]
+    assert [e[0] for pair in slices for e in pair] == ["add", "commit"] * len(slices)
+    sizes = [a[1] for a, _ in slices]
+    assert sizes == [READMIT_SLICE] * 4 + [50]
+    assert all(a[2] == c[2] for a, c in slices)                 # queued and committed in one callback
+    assert len({a[2] for a, _ in slices}) == len(slices)        # each slice in an iteration of its own
+    assert counters["budget_readmitted"] == batch
+    assert queued == 80 + batch and waiting == n - 80 - batch   # nothing lost, nothing twice
+
+
+READMIT_KILLED_CHILD = textwrap.dedent("""
+    import asyncio, sys
+    sys.path.insert(0, {root!r})
+    from tests.shard.parts import Parts
+    from tests.shard.test_intake import _budgets
+
+    async def main():
+        p = Parts({data!r}, "budgets.readmit_batch={batch}")
+        b = _budgets({budgets!r})
+        p.intake.budgets = b
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        p.intake.submit_urls([f"http://h{{i % 40}}.test/p{{i}}" for i in range({n})], depth=1)
+        await p.seen.flush()
+        real_commit, commits = b.commit, []
+
+        def commit(then=None):
+            commits.append(1)
+            if len(commits) == 2:               # the second slice is queued, its pass not committed
+                print("readmitting", flush=True)
+                sys.stdin.read()
+            real_commit(then)
+
+        b.commit = commit
+        p.intake.free_slots = lambda: 100
+        p.intake.step_budgets(p.clock() + 10.0)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+        print("readmitted", flush=True)         # no second slice came
+
+    asyncio.run(main())
+""")
+
+
+def test_kill_9_in_the_middle_of_a_sliced_readmission_loses_no_url(tmp_path):
+    """Killed between a slice's frontier commit and its budget commit: the slices before stay
+    readmitted once, the interrupted one is queued and still waits (readmitted twice, never lost)."""
+    from crawlerd.shard.intake import READMIT_SLICE
+
+    n, batch = 3000, 4 * READMIT_SLICE
+    data, budgets = str(tmp_path / "data"), str(tmp_path / "data" / "budgets")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = READMIT_KILLED_CHILD.format(root=root, data=data, budgets=budgets, n=n, batch=batch)
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"readmitting\n"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+    async def go():
+        p = Parts(data, f"budgets.readmit_batch={batch}")
+        b = _budgets(budgets)
+        p.intake.budgets = b
+        try:
+            before = (p.frontier.queued(), b.beast.waiting)
+            p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+            await p.seen.flush()
+            p.intake.free_slots = lambda: 100
+            p.intake.step_budgets(p.clock() + 10.0)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            return before, p.frontier.queued(), b.beast.waiting
+        finally:
+            await p.close()
+            b.store.close()
+
+    before, queued, waiting = run(go())
+    # the first slice once, the second queued and still waiting; nothing else moved
+    assert before == (80 + 2 * READMIT_SLICE, n - 80 - READMIT_SLICE)
+    # the restarted readmission passes the interrupted slice again: n URLs and that slice twice
+    assert queued + waiting == n + READMIT_SLICE
+    assert queued == 80 + 2 * READMIT_SLICE + batch
