@@ -124,6 +124,25 @@ class Overlay:
         v[key] = (value, self._lid)
         return True
 
+    def put_many(self, items: Iterable[tuple[bytes, bytes | None]], db=None) -> int:
+        """``put`` of each (key, value) in order (a commit's sorted puts: one call, not one per key)."""
+        lay = self._layer.get(db)
+        if lay is None:
+            lay = self._layer[db] = {}
+        v = self._view.get(db)
+        if v is None:
+            v = self._view[db] = {}
+        fresh = self._fresh.get(db)
+        lid = self._lid
+        n = 0
+        for key, value in items:
+            lay[key] = value
+            if fresh is not None and key not in v:
+                fresh.append(key)
+            v[key] = (value, lid)
+            n += 1
+        return n
+
     def delete(self, key: bytes, value: bytes = b"", db=None) -> bool:
         """Delete ``key`` (a key not stored costs the writer a failed delete; True either way)."""
         return self.put(key, None, db=db)
@@ -342,11 +361,7 @@ class OverlayCursor:
         return True
 
     def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
-        n = 0
-        put, db = self._o.put, self._db
-        for k, v in items:
-            put(k, v, db=db)
-            n += 1
+        n = self._o.put_many(items, db=self._db)
         return n, n
 
     def iternext(self, keys: bool = True, values: bool = True) -> Iterator:
