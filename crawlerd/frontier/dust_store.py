@@ -77,6 +77,10 @@ class DustStore:
         self._meta = self.env.open_db(b"meta")
         self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
+        # host -> (its record's size, its write sequence: None unknown, b"" none) for the hosts the
+        # caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of a
+        # host record or sequence is made here, in this transaction
+        self._held: dict[str, tuple[int, bytes | None]] = {}
         raw = self.txn().get(b"counters", db=self._meta)
         self.meta: dict = json.loads(raw) if raw else {}
         self.meta.setdefault("host_bytes", 0)
@@ -111,20 +115,35 @@ class DustStore:
     def get_host(self, host: str) -> dict | None:
         return self.get_host_sized(host)[0]
 
-    def get_host_sized(self, host: str) -> tuple[dict | None, int]:
-        """A host's record and its encoded size, bytes ((None, 0) when there is none)."""
+    def get_host_sized(self, host: str, remember: bool = False) -> tuple[dict | None, int]:
+        """A host's record and its encoded size, bytes ((None, 0) when there is none). ``remember``:
+        keep its size (and, once written, its write sequence) until ``forget``, so that writing it
+        back reads nothing (the caller holds its state cached)."""
         raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        if remember:
+            self._held[host] = (len(raw), None) if raw else (0, b"")
         return (orjson.loads(raw), len(raw)) if raw else (None, 0)
+
+    def forget(self, host: str) -> None:
+        """The caller no longer holds ``host`` (see ``get_host_sized``)."""
+        self._held.pop(host, None)
 
     def put_host(self, host: str, record: dict) -> list[str]:
         """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted
         to stay within the bound."""
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         raw = _dumps(record)
-        old = txn.get(hk, db=self._hosts)
-        self.meta["host_bytes"] += len(raw) - (len(old) if old else 0)
+        held = self._held.get(host)
+        if held is None:
+            old = txn.get(hk, db=self._hosts)
+            old_size, old_seq = (len(old), None) if old else (0, b"")
+        else:
+            old_size, old_seq = held
+        self.meta["host_bytes"] += len(raw) - old_size
         txn.put(hk, raw, db=self._hosts)
-        self._touch(host, hk)
+        seq = self._touch(hk, old_seq)
+        if held is not None:
+            self._held[host] = (len(raw), seq)
         evicted = self._evict_hosts(keep=host)
         self._wrote(4 + 4 * len(evicted))
         return evicted
@@ -132,15 +151,19 @@ class DustStore:
     def encoded_size(self, record: dict) -> int:
         return len(_dumps(record))
 
-    def _touch(self, host: str, hk: bytes) -> None:
+    def _touch(self, hk: bytes, old: bytes | None) -> bytes:
+        """Make ``hk`` the most recently written host; ``old``: its write sequence (b"": none; None:
+        unknown, read it). Returns the new one."""
         txn, mkey = self.txn(), b"seq:" + hk
-        old = txn.get(mkey, db=self._meta)
-        if old is not None:
+        if old is None:
+            old = txn.get(mkey, db=self._meta)
+        if old:
             txn.delete(old, db=self._lru)
         self.meta["seq"] += 1
         seq = _U64.pack(self.meta["seq"])
         txn.put(seq, hk, db=self._lru)
         txn.put(mkey, seq, db=self._meta)
+        return seq
 
     def _evict_hosts(self, keep: str) -> list[str]:
         if self.meta["host_bytes"] <= self.max_hosts_bytes:
@@ -165,6 +188,7 @@ class DustStore:
 
     def delete_host(self, host: str) -> None:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
+        self._held.pop(host, None)
         raw = txn.get(hk, db=self._hosts)
         if raw is not None:
             self.meta["host_bytes"] -= len(raw)
