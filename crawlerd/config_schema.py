@@ -181,6 +181,11 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            max=1 << 40),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for recrawl state (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
+        _k("read_cache_bytes", int, 16 * MiB,
+           "RAM for URL states read during the crawl (a URL's state is read at its lease and again at its "
+           "answer; an absent state is cached too), bytes, estimated at ~400 B per URL; least recently used "
+           "go first. Exact (updated as commits land). 0: off. `crawlerd stats`: memory.recrawl_reads.",
+           min=0, max=64 * GiB),
     ]),
     "budgets": ("Per-domain budgets against spam and traps (IRLbot §7: STAR reputation, BEAST queues). A "
                 "registered domain may pass budget = min(max_budget, base_budget + per_inlink x in-degree) new URLs "
@@ -223,6 +228,10 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "short, else every second), 200 per event-loop iteration.", min=1, max=10_000_000),
         _k("cache_entries", int, 65536, "Domains whose budget and in-degree records are cached in RAM (LRU).",
            min=16, max=1 << 30),
+        _k("read_cache_bytes", int, 16 * MiB,
+           "RAM for the host turns of deferring domains read during the crawl (one read per host and "
+           "commit without it), bytes, estimated at ~270 B per host; least recently used go first. Exact "
+           "(updated as commits land). 0: off. `crawlerd stats`: memory.budget_turns.", min=0, max=64 * GiB),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
         _k("edge_max_age_s", float, 5.0,
@@ -387,6 +396,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "estimated at 512 B + 7 B per byte of the stored record (a host with a full evidence window "
            "costs ~14 KiB); the least recently used are written back and dropped past it. `crawlerd "
            "stats`: memory.dust_hosts.", min=64 * KiB, max=64 * GiB),
+        _k("archived_filter_bytes", int, 4 * MiB,
+           "RAM for Bloom filters over the archived set (one per generation, filled by a scan at start), "
+           "bytes: a fetched URL never archived before is told apart without an LMDB read. About 20 bits "
+           "per archived entry keeps false positives (a read that finds nothing) near 1%; the default "
+           "suits dust.max_bytes = 256 MiB. 0: off (every look-up reads LMDB). `crawlerd stats`: "
+           "memory.dust_archived_filter.", min=0, max=1 * GiB),
     ]),
     "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
         _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1, max=4096),

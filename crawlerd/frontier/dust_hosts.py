@@ -30,6 +30,7 @@ class HostInfo(NamedTuple):
 # RAM of a cached host state, estimated from its record's encoded (JSON) size: measured on a soak's
 # records (bench/RESULTS.md, "DUST host states bounded in bytes"), the decoded state costs 3.6 B per
 # record byte, 6.7 B once its evidence URLs are parsed (``Evidence.parts``), plus the state itself
+# (and the store's note of its stored size and write sequence, ~200 B: ``DustStore.get_host_sized``)
 HOST_STATE_BYTES = 512
 RAM_PER_RECORD_BYTE = 7
 
@@ -78,7 +79,7 @@ class DustHosts:
         if st is not None:
             self._cache.move_to_end(host)
             return st
-        rec, size = self.store.get_host_sized(host)
+        rec, size = self.store.get_host_sized(host, remember=True)     # written back without a read
         st = HostState(rec)
         self._cache[host] = st
         self._charge(host, size)
@@ -97,6 +98,7 @@ class DustHosts:
             self.cached_bytes -= self._charged.pop(old)
             if old in self.dirty:
                 self.write(old, ost)
+            self.store.forget(old)
 
     def memory(self) -> dict[str, int]:
         """The cached states' estimated bytes against ``cache_bytes`` (`crawlerd stats`)."""

@@ -17,6 +17,11 @@ Tables (key -> value):
               rules of that epoch is this URL; ``SKEL``: a page with this skeleton). Two
               generations: when the current one holds half of ``max_archived`` entries the
               older is dropped, so the set keeps the most recent captures within its bound.
+              In RAM in front of them (``filter_bytes``): one Bloom filter per generation over its
+              fingerprints (filled by a scan at open, cleared with its generation), so a page's URL
+              that was never archived (nearly every one) is answered without an LMDB read; and the
+              entries added since the last commit, written in key order at the commit (one sorted
+              ``putmulti`` per generation instead of a put per page).
 ``skips``     host key NUL rule NUL u64 seq -> the skipped URL's seen-set record: what
               re-queues a rule's skips when it is retired (at most SKIP_LOG_PER_RULE each).
 ``meta``      counters (JSON values).
@@ -56,7 +61,7 @@ class DustStore:
     """Single-threaded; call from the shard's loop. ``commit()`` is the durability point."""
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
-                 write_buffer_bytes: int = 0):
+                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20):
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
@@ -72,6 +77,10 @@ class DustStore:
         self._meta = self.env.open_db(b"meta")
         self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
+        # host -> (its record's size, its write sequence: None unknown, b"" none) for the hosts the
+        # caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of a
+        # host record or sequence is made here, in this transaction
+        self._held: dict[str, tuple[int, bytes | None]] = {}
         raw = self.txn().get(b"counters", db=self._meta)
         self.meta: dict = json.loads(raw) if raw else {}
         self.meta.setdefault("host_bytes", 0)
@@ -80,6 +89,22 @@ class DustStore:
         self.meta.setdefault("seq", 0)
         self.meta.setdefault("skip_bytes", 0)
         self.meta.setdefault("evicted_hosts", 0)
+        # archived entries not written yet, per generation: fp -> packed value (see the tables)
+        self._pending: list[dict[int, bytes]] = [{}, {}]
+        self.archived_reads = 0          # archived() calls that read LMDB (the filter could not answer)
+        self.archived_skipped = 0        # ... that the filter answered "never archived"
+        self._filters: list[bytearray] | None = None
+        self._fmask = 0
+        self.filter_bytes = 0
+        half = filter_bytes // 2
+        if half >= 8:
+            half = 1 << (min(half, 1 << 29).bit_length() - 1)      # a power of two, at most 2**32 bits
+            self._fmask = half * 8 - 1
+            self._filters = [bytearray(half), bytearray(half)]
+            self.filter_bytes = 2 * half
+            for g in (0, 1):
+                for key in self.txn().cursor(db=self._arch[g]).iternext(values=False):
+                    self._fset(g, _U64.unpack(key)[0])
 
     def txn(self) -> lmdb.Transaction:
         if self._txn is None:
@@ -90,20 +115,35 @@ class DustStore:
     def get_host(self, host: str) -> dict | None:
         return self.get_host_sized(host)[0]
 
-    def get_host_sized(self, host: str) -> tuple[dict | None, int]:
-        """A host's record and its encoded size, bytes ((None, 0) when there is none)."""
+    def get_host_sized(self, host: str, remember: bool = False) -> tuple[dict | None, int]:
+        """A host's record and its encoded size, bytes ((None, 0) when there is none). ``remember``:
+        keep its size (and, once written, its write sequence) until ``forget``, so that writing it
+        back reads nothing (the caller holds its state cached)."""
         raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        if remember:
+            self._held[host] = (len(raw), None) if raw else (0, b"")
         return (orjson.loads(raw), len(raw)) if raw else (None, 0)
+
+    def forget(self, host: str) -> None:
+        """The caller no longer holds ``host`` (see ``get_host_sized``)."""
+        self._held.pop(host, None)
 
     def put_host(self, host: str, record: dict) -> list[str]:
         """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted
         to stay within the bound."""
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         raw = _dumps(record)
-        old = txn.get(hk, db=self._hosts)
-        self.meta["host_bytes"] += len(raw) - (len(old) if old else 0)
+        held = self._held.get(host)
+        if held is None:
+            old = txn.get(hk, db=self._hosts)
+            old_size, old_seq = (len(old), None) if old else (0, b"")
+        else:
+            old_size, old_seq = held
+        self.meta["host_bytes"] += len(raw) - old_size
         txn.put(hk, raw, db=self._hosts)
-        self._touch(host, hk)
+        seq = self._touch(hk, old_seq)
+        if held is not None:
+            self._held[host] = (len(raw), seq)
         evicted = self._evict_hosts(keep=host)
         self._wrote(4 + 4 * len(evicted))
         return evicted
@@ -111,15 +151,19 @@ class DustStore:
     def encoded_size(self, record: dict) -> int:
         return len(_dumps(record))
 
-    def _touch(self, host: str, hk: bytes) -> None:
+    def _touch(self, hk: bytes, old: bytes | None) -> bytes:
+        """Make ``hk`` the most recently written host; ``old``: its write sequence (b"": none; None:
+        unknown, read it). Returns the new one."""
         txn, mkey = self.txn(), b"seq:" + hk
-        old = txn.get(mkey, db=self._meta)
-        if old is not None:
+        if old is None:
+            old = txn.get(mkey, db=self._meta)
+        if old:
             txn.delete(old, db=self._lru)
         self.meta["seq"] += 1
         seq = _U64.pack(self.meta["seq"])
         txn.put(seq, hk, db=self._lru)
         txn.put(mkey, seq, db=self._meta)
+        return seq
 
     def _evict_hosts(self, keep: str) -> list[str]:
         if self.meta["host_bytes"] <= self.max_hosts_bytes:
@@ -144,6 +188,7 @@ class DustStore:
 
     def delete_host(self, host: str) -> None:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
+        self._held.pop(host, None)
         raw = txn.get(hk, db=self._hosts)
         if raw is not None:
             self.meta["host_bytes"] -= len(raw)
@@ -162,12 +207,34 @@ class DustStore:
             yield k.decode("utf-8", "surrogateescape"), orjson.loads(v)
 
     # -- archived set ----------------------------------------------------------------------
+    def _fset(self, g: int, fp: int) -> None:
+        f, m = self._filters[g], self._fmask
+        a, b = fp & m, (fp >> 32) & m
+        f[a >> 3] |= 1 << (a & 7)
+        f[b >> 3] |= 1 << (b & 7)
+
+    def _in(self, g: int, fp: int) -> bool:
+        """True if generation ``g`` may hold ``fp`` (False: it does not; a filter never misses one)."""
+        f = self._filters
+        if f is None:
+            return True
+        f, m = f[g], self._fmask
+        a, b = fp & m, (fp >> 32) & m
+        return bool(f[a >> 3] >> (a & 7) & 1 and f[b >> 3] >> (b & 7) & 1)
+
     def archived(self, fp: int) -> Archived | None:
         """What the archived set says about a fingerprint, current generation first."""
-        txn, key = self.txn(), _U64.pack(fp)
         g = self.meta["gen"]
-        raw = txn.get(key, db=self._arch[g]) or txn.get(key, db=self._arch[1 - g])
-        return Archived(*_ARCH.unpack(raw)) if raw else None
+        for gen in (g, 1 - g):
+            raw = self._pending[gen].get(fp)
+            if raw is None and self._in(gen, fp):
+                self.archived_reads += 1
+                raw = self.txn().get(_U64.pack(fp), db=self._arch[gen])
+            if raw:
+                return Archived(*_ARCH.unpack(raw))
+        if self._filters is not None:
+            self.archived_skipped += 1
+        return None
 
     def add_archived(self, fp: int, kind: int, slot: int = 0, epoch: int = 0, digest: int = 0,
                      simhash: int = 0) -> None:
@@ -175,16 +242,35 @@ class DustStore:
         prev = self.archived(fp)
         if prev is not None and prev[0] < kind:
             return
-        txn, g = self.txn(), self.meta["gen"]
-        txn.put(_U64.pack(fp), _ARCH.pack(kind, slot, epoch, digest, simhash), db=self._arch[g])
+        g = self.meta["gen"]
+        self._pending[g][fp] = _ARCH.pack(kind, slot, epoch, digest, simhash)
+        if self._filters is not None:
+            self._fset(g, fp)
         if prev is None:
             self.meta["gen_count"][g] += 1
         if self.meta["gen_count"][g] >= self.max_archived // 2:
             other = 1 - g
-            txn.drop(self._arch[other], delete=False)
+            self.txn().drop(self._arch[other], delete=False)
+            self._pending[other].clear()
+            if self._filters is not None:
+                self._filters[other] = bytearray(len(self._filters[other]))
             self.meta["gen_count"][other] = 0
             self.meta["gen"] = other
         self._wrote(1)
+
+    def _write_archived(self) -> None:
+        txn = self.txn()
+        for g, pending in enumerate(self._pending):
+            if pending:
+                txn.cursor(db=self._arch[g]).putmulti([(_U64.pack(fp), pending[fp]) for fp in sorted(pending)])
+                pending.clear()
+
+    def memory(self) -> dict[str, int]:
+        """The archived-set filters against their cap (`crawlerd stats`); ``pending``: entries added
+        since the last commit (bounded by the commit cadence and the write budget, not by this cap)."""
+        return {"bytes": self.filter_bytes, "cap_bytes": self.filter_bytes,
+                "pending": sum(len(p) for p in self._pending), "entries": sum(self.meta["gen_count"]), "evictions": 0,
+                "reads": self.archived_reads, "reads_skipped": self.archived_skipped}
 
     def _wrote(self, writes: int) -> None:
         """A top-level write is done (no cursor of this transaction is open): an early commit once
@@ -245,6 +331,7 @@ class DustStore:
 
     # -- durability ----------------------------------------------------------------------------
     def commit(self) -> None:
+        self._write_archived()
         txn = self.txn()
         txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
         txn.commit()

@@ -113,7 +113,7 @@ class Leasing:
                 H.mask[s] &= ~(1 << level)
             self._c["queued"] -= 1
             item = decode_url(urec, hk, level)
-            self._store.txn().put(u64(lid), encode_tagged("", hk, key, urec), db=self._store.leases)
+            self._store.put_lease(lid, encode_tagged("", hk, key, urec))
             lease = Lease(lid, KIND_URL, hk, item.url, item, deadline, item.attempts + 1, ips.names[ip])
             self._leases[lid] = LeaseOut(lease, s, hid, ip, key, urec)
             if H.out[s] + 1 < H.conc[s] and H.mask[s]:
@@ -174,9 +174,8 @@ class Leasing:
 
     def _finish_url(self, o: LeaseOut, outcome: Outcome, status: int, requeue: bool) -> bool:
         """Settle a URL lease; True when the URL is completed (it leaves the frontier)."""
-        st, s = self._store, o.slot
-        txn = st.txn()
-        txn.delete(u64(o.lease.lease_id), db=st.leases)
+        s = o.slot
+        self._store.end_lease(o.lease.lease_id)
         hk = o.lease.host_key
         if not requeue and not is_retryable(outcome, status):
             self._c["completed"] += 1

@@ -7,7 +7,9 @@ Tables (all keys big-endian where they are numbers, so byte order is queue order
              returns to the front of its queue.
 ``hosts``    host key -> :class:`~crawlerd.frontier.hosts.HostRecord`.
 ``leases``   lease id u64 -> (host key, queue key, URL record) of every URL lease
-             out at the last commit; on open they all go back to their queues.
+             out at the last commit; on open they all go back to their queues. Its
+             changes are kept in RAM until the commit, which writes them (a lease
+             that ends before it is never written).
 ``waiting``  level u8 | seq u64 -> host key: hosts with work but no free active
              slot (Mercator's front queues, one per priority level).
 ``dead``     seq u64 -> (outcome, host key, queue key, URL record): gave up.
@@ -72,6 +74,11 @@ class FrontierStore:
         self.budget.dbs = (self.queues, self.hosts, self.leases, self.waiting)
         self._txn: lmdb.Transaction | None = None
         self._qcur: lmdb.Cursor | None = None
+        # the ``leases`` table's changes since the last commit, applied at the commit (one sorted
+        # putmulti; a lease that ends before the commit costs no write at all): lease id -> value
+        # put, and the ids of leases of the last commit that ended (deleted)
+        self._lease_puts: dict[int, bytes] = {}
+        self._lease_dels: list[int] = []
 
     # -- transactions ------------------------------------------------------
     def txn(self) -> lmdb.Transaction:
@@ -88,8 +95,30 @@ class FrontierStore:
     def open(self) -> bool:
         return self._txn is not None
 
+    def put_lease(self, lid: int, value: bytes) -> None:
+        """A lease out: in the ``leases`` table from the next commit on (with it, atomically)."""
+        self.txn()
+        self._lease_puts[lid] = value
+
+    def end_lease(self, lid: int) -> None:
+        """A lease ended: out of the ``leases`` table from the next commit on."""
+        self.txn()
+        if self._lease_puts.pop(lid, None) is None:
+            self._lease_dels.append(lid)
+
+    def _write_leases(self) -> None:
+        txn = self._txn
+        for lid in self._lease_dels:
+            txn.delete(_U64.pack(lid), db=self.leases)
+        self._lease_dels = []
+        if self._lease_puts:
+            puts = self._lease_puts
+            txn.cursor(db=self.leases).putmulti([(_U64.pack(lid), puts[lid]) for lid in sorted(puts)])
+            self._lease_puts = {}
+
     def commit(self) -> None:
         if self._txn is not None:
+            self._write_leases()
             self._qcur = None
             txn, self._txn = self._txn, None
             txn.commit()
@@ -99,6 +128,7 @@ class FrontierStore:
         self.env.sync(True)
 
     def close(self) -> None:
+        self._lease_puts, self._lease_dels = {}, []      # uncommitted: lost with the transaction
         if self._txn is not None:
             self._qcur = None
             self._txn.abort()
@@ -227,4 +257,7 @@ class FrontierStore:
         return out
 
     def count(self, db) -> int:
+        if db is self.leases:
+            self.txn()
+            self._write_leases()
         return self.txn().stat(db)["entries"]

@@ -169,14 +169,17 @@ def _validator(v: str | None) -> str | None:
 class Recrawl:
     """Per-URL recrawl state and due index in LMDB (tables and invariants: see the module docstring).
 
-    Single-threaded: call it from one thread (the write transaction is bound to it).
+    Single-threaded: call it from one thread (the write transaction is bound to it). With a writer
+    attached, the URL states read (present or absent) are kept in a read cache of ``read_cache_bytes``
+    (0: off): a URL's state is read at its lease (validators) and again at its answer (``record``).
     """
 
     def __init__(self, path: str, *, enabled: bool = True, initial_interval_s: float = 7 * DAY_S,
                  min_interval_s: float = DAY_S, max_interval_s: float = 90 * DAY_S,
                  reissue_timeout_s: float = DAY_S, drop_after_errors: int = 3, jitter: float = 0.1,
                  clock=time.time, rng: random.Random | None = None, map_size_bytes: int = 64 * GiB,
-                 sync: bool = True, group_ops: int = 4096, write_buffer_bytes: int = 0):
+                 sync: bool = True, group_ops: int = 4096, write_buffer_bytes: int = 0,
+                 read_cache_bytes: int = 0):
         if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
             raise ValueError("recrawl intervals: expected 0 < min_interval_s <= initial_interval_s "
                              f"<= max_interval_s, got {min_interval_s}, {initial_interval_s}, {max_interval_s}")
@@ -198,6 +201,7 @@ class Recrawl:
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._group_ops = group_ops
+        self._read_cache_bytes = read_cache_bytes
         self._ops = 0
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
@@ -233,7 +237,7 @@ class Recrawl:
             return
         if writer is not None:
             self._commit()
-            self._overlay = Overlay(self._env, writer)
+            self._overlay = Overlay(self._env, writer, read_cache={self._urls: self._read_cache_bytes})
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None
@@ -482,8 +486,17 @@ class Recrawl:
         out = {"enabled": True, "tracked": self._w().stat(self._urls)["entries"],
                "next_due_at": self.next_due_at()}
         out.update(self._c)
+        if self._overlay is not None and self._read_cache_bytes:
+            ov = self._overlay.stats()["read_cache"]
+            out["read_cache"] = ov
         out["handed_out_now"] = out.pop("out")
         return out
+
+    def memory(self) -> dict[str, int]:
+        """The read cache's estimated bytes against its cap (`crawlerd stats`; zeros without a writer)."""
+        if self._overlay is None:
+            return {"bytes": 0, "cap_bytes": self._read_cache_bytes, "entries": 0, "evictions": 0}
+        return self._overlay.cache_memory() | {"cap_bytes": self._read_cache_bytes}
 
     def check_invariants(self) -> None:
         """Full scan (tests, ``crawlerd`` self-checks): the ``due`` index mirrors ``urls`` exactly."""

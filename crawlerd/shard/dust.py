@@ -51,7 +51,8 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        prior_sample_share=d.prior_sample_share, sample_halving=d.sample_halving,
                        min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
                        admission_probes=not cfg.budgets.enabled,
-                       write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
+                       write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
+                       archived_filter_bytes=d.archived_filter_bytes)
 
 
 class DustGate:

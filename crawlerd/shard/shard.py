@@ -113,7 +113,8 @@ class Shard:
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False,
-                               write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
+                               write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
+                               read_cache_bytes=rc.read_cache_bytes)
         bu = cfg.budgets
         self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
@@ -124,7 +125,8 @@ class Shard:
                                    edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
                                    clock=clock, sync=False,     # fdatasync on the sync thread
-                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes, probation=bu.probation)
+                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes, probation=bu.probation,
+                                   read_cache_bytes=bu.read_cache_bytes)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -255,6 +257,11 @@ class Shard:
             out["dns_cache"] = self.resolver.memory()
         if self.dust is not None:
             out["dust_hosts"] = self.dust.memory()
+            out["dust_archived_filter"] = self.dust.learner.store.memory()
+        if self.recrawl.enabled:
+            out["recrawl_reads"] = self.recrawl.memory()
+        if self.budgets is not None:
+            out["budget_turns"] = self.budgets.memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
             slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
             out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,

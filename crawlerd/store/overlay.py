@@ -18,6 +18,16 @@ stores use (``get``, ``put``, ``delete``, ``stat``; cursors with ``first``, ``se
   puts per table) and commits; ``then`` runs on the loop after that commit, when the layer's keys
   leave the view (unless a later layer wrote them again) and the read transaction is renewed.
 
+Read cache (``read_cache={db: cap_bytes}``): a table whose keys the loop reads again and again
+(the host turns of a domain's FIFO at every delivery; a URL's recrawl state at its lease and again
+at its answer) keeps what its reads of the committed table found, present or absent, in a
+:class:`~crawlerd.bytecache.ByteLRU` bounded in bytes. A read that hits costs no LMDB get, and so
+no release and re-take of the GIL (py-lmdb drops it around each ``mdb_get``; with the writer, DRUM
+and sync threads alive each hand-off is a futex wake and often a context switch). Exact, not a
+hint: only this overlay writes the table while it is attached, and when a layer lands each of its
+keys the cache holds takes the value that layer wrote (the committed value from then on); a key
+written and not landed answers from the view first. RAM only: a new overlay starts empty.
+
 Durability: a commit survives ``kill -9`` once it landed (its ``then`` ran; the thread commits
 without fdatasync unless asked, ``commit(sync=True)``); a caller whose promise depends on it
 (an acknowledgement, a position committed elsewhere) waits for ``then``. A failed write stops
@@ -33,9 +43,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from crawlerd.bytecache import ByteLRU
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
+_BYTES_BASE = 33        # sys.getsizeof(b""): a cached key or value costs this + its length
+_MISS = object()
+
+
+def _cost(key: bytes, value: bytes | None) -> int:
+    """Estimated bytes of one read-cache entry (key and value objects; the map's own in ByteLRU)."""
+    return _BYTES_BASE + len(key) + (0 if value is None else _BYTES_BASE + len(value))
 
 
 class Overlay:
@@ -44,7 +62,7 @@ class Overlay:
     write; a table's sorted key list (once a cursor asked for it) holds every key of its view (plus
     ``_fresh`` keys not merged yet); layers are written and land in commit order."""
 
-    def __init__(self, env, writer: WriteThread) -> None:
+    def __init__(self, env, writer: WriteThread, read_cache: dict | None = None) -> None:
         self.env = env
         self.writer = writer
         self.loop_thread = threading.get_ident()      # attached on the loop's thread
@@ -59,6 +77,10 @@ class Overlay:
         self._landing: deque[tuple[int, dict]] = deque()
         self.layers = 0
         self.landed = 0
+        # db -> committed value of keys read (None: absent), exact (see "Read cache")
+        self._caches: dict[Any, ByteLRU] = {db: ByteLRU(cap) for db, cap in (read_cache or {}).items() if cap > 0}
+        self.cache_hits = 0
+        self.cache_misses = 0
 
     # -- the loop's transaction ---------------------------------------------------------------
     def base(self):
@@ -74,7 +96,17 @@ class Overlay:
             e = v.get(key)
             if e is not None:
                 return default if e[0] is None else e[0]
-        return self.base().get(key, default, db=db)
+        c = self._caches.get(db) if self._caches else None
+        if c is None:
+            return self.base().get(key, default, db=db)
+        r = c.get(key, _MISS)
+        if r is _MISS:
+            self.cache_misses += 1
+            r = self.base().get(key, None, db=db)
+            c.put(key, r, _cost(key, r))
+        else:
+            self.cache_hits += 1
+        return default if r is None else r
 
     def put(self, key: bytes, value: bytes | None, db=None) -> bool:
         """Write ``key`` (None: delete it) into the open layer and the view."""
@@ -91,6 +123,25 @@ class Overlay:
                 fresh.append(key)
         v[key] = (value, self._lid)
         return True
+
+    def put_many(self, items: Iterable[tuple[bytes, bytes | None]], db=None) -> int:
+        """``put`` of each (key, value) in order (a commit's sorted puts: one call, not one per key)."""
+        lay = self._layer.get(db)
+        if lay is None:
+            lay = self._layer[db] = {}
+        v = self._view.get(db)
+        if v is None:
+            v = self._view[db] = {}
+        fresh = self._fresh.get(db)
+        lid = self._lid
+        n = 0
+        for key, value in items:
+            lay[key] = value
+            if fresh is not None and key not in v:
+                fresh.append(key)
+            v[key] = (value, lid)
+            n += 1
+        return n
 
     def delete(self, key: bytes, value: bytes = b"", db=None) -> bool:
         """Delete ``key`` (a key not stored costs the writer a failed delete; True either way)."""
@@ -189,8 +240,14 @@ class Overlay:
         first, layer = self._landing.popleft()
         if first != lid:
             raise AssertionError(f"overlay layers landed out of order: {first} != {lid}")
+        caches = self._caches
         for db, ops in layer.items():
             v = self._view[db]
+            c = caches.get(db) if caches else None
+            if c:
+                for k, val in ops.items():
+                    if k in c:
+                        c.put(k, val, _cost(k, val))      # the committed value from now on
             gone = False
             for k in ops:
                 e = v.get(k)
@@ -216,8 +273,19 @@ class Overlay:
             self._rtxn = None
 
     def stats(self) -> dict:
-        return {"layers": self.layers, "landed": self.landed, "pending": self.pending,
-                "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by)}
+        out = {"layers": self.layers, "landed": self.landed, "pending": self.pending,
+               "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by)}
+        if self._caches:
+            out["read_cache"] = {**self.cache_memory(), "hits": self.cache_hits, "misses": self.cache_misses}
+        return out
+
+    def cache_memory(self) -> dict[str, int]:
+        """The read caches' estimated bytes against their caps, together (`crawlerd stats` memory)."""
+        out = {"bytes": 0, "cap_bytes": 0, "entries": 0, "evictions": 0}
+        for c in self._caches.values():
+            for k, n in c.memory().items():
+                out[k] += n
+        return out
 
 
 class OverlayCursor:
@@ -293,11 +361,7 @@ class OverlayCursor:
         return True
 
     def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
-        n = 0
-        put, db = self._o.put, self._db
-        for k, v in items:
-            put(k, v, db=db)
-            n += 1
+        n = self._o.put_many(items, db=self._db)
         return n, n
 
     def iternext(self, keys: bool = True, values: bool = True) -> Iterator:

@@ -77,9 +77,11 @@ class Parts:
     ``landing``, the store writes on its writer thread (an env that records write transactions)."""
 
     def __init__(self, path, *, mode="vouched", ratio=0.5, cache=64, queues=4, max_spread=64, rule=None,
-                 probation=False, landing=None):
+                 probation=False, landing=None, read_cache_bytes=1024):
         self.path = str(path)
-        self.store = BudgetStore(os.path.join(self.path, "state"), map_size_bytes=1 << 26, sync=False)
+        # with a writer, a read cache of a few entries: it evicts, and its answers are checked too
+        self.store = BudgetStore(os.path.join(self.path, "state"), map_size_bytes=1 << 26, sync=False,
+                                 read_cache_bytes=read_cache_bytes)
         self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=ratio, cache_entries=cache)
         self.beast = Beast(self.store, self.graph, BudgetRule(**(rule or RULE)), queues=queues,
                            max_spread=max_spread, cache_entries=cache, probation=probation)
@@ -847,3 +849,63 @@ def test_an_edge_delivery_is_applied_in_slices_committed_once_then_acknowledged(
     assert all(e[0] == "apply" for e in events[first:last + 1])  # nothing committed between slices
     assert [e[0] for e in events[last + 1:last + 3]] == ["commit", "ack"]    # then commit, then ack
     assert events[last + 1][2] > applies[-1][2]                  # the commit in an iteration of its own
+
+
+# -- the host-turn read cache -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(3))
+def test_with_a_read_cache_on_a_writer_beast_hands_out_exactly_what_a_plain_one_does(tmp_path, seed):
+    """The same offers over many hosts of a few domains on a plain store and on one whose commits land
+    on a writer at random moments, reading host turns through a read cache of a few hundred bytes
+    (it evicts): the same decisions, the same readmissions in the same order (host turns decide it),
+    through reopens; the cache stays within its bytes and answers reads."""
+    rng = random.Random(seed)
+    landing = Landing()
+    lands = random.Random(seed + 100)
+
+    def both():
+        return (Parts(tmp_path / "plain", queues=3, max_spread=4),
+                Parts(tmp_path / "cached", queues=3, max_spread=4, landing=landing, read_cache_bytes=700))
+
+    plain, cached = both()
+    doms = [f"d{i}.com" for i in range(4)]
+    hits = evictions = 0
+    for step in range(1500):
+        op = rng.random()
+        if op < 0.6:
+            d = rng.choice(doms)
+            host = f"h{rng.randrange(6)}.{d}"
+            rec = f"{host}/{step}".encode()
+            assert plain.beast.offer(d, rec, step, host) == cached.beast.offer(d, rec, step, host), step
+        elif op < 0.8:
+            advance = rng.random() < 0.5
+            assert plain.beast.readmit(7, advance=advance) == cached.beast.readmit(7, advance=advance), step
+            plain.store.commit()
+            cached.store.commit()
+        elif op < 0.95:
+            plain.store.commit()
+            cached.store.commit()
+            if lands.random() < 0.5:
+                landing.land(cached.store)
+        else:
+            mem = cached.store.overlay.cache_memory()
+            assert mem["bytes"] <= mem["cap_bytes"] == 700
+            hits += cached.store.overlay.cache_hits
+            evictions += mem["evictions"]
+            plain.close()
+            cached.close()
+            plain, cached = both()
+    mem = cached.store.overlay.cache_memory()
+    assert mem["bytes"] <= mem["cap_bytes"] == 700
+    hits += cached.store.overlay.cache_hits
+    assert hits > 0 and evictions + mem["evictions"] > 0
+    assert drain(plain.beast) == drain(cached.beast)
+    plain.check()
+    cached.check()
+    plain.close()
+    cached.close()
+    plain, cached = both()                  # reopened: the same state on disk
+    assert drain(plain.beast) == drain(cached.beast) == []
+    plain.close()
+    cached.close()
+    landing.close()

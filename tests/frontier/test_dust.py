@@ -452,3 +452,136 @@ def test_the_store_commits_early_to_stay_within_its_reserved_page_buffers(tmp_pa
     s = DustStore(str(tmp_path / "d"), max_bytes=64 << 20, max_host_bytes=16 << 10, sync=False)
     assert all(s.archived(fp * 0x9E3779B97F4A7C15 & (2**64 - 1)) is not None for fp in range(1, 401))
     s.close()
+
+
+class ArchivedModel:
+    """The archived set as specified (two generations, the older dropped once half of ``max_archived``
+    fingerprints new to both were added to the current one; a weaker kind never overwrites a
+    stronger one): fp -> value tuple."""
+
+    def __init__(self, half):
+        self.half, self.gens, self.gen, self.count = half, [{}, {}], 0, 0
+        self.turns = 0                      # turn-overs since the last copy
+
+    def get(self, fp):
+        g = self.gen
+        return self.gens[g].get(fp) or self.gens[1 - g].get(fp)
+
+    def add(self, fp, value):
+        prev = self.get(fp)
+        if prev is not None and prev[0] < value[0]:
+            return
+        self.gens[self.gen][fp] = value
+        self.count += prev is None
+        if self.count >= self.half:
+            self.gen, self.count = 1 - self.gen, 0
+            self.gens[self.gen] = {}
+            self.turns += 1
+
+    def copy(self):
+        m = ArchivedModel(self.half)
+        m.gens, m.gen, m.count = [dict(self.gens[0]), dict(self.gens[1])], self.gen, self.count
+        return m
+
+
+@pytest.mark.parametrize("filter_bytes", [0, 64, 1 << 14])
+def test_archived_set_answers_as_specified_through_commits_crashes_and_reopens(tmp_path, filter_bytes):
+    """Random additions and look-ups (fingerprints drawn so that many repeat, kinds that compete)
+    against the model, with the Bloom filters off, tiny (nearly every look-up reads) and sized: the
+    same answers; a crash (no commit) reopens to the last commit's answers; the filters stay within
+    their bytes, and a sized one spares most reads of fingerprints never archived."""
+    import gc
+
+    from crawlerd.frontier.dust_store import DustStore
+
+    def open_store():
+        return DustStore(str(tmp_path / "d"), max_bytes=128 << 10, max_host_bytes=16 << 10, sync=False,
+                         filter_bytes=filter_bytes)
+
+    rng = random.Random(filter_bytes)
+    s = open_store()
+    model = ArchivedModel(s.max_archived // 2)
+    committed = model.copy()
+    assert s.max_archived == 1024
+    pool = [rng.getrandbits(64) for _ in range(1500)]
+    turned = 0
+    skipped = 0
+    for step in range(12_000):
+        op = rng.random()
+        fp = rng.choice(pool) if rng.random() < 0.7 else rng.getrandbits(64)
+        if op < 0.45:
+            v = (rng.choice((1, 2, 3)), rng.randrange(4), rng.randrange(9), rng.getrandbits(32), rng.getrandbits(64))
+            s.add_archived(fp, *v)
+            model.add(fp, v)
+        elif op < 0.9:
+            got = s.archived(fp)
+            assert (None if got is None else tuple(got)) == model.get(fp), step
+        elif op < 0.97:
+            s.commit()
+            committed = model.copy()
+            turned += model.turns
+            model.turns = 0
+        elif op < 0.985:
+            skipped += s.memory()["reads_skipped"]
+            s = None                      # kill -9: the open transaction and what waits for it are lost
+            gc.collect()
+            s = open_store()
+            model = committed.copy()
+        else:
+            skipped += s.memory()["reads_skipped"]
+            s.close()
+            s = open_store()
+            committed = model.copy()
+        mem = s.memory()
+        assert mem["bytes"] <= mem["cap_bytes"] <= filter_bytes
+    assert turned >= 3                              # committed turn-overs of the generations
+    for fp in pool:
+        got = s.archived(fp)
+        assert (None if got is None else tuple(got)) == model.get(fp)
+    skipped += s.memory()["reads_skipped"]
+    if filter_bytes >= 1 << 14:
+        assert skipped > 2000
+    elif filter_bytes == 0:
+        assert skipped == 0
+    s.close()
+
+
+def check_host_tables(store):
+    """The host records, their write sequences and the byte count agree (what put_host keeps)."""
+    txn = store.txn()
+    hosts = dict(txn.cursor(db=store._hosts))
+    lru = dict(txn.cursor(db=store._lru))
+    seqs = {k[4:]: v for k, v in txn.cursor(db=store._meta) if k.startswith(b"seq:")}
+    assert store.meta["host_bytes"] == sum(len(v) for v in hosts.values())
+    assert set(seqs) == set(hosts) and len(lru) == len(hosts)
+    assert all(lru[seq] == hk for hk, seq in seqs.items())
+    for host, (size, seq) in store._held.items():        # what it notes of the hosts held cached
+        hk = host.encode()
+        assert size == len(hosts.get(hk, b"")) and seq in (None, seqs.get(hk, b""))
+
+
+def test_host_records_written_back_from_the_cache_keep_the_tables_exact_through_evictions_and_a_crash(tmp_path):
+    """Many hosts round robin through a small host cache (states dropped and loaded again) and a store
+    bound that evicts host records: written back without reading their sizes and sequences, the
+    tables and byte count stay exact, after commits, a crash (no commit) and a reopen."""
+    import gc
+    path = str(tmp_path / "d")
+    kw = dict(window=24, cache_hosts=2048, cache_bytes=96 << 10, max_bytes=96 << 10)
+    s = Site(path, lambda u: u, **kw)
+    for k in range(12):
+        for i in range(150):
+            s.fetch(f"http://h{i}.example/p/{k}-{'x' * 30}.html")
+            if i % 50 == 49:
+                s.learner.commit()
+                check_host_tables(s.learner.store)
+        if k == 5:
+            s.learner = None                    # kill -9: the open transaction is lost
+            gc.collect()
+            s.learner = DustLearner(path, confirmations=3, sync=False, **kw)
+            check_host_tables(s.learner.store)
+    s.learner.commit()
+    check_host_tables(s.learner.store)
+    assert s.learner.store.meta["evicted_hosts"] > 0 and len(s.learner.store._held) > 0
+    s.reopen()
+    check_host_tables(s.learner.store)
+    s.learner.close()

@@ -529,10 +529,14 @@ TestRecrawlMachine = RecrawlMachine.TestCase
 
 
 # == on the writer thread ===========================================================================
-def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_loop_writes_nothing(tmp_path):
+@pytest.mark.parametrize("read_cache_bytes", [0, 2048])
+def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_loop_writes_nothing(
+        tmp_path, read_cache_bytes):
     """The same visits, hand-outs and forgets on a Recrawl with its own write transaction and on one
     whose commits land on a writer thread at random moments (read through the overlay meanwhile):
-    the same answers throughout, the same tables at the end, every write transaction on the writer."""
+    the same answers throughout, the same tables at the end, every write transaction on the writer.
+    With a read cache of a few entries (it evicts): the same, within its bytes, and reopened, both
+    answer the same for every URL."""
     import asyncio
     import threading
 
@@ -540,7 +544,8 @@ def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_
     from tests.frontier.test_budgets import RecordingEnv
 
     async def go():
-        plain, threaded = open_rc(tmp_path / "a", group_ops=50), open_rc(tmp_path / "b", group_ops=50)
+        plain = open_rc(tmp_path / "a", group_ops=50)
+        threaded = open_rc(tmp_path / "b", group_ops=50, read_cache_bytes=read_cache_bytes)
         env = threaded._env = RecordingEnv(threaded._env)
         writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
         threaded.attach_writer(writer)
@@ -561,8 +566,18 @@ def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_
                 assert plain.forget(n) == threaded.forget(n)
             else:
                 await asyncio.sleep(0.003 * rng.random())       # commits land meanwhile, or not
+            if step % 20 == 0 and rng.random() < 0.5:
+                n = rng.randrange(300)          # a lease reads its validators, then its answer
+                assert plain.validators(n) == threaded.validators(n)
             if step % 100 == 0:     # ``tracked`` counts what landed: compared at the end
-                assert {**plain.stats(), "tracked": 0} == {**threaded.stats(), "tracked": 0}, step
+                got = threaded.stats()
+                cache = got.pop("read_cache", None)
+                assert {**plain.stats(), "tracked": 0} == {**got, "tracked": 0}, step
+                if read_cache_bytes:
+                    assert cache["bytes"] <= cache["cap_bytes"] == read_cache_bytes
+        if read_cache_bytes:
+            cache = threaded.stats()["read_cache"]
+            assert cache["hits"] > 0 and cache["evictions"] > 0 and threaded.memory()["bytes"] <= 2048
         landed = asyncio.get_running_loop().create_future()
         threaded.commit(flush=False, then=lambda: landed.set_result(None))
         await landed
@@ -572,6 +587,16 @@ def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_
         for r in both:
             r.check_invariants()
         assert plain.stats() == threaded.stats() and plain.stats()["tracked"] > 0
+        plain.close()
+        threaded.close()
+        plain = open_rc(tmp_path / "a")
+        threaded = open_rc(tmp_path / "b", read_cache_bytes=read_cache_bytes)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        threaded.attach_writer(writer)
+        for _ in range(2):                      # misses, then hits
+            assert [plain.state(n) for n in range(300)] == [threaded.state(n) for n in range(300)]
+        threaded.attach_writer(None)
+        writer.close()
         plain.close()
         threaded.close()
         return env.write_threads

@@ -103,12 +103,12 @@ class Budgets:
                  map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
                  edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
                  clock: Callable[[], float] = time.monotonic, sync: bool = True, write_buffer_bytes: int = 0,
-                 probation: bool = False):
+                 probation: bool = False, read_cache_bytes: int = 0):
         self.clock = clock
         self.rule = BudgetRule(base_budget, per_inlink, max_budget)
         old = _set_aside_old_layout(path)
         self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync,
-                                 write_buffer_bytes=write_buffer_bytes)
+                                 write_buffer_bytes=write_buffer_bytes, read_cache_bytes=read_cache_bytes)
         try:
             self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
             self.beast = Beast(self.store, self.graph, self.rule, queues=queues, max_spread=max_spread,
@@ -254,6 +254,13 @@ class Budgets:
         return {**self.beast.stats(top), **({"store_writer": ov.stats()} if ov is not None else {}),
                 "graph": {**self.graph.stats(top), **self.timing.stats(now), "pending": self.edges.pending,
                           "drum": self.edges.stats()}}
+
+    def memory(self) -> dict[str, int]:
+        """The host-turn read cache's estimated bytes against its cap (`crawlerd stats`)."""
+        ov = self.store.overlay
+        if ov is None:
+            return {"bytes": 0, "cap_bytes": self.store.read_cache_bytes, "entries": 0, "evictions": 0}
+        return ov.cache_memory() | {"cap_bytes": self.store.read_cache_bytes}
 
     def explain(self, url: str, fp: int) -> dict:
         """Budget side of "why is this URL not fetched yet": its domain's budget and its place, if waiting."""

@@ -115,13 +115,16 @@ class BudgetStore:
     With a writer attached (``attach_writer``: the shard's ``WriteThread``, during the crawl) no
     write transaction runs on the loop: ``txn()`` is an :class:`~crawlerd.store.overlay.Overlay`
     (the loop reads its own writes from RAM until they land) and ``commit`` hands the changes
-    over; a commit is on disk (survives kill -9) once its ``then`` ran on the loop.
+    over; a commit is on disk (survives kill -9) once its ``then`` ran on the loop. The overlay
+    keeps the ``turns`` it read in a read cache of ``read_cache_bytes`` (0: off; see ``Overlay``).
     """
 
-    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0):
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0,
+                 read_cache_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.sync = sync
+        self.read_cache_bytes = read_cache_bytes
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
         reserve_write_buffers(self.env, write_buffer_bytes)
@@ -155,7 +158,8 @@ class BudgetStore:
         once every commit handed over landed (``when_written``), back to transactions of this thread."""
         if writer is not None:
             self.commit()
-            self._overlay = Overlay(self.env, writer)
+            # the host turns are read per URL deferred (once per host and commit): cached, exact
+            self._overlay = Overlay(self.env, writer, read_cache={self.turns: self.read_cache_bytes})
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None
