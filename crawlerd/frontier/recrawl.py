@@ -233,7 +233,7 @@ class Recrawl:
             return
         if writer is not None:
             self._commit()
-            self._overlay = Overlay(self._env, writer)
+            self._overlay = Overlay(self._env, writer, self._budget)
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None

@@ -18,7 +18,7 @@ from functools import lru_cache
 import lmdb
 import xxhash
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.writer import WriteThread
 
@@ -124,7 +124,9 @@ class BudgetStore:
         self.sync = sync
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
-        reserve_write_buffers(self.env, write_buffer_bytes)
+        # the reserved page buffers; the writer's transactions stay within them (Overlay), except a
+        # single commit larger than they are (an intake delivery's)
+        self.budget = WriteBudget(self.env, write_buffer_bytes)
         self.graph = self.env.open_db(b"graph")
         self.votes = self.env.open_db(b"votes")
         self.domains = self.env.open_db(b"domains")
@@ -132,6 +134,7 @@ class BudgetStore:
         self.queues = self.env.open_db(b"queues")
         self.turns = self.env.open_db(b"turns")
         self.meta = self.env.open_db(b"meta")
+        self.budget.dbs = (self.graph, self.votes, self.domains, self.deferred, self.queues, self.turns, self.meta)
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
         self._hooks: list[Callable[[], None]] = []
@@ -155,7 +158,7 @@ class BudgetStore:
         once every commit handed over landed (``when_written``), back to transactions of this thread."""
         if writer is not None:
             self.commit()
-            self._overlay = Overlay(self.env, writer)
+            self._overlay = Overlay(self.env, writer, self.budget)
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None
