@@ -140,6 +140,11 @@ class Overlay:
         return len(self._landing)
 
     @property
+    def layer_writes(self) -> int:
+        """Puts and deletes in the open layer (a key written twice counts once)."""
+        return sum(len(changes) for changes in self._layer.values())
+
+    @property
     def dirty(self) -> bool:
         """Writes since the last ``commit``."""
         return bool(self._layer)

@@ -92,6 +92,11 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self.lru)
 
+    @property
+    def changed_count(self) -> int:
+        """Records the next ``flush`` writes."""
+        return len(self.dirty)
+
 
 class BudgetStore:
     """The budget stage's LMDB environment; one write transaction open at a time.
@@ -138,6 +143,7 @@ class BudgetStore:
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
         self._hooks: list[Callable[[], None]] = []
+        self._pending: list[Callable[[], int]] = []
         self._closing = False
         self.commits = 0
         self._slow_saved_at = -1e18
@@ -174,8 +180,25 @@ class BudgetStore:
         else:
             then()
 
-    def add_hook(self, fn: Callable[[], None]) -> None:
+    def add_hook(self, fn: Callable[[], None], pending: Callable[[], int] | None = None) -> None:
+        """Run ``fn`` at each commit, before it; ``pending``: how many puts it would write now."""
         self._hooks.append(fn)
+        if pending is not None:
+            self._pending.append(pending)
+
+    def pending_writes(self) -> int:
+        """Puts and deletes of the open transaction: made (counted during a crawl, with a writer) and
+        held by the write-back hooks for the commit."""
+        n = sum(fn() for fn in self._pending)
+        ov = self._overlay
+        return n + ov.layer_writes if ov is not None else n
+
+    @property
+    def full(self) -> bool:
+        """Whether the open transaction's writes could change as many pages as the store reserved
+        (``WriteBudget``: depth + 1 each): a caller at a consistent point should commit."""
+        b = self.budget
+        return 0 < b.limit <= self.pending_writes() * b.per_write
 
     def get_meta(self, name: bytes) -> dict:
         raw = self.txn().get(name, db=self.meta)
@@ -200,9 +223,11 @@ class BudgetStore:
         self.commits += 1
         if self._overlay is not None:
             self._overlay.commit(then)
+            self.budget.committed()
             return
         txn, self._txn = self._txn, None
         txn.commit()
+        self.budget.committed()
         if then is not None:
             asyncio.get_running_loop().call_soon(then)
 
