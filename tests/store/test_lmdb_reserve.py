@@ -124,3 +124,57 @@ def test_nothing_reserved_is_no_bound(tmp_path):
     assert not budget.full
     budget.committed()
     env.close()
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_writer_group_of_layers_commits_within_the_reservation(tmp_path, bounded):
+    # layers handed over while the writer thread is held land as one group: with the store's budget
+    # the writer commits them in as many transactions as the reserved pages allow, in order, each
+    # a whole layer; without it, in one transaction whose buffers outgrow the reservation
+    import asyncio
+
+    from crawlerd.store.overlay import Overlay
+    from crawlerd.store.writer import WriteThread
+
+    used = _heap_in_use()
+    env = _open(tmp_path / "e")
+    budget = WriteBudget(env, 1 << 20)
+    db = env.open_db(b"t")
+    budget.dbs = (db,)
+    rng = random.Random(5)
+    for _ in range(50):             # a tree of depth 3 (random puts land on many leaves), in sorted
+        with env.begin(write=True) as txn:      # batches: each changes a few pages only
+            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+    budget.committed()
+    keys = []
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        ov = Overlay(env, w, budget if bounded else None)
+        landed = []
+        w.hold()
+        for layer in range(60):
+            for _ in range(50):
+                k = rng.randbytes(16)
+                keys.append(k)
+                ov.put(k, rng.randbytes(90), db=db)
+            ov.commit(lambda i=layer: landed.append(i))
+        start = used()
+        done = asyncio.get_running_loop().create_future()
+        w.release()
+        ov.barrier(lambda: done.set_result(None))
+        await done
+        w.close()
+        return landed, ov.stats()["txns"], used() - start
+
+    landed, txns, climb = asyncio.run(go())
+    assert landed == list(range(60))
+    with env.begin() as t:
+        assert all(t.get(k, db=db) is not None for k in keys)
+    if bounded:
+        assert txns >= 60 * 50 * 4 // budget.limit      # charged depth + 1 per put, within 7/8 of the pages
+        assert climb < 256 << 10, climb
+    else:
+        assert txns == 1
+        assert climb > 1 << 20, climb
+    env.close()
