@@ -129,8 +129,8 @@ class BudgetStore:
         self.sync = sync
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
-        # the reserved page buffers; the writer's transactions stay within them (Overlay), except a
-        # single commit larger than they are (an intake delivery's)
+        # the reserved page buffers: callers commit once ``full`` (the intake after a slice, an edge
+        # delivery between slices) and the writer commits a group of layers within them (Overlay)
         self.budget = WriteBudget(self.env, write_buffer_bytes)
         self.graph = self.env.open_db(b"graph")
         self.votes = self.env.open_db(b"votes")
