@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import sys
 import time
 
 # mallopt(3) parameters (glibc malloc.h)
@@ -118,10 +119,12 @@ class Trimmer:
         return True
 
     def stats(self) -> dict:
-        """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``)."""
+        """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``), and
+        ``py_blocks``: the memory blocks Python's allocator holds (growth there is Python objects;
+        growth of the C heap without it is C allocations: LMDB, curl, the native kernels)."""
         return {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
                 "trim_ms_total": round(self.total_ms, 3), "trim_interval_s": self.interval_s,
-                "anon_after_trim": self.anon_after}
+                "anon_after_trim": self.anon_after, "py_blocks": sys.getallocatedblocks()}
 
 
 def _rss_anon() -> int | None:

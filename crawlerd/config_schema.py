@@ -428,9 +428,10 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "reserves when it opens, bytes. LMDB (opened without writemap, so a full disk is an error, not "
            "a crash) copies each page a transaction changes into such a buffer and keeps them for the "
            "next one: a store's private memory is the most pages one of its transactions changed, which "
-           "climbs while its B-trees grow. Reserved at open it is a fixed cost, and the frontier, recrawl "
-           "and DUST stores commit early to keep every transaction within it (a budget-store commit, one "
-           "intake slice, may still add buffers). 0: none reserved, transactions unbounded.", min=0, max=1 * GiB),
+           "climbs while its B-trees grow. Reserved at open it is a fixed cost, and each of the four stores "
+           "commits early to keep its transactions within it (the budget store at the end of an intake "
+           "slice of 512 answers, which may pass it by that slice's pages). 0: none reserved, transactions "
+           "unbounded.", min=0, max=1 * GiB),
     ]),
     "warc": ("WARC output.", [
         _k("prefix", str, "crawlerd", "Segment file name prefix."),

@@ -30,6 +30,7 @@ def test_trims_at_most_once_per_interval():
     assert st["trims"] == 2 and st["trim_interval_s"] == 2.0
     assert st["trim_ms_max"] >= 0 and st["trim_ms_total"] >= st["trim_ms_max"]
     assert st["anon_after_trim"] is None or st["anon_after_trim"] > 0     # None only off Linux
+    assert st["py_blocks"] > 0          # Python's live allocations: told apart from the C heap's
 
 
 def test_interval_zero_never_trims():

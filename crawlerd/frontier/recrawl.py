@@ -237,7 +237,7 @@ class Recrawl:
             return
         if writer is not None:
             self._commit()
-            self._overlay = Overlay(self._env, writer, read_cache={self._urls: self._read_cache_bytes})
+            self._overlay = Overlay(self._env, writer, self._budget, read_cache={self._urls: self._read_cache_bytes})
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None

@@ -48,8 +48,9 @@ from crawlerd.url.filter import UrlFilter
 from crawlerd.url.hosts import host_key, host_of, shard_of
 
 SEEN_SLICE = 512        # DRUM answers judged per loop iteration (~5 ms; 1,024 took 11-20 ms on a loaded box)
-# DRUM answers judged per budget + frontier commit: a whole delivery of the shard's seen-set. The
-# pages one commit changes are the stores' write buffers (ARCHITECTURE.md, "Memory bounds").
+# DRUM answers judged per budget + frontier commit at most: a whole delivery of the shard's seen-set;
+# sooner once the budget writes could change more pages than the budget store reserved buffers
+# for (``Budgets.full``; ARCHITECTURE.md, "Memory bounds").
 COMMIT_ANSWERS = 8192
 
 # deferred URLs readmitted per loop iteration (read from BEAST, queued, both committed): a whole
@@ -235,9 +236,11 @@ class Intake:
         second time.
         A delivery (up to a DRUM call of 8,192 answers) is judged ``SEEN_SLICE`` answers per loop
         iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it, and
-        committed every ``COMMIT_ANSWERS`` answers judged and after its last slice, each commit
-        in a loop iteration of its own: one budget and one frontier commit per delivery rather
-        than per slice, as each commit writes every page its puts touched. The ack follows the
+        committed every ``COMMIT_ANSWERS`` answers judged, after a slice that left the budget
+        writes able to fill the budget store's reserved page buffers (``Budgets.full``), and after
+        its last slice, each commit in a loop iteration of its own: one budget and one frontier
+        commit per delivery when its writes fit, rather than per slice, as each commit writes every
+        page its puts touched. The ack follows the
         last commit. At most one delivery is outstanding, so slices never interleave. A crash
         before a commit redelivers the answers after the last committed mark; a budget commit
         another caller makes meanwhile (readmission, edge answers) can only make such a URL be
@@ -255,7 +258,8 @@ class Intake:
                 loop.call_soon(self._commit, results, len(results), added, True)    # an iteration of its own
             else:
                 self._commit(results, len(results), added, True)
-        elif judged >= COMMIT_ANSWERS:
+        elif judged >= COMMIT_ANSWERS or (self.budgets is not None and self.budgets.full):
+            # a whole delivery, or as many budget writes as its store reserved page buffers for
             loop.call_soon(self._commit, results, end, added, False)
             loop.call_soon(self._admit_slice, results, end, [], 0)
         else:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from crawlerd.bytecache import ByteLRU
+from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
@@ -62,9 +63,16 @@ class Overlay:
     write; a table's sorted key list (once a cursor asked for it) holds every key of its view (plus
     ``_fresh`` keys not merged yet); layers are written and land in commit order."""
 
-    def __init__(self, env, writer: WriteThread, read_cache: dict | None = None) -> None:
+    def __init__(self, env, writer: WriteThread, budget: WriteBudget | None = None,
+                 read_cache: dict | None = None) -> None:
         self.env = env
         self.writer = writer
+        # the writer's transactions stay within the store's reserved page buffers: a group's layers
+        # are committed in as many transactions as their charge needs (see _write)
+        self._limit = budget.limit if budget is not None else 0
+        self._dbs = budget.dbs if budget is not None else ()
+        self._per_write = 2             # charge of one write, read again at each transaction (writer thread)
+        self.txns = 0                   # write transactions the writer committed
         self.loop_thread = threading.get_ident()      # attached on the loop's thread
         self.write_threads: set[int] = set()          # threads that began a write transaction here
         self.written_by: set[str] = set()             # their names
@@ -184,6 +192,11 @@ class Overlay:
         return len(self._landing)
 
     @property
+    def layer_writes(self) -> int:
+        """Puts and deletes in the open layer (a key written twice counts once)."""
+        return sum(len(changes) for changes in self._layer.values())
+
+    @property
     def dirty(self) -> bool:
         """Writes since the last ``commit``."""
         return bool(self._layer)
@@ -216,7 +229,12 @@ class Overlay:
             then()
 
     def _write(self, items: list[tuple[dict, bool]]) -> None:
-        # On the writer thread: every layer of the group, in order, in one write transaction.
+        # On the writer thread: the group's layers, in order, in one write transaction, or, once
+        # the next layer's writes could change more pages than the store reserved (a put or a
+        # delete changes at most depth + 1 pages: WriteBudget), in a new one. Each layer is a
+        # consistent state and the layers land in order, so a commit between two of them is one
+        # the loop could have made; a layer is never split (a single layer past the reservation
+        # is one transaction).
         me = threading.get_ident()
         if me == self.loop_thread:
             raise AssertionError("an overlay's write transaction on the loop thread")
@@ -224,17 +242,48 @@ class Overlay:
             self.write_threads.add(me)
             self.written_by.add(threading.current_thread().name)
         sync = False
-        with self.env.begin(write=True) as txn:
+        limit = self._limit
+        txn = self._begin()
+        try:
+            used = 0
             for ops, want_sync in items:
                 sync = sync or want_sync
+                if limit:
+                    charge = self._per_write * sum(len(dels) + len(puts) for _, dels, puts in ops)
+                    if used and used + charge > limit:
+                        txn.commit()
+                        self.txns += 1
+                        txn = None
+                        txn = self._begin()
+                        used = 0
+                    used += charge
                 for db, dels, puts in ops:
                     delete = txn.delete
                     for k in dels:
                         delete(k, db=db)
                     if puts:
                         txn.cursor(db=db).putmulti(puts)
+            txn.commit()
+            self.txns += 1
+        except BaseException:
+            if txn is not None:
+                txn.abort()
+            raise
         if sync:
             self.env.sync(True)
+
+    def _begin(self):
+        """A write transaction (writer thread); with a page budget, the charge per write read from
+        the deepest of the store's tables now."""
+        txn = self.env.begin(write=True)
+        if self._limit:
+            try:
+                depth = max([txn.stat(db)["depth"] for db in self._dbs] or [txn.stat()["depth"]])
+            except BaseException:
+                txn.abort()
+                raise
+            self._per_write = max(1, depth) + 1
+        return txn
 
     def _landed(self, lid: int, then: Callable[[], None] | None) -> None:
         first, layer = self._landing.popleft()
@@ -274,7 +323,8 @@ class Overlay:
 
     def stats(self) -> dict:
         out = {"layers": self.layers, "landed": self.landed, "pending": self.pending,
-               "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by)}
+               "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by),
+               "txns": self.txns}
         if self._caches:
             out["read_cache"] = {**self.cache_memory(), "hits": self.cache_hits, "misses": self.cache_misses}
         return out

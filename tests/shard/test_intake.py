@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from crawlerd.shard.intake import SEEN_SLICE
 from crawlerd.url.filter import PATH_TOO_DEEP
 from tests.shard.parts import Parts, run
@@ -169,6 +171,50 @@ def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_af
     assert queued == 40 * 2 and waiting == n - 80 == counters["budget_deferred"]   # 2 per domain pass, the rest wait
     assert order == [("budgets", n - 80), ("frontier", n), ("ack", None)]
     assert iterations["frontier"] > iterations["budgets"]       # the two commits are not one long iteration
+
+
+@pytest.mark.parametrize("reserved", [64 << 10, 0])
+def test_a_delivery_commits_early_once_its_budget_writes_could_fill_the_reserved_page_buffers(tmp_path, reserved):
+    # the budget store reserves 16 pages (charged depth + 1 per write): a slice of deferrals fills
+    # them, so the delivery commits budgets then frontier after each such slice, each with its mark;
+    # nothing reserved: one commit for the delivery. Either way every URL is queued or waiting once.
+    from crawlerd.frontier.budgets import Budgets
+
+    async def go():
+        p = Parts(str(tmp_path))
+        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
+                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False,
+                    write_buffer_bytes=reserved)
+        p.intake.budgets = b
+        order = []
+        real_commit, real_add = b.commit, p.frontier.add
+
+        def commit(then=None):
+            order.append("budgets")
+            real_commit(then)
+
+        def add(items, **kw):
+            order.append(("frontier", kw.get("seen_mark")))
+            return real_add(items, **kw)
+
+        b.commit, p.frontier.add = commit, add
+        p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
+        try:
+            n = 3 * SEEN_SLICE + 5
+            assert p.intake.submit_urls([f"http://h{i % 40}.test/p{i}" for i in range(n)], depth=1) == n
+            await p.seen.flush()
+            return n, order, p.frontier.queued(), b.beast.waiting
+        finally:
+            await p.close()
+            b.store.close()
+
+    n, order, queued, waiting = run(go())
+    assert queued + waiting == n and queued == 40 * 2
+    if reserved:
+        marks = [("frontier", m) for m in (SEEN_SLICE, 2 * SEEN_SLICE, 3 * SEEN_SLICE, n)]
+        assert order == [x for m in marks for x in ("budgets", m)]
+    else:
+        assert order == ["budgets", ("frontier", n)]
 
 
 KILLED_CHILD = textwrap.dedent("""

@@ -1,6 +1,7 @@
 """Dirty-page buffers reserved at open: later transactions that change fewer pages take no new C heap,
 and the reservation leaves the store as it was."""
 
+import asyncio
 import ctypes
 import random
 
@@ -8,6 +9,8 @@ import lmdb
 import pytest
 
 from crawlerd.store.lmdb_reserve import WriteBudget, reserve_write_buffers
+from crawlerd.store.overlay import Overlay
+from crawlerd.store.writer import WriteThread
 
 
 class _MallInfo2(ctypes.Structure):
@@ -27,6 +30,15 @@ def _heap_in_use():
 
 def _open(path):
     return lmdb.open(str(path), map_size=1 << 30, max_dbs=2, sync=False, metasync=False, meminit=False)
+
+
+def _budgeted(path, nbytes=1 << 20):
+    """A store with one table ``t`` and a WriteBudget of ``nbytes`` reserved."""
+    env = _open(path)
+    budget = WriteBudget(env, nbytes)
+    db = env.open_db(b"t")
+    budget.dbs = (db,)
+    return env, budget, db
 
 
 def _grow(env, db, rng, txns=60, puts=400):
@@ -86,10 +98,7 @@ def test_write_budget_keeps_transactions_within_the_reservation(tmp_path, bounde
     # the same random puts, committed every 1,500 puts (a busy store's commit interval), or also
     # whenever the budget is full: only the latter keeps LMDB's buffers to the reserved pages
     used = _heap_in_use()
-    env = _open(tmp_path / "e")
-    budget = WriteBudget(env, 1 << 20)
-    db = env.open_db(b"t")
-    budget.dbs = (db,)
+    env, budget, db = _budgeted(tmp_path / "e")
     assert budget.pages == 256 and budget.limit == 224 and not budget.full
     rng = random.Random(3)
     start, n, commits = used(), 0, 0
@@ -123,4 +132,50 @@ def test_nothing_reserved_is_no_bound(tmp_path):
     budget.spend(1 << 30)
     assert not budget.full
     budget.committed()
+    env.close()
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_writer_group_of_layers_commits_within_the_reservation(tmp_path, bounded):
+    # layers handed over while the writer thread is held land as one group: with the store's budget
+    # the writer commits them in as many transactions as the reserved pages allow, in order, each
+    # a whole layer; without it, in one transaction whose buffers outgrow the reservation
+    used = _heap_in_use()
+    env, budget, db = _budgeted(tmp_path / "e")
+    rng = random.Random(5)
+    for _ in range(50):             # a tree of depth 3 (random puts land on many leaves), in sorted
+        with env.begin(write=True) as txn:      # batches: each changes a few pages only
+            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+    budget.committed()
+    keys = []
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        ov = Overlay(env, w, budget if bounded else None)
+        landed = []
+        w.hold()
+        for layer in range(60):
+            for _ in range(50):
+                k = rng.randbytes(16)
+                keys.append(k)
+                ov.put(k, rng.randbytes(90), db=db)
+            ov.commit(lambda i=layer: landed.append(i))
+        start = used()
+        done = asyncio.get_running_loop().create_future()
+        w.release()
+        ov.barrier(lambda: done.set_result(None))
+        await done
+        w.close()
+        return landed, ov.stats()["txns"], used() - start
+
+    landed, txns, climb = asyncio.run(go())
+    assert landed == list(range(60))
+    with env.begin() as t:
+        assert all(t.get(k, db=db) is not None for k in keys)
+    if bounded:
+        assert txns >= 60 * 50 * 4 // budget.limit      # charged depth + 1 per put, within 7/8 of the pages
+        assert climb < 256 << 10, climb
+    else:
+        assert txns == 1
+        assert climb > 1 << 20, climb
     env.close()

@@ -146,7 +146,7 @@ class Beast:
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
         if meta.get("fifo", 1) < FIFO_FORMAT:
             self._upgrade_fifo()
-        store.add_hook(self._flush)
+        store.add_hook(self._flush, self._unwritten)
         graph.add_listener(self._grew)
 
     # -- intake -------------------------------------------------------------------------------
@@ -470,6 +470,10 @@ class Beast:
     @property
     def cached(self) -> int:
         return len(self._records)
+
+    def _unwritten(self) -> int:
+        """Puts ``_flush`` would write now (deferred entries, host turns, changed records)."""
+        return len(self._puts) + sum(map(len, self._turns.values())) + self._records.changed_count
 
     def _write_puts(self) -> None:
         if self._puts:

@@ -97,7 +97,7 @@ class DomainGraph:
         self._c.update(meta.get("counters", {}))
         self._top = TopK(top_n, meta.get("top"))
         self._saved_top: list | None = None
-        store.add_hook(self._flush)
+        store.add_hook(self._flush, lambda: self._records.changed_count)
         params = [mode, vouch_ratio]
         if meta and meta.get("params") != params:
             self._resweep()          # vouching limits changed: count what they now allow

@@ -194,11 +194,14 @@ class Budgets:
     def _on_edges(self, results: list, start: int = 0) -> None:
         # On the loop: apply EDGE_SLICE answers per iteration, then commit in an iteration of its
         # own, then acknowledge (a crash in between redelivers; applied_seq skips). A commit another
-        # caller makes between slices holds the edges applied so far with their applied_seq.
+        # caller makes between slices holds the edges applied so far with their applied_seq, so
+        # one is made here once the writes could fill the store's reserved page buffers.
         end = start + EDGE_SLICE
         self.graph.apply(results[start:end] if start or end < len(results) else results)
         loop = asyncio.get_running_loop()
         if end < len(results):
+            if self.store.full:
+                self.store.commit()
             loop.call_soon(self._on_edges, results, end)
         else:
             loop.call_soon(self._commit_edges, results)
@@ -215,6 +218,12 @@ class Budgets:
         """Commit the budget state; ``then`` runs on the loop once that commit is written (survives
         kill -9): with a writer attached that is after the writer's commit, else the next iteration."""
         self.store.commit(then)
+
+    @property
+    def full(self) -> bool:
+        """The open transaction's writes could fill the store's reserved page buffers: commit at the
+        next consistent point (``BudgetStore.full``)."""
+        return self.store.full
 
     def sync(self) -> None:
         """fdatasync the committed state (thread-safe beside the loop's write transactions)."""

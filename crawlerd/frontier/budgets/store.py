@@ -18,7 +18,7 @@ from functools import lru_cache
 import lmdb
 import xxhash
 
-from crawlerd.store.lmdb_reserve import reserve_write_buffers
+from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.writer import WriteThread
 
@@ -92,6 +92,11 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self.lru)
 
+    @property
+    def changed_count(self) -> int:
+        """Records the next ``flush`` writes."""
+        return len(self.dirty)
+
 
 class BudgetStore:
     """The budget stage's LMDB environment; one write transaction open at a time.
@@ -127,7 +132,9 @@ class BudgetStore:
         self.read_cache_bytes = read_cache_bytes
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
-        reserve_write_buffers(self.env, write_buffer_bytes)
+        # the reserved page buffers: callers commit once ``full`` (the intake after a slice, an edge
+        # delivery between slices) and the writer commits a group of layers within them (Overlay)
+        self.budget = WriteBudget(self.env, write_buffer_bytes)
         self.graph = self.env.open_db(b"graph")
         self.votes = self.env.open_db(b"votes")
         self.domains = self.env.open_db(b"domains")
@@ -135,9 +142,11 @@ class BudgetStore:
         self.queues = self.env.open_db(b"queues")
         self.turns = self.env.open_db(b"turns")
         self.meta = self.env.open_db(b"meta")
+        self.budget.dbs = (self.graph, self.votes, self.domains, self.deferred, self.queues, self.turns, self.meta)
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
         self._hooks: list[Callable[[], None]] = []
+        self._pending: list[Callable[[], int]] = []
         self._closing = False
         self.commits = 0
         self._slow_saved_at = -1e18
@@ -159,7 +168,7 @@ class BudgetStore:
         if writer is not None:
             self.commit()
             # the host turns are read per URL deferred (once per host and commit): cached, exact
-            self._overlay = Overlay(self.env, writer, read_cache={self.turns: self.read_cache_bytes})
+            self._overlay = Overlay(self.env, writer, self.budget, read_cache={self.turns: self.read_cache_bytes})
         elif self._overlay is not None:
             self._overlay.close()
             self._overlay = None
@@ -175,8 +184,25 @@ class BudgetStore:
         else:
             then()
 
-    def add_hook(self, fn: Callable[[], None]) -> None:
+    def add_hook(self, fn: Callable[[], None], pending: Callable[[], int] | None = None) -> None:
+        """Run ``fn`` at each commit, before it; ``pending``: how many puts it would write now."""
         self._hooks.append(fn)
+        if pending is not None:
+            self._pending.append(pending)
+
+    def pending_writes(self) -> int:
+        """Puts and deletes of the open transaction: made (counted during a crawl, with a writer) and
+        held by the write-back hooks for the commit."""
+        n = sum(fn() for fn in self._pending)
+        ov = self._overlay
+        return n + ov.layer_writes if ov is not None else n
+
+    @property
+    def full(self) -> bool:
+        """Whether the open transaction's writes could change as many pages as the store reserved
+        (``WriteBudget``: depth + 1 each): a caller at a consistent point should commit."""
+        b = self.budget
+        return 0 < b.limit <= self.pending_writes() * b.per_write
 
     def get_meta(self, name: bytes) -> dict:
         raw = self.txn().get(name, db=self.meta)
@@ -201,9 +227,11 @@ class BudgetStore:
         self.commits += 1
         if self._overlay is not None:
             self._overlay.commit(then)
+            self.budget.committed()
             return
         txn, self._txn = self._txn, None
         txn.commit()
+        self.budget.committed()
         if then is not None:
             asyncio.get_running_loop().call_soon(then)
 
