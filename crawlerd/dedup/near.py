@@ -28,10 +28,10 @@ Persistence under ``directory`` (``data_dir/dedup``):
     was told about. With a writer attached (``attach_writer``: the shard's ``WriteThread``,
     during the crawl) no write transaction runs on the loop: a batch's new docs are kept in RAM
     (``check_and_add`` reads them there) and handed over when the batch ends; the writer thread
-    appends them in one transaction per group and ``save``'s fsync runs there too. A ``kill -9``
-    then loses at most the docs handed over in the last few tens of ms: pages archived as
-    originals that a later near duplicate will not be matched against (a flag missed, never a
-    capture lost; the same bound as the first-capture digests').
+    appends them in one transaction per group and ``save``'s fsync runs there too. A page's lease
+    completes only once its doc is written (``written()``, awaited by the shard's answers), so a
+    ``kill -9`` loses only docs of pages whose leases had not completed: fetched again, asked
+    again, stored again.
 ``near-index/``
     The :class:`NearIndex`: sorted block tables in run files on disk and a
     delta in RAM of at most ``index_ram_bytes``. Its manifest names the
@@ -43,6 +43,7 @@ Persistence under ``directory`` (``data_dir/dedup``):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import functools
@@ -142,6 +143,7 @@ class NearDuplicates:
         self._unlanded: dict[bytes, bytes] = {}       # with a writer: docs handed over, not written yet
         self._added: list[tuple[bytes, bytes]] | None = None   # ... and the open batch's new docs
         self._write_failed: BaseException | None = None
+        self._written: asyncio.Future | None = None    # done once the last batch handed over is written
         self.handed_over = 0            # docs handed to the writer
         self.checked = 0            # pages checked since open
         self.near_found = 0         # of which near duplicates
@@ -229,7 +231,8 @@ class NearDuplicates:
                 self._txn = self._added = None
                 if added:
                     self.handed_over += len(added)
-                    self._writer.submit(self._write, added, functools.partial(self._landed, added))
+                    done = self._written = asyncio.get_running_loop().create_future()
+                    self._writer.submit(self._write, added, functools.partial(self._landed, added, done))
 
     def _write(self, groups: list[list[tuple[bytes, bytes]]]) -> None:
         # on the writer thread: a group's docs in one transaction
@@ -241,10 +244,19 @@ class NearDuplicates:
         except lmdb.Error as e:
             self._write_failed = e
 
-    def _landed(self, added: list[tuple[bytes, bytes]]) -> None:
+    def _landed(self, added: list[tuple[bytes, bytes]], done: asyncio.Future) -> None:
         unlanded = self._unlanded
         for key, _ in added:
             unlanded.pop(key, None)
+        if not done.done():
+            done.set_result(None)
+
+    def written(self) -> asyncio.Future | None:
+        """None when every doc handed to the writer is written, else an awaitable done once those
+        handed over so far are (batches land in order): a page's lease completes after it, so a
+        ``kill -9`` never keeps a completed page whose doc was not written."""
+        done = self._written
+        return None if done is None or done.done() else done
 
     def attach_writer(self, writer: WriteThread | None) -> None:
         """Write on ``writer`` from now on; None: write on the caller's thread again (every doc handed

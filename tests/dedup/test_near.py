@@ -361,3 +361,36 @@ def test_kill_9_with_a_writer_keeps_the_docs_that_were_written(tmp_path):
             assert nd.url_of(i) == f"http://a.test/{i}"
             assert nd.check_and_add(fps[i] ^ 2, f"http://b.test/{i}", "http://b.test") == f"http://a.test/{i}"
         assert nd.url_of(55) == ""
+
+
+def test_with_a_writer_written_is_done_only_once_the_docs_handed_over_are_written(tmp_path):
+    """``written()``, which a page's lease completion awaits: pending while the writer holds the
+    batch back, done once it wrote it (and the doc is then on disk), None with nothing pending."""
+    import asyncio
+
+    from crawlerd.store.writer import WriteThread
+
+    async def go():
+        nd = NearDuplicates(tmp_path)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        nd.attach_writer(writer)
+        assert nd.written() is None
+        writer.hold()
+        assert nd.check_and_add(0x0F0F_0F0F_0F0F_0F0F, "http://a.test/1", "http://a.test") == ""
+        first = nd.written()
+        assert nd.check_and_add(0xF0F0_F0F0_F0F0_F0F0, "http://a.test/2", "http://a.test") == ""
+        second = nd.written()
+        await asyncio.sleep(0.05)
+        assert first is not None and not first.done() and not second.done()
+        with nd._env.begin() as txn:
+            assert txn.stat()["entries"] == 0               # not written: nothing to promise yet
+        writer.release()
+        await asyncio.wait_for(second, 5)
+        assert first.done() and nd.written() is None and nd.pending == 0
+        with nd._env.begin() as txn:
+            assert txn.stat()["entries"] == 2
+        nd.attach_writer(None)
+        writer.close()
+        nd.close()
+
+    asyncio.run(go())
