@@ -23,7 +23,7 @@ import gc
 import time
 
 PACE_S = 0.02           # how often the count is looked at
-YOUNG = 5_000           # a gen-0 pass between callbacks once the count reached this
+YOUNG = 2_000           # a gen-0 pass between callbacks once the count reached this
 MIDDLE = 20             # gen-0 passes per gen-1 pass
 OLD = 100               # gen-1 passes per full pass
 AUTO = 100_000          # the interpreter's own gen-0 trigger (a burst inside one callback)
