@@ -13,6 +13,10 @@ callback's temporaries are gone and a pass walks only what stays: gen 0 once the
 passes and ``full_s`` at the soonest (CPython's own rule has "a quarter of the old generation is
 new" instead, which Python cannot read; a full pass walks every object not frozen: 0.5 s or more).
 The interpreter's trigger stays on at ``auto`` as a safety net for a burst inside one callback.
+``young`` 5,000 instead of 2,000 was measured (e2e bench, 20,000 hosts): 580 gen-0 passes of
+2.7 ms a minute instead of ~900 of 1.8 ms, only 6% less GC time (a pass walks what the young
+count stands for, so the cost follows the objects, not the passes), but gen-1 passes of 10.5 ms
+(three over 20 ms) and 14 stall sites at the pacer's tick against 2: kept at 2,000.
 Invariant while started: one timer armed.
 """
 

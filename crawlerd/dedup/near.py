@@ -25,7 +25,13 @@ Persistence under ``directory`` (``data_dir/dedup``):
     endian) + URL (UTF-8). Each add is committed before ``check_and_add`` returns
     (inside ``batch()``: before the batch ends, one transaction for all its adds),
     written then and fsynced by ``save``, so ``kill -9`` loses no doc the crawl
-    was told about.
+    was told about. With a writer attached (``attach_writer``: the shard's ``WriteThread``,
+    during the crawl) no write transaction runs on the loop: a batch's new docs are kept in RAM
+    (``check_and_add`` reads them there) and handed over when the batch ends; the writer thread
+    appends them in one transaction per group and ``save``'s fsync runs there too. A page's lease
+    completes only once its doc is written (``written()``, awaited by the shard's answers), so a
+    ``kill -9`` loses only docs of pages whose leases had not completed: fetched again, asked
+    again, stored again.
 ``near-index/``
     The :class:`NearIndex`: sorted block tables in run files on disk and a
     delta in RAM of at most ``index_ram_bytes``. Its manifest names the
@@ -37,8 +43,10 @@ Persistence under ``directory`` (``data_dir/dedup``):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import struct
@@ -49,6 +57,7 @@ import lmdb
 
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.dedup.near_index import NearIndex
+from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.dedup.near")
 
@@ -130,6 +139,12 @@ class NearDuplicates:
             self._lock_fd = -1
             raise
         self._txn: lmdb.Transaction | None = None     # the write transaction of the open batch()
+        self._writer: WriteThread | None = None
+        self._unlanded: dict[bytes, bytes] = {}       # with a writer: docs handed over, not written yet
+        self._added: list[tuple[bytes, bytes]] | None = None   # ... and the open batch's new docs
+        self._write_failed: BaseException | None = None
+        self._written: asyncio.Future | None = None    # done once the last batch handed over is written
+        self.handed_over = 0            # docs handed to the writer
         self.checked = 0            # pages checked since open
         self.near_found = 0         # of which near duplicates
         self.demotions = 0          # True answers of should_demote since open
@@ -170,7 +185,12 @@ class NearDuplicates:
             match = ""      # the same URL again (recrawl): not a near duplicate, already stored
         elif not match:
             doc = self.next_id
-            txn.put(_KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass"), append=True)
+            key, value = _KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass")
+            if self._added is not None:
+                self._added.append((key, value))
+                self._unlanded[key] = value
+            else:
+                txn.put(key, value, append=True)
             self._index.add(simhash, doc)
             self.next_id = doc + 1
         else:
@@ -186,6 +206,9 @@ class NearDuplicates:
         if self._txn is not None:
             yield
             return
+        if self._writer is not None:
+            yield from self._handed_over()
+            return
         with self._env.begin(write=True) as txn:
             self._txn = txn
             try:
@@ -193,14 +216,71 @@ class NearDuplicates:
             finally:
                 self._txn = None
 
+    def _handed_over(self) -> Iterator[None]:
+        # batch() with a writer: reads in a read transaction (the docs not landed from RAM), the new
+        # docs handed over in submit order when the block ends (doc ids ascending: appends)
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        added: list[tuple[bytes, bytes]] = []
+        with self._env.begin() as txn:
+            self._txn, self._added = txn, added
+            try:
+                yield
+            finally:
+                self._txn = self._added = None
+                if added:
+                    self.handed_over += len(added)
+                    done = self._written = asyncio.get_running_loop().create_future()
+                    self._writer.submit(self._write, added, functools.partial(self._landed, added, done))
+
+    def _write(self, groups: list[list[tuple[bytes, bytes]]]) -> None:
+        # on the writer thread: a group's docs in one transaction
+        try:
+            with self._env.begin(write=True) as txn:
+                for added in groups:
+                    for key, value in added:
+                        txn.put(key, value, append=True)
+        except lmdb.Error as e:
+            self._write_failed = e
+
+    def _landed(self, added: list[tuple[bytes, bytes]], done: asyncio.Future) -> None:
+        unlanded = self._unlanded
+        for key, _ in added:
+            unlanded.pop(key, None)
+        if not done.done():
+            done.set_result(None)
+
+    def written(self) -> asyncio.Future | None:
+        """None when every doc handed to the writer is written, else an awaitable done once those
+        handed over so far are (batches land in order): a page's lease completes after it, so a
+        ``kill -9`` never keeps a completed page whose doc was not written."""
+        done = self._written
+        return None if done is None or done.done() else done
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write on ``writer`` from now on; None: write on the caller's thread again (every doc handed
+        over must have landed: detach after the writer's ``barrier``, or once it is closed)."""
+        if writer is None and self._unlanded and self._write_failed is None and self._writer is not None \
+                and self._writer.error is None:
+            raise RuntimeError(f"{len(self._unlanded)} near-duplicate docs handed over and not written")
+        self._writer = writer
+
+    @property
+    def pending(self) -> int:
+        """Docs handed to the writer and not written yet."""
+        return len(self._unlanded)
+
     def url_of(self, doc_id: int) -> str:
         """URL of a stored doc, or "" if unknown."""
         with self._env.begin() as txn:
             return self._url_in(txn, doc_id)
 
-    @staticmethod
-    def _url_in(txn: lmdb.Transaction, doc_id: int) -> str:
-        value = txn.get(_KEY.pack(doc_id))
+    def _url_in(self, txn: lmdb.Transaction, doc_id: int) -> str:
+        key = _KEY.pack(doc_id)
+        value = self._unlanded.get(key) if self._unlanded else None
+        if value is None:
+            value = txn.get(key)
         return "" if value is None else value[_FP.size:].decode("utf-8", "surrogatepass")
 
     # -- per-host windows ----------------------------------------------------------------
@@ -265,7 +345,16 @@ class NearDuplicates:
         """Checkpoint: fsync the LMDB. The index's disk runs are durable as they are written, and
         what it holds in RAM is replayed from the LMDB on open, so nothing else needs writing."""
         self._check_open()
+        if self._writer is not None:
+            self._writer.submit(self._sync)       # after the docs handed over before it
+            return
         self._env.sync(True)
+
+    def _sync(self, _items: list) -> None:
+        try:
+            self._env.sync(True)
+        except lmdb.Error as e:
+            self._write_failed = e
 
     def close(self, *, save: bool = True) -> None:
         """Save and move the index's RAM part to disk (unless ``save=False``), release the LMDB and

@@ -505,10 +505,12 @@ class DustLearner:
                                     e.digest >> 32, e.simhash)
 
     # -- durability and reporting -------------------------------------------------------------
-    def commit(self) -> None:
+    def commit(self, then=None) -> None:
+        """Write every changed host and commit (with a writer attached: handed over, ``then`` once
+        it landed; see ``DustStore.commit``)."""
         self.store.meta["priors"] = self.priors.to_record()
         self.hosts.write_dirty()
-        self.store.commit()
+        self.store.commit(then)
 
     def dirty_hosts(self) -> list[str]:
         """Hosts whose state changed since it was last written (``commit`` writes them)."""
@@ -520,7 +522,8 @@ class DustLearner:
 
     def close(self) -> None:
         if self.store.env is not None:
-            self.commit()
+            if self.store.overlay is None:
+                self.commit()
             self.store.close()
 
     def rules_of(self, host: str) -> list[dict]:

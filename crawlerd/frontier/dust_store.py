@@ -4,6 +4,15 @@ One LMDB environment (``<data_dir>/dust``), written in one transaction that ``co
 makes durable (fsync). A crash loses at most the evidence since the last commit; rules are
 then re-derived from new evidence, never assumed.
 
+With a writer attached (``attach_writer``: the shard's ``WriteThread``, during the crawl) no
+write transaction (and no fsync) runs on the loop: ``txn()`` is an
+:class:`~crawlerd.store.overlay.Overlay` that holds the writes in RAM and answers the loop's reads
+(records, the LRU and skip-log cursors, the archived set) as the write transaction would;
+``commit()`` hands the layer to the writer thread, which commits (and syncs) it there. A commit
+survives ``kill -9`` once it landed; what follows a commit keeps its order (the frontier commit
+that requeues a retired rule's skips is made before the DUST commit that forgets them is even
+handed over).
+
 Tables (key -> value):
 
 ``hosts``     host key -> JSON host record (rules with their counts, the evidence window,
@@ -38,6 +47,8 @@ import lmdb
 import orjson
 
 from crawlerd.store.lmdb_reserve import WriteBudget
+from crawlerd.store.overlay import Overlay
+from crawlerd.store.writer import WriterError, WriteThread
 
 __all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
 
@@ -58,7 +69,8 @@ _U64 = struct.Struct(">Q")
 
 
 class DustStore:
-    """Single-threaded; call from the shard's loop. ``commit()`` is the durability point."""
+    """Single-threaded; call from the shard's loop. ``commit()`` is the durability point (with a
+    writer attached: once the commit landed, ``commit(then)``)."""
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
                  write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20):
@@ -77,6 +89,7 @@ class DustStore:
         self._meta = self.env.open_db(b"meta")
         self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
+        self._overlay: Overlay | None = None
         # host -> (its record's size, its write sequence: None unknown, b"" none) for the hosts the
         # caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of a
         # host record or sequence is made here, in this transaction
@@ -106,7 +119,9 @@ class DustStore:
                 for key in self.txn().cursor(db=self._arch[g]).iternext(values=False):
                     self._fset(g, _U64.unpack(key)[0])
 
-    def txn(self) -> lmdb.Transaction:
+    def txn(self) -> lmdb.Transaction | Overlay:
+        if self._overlay is not None:
+            return self._overlay
         if self._txn is None:
             self._txn = self.env.begin(write=True)
         return self._txn
@@ -330,17 +345,52 @@ class DustStore:
         return rules
 
     # -- durability ----------------------------------------------------------------------------
-    def commit(self) -> None:
+    def commit(self, then=None) -> None:
+        """Commit (durable: fsync'd). With a writer attached the commit is handed over and
+        ``then`` runs on the loop once it landed; without one, ``then`` runs now."""
         self._write_archived()
         txn = self.txn()
         txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
+        if self._overlay is not None:
+            self._overlay.commit(then, sync=True)
+            self._budget.committed()
+            return
         txn.commit()
         self._txn = None
         self._budget.committed()
+        if then is not None:
+            then()
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write on ``writer`` from now on (the open transaction commits here first); None: detach,
+        once every commit handed over landed (else WriterError)."""
+        if writer is not None:
+            if self._overlay is None:
+                self.commit()
+                self._overlay = Overlay(self.env, writer, self._budget)
+        elif self._overlay is not None:
+            self._overlay.close()
+            self._overlay = None
+
+    @property
+    def overlay(self) -> Overlay | None:
+        return self._overlay
+
+    def barrier(self, then) -> None:
+        """Run ``then`` on the loop once every commit made so far landed (now, without a writer)."""
+        if self._overlay is not None:
+            self._overlay.barrier(then)
+        else:
+            then()
 
     def close(self) -> None:
         if self.env is None:
             return
+        if self._overlay is not None:      # its writer stopped (a failed write): what it held is lost
+            self._overlay = None
+            self.env.close()
+            self.env = None
+            raise WriterError("dust store closed with commits handed over and not written")
         self.commit()
         self.env.close()
         self.env = None

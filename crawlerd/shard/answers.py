@@ -148,6 +148,9 @@ class Answers:
         durable = self.intake.links_barrier()
         if durable is not None:
             await durable       # its links kept (intake log, outbox) before the lease completes
+        written = self.near.written()
+        if written is not None:
+            await written       # and its near-duplicate doc (written on the writer thread)
         if edges is not None and edges == self._links_flushes:
             self.flush_links()  # its edges still wait for the iteration's end: they go now
 

@@ -188,6 +188,11 @@ class DustGate:
             self.learner.commit()       # writes what changed since, then commits
         part(0)
 
+    def attach_writer(self, writer) -> None:
+        """The learner's store commits on ``writer`` (a ``WriteThread``) from now on; None: detach
+        (every commit handed over must have landed)."""
+        self.learner.store.attach_writer(writer)
+
     def close(self) -> None:
         self._committing = None
         self.final = self.stats()

@@ -335,6 +335,10 @@ class Shard:
         self.recrawl.attach_writer(self.writer)
         if self.budgets is not None:
             self.budgets.attach_writer(self.writer)
+        # DUST's store and the near-duplicate docs: theirs too (and their fsyncs)
+        if self.dust is not None:
+            self.dust.attach_writer(self.writer)
+        self.near.attach_writer(self.writer)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -483,6 +487,9 @@ class Shard:
             await self.fetcher.close(grace)
         await self.tasks.finish(grace + 10.0)
         await self.pool.close()
+        if self.writer is not None:     # no question after the pool: its docs written, then closed here
+            await self._written()
+            self.near.attach_writer(None)
         self._safely("near-duplicate index", self.near.close)
         if self.runner is not None:
             self._safely("frontier", self.runner.abandon_all)
@@ -513,12 +520,16 @@ class Shard:
         if self.writer is not None:
             # nothing hands over after this point: write everything, then the stores close here
             self._safely("recrawl", functools.partial(self.recrawl.commit, flush=False))
+            if self.dust is not None:
+                self._safely("dust", self.dust.commit)
             self.writer.close()
             self.robots.attach_writer(None)
             self.digests.attach_writer(None)
             self.frontier.attach_writer(None)
             await asyncio.sleep(0)      # its last callbacks (overlays emptied)
             self._safely("recrawl", functools.partial(self.recrawl.attach_writer, None))
+            if self.dust is not None:
+                self._safely("dust", functools.partial(self.dust.attach_writer, None))
         self._safely("frontier", self.frontier.commit)
         self.ops.keep_final_stats("frontier")
         self._safely("frontier", self.frontier.close)
@@ -533,6 +544,16 @@ class Shard:
         if self.resolver is not None:
             self._save_dns(now=True)
             await self.resolver.close()
+
+    async def _written(self) -> None:
+        """Wait until everything handed to the writer so far is written (at once if it stopped)."""
+        done = asyncio.get_running_loop().create_future()
+        try:
+            self.writer.barrier(lambda: done.done() or done.set_result(None))
+        except WriterError:
+            return
+        while not done.done() and self.writer.error is None:      # a failed write runs no barrier
+            await asyncio.wait({done}, timeout=0.05)
 
     def _safely(self, what: str, step) -> None:
         try:

@@ -13,6 +13,8 @@ stores use (``get``, ``put``, ``delete``, ``stat``; cursors with ``first``, ``se
   landed; an ordered read (a cursor) merges the view's keys (kept sorted when a cursor needs
   them) with the committed table's, so the loop reads exactly what a write transaction of its
   own would hold;
+- ``drop(db)`` empties a table (py-lmdb's ``drop(db, delete=False)``): until the layer that dropped
+  it lands, the loop reads nothing of that table's last commit, only what was written after the drop;
 - ``commit(then)`` closes the layer and hands it to the :class:`~crawlerd.store.writer.WriteThread`:
   the thread applies every layer of its group in one write transaction (deletes, then sorted
   puts per table) and commits; ``then`` runs on the loop after that commit, when the layer's keys
@@ -81,6 +83,8 @@ class Overlay:
         self._sorted: dict[Any, list[bytes]] = {}
         self._fresh: dict[Any, list[bytes]] = {}
         self._layer: dict[Any, dict[bytes, bytes | None]] = {}
+        self._dropped: set = set()                    # tables the open layer emptied (before its writes)
+        self._cleared: dict[Any, int] = {}            # table -> the last layer not landed that emptied it
         self._lid = 0
         self._landing: deque[tuple[int, dict]] = deque()
         self.layers = 0
@@ -104,6 +108,8 @@ class Overlay:
             e = v.get(key)
             if e is not None:
                 return default if e[0] is None else e[0]
+        if db in self._cleared:
+            return default             # emptied by a layer not landed yet: the last commit does not count
         c = self._caches.get(db) if self._caches else None
         if c is None:
             return self.base().get(key, default, db=db)
@@ -155,6 +161,25 @@ class Overlay:
         """Delete ``key`` (a key not stored costs the writer a failed delete; True either way)."""
         return self.put(key, None, db=db)
 
+    def drop(self, db, delete: bool = False) -> None:
+        """Empty ``db`` (it stays open; ``delete=True`` is not supported here)."""
+        if delete:
+            raise ValueError("an overlay empties a table, it does not delete it")
+        self._layer.pop(db, None)       # writes before the drop are moot
+        self._dropped.add(db)
+        self._cleared[db] = self._lid
+        self._view[db] = {}
+        if db in self._sorted:
+            self._sorted[db] = []
+            self._fresh[db] = []
+        c = self._caches.get(db) if self._caches else None
+        if c is not None:
+            c.clear()
+
+    def cleared(self, db) -> bool:
+        """True while a layer that emptied ``db`` has not landed (the table's last commit is moot)."""
+        return db in self._cleared
+
     def view(self, db) -> dict[bytes, tuple[bytes | None, int]]:
         """Key -> (value, None when deleted; layer) of ``db``'s keys written and not landed yet."""
         return self._view.get(db) or {}
@@ -199,22 +224,23 @@ class Overlay:
     @property
     def dirty(self) -> bool:
         """Writes since the last ``commit``."""
-        return bool(self._layer)
+        return bool(self._layer) or bool(self._dropped)
 
     def commit(self, then: Callable[[], None] | None = None, *, sync: bool = False) -> None:
         """Hand what was written since the last commit to the writer; ``then`` runs on the loop once
         it is committed (``sync``: and fdatasync'd). Nothing written and nothing to run: no-op."""
-        layer = self._layer
-        if not layer and then is None and not sync:
+        layer, dropped = self._layer, self._dropped
+        if not layer and not dropped and then is None and not sync:
             return
         lid = self._lid
         self._layer = {}
+        self._dropped = set()
         self._lid += 1
         self._landing.append((lid, layer))
         self.layers += 1
         # split and sorted here, so the writer thread runs C calls only (it holds the GIL the loop
         # wants for any Python work it does)
-        ops = []
+        ops = [(db, None, ()) for db in dropped]        # emptied first: the layer's writes came after
         for db, changes in layer.items():
             dels = [k for k, v in changes.items() if v is None]
             puts = sorted((k, v) for k, v in changes.items() if v is not None)
@@ -249,7 +275,7 @@ class Overlay:
             for ops, want_sync in items:
                 sync = sync or want_sync
                 if limit:
-                    charge = self._per_write * sum(len(dels) + len(puts) for _, dels, puts in ops)
+                    charge = self._per_write * sum(len(dels or ()) + len(puts) for _, dels, puts in ops)
                     if used and used + charge > limit:
                         txn.commit()
                         self.txns += 1
@@ -258,6 +284,9 @@ class Overlay:
                         used = 0
                     used += charge
                 for db, dels, puts in ops:
+                    if dels is None:
+                        txn.drop(db, delete=False)
+                        continue
                     delete = txn.delete
                     for k in dels:
                         delete(k, db=db)
@@ -290,6 +319,8 @@ class Overlay:
         if first != lid:
             raise AssertionError(f"overlay layers landed out of order: {first} != {lid}")
         caches = self._caches
+        for db in [db for db, cleared_by in self._cleared.items() if cleared_by == lid]:
+            del self._cleared[db]       # the table's last commit is the emptied one from now on
         for db, ops in layer.items():
             v = self._view[db]
             c = caches.get(db) if caches else None
@@ -314,7 +345,7 @@ class Overlay:
 
     def close(self) -> None:
         """Detach: everything must have been committed and landed (else WriterError: not written)."""
-        if self._layer or self._landing:
+        if self._layer or self._dropped or self._landing:
             raise WriterError(f"{len(self._landing)} overlay layers not written, uncommitted writes: "
                               f"{bool(self._layer)}")
         if self._rtxn is not None:
@@ -357,7 +388,7 @@ class OverlayCursor:
         if bc is None:
             bc = self._bc = o.base().cursor(db=db)
         bkey = None
-        found = bc.set_range(k)
+        found = not o.cleared(db) and bc.set_range(k)
         while found:
             key = bc.key()
             if key in view or (after and key == k):     # the view decides for its keys

@@ -2,6 +2,7 @@
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -258,3 +259,138 @@ def test_closed_store_refuses_save(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         nd.save()
     assert os.path.isdir(tmp_path / "near")
+
+
+# -- on the writer thread ---------------------------------------------------------------------------
+
+def test_on_a_writer_thread_batches_answer_as_the_model_and_the_loop_writes_nothing(tmp_path):
+    """With a writer attached, batches answer as the model while their docs land at random moments
+    (a page matches a doc handed over and not written yet), every write transaction is begun on the
+    writer thread, ``save``'s fsync there too, and once written the store reopens with every doc."""
+    import asyncio
+    import threading
+
+    from crawlerd.store.writer import WriteThread
+    from tests.frontier.test_budgets import RecordingEnv
+
+    rng = random.Random(13)
+    model = Model(3)
+    items = list(stream(rng, 1500))
+
+    async def go():
+        nd = NearDuplicates(tmp_path, tail_capacity=16)
+        env = nd._env = RecordingEnv(nd._env)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        nd.attach_writer(writer)
+        env.recording = True
+        i = pending_seen = 0
+        while i < len(items):
+            n = rng.randrange(1, 40)
+            with nd.batch():
+                for fp, url, host in items[i:i + n]:
+                    assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url), i
+            pending_seen = max(pending_seen, nd.pending)
+            i += n
+            if rng.random() < 0.1:
+                nd.save()
+            if rng.random() < 0.5:
+                await asyncio.sleep(0.003 * rng.random())       # docs land meanwhile, or not
+        done = asyncio.get_running_loop().create_future()
+        writer.barrier(lambda: done.set_result(None))
+        await done
+        assert nd.pending == 0 and pending_seen > 0
+        nd.attach_writer(None)
+        writer.close()
+        env.recording = False
+        assert env.write_threads and threading.get_ident() not in env.write_threads
+        assert len(nd) == len(model.docs) == nd.next_id
+        nd._env = env._env
+        nd.close()
+
+    asyncio.run(go())
+    with NearDuplicates(tmp_path) as nd:
+        assert nd.next_id == len(model.docs)
+        for doc, (_fp, url) in enumerate(model.docs):
+            assert nd.url_of(doc) == url
+        for fp, url, host in list(stream(random.Random(14), 300)):
+            assert nd.check_and_add(fp, url, host) == model.check_and_add(fp, url)
+
+
+def test_kill_9_with_a_writer_keeps_the_docs_that_were_written(tmp_path):
+    """kill -9 with a writer: every doc whose batch was written survives (and is matched after the
+    restart); the docs handed over and not written are the only loss, and their ids are not reused
+    for docs the index holds (the store reopens consistent)."""
+    script = textwrap.dedent(f"""
+        import asyncio, random, sys
+        from crawlerd.dedup.near import NearDuplicates
+        from crawlerd.store.writer import WriteThread
+
+        async def main():
+            nd = NearDuplicates({str(tmp_path)!r})
+            writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+            nd.attach_writer(writer)
+            rng = random.Random(3)
+            with nd.batch():
+                for i in range(50):
+                    assert nd.check_and_add(rng.getrandbits(64), f"http://a.test/{{i}}", "http://a.test") == ""
+            done = asyncio.get_running_loop().create_future()
+            writer.barrier(lambda: done.set_result(None))
+            await done                          # written
+            writer.hold()                       # the next batch is handed over and never written
+            with nd.batch():
+                for i in range(50, 60):
+                    assert nd.check_and_add(rng.getrandbits(64), f"http://a.test/{{i}}", "http://a.test") == ""
+            await asyncio.sleep(0.05)
+            print("ready", nd.pending, flush=True)
+            sys.stdin.read()
+
+        asyncio.run(main())
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        line = child.stdout.readline()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert line == b"ready 10\n"
+    rng = random.Random(3)
+    fps = [rng.getrandbits(64) for _ in range(60)]
+    with NearDuplicates(tmp_path) as nd:
+        assert nd.next_id == 50 and len(nd) == 50
+        for i in (0, 25, 49):
+            assert nd.url_of(i) == f"http://a.test/{i}"
+            assert nd.check_and_add(fps[i] ^ 2, f"http://b.test/{i}", "http://b.test") == f"http://a.test/{i}"
+        assert nd.url_of(55) == ""
+
+
+def test_with_a_writer_written_is_done_only_once_the_docs_handed_over_are_written(tmp_path):
+    """``written()``, which a page's lease completion awaits: pending while the writer holds the
+    batch back, done once it wrote it (and the doc is then on disk), None with nothing pending."""
+    import asyncio
+
+    from crawlerd.store.writer import WriteThread
+
+    async def go():
+        nd = NearDuplicates(tmp_path)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        nd.attach_writer(writer)
+        assert nd.written() is None
+        writer.hold()
+        assert nd.check_and_add(0x0F0F_0F0F_0F0F_0F0F, "http://a.test/1", "http://a.test") == ""
+        first = nd.written()
+        assert nd.check_and_add(0xF0F0_F0F0_F0F0_F0F0, "http://a.test/2", "http://a.test") == ""
+        second = nd.written()
+        await asyncio.sleep(0.05)
+        assert first is not None and not first.done() and not second.done()
+        with nd._env.begin() as txn:
+            assert txn.stat()["entries"] == 0               # not written: nothing to promise yet
+        writer.release()
+        await asyncio.wait_for(second, 5)
+        assert first.done() and nd.written() is None and nd.pending == 0
+        with nd._env.begin() as txn:
+            assert txn.stat()["entries"] == 2
+        nd.attach_writer(None)
+        writer.close()
+        nd.close()
+
+    asyncio.run(go())

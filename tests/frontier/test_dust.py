@@ -3,6 +3,7 @@ persistence and bounds (crawlerd.frontier.dust, dust_evidence, dust_rules, dust_
 
 import hashlib
 import random
+import textwrap
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -585,3 +586,167 @@ def test_host_records_written_back_from_the_cache_keep_the_tables_exact_through_
     s.reopen()
     check_host_tables(s.learner.store)
     s.learner.close()
+
+
+# -- on the writer thread ---------------------------------------------------------------------------
+
+def dump_store(store):
+    """Every table of a DUST store (committed state), for comparing two stores."""
+    out = {}
+    with store.env.begin() as txn:
+        for name, db in [("hosts", store._hosts), ("lru", store._lru), ("arch0", store._arch[0]),
+                         ("arch1", store._arch[1]), ("skips", store._skips), ("meta", store._meta)]:
+            out[name] = dict(txn.cursor(db=db))
+    return out
+
+
+@pytest.mark.parametrize("filter_bytes", [0, 4 << 20])
+def test_on_a_writer_thread_the_store_answers_as_with_its_own_transaction_and_the_loop_writes_nothing(
+        tmp_path, monkeypatch, filter_bytes):
+    """The same pages, admissions, skips and commits on a learner with its own write transaction and
+    on one whose store commits on a writer thread, landing at random moments (read through the
+    overlay meanwhile): the same decisions and changes throughout (rules trusted and retired, skips
+    requeued, host records evicted, archived generations dropped), the same tables once the last
+    commit landed, and every write transaction begun on the writer thread, none on the loop's.
+    Without the archived set's filters every look-up reads the table (a dropped generation's
+    entries must not answer before the drop landed)."""
+    import asyncio
+    import types
+
+    from crawlerd.frontier import dust_evidence
+    from crawlerd.store.writer import WriteThread
+    from tests.frontier.test_budgets import RecordingEnv
+
+    # one time for both learners (evidence carries it into the host records, and so their sizes)
+    monkeypatch.setattr(dust_evidence, "time", types.SimpleNamespace(time=lambda: 1.7e9))
+    changed = set()
+
+    def content(url):
+        return url if url in changed else tracking_content(url)
+
+    # small bounds: host records evicted, the archived set's generations turned over (max_archived 1024)
+    kw = dict(confirmations=2, sample_share=0.05, window=8, max_bytes=128 << 10, max_host_bytes=4 << 10,
+              cache_hosts=16, cache_bytes=48 << 10, write_buffer_bytes=16 * 4096, clock=lambda: 1.7e9,
+              archived_filter_bytes=filter_bytes)
+
+    async def go():
+        plain = Site(str(tmp_path / "a"), content, **kw)
+        threaded = Site(str(tmp_path / "b"), content, **kw)
+        store = threaded.learner.store
+        env = store.env = RecordingEnv(store.env)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        store.attach_writer(writer)
+        ov, drops = store.overlay, []
+        ov.drop = lambda db, delete=False, drop=ov.drop: (drops.append(db), drop(db, delete))
+        env.recording = True
+        both = (plain, threaded)
+        rng = random.Random(7)
+        hosts = [f"http://h{i}.example" for i in range(400)]
+        landed = []
+        for step in range(4000):
+            op = rng.random()
+            h = rng.choice(hosts[:20] if rng.random() < 0.6 else hosts)     # a few busy hosts learn rules
+            page = f"{h}/p/{rng.randrange(30)}.html"
+            if op < 0.55:
+                url = page if rng.random() < 0.5 else f"{page}?utm_source=s{step}"
+                if rng.random() < 0.01:
+                    changed.add(url)                # the site answers differently: a rule retired
+                simhash = rng.getrandbits(64)
+                got = [s.fetch(url, simhash=simhash) for s in both]
+                assert got[0] == got[1], step
+            elif op < 0.85:
+                url = f"{page}?utm_source=a{step}"
+                d = [s.admit(url) for s in both]
+                assert d[0] == d[1], step
+                if d[0].action == SKIP:
+                    for s in both:
+                        s.learner.skipped(h, d[0], f"rec-{step}".encode())
+            elif op < 0.93:
+                plain.learner.commit()
+                threaded.learner.commit(then=lambda step=step: landed.append(step))
+            else:
+                await asyncio.sleep(0.003 * rng.random())   # commits land meanwhile, or not
+            if step % 50 == 0:
+                assert plain.learner.stats() == threaded.learner.stats(), step
+        done = asyncio.get_running_loop().create_future()
+        plain.learner.commit()
+        threaded.learner.commit(then=lambda: done.set_result(None))
+        await done
+        env.recording = False
+        assert landed == sorted(landed) and len(landed) > 50        # landed, in commit order
+        # the archived set turned over twice at least: a generation holding entries was dropped
+        assert len(drops) >= 2
+        assert plain.learner.store.meta["gen_count"] == store.meta["gen_count"]
+        assert plain.learner.store.meta["evicted_hosts"] > 0 and plain.learner.stats()["rules_learned_total"] > 0
+        assert dump_store(plain.learner.store) == dump_store(store)
+        store.attach_writer(None)
+        writer.close()
+        assert env.write_threads and threading.get_ident() not in env.write_threads
+        assert store.overlay is None
+        for s in both:
+            s.reopen()
+        assert dump_store(plain.learner.store) == dump_store(threaded.learner.store)
+        assert plain.learner.stats() == threaded.learner.stats()
+        for s in both:
+            s.learner.close()
+
+    import threading
+    asyncio.run(go())
+
+
+CHILD_DUST = textwrap.dedent("""
+    import asyncio, sys
+    from crawlerd.frontier.dust_store import DustStore, URL
+    from crawlerd.store.writer import WriteThread
+
+    async def main():
+        s = DustStore({path!r}, max_bytes=64 << 20, max_host_bytes=16 << 10)
+        writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.001)
+        s.attach_writer(writer)
+        s.put_host("a", {{"rules": ["landed"]}})
+        s.log_skip("a", "?x", b"skip-a", 0)
+        for fp in range(1, 200):
+            s.add_archived(fp, URL)
+        done = asyncio.get_running_loop().create_future()
+        s.commit(then=lambda: done.set_result(None))
+        await done                              # landed: what a then would acknowledge
+        writer.hold()                           # the next commit is handed over and never written
+        s.put_host("b", {{"rules": ["not landed"]}})
+        s.put_host("a", {{"rules": ["changed, not landed"]}})
+        s.pop_skips("a", "?x")
+        for fp in range(200, 400):
+            s.add_archived(fp, URL)
+        s.commit()
+        await asyncio.sleep(0.05)
+        print("ready", s.overlay.pending, flush=True)
+        sys.stdin.read()
+
+    asyncio.run(main())
+""")
+
+
+def test_kill_9_with_a_writer_keeps_the_dust_commits_that_landed(tmp_path):
+    """A DUST commit handed to the writer is promised once it landed: kill -9 keeps it whole (host
+    record, skip log, archived set), and a commit handed over and not written is lost whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from crawlerd.frontier.dust_store import DustStore
+    path = str(tmp_path / "d")
+    child = subprocess.Popen([sys.executable, "-c", CHILD_DUST.format(path=path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        line = child.stdout.readline()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert line == b"ready 1\n"
+    s = DustStore(path, max_bytes=64 << 20, max_host_bytes=16 << 10)
+    assert s.get_host("a") == {"rules": ["landed"]} and s.get_host("b") is None
+    assert s.pop_skips("a", "?x") == [b"skip-a"]
+    assert all(s.archived(fp) is not None for fp in range(1, 200))
+    assert all(s.archived(fp) is None for fp in range(200, 400))
+    check_host_tables(s)
+    s.close()

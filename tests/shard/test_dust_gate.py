@@ -68,9 +68,9 @@ def test_the_periodic_commit_writes_changed_hosts_over_several_iterations_then_c
                 learner.observe(f"{h}/b", fingerprint(f"{h}/b"), h, hashlib.sha1(b"b").digest(), 0, "")
             real_write(part)
 
-        def commit():
+        def commit(then=None):
             events.append(("commit", len(learner.dirty_hosts()), ticks[0]))
-            real_commit()
+            real_commit(then)
 
         learner.write_hosts, learner.store.commit = write_hosts, commit
         assert len(learner.dirty_hosts()) == 30
