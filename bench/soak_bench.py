@@ -54,6 +54,10 @@ SMALL_CAPS = [
     "dedup.worker_captures_bytes=1048576",  # a worker's own first captures, not yet in the digest set
     "dust.cache_bytes=4194304",             # DUST host states decoded (they grow with each host's pages)
     "robots.cache_bytes=4194304",           # parsed robots.txt rules
+    # the overlays' read caches: recrawl URL states (~400 B a URL: the shipped 16 MiB fills only
+    # after ~80 k pages, past a 10-minute soak's warm-up) and BEAST's host turns (~270 B a host)
+    "recrawl.read_cache_bytes=4194304",
+    "budgets.read_cache_bytes=4194304",
     "dns.cache_bytes=4194304",              # DNS answers
     # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s
     # instead of 30 s keeps that transient batch, and so the noise on the fitted slopes, small
@@ -296,7 +300,7 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
 
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count past its peak, at least ``min_fraction`` of the samples behind us (the caps
+    active-host count past its peak, the RAM caps that fill full (``caps_full``), at least ``min_fraction`` of the samples behind us (the caps
     fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
     pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
     the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
@@ -311,12 +315,29 @@ def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_f
         return 0
     peak = max(s["hosts_active"] for s in samples)
     at_peak = next(i for i, s in enumerate(samples) if s["hosts_active"] >= 0.95 * peak)
-    start = max(at_peak, int(len(samples) * min_fraction))
+    start = max(at_peak, int(len(samples) * min_fraction), caps_full(samples))
     min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
         if i >= start and s["hosts_total"] >= hosts and s["pages"] >= min_pages:
             return i
     return len(samples)
+
+
+CAP_FULL = 0.9      # a bounded component holding this share of its cap is full
+
+
+def caps_full(samples: list[dict]) -> int:
+    """Index of the first sample from which every bounded component that fills in this run (holds
+    ``CAP_FULL`` of its cap at some sample: `crawlerd stats` memory) has filled: until then its
+    growth is a cap filling, not growth without a cap. A component that never comes near its cap
+    in the run (a sawtooth, a cache the crawl does not need whole) does not hold the warm-up back."""
+    firsts = []
+    for name in {k for s in samples for k in s.get("components_full", {})}:
+        full = [i for i, s in enumerate(samples) if (c := s.get("components_full", {}).get(name))
+                and c.get("cap_bytes") and c["bytes"] >= CAP_FULL * c["cap_bytes"]]
+        if full:
+            firsts.append(full[0])
+    return max(firsts, default=0)
 
 
 def heap_fits(after: list[dict], pages: list[float]) -> dict:
