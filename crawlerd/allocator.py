@@ -165,7 +165,7 @@ def pymalloc_stats() -> dict[str, int]:
     (``available``), and the total the arenas take. Arenas are returned only when wholly empty,
     so ``arenas`` can stay high while ``allocated`` falls: that is fragmentation, not a leak."""
     try:
-        fn = ctypes.pythonapi._PyObject_DebugMallocStats
+        fn = ctypes.pythonapi._PyObject_DebugMallocStats  # noqa: SLF001 (a C API function of CPython)
     except AttributeError:
         return {}
     fn.argtypes = [ctypes.c_void_p]
