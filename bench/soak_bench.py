@@ -54,12 +54,17 @@ SMALL_CAPS = [
     "dedup.worker_captures_bytes=1048576",  # a worker's own first captures, not yet in the digest set
     "dust.cache_bytes=4194304",             # DUST host states decoded (they grow with each host's pages)
     "robots.cache_bytes=4194304",           # parsed robots.txt rules
+    # the overlays' read caches: recrawl URL states (~400 B a URL: the shipped 16 MiB fills only
+    # after ~80 k pages, past a 10-minute soak's warm-up) and BEAST's host turns (~270 B a host)
+    "recrawl.read_cache_bytes=4194304",
+    "budgets.read_cache_bytes=4194304",
     "dns.cache_bytes=4194304",              # DNS answers
     # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s
     # instead of 30 s keeps that transient batch, and so the noise on the fitted slopes, small
     "drum.max_age_s=5",
     "budgets.edge_max_age_s=5",
 ]
+DIAG_ENV = "CRAWLERD_MEMDIAG"   # crawlerd/allocator.py: `stats` malloc.diag (both allocators' arenas)
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 
 
@@ -113,6 +118,30 @@ def smaps_groups(pid: int, data_dir: str) -> dict[str, int] | None:
     return out
 
 
+def anon_regions(pid: int, min_rss_bytes: int = 128 << 10) -> list[list[int]] | None:
+    """Each anonymous mapping of one process (brk heap included) with at least ``min_rss_bytes``
+    resident: ``[start address, size, Rss]`` in bytes (``--diag``: which region grows: a thread's
+    malloc arena is a 64 MiB-aligned reservation, Python's arenas 1 MiB maps, large blocks their own)."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out, cur = [], None
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5].strip() if len(head) > 5 else ""
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            cur = [lo, hi - lo] if (not name or name == "[heap]" or name.startswith("[anon")) else None
+        elif cur is not None and line.startswith("Rss:"):
+            rss = int(line.split()[1]) * 1024
+            if rss >= min_rss_bytes:
+                out.append([*cur, rss])
+            cur = None
+    return out
+
+
 def daemon_stats(sock: str) -> dict | None:
     """The daemon's `stats` reply (what `crawlerd stats --json` prints), None while it does not answer."""
     from crawlerd import control
@@ -128,7 +157,7 @@ def seen_unique(st: dict) -> int:
     return int(st.get("frontier", {}).get("added", 0)) + int(st.get("counters", {}).get("budget_deferred", 0))
 
 
-def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
+def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str, diag: bool = False) -> dict:
     workers = sorted(int(k.split("-", 1)[1]) for k in st.get("cpu_by_process_s", {}) if k.startswith("worker-"))
     fr = st.get("frontier", {})
     counters = st.get("counters", {})
@@ -147,7 +176,8 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str) -> dict:
             "mem": {k: v for k, v in mem.items() if v is not None}, "malloc": st.get("malloc", {}),
             "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
                                 for k, v in st.get("memory", {}).items()},
-            "crawl_maps": smaps_groups(crawl_pid, data_dir) or {}}
+            "crawl_maps": smaps_groups(crawl_pid, data_dir) or {},
+            **({"crawl_regions": anon_regions(crawl_pid) or []} if diag else {})}
 
 
 def du_bytes(path: str) -> int:
@@ -182,7 +212,7 @@ def crawl_command(data_dir: str, seeds: str, seconds: float, static_hosts: dict[
 
 
 def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, workers: int,
-         extra: list[str], log=None) -> dict:
+         extra: list[str], log=None, diag: bool = False) -> dict:
     """Crawl ``sim`` for ``seconds``, sampling every ``interval_s``; the samples and the run's end state."""
     os.makedirs(data_dir, exist_ok=True)
     seeds = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "soak-seeds.txt")
@@ -194,7 +224,8 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
     samples: list[dict] = []
     t0 = time.monotonic()
     with open(err_path, "w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+        env = dict(os.environ, **({DIAG_ENV: "1"} if diag else {}))
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
         try:
             next_at = t0 + interval_s
             hard_stop = t0 + seconds + STOP_GRACE_S
@@ -204,7 +235,7 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
                 st = daemon_stats(sock)
                 if st is None or st.get("state") != "running":
                     continue
-                s = take_sample(time.monotonic() - t0, proc.pid, st, data_dir)
+                s = take_sample(time.monotonic() - t0, proc.pid, st, data_dir, diag)
                 samples.append(s)
                 if log is not None:
                     log(s)
@@ -269,7 +300,7 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
 
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
-    active-host count past its peak, at least ``min_fraction`` of the samples behind us (the caps
+    active-host count past its peak, the RAM caps that fill full (``caps_full``), at least ``min_fraction`` of the samples behind us (the caps
     fill with the first few hundred thousand URLs) and at least ``min_pages_fraction`` of the run's
     pages fetched. Pages start only after the robots.txt round (two minutes on a loaded box), and
     the processes' own fills (the LMDB stores' page buffers, a worker's parser and capture caches)
@@ -284,12 +315,29 @@ def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_f
         return 0
     peak = max(s["hosts_active"] for s in samples)
     at_peak = next(i for i, s in enumerate(samples) if s["hosts_active"] >= 0.95 * peak)
-    start = max(at_peak, int(len(samples) * min_fraction))
+    start = max(at_peak, int(len(samples) * min_fraction), caps_full(samples))
     min_pages = min_pages_fraction * samples[-1]["pages"]
     for i, s in enumerate(samples):
         if i >= start and s["hosts_total"] >= hosts and s["pages"] >= min_pages:
             return i
     return len(samples)
+
+
+CAP_FULL = 0.9      # a bounded component holding this share of its cap is full
+
+
+def caps_full(samples: list[dict]) -> int:
+    """Index of the first sample from which every bounded component that fills in this run (holds
+    ``CAP_FULL`` of its cap at some sample: `crawlerd stats` memory) has filled: until then its
+    growth is a cap filling, not growth without a cap. A component that never comes near its cap
+    in the run (a sawtooth, a cache the crawl does not need whole) does not hold the warm-up back."""
+    firsts = []
+    for name in {k for s in samples for k in s.get("components_full", {})}:
+        full = [i for i, s in enumerate(samples) if (c := s.get("components_full", {}).get(name))
+                and c.get("cap_bytes") and c["bytes"] >= CAP_FULL * c["cap_bytes"]]
+        if full:
+            firsts.append(full[0])
+    return max(firsts, default=0)
 
 
 def heap_fits(after: list[dict], pages: list[float]) -> dict:
@@ -466,6 +514,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--check-ledger", action="store_true",
                    help="also check politeness/robots on simweb's ledger and verify the WARC (json_out)")
     p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
+    p.add_argument("--diag", action="store_true",
+                   help="diagnosis: each sample also holds the crawl process's anonymous mappings one by one "
+                        "and its allocators' arenas (CRAWLERD_MEMDIAG); slower stats, not for a measured run")
     p.add_argument("-s", "--set", action="append", default=[], dest="sets", help="extra config override")
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5 \
@@ -525,7 +576,7 @@ def run_once(args: argparse.Namespace, data_dir: str) -> dict:
                        max_pages=args.max_pages) as sim:
         print(HEADER, flush=True)
         result = soak(sim, data_dir, args.seconds, args.interval, args.caps, args.workers, args.sets,
-                      log=lambda s: print(sample_row(s), flush=True))
+                      log=lambda s: print(sample_row(s), flush=True), diag=args.diag)
         if args.check_ledger:
             try:
                 result["checks"] = ledger_checks(sim, data_dir)

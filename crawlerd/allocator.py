@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import re
 import sys
+import tempfile
 import time
 
 # mallopt(3) parameters (glibc malloc.h)
@@ -122,9 +125,85 @@ class Trimmer:
         """Heap numbers with the trims' count and cost (`crawlerd stats`: ``malloc``), and
         ``py_blocks``: the memory blocks Python's allocator holds (growth there is Python objects;
         growth of the C heap without it is C allocations: LMDB, curl, the native kernels)."""
-        return {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
-                "trim_ms_total": round(self.total_ms, 3), "trim_interval_s": self.interval_s,
-                "anon_after_trim": self.anon_after, "py_blocks": sys.getallocatedblocks()}
+        out = {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
+               "trim_ms_total": round(self.total_ms, 3), "trim_interval_s": self.interval_s,
+               "anon_after_trim": self.anon_after, "py_blocks": sys.getallocatedblocks()}
+        if os.environ.get(DIAG_ENV):
+            out["diag"] = allocator_diag()
+        return out
+
+
+# --- a debug switch: where the private memory sits, allocator by allocator -----------------------
+
+DIAG_ENV = "CRAWLERD_MEMDIAG"   # set (non-empty): `stats` malloc.diag, for diagnosis only (walks every pool)
+
+
+def _dump_to_text(call) -> str:
+    """What ``call(FILE*)`` writes to a C stream, read back (through a temp file: no stdio in ctypes)."""
+    if _LIBC is None:
+        return ""
+    fd, path = tempfile.mkstemp(prefix="crawlerd-memdiag-")
+    try:
+        _LIBC.fdopen.restype = ctypes.c_void_p
+        _LIBC.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        _LIBC.fclose.argtypes = [ctypes.c_void_p]
+        fp = _LIBC.fdopen(fd, b"w")
+        if not fp:
+            os.close(fd)
+            return ""
+        call(fp)
+        _LIBC.fclose(fp)
+        with open(path) as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
+def pymalloc_stats() -> dict[str, int]:
+    """Python's small-object allocator (CPython's ``_PyObject_DebugMallocStats``): ``arenas`` of
+    1 MiB mapped now and their high-water mark, bytes in blocks handed out, free in used pools
+    (``available``), and the total the arenas take. Arenas are returned only when wholly empty,
+    so ``arenas`` can stay high while ``allocated`` falls: that is fragmentation, not a leak."""
+    try:
+        fn = ctypes.pythonapi._PyObject_DebugMallocStats  # noqa: SLF001 (a C API function of CPython)
+    except AttributeError:
+        return {}
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    text = _dump_to_text(fn)
+    keys = {"arenas allocated current": "arenas", "arenas highwater mark": "arenas_max",
+            "bytes in allocated blocks": "allocated", "bytes in available blocks": "available",
+            "bytes lost to quantization": "quantization"}
+    out = {}
+    for m in re.finditer(r"^# ([a-z ]+?)\s*=\s*([0-9,]+)$", text, re.M):
+        if m.group(1) in keys:
+            out[keys[m.group(1)]] = int(m.group(2).replace(",", ""))
+    return out
+
+
+def arena_stats() -> list[dict[str, int]]:
+    """glibc's arenas one by one (``malloc_info``): each arena's extent (``system``), its free
+    chunks (``free``: fast and other bins) and, last, the blocks mapped alone (``mmap``)."""
+    if _LIBC is None or not hasattr(_LIBC, "malloc_info"):
+        return []
+    _LIBC.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    text = _dump_to_text(lambda fp: _LIBC.malloc_info(0, fp))
+    out = []
+    for nr, body in re.findall(r'<heap nr="(\d+)">(.*?)</heap>', text, re.S):
+        free = sum(int(x) for x in re.findall(r'<total type="(?:fast|rest)" count="\d+" size="(\d+)"/>', body))
+        system = re.search(r'<system type="current" size="(\d+)"/>', body)
+        out.append({"arena": int(nr), "system": int(system.group(1)) if system else 0, "free": free})
+    tail = text.rsplit("</heap>", 1)[-1]
+    mm = re.search(r'<total type="mmap" count="(\d+)" size="(\d+)"/>', tail)
+    if mm:
+        out.append({"mmap_count": int(mm.group(1)), "mmap": int(mm.group(2))})
+    return out
+
+
+def allocator_diag() -> dict:
+    """Both allocators' numbers for `stats` (``CRAWLERD_MEMDIAG``): pymalloc's arenas and glibc's
+    arenas one by one."""
+    return {"pymalloc": pymalloc_stats(), "arenas": arena_stats()}
 
 
 def _rss_anon() -> int | None:

@@ -77,3 +77,36 @@ def test_trim_gives_back_the_free_pages_inside_the_heap():
     assert r["freed"]["heap"] >= 60 * mib                           # the extent did not shrink: 1/16 kept
     assert r["freed_anon"] - r["trimmed_anon"] >= 40 * mib, r       # the trim returned the free pages
     assert r["trimmed"]["in_use"] < 8 * mib                         # 128 blocks of 32 KiB stay live
+
+
+_DIAG_PROBE = """
+import json
+from crawlerd.allocator import allocator_diag
+first = allocator_diag()
+objs = [bytes(200) for _ in range(200_000)]        # ~48 MiB of small objects: pymalloc arenas
+big = bytearray(8 << 20)                            # one block mapped alone (mmap threshold)
+print(json.dumps({"first": first, "then": allocator_diag(), "n": len(objs) + len(big)}))
+"""
+
+
+@needs_glibc
+def test_the_diagnosis_counts_pymalloc_arenas_and_glibc_mapped_blocks():
+    import json
+    out = subprocess.run([sys.executable, "-c", _DIAG_PROBE], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONMALLOC="pymalloc"))
+    r = json.loads(out.stdout)
+    mib = 1 << 20
+    a, b = r["first"], r["then"]
+    assert b["pymalloc"]["allocated"] - a["pymalloc"]["allocated"] >= 40 * mib
+    assert b["pymalloc"]["arenas"] - a["pymalloc"]["arenas"] >= 40           # 1 MiB arenas
+    assert b["pymalloc"]["arenas_max"] >= b["pymalloc"]["arenas"]
+    assert b["arenas"][0]["arena"] == 0 and b["arenas"][0]["system"] > 0     # the main arena
+    assert b["arenas"][-1]["mmap"] - a["arenas"][-1]["mmap"] >= 8 * mib      # the bytearray
+
+
+def test_stats_carry_the_diagnosis_only_when_asked(monkeypatch):
+    from crawlerd.allocator import DIAG_ENV
+    monkeypatch.delenv(DIAG_ENV, raising=False)
+    assert "diag" not in Trimmer(0).stats()
+    monkeypatch.setenv(DIAG_ENV, "1")
+    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas"}

@@ -59,3 +59,18 @@ def test_hosts_running_out_of_urls_late_in_the_run_do_not_empty_the_late_span():
     a = soak.analyse(ss, 100, 0.1, 0.5)
     assert a["late_samples"] > 100
     assert "heap_in_use_slope_b_per_page" in a["procs"]["crawl"]
+
+
+def test_the_warm_up_waits_for_the_caps_that_fill():
+    ss = samples(fill_bytes=0)
+    cap = 4 * MIB
+    for i, s in enumerate(ss):
+        # a cache filling until sample 150, one that never comes near its cap (a sawtooth)
+        s["components_full"] = {"reads": {"bytes": min(i, 150) * cap // 150, "cap_bytes": cap},
+                                "delta": {"bytes": (i % 10) * cap // 20, "cap_bytes": cap}}
+    assert 0.85 * 150 < soak.caps_full(ss) <= 150                        # the filling one, once full
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    assert a["warmup_samples"] == soak.caps_full(ss)
+    for s in ss:
+        del s["components_full"]
+    assert soak.analyse(ss, 100, 0.1, 0.5)["warmup_samples"] == 30      # the share of samples alone
