@@ -23,7 +23,7 @@ from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore
+from crawlerd.frontier.budgets.store import BudgetStore, domain_key
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.hosts import host_key as host_key_of
@@ -138,6 +138,18 @@ class Budgets:
         ``host_key``: the URL's, when the caller has it already."""
         hk = host_key_of(url) if host_key is None else host_key
         return self.beast.offer(_pld_of_host_key(hk), record, fp, hk)
+
+    def offer_many(self, records: list[bytes], fps: list[int], host_keys: list[str]) -> list[bool]:
+        """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
+        with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
+        a host's domain key is looked up once per run of its URLs."""
+        dks: list[bytes] = []
+        last, dk = None, b""
+        for hk in host_keys:
+            if hk != last:
+                last, dk = hk, domain_key(_pld_of_host_key(hk))
+            dks.append(dk)
+        return self.beast.offer_many(dks, records, fps, host_keys)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
