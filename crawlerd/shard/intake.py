@@ -326,9 +326,11 @@ class Intake:
                         rules = entry.rules if entry is not None and entry.ok else None
                         if rules is not None and not rules.rule_count:
                             rules = None        # nothing disallowed
-            if rules is not None and not rules.allowed(url):
-                self.denied(url)                # robots.txt decides at admission
-                continue
+            if rules is not None:
+                path = url[n:]                  # the path and query: rules need no parse of the URL
+                if not rules.allowed(path if path[:1] == "/" and path[1:2] != "/" else url):
+                    self.denied(url)            # robots.txt decides at admission
+                    continue
             fresh.append((r.key, aux, *head, url, hk))
         if self.admission is not None and fresh:
             fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
