@@ -57,6 +57,7 @@ COMMIT_ANSWERS = 8192
 # readmit_batch (1,000) at once held the loop 25-35 ms in the frontier's add and commit
 READMIT_SLICE = 200
 
+_ROBOTS_DENIED = Outcome.ROBOTS_DENIED.value
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
 
@@ -370,9 +371,9 @@ class Intake:
 
     def denied(self, url: str) -> None:
         """A unique URL its host's robots.txt disallows: dropped at admission, counted, one event."""
-        self.metrics.dropped[Outcome.ROBOTS_DENIED.value] += 1
+        self.metrics.dropped[_ROBOTS_DENIED] += 1
         if self.on_dropped is not None:
-            self.on_dropped(url, Outcome.ROBOTS_DENIED.value)
+            self.on_dropped(url, _ROBOTS_DENIED)
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:
