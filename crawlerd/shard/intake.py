@@ -404,10 +404,13 @@ class Intake:
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)
         if recs:
             items = []
+            hk, n = "", 0           # a pass hands out a domain's URLs together: hosts repeat
             for rec in recs:
                 depth, hops, priority, url = decode_aux(rec)
-                items.append(QueuedURL(url=url, host_key=host_key(url), priority=priority, depth=depth,
-                                       hops=hops, fp=fingerprint(url)))
+                if not (url.startswith(hk) and url.startswith("/", n)):
+                    hk = host_key(url)
+                    n = len(hk)
+                items.append(QueuedURL(url, hk, priority, depth, hops, fingerprint(url)))
             self.frontier.add(items)
             b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)
