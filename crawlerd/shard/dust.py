@@ -73,8 +73,8 @@ class DustGate:
     # -- intake ------------------------------------------------------------------------------
     def admit(self, fresh: list[tuple]) -> list[tuple]:
         """(fp, aux, depth, hops, priority, url, host key) of URLs the seen-set found new -> those to queue."""
-        fps, _aux, depths, hops, _priority, urls, _hk = zip(*fresh, strict=True)
-        decisions = self.learner.admit_batch(urls, fps, depths, hops)
+        fps, _aux, depths, hops, _priority, urls, hosts = zip(*fresh, strict=True)
+        decisions = self.learner.admit_batch(urls, fps, depths, hops, hosts)
         if decisions.count(_AS_IS) == len(decisions):
             return fresh                            # nearly always: nothing to skip, defer or probe
         out = []

@@ -304,7 +304,7 @@ class Intake:
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
         rules = None                # the host's usable robots rules, if they disallow anything
         heads: dict[tuple[bytes, bytes, bytes], tuple[int, int, int]] = {}
-        hk, n = "", 0               # the last URL's host key and its length
+        hk, n, prefix = "", 0, "\0"  # the last URL's host key, its length, and it with the path's "/"
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -318,10 +318,10 @@ class Intake:
             if head is None:
                 head = heads[d, h, p] = (int(d), int(h), int(p))
             url = u.decode()
-            if not (url.startswith(hk) and url.startswith("/", n)):     # not on the last URL's host?
+            if not url.startswith(prefix):             # not on the last URL's host?
                 key = host_key(url)
                 if key != hk:
-                    hk, n = key, len(key)
+                    hk, n, prefix = key, len(key), key + "/"
                     if robots is not None:
                         entry = robots.get(hk, now)
                         rules = entry.rules if entry is not None and entry.ok else None
@@ -404,12 +404,12 @@ class Intake:
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)
         if recs:
             items = []
-            hk, n = "", 0           # a pass hands out a domain's URLs together: hosts repeat
+            hk, prefix = "", "\0"   # a pass hands out a domain's URLs together: hosts repeat
             for rec in recs:
                 depth, hops, priority, url = decode_aux(rec)
-                if not (url.startswith(hk) and url.startswith("/", n)):
+                if not url.startswith(prefix):
                     hk = host_key(url)
-                    n = len(hk)
+                    prefix = hk + "/"
                 items.append(QueuedURL(url, hk, priority, depth, hops, fingerprint(url)))
             self.frontier.add(items)
             b.commit()     # after the frontier: a crash in between readmits twice, never loses
