@@ -1,7 +1,8 @@
 """The budget stage of one shard: STAR in-degrees, BEAST queues, and the domain-edge DRUM on its thread.
 
-The shard talks to this class only: ``offer`` at intake, ``record_links`` after a page, ``readmit``
-from its periodic step, ``refund`` for URLs the frontier dropped, ``add_root`` for seeds. The edge
+The shard talks to this class only: ``offer_many`` at intake (``offer`` one URL at a time),
+``record_links`` after a page, ``readmit`` from its periodic step, ``refund`` for URLs the
+frontier dropped, ``add_root`` for seeds. The edge
 DRUM is a :class:`crawlerd.seen.AsyncSeenSet`, so its merges never stall the event loop; its
 answers are applied to the graph on the loop and acknowledged after the commit that holds them.
 """
