@@ -3,7 +3,9 @@
 A crawl-shaped stream of answers (``--hosts`` hosts, each its own registered domain like simweb's
 ``h{i}.sim``; a page's links: 15 on its own host, 2 on other hosts; half of the answers unique)
 goes through ``Intake.on_seen_results`` in deliveries of 8,192 answers, the way the seen-set's
-pump hands them over, with budgets on (the shipped rule and probation) and robots and DUST off.
+pump hands them over, with budgets on (the shipped rule and probation); robots (``--robots``:
+every host's rules ``Disallow: /private/``, 2% of the links there) and DUST (``--dust``: the shipped
+learner behind the shard's gate) off unless asked for.
 After warm-up deliveries (and 3,000 seed answers, the trust roots), ``--deliveries`` are timed:
 process CPU per answer and per unique answer, and the budget and frontier commits they took.
 Nothing is fetched and no thread but the loop runs, so it isolates the loop's admission CPU.
@@ -11,8 +13,8 @@ Nothing is fetched and no thread but the loop runs, so it isolates the loop's ad
 Runs on whichever crawlerd the interpreter imports, so a tree is compared with another by running
 this file with each tree's interpreter:
 
-    nice .venv/bin/python bench/intake_bench.py --runs 5
-    nice /path/to/other/.venv/bin/python bench/intake_bench.py --runs 5
+    nice .venv/bin/python bench/intake_bench.py --runs 5 [--robots --dust]
+    nice /path/to/other/.venv/bin/python bench/intake_bench.py --runs 5 [--robots --dust]
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ import tempfile
 import time
 
 from crawlerd import config
+from crawlerd.fetch.robots import RobotsCache
+from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+from crawlerd.fetch.robots.rules import RobotsRules
 from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.metrics import Metrics
 from crawlerd.seen.drum_answers import DrumResult, Op
+from crawlerd.shard.dust import DustGate, open_learner
+from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake, encode_aux
 from crawlerd.url.filter import UrlFilter
 
 DELIVERY = 8192
 UNIQUE_SHARE = 0.5
 SEEDS = 3000
+PRIVATE_SHARE = 0.02            # links into /private/, which --robots disallows
 
 
 class Seen:
@@ -59,7 +67,8 @@ def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: in
             page_host = rng.randrange(hosts)
             for j in range(17):
                 h = page_host if j < 15 else rng.randrange(hosts)
-                url = f"http://h{h}.sim/p/{rng.randrange(10**9)}.html"
+                kind = "private" if rng.random() < PRIVATE_SHARE else "p"
+                url = f"http://h{h}.sim/{kind}/{rng.randrange(10**9)}.html"
                 one.append(DrumResult(key=rng.getrandbits(63), op=Op.CHECK_UPDATE,
                                       unique=rng.random() < UNIQUE_SHARE, value=None,
                                       aux=encode_aux(depth, 1, 1, url), seq=seq))
@@ -80,8 +89,21 @@ async def one_run(args: argparse.Namespace, seed: int) -> dict:
                           max_spread=bu.max_spread, cache_entries=bu.cache_entries, map_size_bytes=1 << 32,
                           sync=False, write_buffer_bytes=buf, probation=bu.probation)
         seen = Seen()
-        intake = Intake(cfg, frontier=frontier, seen=seen, url_filter=UrlFilter(), recrawl=None, metrics=Metrics(),
-                        wake=lambda: None, budgets=budgets, wall=time.time)
+        robots = None
+        if args.robots:
+            robots = RobotsCache()
+            rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
+            for h in range(args.hosts):
+                robots.put(f"http://h{h}.sim", RobotsEntry(rules, 0.0, 1e18, 200, RobotsState.PARSED.value, ""))
+        metrics = Metrics()
+        intake = Intake(cfg, frontier=frontier, seen=seen, url_filter=UrlFilter(), recrawl=None, metrics=metrics,
+                        wake=lambda: None, budgets=budgets, wall=time.time, robots=robots, clock=time.monotonic)
+        learner = None
+        if args.dust:
+            learner = open_learner(cfg)
+            gate = DustGate(cfg, learner, frontier=frontier, intake=intake, events=FetchEvents(None, wall=time.time),
+                            metrics=metrics)
+            intake.admission = gate.admit
 
         async def deliver(results: list[DrumResult]) -> None:
             seen.acked = asyncio.Event()
@@ -109,6 +131,8 @@ async def one_run(args: argparse.Namespace, seed: int) -> dict:
                "deferred": intake.metrics.counters["budget_deferred"]}
         frontier.close()
         await budgets.close()
+        if learner is not None:
+            learner.close()
         return out
     finally:
         gc.unfreeze()
@@ -121,6 +145,8 @@ def main() -> None:
     p.add_argument("--deliveries", type=int, default=30, help="timed deliveries of 8,192 answers")
     p.add_argument("--warmup", type=int, default=5, help="deliveries before the timed ones")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--robots", action="store_true", help="every host's robots rules checked at admission")
+    p.add_argument("--dust", action="store_true", help="the DUST gate at admission (the shipped learner)")
     args = p.parse_args()
     gc.set_threshold(50_000, 20, 100)      # as the daemon sets it (supervisor.py)
     runs = [asyncio.run(one_run(args, seed)) for seed in range(1, args.runs + 1)]
@@ -129,7 +155,8 @@ def main() -> None:
               f"{r['budget_commits']} budget / {r['frontier_commits']} frontier commits")
     print(f"median: {statistics.median(r['us_per_answer'] for r in runs):.2f} us/answer, "
           f"{statistics.median(r['us_per_unique'] for r in runs):.2f} us/unique answer "
-          f"({args.deliveries} deliveries of {DELIVERY} answers, {args.hosts} hosts, {args.runs} runs)")
+          f"({args.deliveries} deliveries of {DELIVERY} answers, {args.hosts} hosts, {args.runs} runs"
+          f"{', robots' if args.robots else ''}{', dust' if args.dust else ''})")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ and evidence: ``dust_evidence``, cached per host in ``dust_hosts``; their gramma
 from __future__ import annotations
 
 import time
+from array import array
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -55,6 +57,12 @@ _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
+
+
+def _u64(keys: list[int]) -> np.ndarray:
+    """64-bit keys as a uint64 array (through ``array``: numpy's conversion of a list of Python
+    ints takes several times as long)."""
+    return np.frombuffer(array("Q", keys), dtype=np.uint64)
 
 
 class Decision(NamedTuple):
@@ -134,9 +142,11 @@ class DustLearner:
     def admit(self, url: str, fp: int, depth: int = 1, hops: int = 0) -> Decision:
         return self.admit_batch([url], [fp], [depth], [hops])[0]
 
-    def admit_batch(self, urls: list[str], fps: list[int], depths: list[int], hops: list[int]) -> list[Decision]:
+    def admit_batch(self, urls: Sequence[str], fps: Sequence[int], depths: Sequence[int], hops: Sequence[int],
+                    hosts: Sequence[str] | None = None) -> list[Decision]:
         """Decisions for URLs the seen-set found new (normalised URLs, their fingerprints, link
-        depths, redirect hops: parallel lists), in order.
+        depths, redirect hops, and their host keys when the caller has them: parallel sequences),
+        in order.
         Seeds (depth 0) and redirect targets (hops) are never suspects. A declared canonical comes
         through here like any link: a suspect when the page that named it (a variant of it) was
         admitted, since fetching it would fetch that content again.
@@ -154,7 +164,7 @@ class DustLearner:
             fp = fps[i]
             relevant = _NOTHING
             if info or priors:
-                host = url[:url.find("/", 8)]                # the host key of a normalised URL
+                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]   # its host key
                 hi = info.get(host)
                 if hi is not None:
                     relevant = hi.relevant
@@ -177,8 +187,8 @@ class DustLearner:
         if not idx:
             return out
         n = len(keys0)
-        k0a = np.array(keys0, dtype=np.uint64)
-        k1a = np.array(keys1, dtype=np.uint64)
+        k0a = _u64(keys0)
+        k1a = _u64(keys1)
         table = self._classes
         h = table.has_many(np.concatenate((k0a, k0a ^ np.uint64(_TAG), k1a)))
         hit = (h[:n] | h[n:2 * n] | ((k1a != 0) & h[2 * n:])).tolist()
@@ -189,7 +199,8 @@ class DustLearner:
             if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
                 i = idx[j]
                 url = urls[i]
-                out[i] = self._probe_or_defer(fps[i], url[:url.find("/", 8)], a, b)
+                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
+                out[i] = self._probe_or_defer(fps[i], host, a, b)
                 continue
             seen.add(a)
             add.append(a)
@@ -198,7 +209,7 @@ class DustLearner:
                 seen.add(b)
                 add.append(b)
         if add:
-            table.add_many(add)
+            table.add_many(_u64(add))
         return out
 
     @staticmethod

@@ -36,6 +36,7 @@ log = logging.getLogger("crawlerd.shard")
 
 PROBE_SCAN = 64             # deferred URLs looked at for one probe
 WRITE_SLICE = 128           # changed host states written per loop iteration by ``commit_sliced``
+_AS_IS = Decision(NORMAL)   # a URL to queue as it came
 
 
 def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | None:
@@ -72,8 +73,10 @@ class DustGate:
     # -- intake ------------------------------------------------------------------------------
     def admit(self, fresh: list[tuple]) -> list[tuple]:
         """(fp, aux, depth, hops, priority, url, host key) of URLs the seen-set found new -> those to queue."""
-        decisions = self.learner.admit_batch([it[5] for it in fresh], [it[0] for it in fresh],
-                                             [it[2] for it in fresh], [it[3] for it in fresh])
+        fps, _aux, depths, hops, _priority, urls, hosts = zip(*fresh, strict=True)
+        decisions = self.learner.admit_batch(urls, fps, depths, hops, hosts)
+        if decisions.count(_AS_IS) == len(decisions):
+            return fresh                            # nearly always: nothing to skip, defer or probe
         out = []
         counters = self.metrics.counters
         for item, d in zip(fresh, decisions, strict=True):

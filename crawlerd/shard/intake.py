@@ -57,6 +57,7 @@ COMMIT_ANSWERS = 8192
 # readmit_batch (1,000) at once held the loop 25-35 ms in the frontier's add and commit
 READMIT_SLICE = 200
 
+_ROBOTS_DENIED = Outcome.ROBOTS_DENIED.value
 VOUCH_TAG = b"V "            # a hand-off record that is a STAR vouch, not a URL (its fp is 0)
 
 
@@ -291,12 +292,19 @@ class Intake:
 
     def _admit(self, results: list, added: list[QueuedURL]) -> None:
         """Judge one slice of answers: the unique ones that pass robots, DUST and BEAST go to
-        ``added``; nothing is committed here."""
+        ``added``; nothing is committed here.
+
+        One pass over the answers, then the survivors as columns: a page's links share a few hosts
+        and one record head (depth, hops, priority), so a run of one host's URLs shares its host key
+        (one string, hashed once downstream), its robots rules and its BEAST record, and a head is
+        parsed once per slice (``decode_aux`` is that per URL)."""
         dup = again = 0
         mark = self.frontier.seen_mark
         fresh = []
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
-        rules_hk, rules = None, None        # the last host's usable robots rules (a page's links share hosts)
+        rules = None                # the host's usable robots rules, if they disallow anything
+        heads: dict[tuple[bytes, bytes, bytes], tuple[int, int, int]] = {}
+        hk, n, prefix = "", 0, "\0"  # the last URL's host key, its length, and it with the path's "/"
         for r in results:
             if r.seq < mark:
                 again += 1          # delivered again after a crash, but already added and committed
@@ -304,40 +312,68 @@ class Intake:
             if not r.unique:
                 dup += 1
                 continue
-            decoded = decode_aux(r.aux)         # (depth, hops, priority, url)
-            url = decoded[3]
-            hk = host_key(url)
-            if robots is not None:
-                if hk != rules_hk:
-                    entry = robots.get(hk, now)
-                    rules_hk, rules = hk, (entry.rules if entry is not None and entry.ok else None)
-                if rules is not None and not rules.allowed(url):
+            aux = r.aux
+            d, h, p, u = aux.split(b" ", 3)             # encode_aux's record
+            head = heads.get((d, h, p))
+            if head is None:
+                head = heads[d, h, p] = (int(d), int(h), int(p))
+            url = u.decode()
+            if not url.startswith(prefix):             # not on the last URL's host?
+                key = host_key(url)
+                if key != hk:
+                    hk, n, prefix = key, len(key), key + "/"
+                    if robots is not None:
+                        entry = robots.get(hk, now)
+                        rules = entry.rules if entry is not None and entry.ok else None
+                        if rules is not None and not rules.rule_count:
+                            rules = None        # nothing disallowed
+            if rules is not None:
+                path = url[n:]                  # the path and query: rules need no parse of the URL
+                if not rules.allowed(path if path[:1] == "/" and path[1:2] != "/" else url):
                     self.denied(url)            # robots.txt decides at admission
                     continue
-            fresh.append((r.key, r.aux, *decoded, hk))
+            fresh.append((r.key, aux, *head, url, hk))
         if self.admission is not None and fresh:
             fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
-        budgets, deferred = self.budgets, 0
-        for key, aux, depth, hops, priority, url, hk in fresh:
-            if budgets is not None:
-                if depth == 0:
-                    budgets.add_root(url)               # seeds: trust roots of STAR, never charged
-                elif not budgets.offer(url, aux, key, hk):
-                    deferred += 1                       # BEAST: waits for a later queue
-                    continue
-            added.append(QueuedURL(url=url, host_key=hk, priority=priority, depth=depth, hops=hops, fp=key))
         counters = self.metrics.counters
         counters["seen_duplicate"] += dup
-        if deferred:
-            counters["budget_deferred"] += deferred
         if again:
             counters["seen_redelivered"] += again
+        if not fresh:
+            return
+        budgets = self.budgets
+        if budgets is None:
+            for key, _aux, depth, hops, priority, url, hk in fresh:
+                added.append(QueuedURL(url, hk, priority, depth, hops, key))
+            return
+        keys, auxs, depths, _hops, _prios, _urls, hks = zip(*fresh, strict=True)
+        if 0 in depths:
+            passed = self._offer_each(fresh)    # seeds among them (a trust root changes budgets)
+        else:
+            passed = budgets.offer_many(auxs, keys, hks)    # BEAST: those it keeps wait for a later queue
+        for (key, _aux, depth, hops, priority, url, hk), ok in zip(fresh, passed, strict=True):
+            if ok:
+                added.append(QueuedURL(url, hk, priority, depth, hops, key))
+        deferred = passed.count(False)
+        if deferred:
+            counters["budget_deferred"] += deferred
+
+    def _offer_each(self, fresh: list[tuple]) -> list[bool]:
+        """BEAST's verdict per URL, in order, seeds (depth 0) made trust roots of STAR, never charged."""
+        budgets, out = self.budgets, []
+        for key, aux, depth, _hops, _priority, url, hk in fresh:
+            if depth == 0:
+                budgets.add_root(url)
+                out.append(True)
+            else:
+                out.append(budgets.offer(url, aux, key, hk))
+        return out
 
     def denied(self, url: str) -> None:
         """A unique URL its host's robots.txt disallows: dropped at admission, counted, one event."""
-        self.metrics.dropped[Outcome.ROBOTS_DENIED.value] += 1
+        self.metrics.dropped[_ROBOTS_DENIED] += 1
         if self.on_dropped is not None:
-            self.on_dropped(url, Outcome.ROBOTS_DENIED.value)
+            self.on_dropped(url, _ROBOTS_DENIED)
 
     # -- past the seen-set ----------------------------------------------------------------
     def step_budgets(self, now: float) -> None:
@@ -368,10 +404,13 @@ class Intake:
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)
         if recs:
             items = []
+            hk, prefix = "", "\0"   # a pass hands out a domain's URLs together: hosts repeat
             for rec in recs:
                 depth, hops, priority, url = decode_aux(rec)
-                items.append(QueuedURL(url=url, host_key=host_key(url), priority=priority, depth=depth,
-                                       hops=hops, fp=fingerprint(url)))
+                if not url.startswith(prefix):
+                    hk = host_key(url)
+                    prefix = hk + "/"
+                items.append(QueuedURL(url, hk, priority, depth, hops, fingerprint(url)))
             self.frontier.add(items)
             b.commit()     # after the frontier: a crash in between readmits twice, never loses
             self.metrics.counters["budget_readmitted"] += len(items)

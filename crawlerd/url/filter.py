@@ -102,6 +102,9 @@ class UrlFilter:
     def check(self, url: str, key: str = "") -> str | None:
         """The reason to drop ``url`` (counted, its values remembered), or None; ``key``: its host
         key when the caller has it (a worker's link), else taken from the URL."""
+        if key and "?" not in url and len(url) <= self.max_url_length and \
+                url.count("/", len(key)) <= self._few_slashes:
+            return None         # most links: no query, a short path (what _reason finds for them)
         reason = self._reason(url, key=key)
         if reason is not None:
             self.drops[reason] += 1

@@ -909,3 +909,61 @@ def test_with_a_read_cache_on_a_writer_beast_hands_out_exactly_what_a_plain_one_
     plain.close()
     cached.close()
     landing.close()
+
+
+# -- offer_many: the batched intake path ----------------------------------------------------------
+
+def _tables(p: Parts) -> dict:
+    """Every table of a committed budget store, as it is on disk."""
+    p.store.commit()
+    st = p.store
+    with st.env.begin() as txn:
+        return {name: list(txn.cursor(db=db)) for name, db in
+                (("graph", st.graph), ("votes", st.votes), ("domains", st.domains), ("deferred", st.deferred),
+                 ("queues", st.queues), ("turns", st.turns), ("meta", st.meta))}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("probation", [False, True])
+def test_offer_many_decides_and_writes_exactly_what_one_offer_per_url_does(tmp_path, seed, probation):
+    """Pages' links (runs of a domain's hosts, several domains, a domain again later in the batch)
+    offered as one batch per page group and one ``offer`` each, on two stores fed the same stream
+    of edges, readmissions and commits: the same verdicts, the same readmissions in the same order,
+    and byte for byte the same tables (FIFO keys carry the host turn and the arrival sequence)."""
+    rng = random.Random(seed)
+    one = Parts(tmp_path / "one", cache=6, queues=3, max_spread=4, probation=probation)
+    many = Parts(tmp_path / "many", cache=6, queues=3, max_spread=4, probation=probation)
+    doms = [f"d{i}.com" for i in range(8)]
+    serial = 0
+    for step in range(300):
+        op = rng.random()
+        if op < 0.55:
+            batch: list[tuple[str, str, bytes, int]] = []       # (pld, host key, record, fp)
+            for _ in range(rng.randrange(1, 5)):                # a few pages
+                d = rng.choice(doms)
+                hosts = [f"http://{h}.{d}" for h in rng.sample(["a", "b", "c", "www"], rng.randrange(1, 4))]
+                for _ in range(rng.randrange(1, 12)):
+                    serial += 1
+                    batch.append((d, rng.choice(hosts), f"{d}#{serial}".encode(), serial))
+            want = [one.beast.offer(d, rec, fp, hk) for d, hk, rec, fp in batch]
+            got = many.beast.offer_many([domain_key(d) for d, _, _, _ in batch], [b[2] for b in batch],
+                                        [b[3] for b in batch], [b[1] for b in batch])
+            assert got == want, step
+        elif op < 0.7:
+            src, tgts = f"s{rng.randrange(6)}.org", rng.sample(doms, 2)
+            for p in (one, many):
+                p.edges.add(src, tgts)
+        elif op < 0.75:
+            for p in (one, many):
+                p.edges.flush()
+        elif op < 0.9:
+            advance = rng.random() < 0.5
+            assert one.beast.readmit(7, advance=advance) == many.beast.readmit(7, advance=advance), step
+        else:
+            for p in (one, many):
+                p.store.commit()
+    assert _tables(one) == _tables(many)
+    assert one.beast.stats() == many.beast.stats()
+    for p in (one, many):
+        p.check()
+        p.close()

@@ -14,6 +14,7 @@ from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP, DustLearn
 from crawlerd.frontier.dust_evidence import TRUSTED
 from crawlerd.frontier.dust_suspects import ClassTable
 from crawlerd.url.canonical import fingerprint, normalize
+from crawlerd.url.hosts import host_key as host_key_of
 
 H = "http://shop.example"
 
@@ -750,3 +751,25 @@ def test_kill_9_with_a_writer_keeps_the_dust_commits_that_landed(tmp_path):
     assert all(s.archived(fp) is None for fp in range(200, 400))
     check_host_tables(s)
     s.close()
+
+def test_admission_decides_the_same_with_or_without_the_callers_host_keys(tmp_path):
+    """The intake hands admit_batch the host keys it has; the decisions are those the learner
+    makes when it takes each host from the URL (a trusted rule's host, another host, suspects)."""
+    other = "http://other.example"
+    sites = []
+    for name in ("d", "e"):
+        site = Site(str(tmp_path / name), tracking_content, confirmations=2)
+        for k in range(3):
+            site.fetch(f"{H}/p/{k}.html")
+            site.fetch(f"{H}/p/{k}.html?utm_source=x{k}")
+        site.fetch(f"{other}/p/1.html")          # archived there, but no rule of its own
+        sites.append(site)
+    s, twin = sites
+    urls = [f"{H}/p/1.html?utm_source=feed", f"{H}/p/9.html?utm_source=feed", f"{other}/p/1.html?utm_source=x",
+            f"{H}/p/2.html?utm_source=z", f"{other}/a/b/c.html", f"{other}/m/b/c.html", f"{H}/p/7.html"]
+    fps, depths, hops = [fingerprint(u) for u in urls], [2] * len(urls), [0] * len(urls)
+    plain = twin.learner.admit_batch(urls, fps, depths, hops)
+    given = s.learner.admit_batch(tuple(urls), tuple(fps), tuple(depths), tuple(hops),
+                                  tuple(host_key_of(u) for u in urls))
+    assert given == plain
+    assert {d.action for d in plain} >= {SKIP, NORMAL} or {d.action for d in plain} >= {SAMPLE, NORMAL}

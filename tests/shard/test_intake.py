@@ -343,6 +343,47 @@ def test_robots_rules_at_admission_are_each_hosts_own_when_hosts_interleave(tmp_
     assert queued == len(urls) - denied        # free.test's, failed.test's (decided at lease) and ruled.test's /p/
 
 
+def test_robots_rules_at_admission_judge_each_url_as_its_whole_url_is_judged(tmp_path):
+    """The intake matches rules against a URL's path cut at its host key: the verdicts are those of
+    the rules on the whole URL (a path that starts with "//", globs, "$", a query), and a host whose
+    key merely starts with a ruled host's (another host, another port) is not judged by its rules."""
+    from crawlerd.fetch.robots import RobotsCache
+    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+    from crawlerd.fetch.robots.rules import RobotsRules
+    from crawlerd.seen.drum_answers import DrumResult, Op
+    from crawlerd.shard.intake import Intake, encode_aux
+
+    ruled = "http://ruled.test"
+    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\nAllow: /private/open/\nDisallow: /*.json$\n"
+                              b"Disallow: /a//b\nDisallow: /q?x=\n", "crawlerd", 1 << 16)
+    robots = RobotsCache()
+    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    paths = ["/private/1", "//private/2", "//x/private/9", "/private/open/3", "/x.json", "/x.json?v=1", "/p?private/", "/a//b",
+             "/a/b", "/", "/q?x=1", "/q", "/robots.txt", "/%2Aprivate/4", "/private"]
+    urls = [ruled + path for path in paths]
+    urls += ["http://ruled.test.other/private/5", "http://ruled.test:8080/private/6", "http://ruled.tes/private/7"]
+    urls += [ruled + path for path in paths[:3]]      # the ruled host again, after others
+    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None, aux=encode_aux(1, 0, 1, u), seq=i)
+               for i, u in enumerate(urls)]
+    dropped = []
+
+    async def go():
+        p = Parts(str(tmp_path))
+        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
+                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0,
+                        on_dropped=lambda url, reason: dropped.append(url))
+        try:
+            intake.on_seen_results(results)
+            return p.frontier.queued()
+        finally:
+            await p.close()
+
+    queued = run(go())
+    want = [u for u in urls if u.startswith(ruled + "/") and not rules.allowed(u)]
+    assert dropped == want and len(want) == 5
+    assert queued == len(urls) - len(want)
+
+
 def test_an_empty_delivery_is_acknowledged(tmp_path):
     async def go():
         p = Parts(str(tmp_path))

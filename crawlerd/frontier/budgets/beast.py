@@ -183,6 +183,90 @@ class Beast:
         self._append(dk, d, record, fp, host)
         return False
 
+    def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[str]) -> list[bool]:
+        """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, host
+        key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL.
+
+        A run of one domain's URLs (a page's links share a few hosts) reads its record, budget and
+        probation once and passes or defers them together: the per-URL work is the FIFO entry.
+        """
+        out: list[bool] = []
+        n = len(dks)
+        i = 0
+        while i < n:
+            dk = dks[i]
+            j = i + 1
+            while j < n and dks[j] == dk:
+                j += 1
+            self._offer_run(dk, records, fps, hosts, i, j, out)
+            i = j
+        return out
+
+    def _offer_run(self, dk: bytes, records: list[bytes], fps: list[int], hosts: list[str], i: int, j: int,
+                   out: list[bool]) -> None:
+        # ``offer`` for URLs i..j-1, all of domain ``dk``: the first ones pass while the domain has
+        # nothing waiting and budget left; from the first one kept on, the rest wait behind it.
+        d = self._records.get(dk)
+        r = self._r
+        if d.at != r:
+            d.at, d.spent = r, 0
+        k = i
+        room = self._budget(dk) - d.spent if d.deferred == 0 else 0
+        if room > 0:
+            if not (self.probation and self.graph.unvouched_key(dk)):
+                passed = min(room, j - i)
+                k = i + passed
+                d.spent += passed
+                d.admitted += passed
+                self._records.changed(dk, d)
+                self._c["admitted"] += passed
+                self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
+                out += [True] * passed
+            else:
+                self._c["probation"] += 1         # nobody vouches for it yet: the next queue, not now
+        if k < j:
+            if d.deferred == 0:                   # a new backlog: its next pass is in the next queue
+                d.level, d.wrap = 0, self._wraps
+                self._schedule(dk, d, r + 1)
+            self._append_many(dk, d, records, fps, hosts, k, j)
+            out += [False] * (j - k)
+
+    def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
+                     i: int, j: int) -> None:
+        # ``_append`` for URLs i..j-1 of domain ``dk``, one after the other (the same entries, turns
+        # and reads), with the domain's and each host's keys built once per run of them.
+        mine = self._turns.get(dk)
+        if mine is None:
+            mine = self._turns[dk] = {}
+        head = dk + b"\0"
+        puts, pack_key, pack_fp = self._puts, _TURN_SEQ.pack, _FP.pack
+        seq, deferred, floor = self._seq, d.deferred, d.turn
+        host, hk = None, b""
+        for x in range(i, j):
+            if hosts[x] != host:
+                host = hosts[x]
+                hk = head + _host_hash(host)
+            turn = mine.get(hk)
+            if turn is None:
+                if deferred:
+                    raw = self.store.txn().get(hk, db=self.store.turns)
+                    turn = _U64BE.unpack(raw)[0] if raw else 0
+                else:
+                    turn = 0    # a new backlog: the domain keeps no host turns (``_forget_turns``)
+            if turn < floor:
+                turn = floor
+            mine[hk] = turn + 1
+            puts.append((head + pack_key(turn, seq), pack_fp(fps[x]) + records[x]))
+            seq += 1
+            deferred += 1
+        n = j - i
+        self._seq = seq
+        d.deferred = deferred
+        d.deferred_all += n
+        self._records.changed(dk, d)
+        self._c["deferred"] += n
+        self._top_deferred.note(dk, d.deferred_all)
+
     def keep(self, dk: bytes, record: bytes, fp: int = 0) -> None:
         """Add a record to the end of domain ``dk``'s FIFO without charging it (an older state imported)."""
         d = self._records.get(dk)

@@ -1,7 +1,8 @@
 """The budget stage of one shard: STAR in-degrees, BEAST queues, and the domain-edge DRUM on its thread.
 
-The shard talks to this class only: ``offer`` at intake, ``record_links`` after a page, ``readmit``
-from its periodic step, ``refund`` for URLs the frontier dropped, ``add_root`` for seeds. The edge
+The shard talks to this class only: ``offer_many`` at intake (``offer`` one URL at a time),
+``record_links`` after a page, ``readmit`` from its periodic step, ``refund`` for URLs the
+frontier dropped, ``add_root`` for seeds. The edge
 DRUM is a :class:`crawlerd.seen.AsyncSeenSet`, so its merges never stall the event loop; its
 answers are applied to the graph on the loop and acknowledged after the commit that holds them.
 """
@@ -23,7 +24,7 @@ from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore
+from crawlerd.frontier.budgets.store import BudgetStore, domain_key
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.hosts import host_key as host_key_of
@@ -139,6 +140,18 @@ class Budgets:
         hk = host_key_of(url) if host_key is None else host_key
         return self.beast.offer(_pld_of_host_key(hk), record, fp, hk)
 
+    def offer_many(self, records: list[bytes], fps: list[int], host_keys: list[str]) -> list[bool]:
+        """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
+        with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
+        a host's domain key is looked up once per run of its URLs."""
+        dks: list[bytes] = []
+        last, dk = None, b""
+        for hk in host_keys:
+            if hk != last:
+                last, dk = hk, domain_key(_pld_of_host_key(hk))
+            dks.append(dk)
+        return self.beast.offer_many(dks, records, fps, host_keys)
+
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
         self.graph.add_root(pld_of(url))
@@ -159,7 +172,7 @@ class Budgets:
         edge_keys = self.graph.edge_keys
         for page_url, host_keys in pages:
             # the worker gave each link's host key: its domain is one cached look-up, no parse
-            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in host_keys})
+            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in set(host_keys)})
             keys += k
             aux += a
         if keys:
