@@ -135,9 +135,16 @@ def main() -> int:
             report["t_kill"] = time.time()
             if leader in nats.names:
                 nats.kill(leader)
+            # the survivors elect a new leader: wait for it (bounded; a loaded box elects slower)
+            survivors = [u for n, u in zip(nats.names, map(nats.url, nats.names), strict=True) if n != leader]
             time.sleep(min(10.0, seconds / 5))
-            report["after_kill"] = cluster_status([u for n, u in zip(nats.names, map(nats.url, nats.names),
-                                                                        strict=True) if n != leader])
+            deadline = time.monotonic() + 30.0
+            while True:
+                report["after_kill"] = cluster_status(survivors)
+                new = (report["after_kill"].get("stream") or {}).get("leader")
+                if (new and new != leader) or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
             if leader in nats.names:
                 nats.start(leader)          # back on its store: the stream has its three replicas again
             report["t_restart_leader"] = time.time()
