@@ -136,7 +136,7 @@ def main() -> int:
             if leader in nats.names:
                 nats.kill(leader)
             # the survivors elect a new leader: wait for it (bounded; a loaded box elects slower)
-            survivors = [u for n, u in zip(nats.names, map(nats.url, nats.names), strict=True) if n != leader]
+            survivors = [nats.url(n) for n in nats.names if n != leader]
             time.sleep(min(10.0, seconds / 5))
             deadline = time.monotonic() + 30.0
             while True:
