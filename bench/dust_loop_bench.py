@@ -6,16 +6,18 @@ session-id and calendar links), without a crawl.
     /work/wt/base-integ/.venv/bin/python bench/dust_loop_bench.py ...     # another tree's crawlerd
 
 Per step: a slice of ``--slice`` new URLs admitted (``admit_batch``: the seen-set's fresh URLs, the
-intake's slice), then ``--slice / 5`` pages observed (``observe``: a 200 answer archived, its digest
-random, one page in ten a copy of another page of its host), and every ``--commit-pages`` pages
+intake's slice), then ``--slice / 5`` pages observed (``observe``: a 200 answer archived; a URL with
+a session id shows the page without it, so ``?sid`` rules are learned and applied), and every ``--commit-pages`` pages
 the changed hosts written in slices of 128 and committed (``write_hosts`` + ``commit``, as
-``DustGate.commit_sliced``; no writer thread: the commit's own cost is reported apart). Process CPU
-time (``time.process_time``) per phase; the same seed gives the same stream to any tree.
+``DustGate.commit_sliced``), the store's commits on a writer thread as in the shard (``--no-writer``:
+in the loop's own transaction). The loop thread's CPU time (``time.thread_time``) per phase; the
+same seed gives the same stream to any tree.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import sys
@@ -23,6 +25,7 @@ import tempfile
 import time
 
 from crawlerd.frontier.dust import DustLearner
+from crawlerd.store.writer import WriteThread
 from crawlerd.url.canonical import fingerprint
 
 
@@ -40,12 +43,17 @@ def url_stream(rng: random.Random, hosts: int):
 
 
 def main() -> int:
+    return asyncio.run(run())
+
+
+async def run() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hosts", type=int, default=20000)
     p.add_argument("--pages", type=int, default=60000)
     p.add_argument("--slice", type=int, default=250, help="URLs admitted per step")
     p.add_argument("--commit-pages", type=int, default=1000, help="pages observed between commits")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-writer", action="store_true", help="commit on the loop thread")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args()
     rng = random.Random(a.seed)
@@ -54,6 +62,10 @@ def main() -> int:
     admitted = observed = 0
     with tempfile.TemporaryDirectory() as d:
         learner = DustLearner(d + "/dust", sync=False, clock=lambda: 1.0e9)
+        writer = None
+        if not a.no_writer:
+            writer = WriteThread(asyncio.get_running_loop(), name="bench-writer")
+            learner.store.attach_writer(writer)
         seen: set[str] = set()
         pages: list[tuple[str, str, int]] = []
         since_commit = 0
@@ -66,9 +78,9 @@ def main() -> int:
                     fresh.append((url, f"h{h}.example:8080"))
             urls = [u for u, _ in fresh]
             fps = [fingerprint(u) for u in urls]
-            t = time.process_time()
+            t = time.thread_time()
             ds = learner.admit_batch(urls, fps, [1] * len(urls), [0] * len(urls), [h for _, h in fresh])
-            cpu["admit"] += time.process_time() - t
+            cpu["admit"] += time.thread_time() - t
             admitted += len(urls)
             pages += [(u, h, fp) for (u, h), fp, dd in zip(fresh, fps, ds, strict=True) if dd.action != "skip"]
             batch = []
@@ -77,23 +89,31 @@ def main() -> int:
                 pages[i], pages[-1] = pages[-1], pages[i]
                 batch.append(pages.pop())
             for url, host, fp in batch:
-                digest = (fp if rng.random() < 0.1 else rng.getrandbits(160)).to_bytes(20, "big")
-                simhash = rng.getrandbits(64)
-                t = time.process_time()
+                page = fingerprint(url.partition("?sid=")[0])   # a session id does not change the page
+                digest = page.to_bytes(20, "big")
+                simhash = page ^ (page >> 7)
+                t = time.thread_time()
                 learner.observe(url, fp, host, digest, simhash, "")
-                cpu["observe"] += time.process_time() - t
+                cpu["observe"] += time.thread_time() - t
             observed += len(batch)
             since_commit += len(batch)
             if since_commit >= a.commit_pages:
                 since_commit = 0
-                t = time.process_time()
+                t = time.thread_time()
                 hosts = learner.dirty_hosts()
                 for i in range(0, len(hosts), 128):
                     learner.write_hosts(hosts[i:i + 128])
-                t2 = time.process_time()
+                t2 = time.thread_time()
                 learner.commit()
                 cpu["write"] += t2 - t
-                cpu["commit"] += time.process_time() - t2
+                cpu["commit"] += time.thread_time() - t2
+            await asyncio.sleep(0)          # the writer's callbacks
+        if writer is not None:
+            done = asyncio.get_running_loop().create_future()
+            learner.store.barrier(lambda: done.set_result(None))
+            await done
+            writer.close()
+            learner.store.attach_writer(None)
         learner.close()
     out = {"admitted": admitted, "observed": observed,
            "admit_us_per_url": 1e6 * cpu["admit"] / admitted,
