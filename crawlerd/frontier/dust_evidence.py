@@ -239,7 +239,8 @@ class HostState:
             v = compare(ev, e, near_bits)
             if v == AGREE:
                 out.agreed = True
-                for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical):
+                for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical,
+                                   (ev.parts, e.parts)):
                     if self.find(rule.text) is not None or any(t.rule.covers(rule) for t in self.trusted()):
                         continue
                     if len(self.rules) >= MAX_RULES and not self._make_room():
@@ -253,6 +254,7 @@ class HostState:
                     self.relevant.add(name)
                     out.relevant.append(name)
         every = old + [ev]
+        memo: dict = {}             # (rule, parts) -> the rule applied: each URL rewritten once a rule
         for rs in list(self.rules):
             if rs not in self.rules:         # pruned by a rule trusted earlier in this loop
                 continue
@@ -271,12 +273,12 @@ class HostState:
             also = tuple(r.rule for r in self.rules if r is not rs and r.rule.kind == rs.rule.kind and
                          r.rule.name != name)
             for a, b in pairs:
-                rel = relation(rs.rule, a.parts, b.parts)
+                rel = relation(rs.rule, a.parts, b.parts, memo=memo)
                 joint = False
                 if rel is None:
                     if not also:
                         continue
-                    rel = relation(rs.rule, a.parts, b.parts, also)
+                    rel = relation(rs.rule, a.parts, b.parts, also, memo=memo)
                     if rel is None:
                         continue
                     joint = True
