@@ -284,14 +284,17 @@ class Relation(NamedTuple):
 
 class _Side:
     """``rule`` applied to one URL's parts: the rewrite (None: unchanged), the values removed, and
-    the URL it stands for then (made on first use)."""
-    __slots__ = ("parts", "rewritten", "values", "_url")
+    (made on first use) the URL it stands for then, the same after the rules ``also`` (one tuple
+    per rule and memo: see ``relation``), and the URL itself."""
+    __slots__ = ("parts", "rewritten", "values", "_url", "_joint", "_plain")
 
     def __init__(self, rule: Rule, p: Parts):
         self.parts = p
         self.rewritten = rule.apply(p)
         self.values = rule.values(p) if self.rewritten is not None else []
         self._url: str | None = None
+        self._joint: str | None = None
+        self._plain: str | None = None
 
     @property
     def url(self) -> str:
@@ -299,22 +302,37 @@ class _Side:
             self._url = unparse(self.rewritten if self.rewritten is not None else self.parts)
         return self._url
 
+    def joint(self, also: tuple[Rule, ...]) -> str:
+        if self._joint is None:
+            x = self.rewritten if self.rewritten is not None else self.parts
+            for r in also:
+                n = r.apply(x)
+                x = n if n is not None else x
+            self._joint = unparse(x)
+        return self._joint
+
+    @property
+    def plain(self) -> str:
+        if self._plain is None:
+            self._plain = unparse(self.parts)
+        return self._plain
+
 
 def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = (),
              memo: dict[tuple[int, int], _Side] | None = None) -> Relation | None:
     """How ``rule`` relates two different URLs: None unless it maps them onto one URL (after
     the rules ``also``, applied next, when given; ``rule`` must change one of them itself).
     ``memo``: a dict kept by the caller while ``rule`` and the parts live (one observation's
-    pairs), so that a URL met in several pairs is rewritten once (the result is the same)."""
+    pairs), so that a URL met in several pairs is rewritten once (the result is the same); with
+    it, a rule always comes with the same ``also`` (or none)."""
     if memo is None:
-        sa, sb = _Side(rule, a), _Side(rule, b)
-    else:
-        sa = memo.get((id(rule), id(a)))
-        if sa is None:
-            sa = memo[(id(rule), id(a))] = _Side(rule, a)
-        sb = memo.get((id(rule), id(b)))
-        if sb is None:
-            sb = memo[(id(rule), id(b))] = _Side(rule, b)
+        return _relation(rule, a, b, also)
+    sa = memo.get((id(rule), id(a)))
+    if sa is None:
+        sa = memo[(id(rule), id(a))] = _Side(rule, a)
+    sb = memo.get((id(rule), id(b)))
+    if sb is None:
+        sb = memo[(id(rule), id(b))] = _Side(rule, b)
     ra, rb = sa.rewritten, sb.rewritten
     if ra is None and rb is None:
         return None
@@ -324,13 +342,31 @@ def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = (),
     vals = va + vb
     target = ra is None or rb is None
     if also:
-        xa, xb = ra if ra is not None else a, rb if rb is not None else b
-        for r in also:
-            na, nb = r.apply(xa), r.apply(xb)
-            xa, xb = na if na is not None else xa, nb if nb is not None else xb
-        ua, ub = unparse(xa), unparse(xb)
+        ua, ub = sa.joint(also), sb.joint(also)
     else:
         ua, ub = sa.url, sb.url
+    if ua != ub:
+        return None
+    if also:            # one side is the image itself
+        target = ua in (sa.plain, sb.plain)
+    return Relation(target, tuple(vals), ua)
+
+
+def _relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...]) -> Relation | None:
+    """``relation`` without a memo."""
+    ra, rb = rule.apply(a), rule.apply(b)
+    if ra is None and rb is None:
+        return None
+    va, vb = rule.values(a) if ra is not None else [], rule.values(b) if rb is not None else []
+    if also and sorted(va) == sorted(vb):
+        return None         # ``rule`` removed the same from both: the pair says nothing of it
+    vals = va + vb
+    target = ra is None or rb is None
+    xa, xb = ra if ra is not None else a, rb if rb is not None else b
+    for r in also:
+        na, nb = r.apply(xa), r.apply(xb)
+        xa, xb = na if na is not None else xa, nb if nb is not None else xb
+    ua, ub = unparse(xa), unparse(xb)
     if ua != ub:
         return None
     if also:            # one side is the image itself

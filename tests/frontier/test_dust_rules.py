@@ -34,11 +34,13 @@ def test_relation_with_a_memo_and_derive_on_parts_answer_as_without(seed):
     urls = [_url(rng) for _ in range(30)]
     parts = {u: R.parse(u) for u in urls}
     rules = _rules(rng)
+    # as in one observation: one memo, each rule with one ``also``, asked with it and without
+    also = {id(r): tuple(rng.sample(rules, min(len(rules), rng.randrange(3)))) for r in rules}
     memo: dict = {}
     for _ in range(400):
         rule, a, b = rng.choice(rules), rng.choice(urls), rng.choice(urls)
-        also = tuple(rng.sample(rules, min(len(rules), rng.randrange(3))))
-        assert R.relation(rule, parts[a], parts[b], also, memo=memo) == R.relation(rule, parts[a], parts[b], also)
+        for x in (also[id(rule)], ()):
+            assert R.relation(rule, parts[a], parts[b], x, memo=memo) == R.relation(rule, parts[a], parts[b], x)
         assert R.derive(a, b, frozenset({"page"}), b, (parts[a], parts[b])) == R.derive(a, b, frozenset({"page"}), b)
 
 
