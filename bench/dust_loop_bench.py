@@ -29,14 +29,14 @@ from crawlerd.store.writer import WriteThread
 from crawlerd.url.canonical import fingerprint
 
 
-def url_stream(rng: random.Random, hosts: int):
+def url_stream(rng: random.Random, hosts: int, sid: float):
     while True:
         h = int(rng.paretovariate(1.2)) % hosts if rng.random() < 0.5 else rng.randrange(hosts)
         base = f"http://h{h}.example:8080"
         r = rng.random()
-        if r < 0.04:
+        if r < sid:
             yield f"{base}/p/{rng.randrange(300)}.html?sid={rng.getrandbits(64):016x}", h
-        elif r < 0.06:
+        elif r < sid + 0.02:
             yield f"{base}/cal?y={2020 + rng.randrange(10)}&m={1 + rng.randrange(12)}", h
         else:
             yield f"{base}/p/{rng.randrange(300)}.html", h
@@ -53,11 +53,12 @@ async def run() -> int:
     p.add_argument("--slice", type=int, default=250, help="URLs admitted per step")
     p.add_argument("--commit-pages", type=int, default=1000, help="pages observed between commits")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sid", type=float, default=0.04, help="share of URLs with a session id (0: no rules learned)")
     p.add_argument("--no-writer", action="store_true", help="commit on the loop thread")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args()
     rng = random.Random(a.seed)
-    stream = url_stream(rng, a.hosts)
+    stream = url_stream(rng, a.hosts, a.sid)
     cpu = {"admit": 0.0, "observe": 0.0, "write": 0.0, "commit": 0.0}
     admitted = observed = 0
     with tempfile.TemporaryDirectory() as d:
@@ -90,7 +91,7 @@ async def run() -> int:
                 batch.append(pages.pop())
             for url, host, fp in batch:
                 page = fingerprint(url.partition("?sid=")[0])   # a session id does not change the page
-                digest = page.to_bytes(20, "big")
+                digest = page.to_bytes(8, "big") + bytes(12)     # its SHA-1: the first 8 bytes count
                 simhash = page ^ (page >> 7)
                 t = time.thread_time()
                 learner.observe(url, fp, host, digest, simhash, "")
@@ -114,6 +115,7 @@ async def run() -> int:
             await done
             writer.close()
             learner.store.attach_writer(None)
+        print(json.dumps({k: v for k, v in learner.stats().items() if not isinstance(v, (list, dict))}), file=sys.stderr)
         learner.close()
     out = {"admitted": admitted, "observed": observed,
            "admit_us_per_url": 1e6 * cpu["admit"] / admitted,
