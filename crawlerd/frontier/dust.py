@@ -354,8 +354,7 @@ class DustLearner:
             return True
         main, alt, _ = self._skeleton(url, info.relevant if info else frozenset())
         a, b = fingerprint(main), fingerprint(alt) if alt else 0
-        hit = self._classes.has_many([a, a ^ _TAG, b or 1])
-        if hit[0] or hit[1] or (b and hit[2]):
+        if self._classes.hits((a,), (b,), _TAG)[0]:
             return True
         self._classes.add_many([a] + ([b ^ _TAG] if b else []))
         return False
