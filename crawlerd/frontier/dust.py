@@ -407,9 +407,9 @@ class DustLearner:
                         info.samples[text] = rs.samples
         # a name this host now shows to change content: rules adopted from priors about it go
         # (their skips come back); not counted against the prior, which no pair contradicted
-        names = set(learned.relevant) | {rs.rule.name for rs in learned.retired}
         direct = list(learned.retired)
-        if names:
+        if learned.relevant or direct:
+            names = set(learned.relevant) | {rs.rule.name for rs in direct}
             for rs in [r for r in st.rules if r.prior and r.rule.name in names]:
                 st.retire(rs, self._clock())
                 learned.retired.append(rs)
@@ -442,7 +442,7 @@ class DustLearner:
         info = self.hosts.info.get(host)
         if self.priors.active:
             info = self._adopt_seen(url, host, info, same_host) or info
-        main = self._skeleton(url, info.relevant if info else frozenset())[0]
+        main = self._skeleton(url, info.relevant if info else _NOTHING)[0] if "?" in url or ";" in url else url
         if main != url:
             self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
         if info is not None and info.trusted:
