@@ -22,7 +22,6 @@ about ten array calls per batch; the tests compare the two on random key streams
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcpy
 
 from array import array
 
