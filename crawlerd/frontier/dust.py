@@ -31,13 +31,11 @@ and evidence: ``dust_evidence``, cached per host in ``dust_hosts``; their gramma
 from __future__ import annotations
 
 import time
-from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import numpy as np
 from xxhash import xxh3_64_intdigest as _fp
 
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
@@ -57,12 +55,6 @@ _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
-
-
-def _u64(keys: list[int]) -> np.ndarray:
-    """64-bit keys as a uint64 array (through ``array``: numpy's conversion of a list of Python
-    ints takes several times as long)."""
-    return np.frombuffer(array("Q", keys), dtype=np.uint64)
 
 
 class Decision(NamedTuple):
@@ -186,12 +178,8 @@ class DustLearner:
             forced_l.append(depths[i] == 0 or hops[i] > 0)
         if not idx:
             return out
-        n = len(keys0)
-        k0a = _u64(keys0)
-        k1a = _u64(keys1)
         table = self._classes
-        h = table.has_many(np.concatenate((k0a, k0a ^ np.uint64(_TAG), k1a)))
-        hit = (h[:n] | h[n:2 * n] | ((k1a != 0) & h[2 * n:])).tolist()
+        hit = table.hits(keys0, keys1, _TAG)
         seen: set[int] = set()
         add: list[int] = []
         for j, a in enumerate(keys0):
@@ -209,7 +197,7 @@ class DustLearner:
                 seen.add(b)
                 add.append(b)
         if add:
-            table.add_many(_u64(add))
+            table.add_many(add)
         return out
 
     @staticmethod
@@ -366,8 +354,7 @@ class DustLearner:
             return True
         main, alt, _ = self._skeleton(url, info.relevant if info else frozenset())
         a, b = fingerprint(main), fingerprint(alt) if alt else 0
-        hit = self._classes.has_many([a, a ^ _TAG, b or 1])
-        if hit[0] or hit[1] or (b and hit[2]):
+        if self._classes.hits((a,), (b,), _TAG)[0]:
             return True
         self._classes.add_many([a] + ([b ^ _TAG] if b else []))
         return False
@@ -420,9 +407,9 @@ class DustLearner:
                         info.samples[text] = rs.samples
         # a name this host now shows to change content: rules adopted from priors about it go
         # (their skips come back); not counted against the prior, which no pair contradicted
-        names = set(learned.relevant) | {rs.rule.name for rs in learned.retired}
         direct = list(learned.retired)
-        if names:
+        if learned.relevant or direct:
+            names = set(learned.relevant) | {rs.rule.name for rs in direct}
             for rs in [r for r in st.rules if r.prior and r.rule.name in names]:
                 st.retire(rs, self._clock())
                 learned.retired.append(rs)
@@ -455,7 +442,7 @@ class DustLearner:
         info = self.hosts.info.get(host)
         if self.priors.active:
             info = self._adopt_seen(url, host, info, same_host) or info
-        main = self._skeleton(url, info.relevant if info else frozenset())[0]
+        main = self._skeleton(url, info.relevant if info else _NOTHING)[0] if "?" in url or ";" in url else url
         if main != url:
             self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
         if info is not None and info.trusted:

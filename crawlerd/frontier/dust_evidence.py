@@ -168,9 +168,10 @@ class HostState:
         self.next_id: int = r.get("id", 0)
 
     def to_record(self) -> dict:
+        # the evidence lists inline (``Evidence.to_list``): a record is encoded per archived page
         return {"r": [x.to_list() for x in self.rules], "x": [x.to_list() for x in self.retired],
-                "e": [e.to_list() for e in self.evidence], "rel": sorted(self.relevant), "ep": self.epoch,
-                "id": self.next_id}
+                "e": [[e.url, e.digest, e.simhash, e.canonical] for e in self.evidence],
+                "rel": sorted(self.relevant), "ep": self.epoch, "id": self.next_id}
 
     def shrink(self) -> bool:
         """Give up the least valuable state (oldest evidence, then oldest retired rule, then the
@@ -233,13 +234,19 @@ class HostState:
     def learn(self, ev: Evidence, *, k: int, near_bits: int, window: int, now: float | None = None) -> Learned:
         out = Learned()
         now = time.time() if now is None else now
-        old = [e for e in self.evidence if e.url != ev.url]      # a refetch is no pair
+        url, digest, simhash = ev.url, ev.digest, ev.simhash
+        old = [e for e in self.evidence if e.url != url]         # a refetch is no pair
         fresh: list[RuleStat] = []
+        shape = _shape(url)
         for e in old:
-            v = compare(ev, e, near_bits)
+            if e.digest != digest and not (simhash and e.simhash and (simhash ^ e.simhash).bit_count() <= near_bits):
+                v = DISAGREE            # ``compare``'s answer, without the call (nearly every pair)
+            else:
+                v = compare(ev, e, near_bits)
             if v == AGREE:
                 out.agreed = True
-                for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical):
+                for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical,
+                                   (ev.parts, e.parts)):
                     if self.find(rule.text) is not None or any(t.rule.covers(rule) for t in self.trusted()):
                         continue
                     if len(self.rules) >= MAX_RULES and not self._make_room():
@@ -247,12 +254,13 @@ class HostState:
                     rs = RuleStat(rule, self._new_id(), since=now)
                     self.rules.append(rs)
                     fresh.append(rs)
-            elif v == DISAGREE and _may_differ_by_one(ev.url, e.url):
+            elif v == DISAGREE and _may_differ_by_one(shape, e.url):
                 name = differing_name(ev.parts, e.parts)
                 if name and name not in self.relevant and len(self.relevant) < MAX_RELEVANT:
                     self.relevant.add(name)
                     out.relevant.append(name)
         every = old + [ev]
+        memo: dict = {}             # (rule, parts) -> the rule applied: each URL rewritten once a rule
         for rs in list(self.rules):
             if rs not in self.rules:         # pruned by a rule trusted earlier in this loop
                 continue
@@ -271,12 +279,12 @@ class HostState:
             also = tuple(r.rule for r in self.rules if r is not rs and r.rule.kind == rs.rule.kind and
                          r.rule.name != name)
             for a, b in pairs:
-                rel = relation(rs.rule, a.parts, b.parts)
+                rel = relation(rs.rule, a.parts, b.parts, memo=memo)
                 joint = False
                 if rel is None:
                     if not also:
                         continue
-                    rel = relation(rs.rule, a.parts, b.parts, also)
+                    rel = relation(rs.rule, a.parts, b.parts, also, memo=memo)
                     if rel is None:
                         continue
                     joint = True
@@ -325,12 +333,20 @@ class HostState:
             self.relevant.add(rs.rule.name)
 
 
-def _may_differ_by_one(a: str, b: str) -> bool:
-    """Cheap pre-test for differing_name: the same path, or the same last segment and query."""
-    pa, qa = a.split("?", 1) if "?" in a else (a, "")
-    pb, qb = b.split("?", 1) if "?" in b else (b, "")
+def _shape(a: str) -> tuple[str, str, str, bool]:
+    """What ``_may_differ_by_one`` needs of a URL: its path, query, last segment, and whether it has
+    path parameters (made once for the page observed, not once per pair)."""
+    pa, _, qa = a.partition("?")
+    return pa, qa, pa.rpartition("/")[2], ";" in a
+
+
+def _may_differ_by_one(a: tuple[str, str, str, bool], b: str) -> bool:
+    """Cheap pre-test for differing_name (``a``: ``_shape`` of the other URL): the same path, or
+    the same last segment and query."""
+    pa, qa, last, semi = a
+    pb, _, qb = b.partition("?")
     if pa == pb:
         return True
-    if ";" in a or ";" in b:
+    if semi or ";" in b:
         return True
-    return qa == qb and pa.rpartition("/")[2] == pb.rpartition("/")[2]
+    return qa == qb and last == pb.rpartition("/")[2]

@@ -105,12 +105,11 @@ class DustHosts:
         return {"bytes": self.cached_bytes, "cap_bytes": self.cache_bytes, "entries": len(self._cache)}
 
     def write(self, host: str, st: HostState) -> None:
-        rec = st.to_record()
-        size = self.store.encoded_size(rec)
-        while size > self.max_host_bytes and st.shrink():
-            rec = st.to_record()
-            size = self.store.encoded_size(rec)
-        for gone in self.store.put_host(host, rec):      # the least recently written hosts
+        raw = self.store.encode(st.to_record())
+        while len(raw) > self.max_host_bytes and st.shrink():
+            raw = self.store.encode(st.to_record())
+        size = len(raw)
+        for gone in self.store.put_host(host, raw):      # the least recently written hosts
             self.info.pop(gone, None)
             self.skips_by_host.pop(gone, None)
             self._on_evict(gone)

@@ -231,15 +231,16 @@ def _param_diff(kind: str, a: list[tuple[str, str]], b: list[tuple[str, str]],
     return out
 
 
-def derive(x: str, y: str, relevant: frozenset[str] = frozenset(), canonical: str = "") -> list[Rule]:
+def derive(x: str, y: str, relevant: frozenset[str] = frozenset(), canonical: str = "",
+           parts: tuple[Parts, Parts] | None = None) -> list[Rule]:
     """Candidate rules that map one of two duplicate URLs of a host onto the other (KDD 2008 §4:
     rules are generated from pairs of a duplicate cluster, then validated on the rest).
 
     Only differences of one kind give rules: query parameters, path parameters, or one
     directory token (removed, or replaced: then towards ``canonical`` when it is one of the two).
     ``relevant`` names parameters and tokens already shown to change content on the host: they
-    only give literal-value rules."""
-    px, py = parse(x), parse(y)
+    only give literal-value rules. ``parts``: ``parse(x), parse(y)`` when the caller has them."""
+    px, py = parts if parts is not None else (parse(x), parse(y))
     if px.origin != py.origin or x == y:
         return []
     out: list[Rule] | None = []
@@ -281,9 +282,78 @@ class Relation(NamedTuple):
     image: str              # the URL both map onto
 
 
-def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = ()) -> Relation | None:
+class _Side:
+    """``rule`` applied to one URL's parts: the rewrite (None: unchanged), the values removed, and
+    (made on first use) the URL it stands for then, the same after the rules ``also`` (one tuple
+    per rule and memo: see ``relation``), and the URL itself."""
+    __slots__ = ("parts", "rewritten", "values", "_url", "_joint", "_plain")
+
+    def __init__(self, rule: Rule, p: Parts):
+        self.parts = p
+        self.rewritten = rule.apply(p)
+        self.values = rule.values(p) if self.rewritten is not None else []
+        self._url: str | None = None
+        self._joint: str | None = None
+        self._plain: str | None = None
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            self._url = unparse(self.rewritten if self.rewritten is not None else self.parts)
+        return self._url
+
+    def joint(self, also: tuple[Rule, ...]) -> str:
+        if self._joint is None:
+            x = self.rewritten if self.rewritten is not None else self.parts
+            for r in also:
+                n = r.apply(x)
+                x = n if n is not None else x
+            self._joint = unparse(x)
+        return self._joint
+
+    @property
+    def plain(self) -> str:
+        if self._plain is None:
+            self._plain = unparse(self.parts)
+        return self._plain
+
+
+def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = (),
+             memo: dict[tuple[int, int], _Side] | None = None) -> Relation | None:
     """How ``rule`` relates two different URLs: None unless it maps them onto one URL (after
-    the rules ``also``, applied next, when given; ``rule`` must change one of them itself)."""
+    the rules ``also``, applied next, when given; ``rule`` must change one of them itself).
+    ``memo``: a dict kept by the caller while ``rule`` and the parts live (one observation's
+    pairs), so that a URL met in several pairs is rewritten once (the result is the same); with
+    it, a rule always comes with the same ``also`` (or none)."""
+    if memo is None:
+        return _relation(rule, a, b, also)
+    sa = memo.get((id(rule), id(a)))
+    if sa is None:
+        sa = memo[(id(rule), id(a))] = _Side(rule, a)
+    sb = memo.get((id(rule), id(b)))
+    if sb is None:
+        sb = memo[(id(rule), id(b))] = _Side(rule, b)
+    ra, rb = sa.rewritten, sb.rewritten
+    if ra is None and rb is None:
+        return None
+    va, vb = sa.values, sb.values
+    if also and sorted(va) == sorted(vb):
+        return None         # ``rule`` removed the same from both: the pair says nothing of it
+    vals = va + vb
+    target = ra is None or rb is None
+    if also:
+        ua, ub = sa.joint(also), sb.joint(also)
+    else:
+        ua, ub = sa.url, sb.url
+    if ua != ub:
+        return None
+    if also:            # one side is the image itself
+        target = ua in (sa.plain, sb.plain)
+    return Relation(target, tuple(vals), ua)
+
+
+def _relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...]) -> Relation | None:
+    """``relation`` without a memo."""
     ra, rb = rule.apply(a), rule.apply(b)
     if ra is None and rb is None:
         return None

@@ -143,11 +143,11 @@ class DustStore:
         """The caller no longer holds ``host`` (see ``get_host_sized``)."""
         self._held.pop(host, None)
 
-    def put_host(self, host: str, record: dict) -> list[str]:
-        """Write a record (the caller kept it under max_host_bytes); returns the hosts evicted
-        to stay within the bound."""
+    def put_host(self, host: str, record: dict | bytes) -> list[str]:
+        """Write a record, or its encoding (``encode``; the caller kept it under max_host_bytes);
+        returns the hosts evicted to stay within the bound."""
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
-        raw = _dumps(record)
+        raw = record if isinstance(record, bytes) else _dumps(record)
         held = self._held.get(host)
         if held is None:
             old = txn.get(hk, db=self._hosts)
@@ -165,6 +165,11 @@ class DustStore:
 
     def encoded_size(self, record: dict) -> int:
         return len(_dumps(record))
+
+    @staticmethod
+    def encode(record: dict) -> bytes:
+        """A host record as ``put_host`` stores it (encode once to size and write it)."""
+        return _dumps(record)
 
     def _touch(self, hk: bytes, old: bytes | None) -> bytes:
         """Make ``hk`` the most recently written host; ``old``: its write sequence (b"": none; None:

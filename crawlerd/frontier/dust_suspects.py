@@ -1,45 +1,9 @@
 """The DUST learner's suspect table (``crawlerd.frontier.dust``): skeleton keys of the URLs
-admitted lately, so that a new URL with the skeleton of one admitted before is a suspect."""
+admitted lately, so that a new URL with the skeleton of one admitted before is a suspect.
 
-from __future__ import annotations
+The table is a native kernel (``crawlerd._native.suspects``: one C pass per batch); its
+plain-Python reference is ``crawlerd._native.suspects_ref``."""
 
-import numpy as np
+from crawlerd._native.suspects import WAYS, ClassTable
 
-
-class ClassTable:
-    """Skeleton keys of recently admitted URLs: a set-associative cache of 64-bit keys (WAYS per
-    bucket, round-robin replacement), RAM only. Invariant: holds at most ``capacity`` keys; a
-    key lost to replacement makes a later duplicate look new (fetched), never the reverse."""
-
-    WAYS = 4
-
-    def __init__(self, entries: int):
-        nb = 1 << max(8, (max(1, entries // self.WAYS) - 1).bit_length())
-        self._t = np.zeros((nb, self.WAYS), dtype=np.uint64)
-        self._next = np.zeros(nb, dtype=np.uint8)
-        self._mask = np.uint64(nb - 1)
-        self.capacity = nb * self.WAYS
-
-    def _prep(self, keys) -> tuple[np.ndarray, np.ndarray]:
-        k = np.asarray(keys, dtype=np.uint64)
-        k = np.where(k == 0, np.uint64(1), k)
-        return k, ((k ^ (k >> np.uint64(29))) & self._mask).astype(np.intp)
-
-    def has_many(self, keys) -> np.ndarray:
-        k, b = self._prep(keys)
-        return (self._t[b] == k[:, None]).any(axis=1)
-
-    def add_many(self, keys) -> None:
-        k, b = self._prep(keys)
-        keep = ~(self._t[b] == k[:, None]).any(axis=1)
-        k, b = k[keep], b[keep]
-        for _ in range(self.WAYS):          # keys sharing a bucket in one batch: one per round
-            if not len(k):
-                break
-            ub, first = np.unique(b, return_index=True)
-            w = self._next[ub]
-            self._t[ub, w] = k[first]
-            self._next[ub] = (w + 1) % self.WAYS
-            rest = np.ones(len(k), dtype=bool)
-            rest[first] = False
-            k, b = k[rest], b[rest]
+__all__ = ["ClassTable", "WAYS"]
