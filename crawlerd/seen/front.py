@@ -430,7 +430,11 @@ class AsyncSeenSet:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._job = job = self._take(poll=poll, fetch=fetch)
+        try:
+            self._job = job = self._take(poll=poll, fetch=fetch)
+        except Exception as e:
+            self._fail_pump(e)
+            return
         self._thread.call(self._run, job, functools.partial(self._post, self._job_done, job))
 
     def _arm(self, when: float) -> None:
@@ -458,14 +462,17 @@ class AsyncSeenSet:
                 raise err
             self._finish(job, done)
         except Exception as e:
-            self._error = e
-            self._pump_failed = True
-            log.exception("seen-set stopped; answers not acknowledged are redelivered after a restart")
-            self._fail_waiters(SeenSetError(f"seen-set stopped: {e!r}"))
+            self._fail_pump(e)
         finally:
             if self._idle is not None and not self._idle.done():
                 self._idle.set_result(None)
         self._poke()
+
+    def _fail_pump(self, e: Exception) -> None:
+        self._error = e
+        self._pump_failed = True
+        log.error("seen-set stopped; answers not acknowledged are redelivered after a restart", exc_info=e)
+        self._fail_waiters(SeenSetError(f"seen-set stopped: {e!r}"))
 
     def _call(self, fn: Callable, arg) -> asyncio.Future:
         # ``fn(arg)`` on the DRUM thread, after the job there; its result on the running loop.
