@@ -17,7 +17,7 @@ The interpreter's trigger stays on at ``auto`` as a safety net for a burst insid
 2.7 ms a minute instead of ~900 of 1.8 ms, only 6% less GC time (a pass walks what the young
 count stands for, so the cost follows the objects, not the passes), but gen-1 passes of 10.5 ms
 (three over 20 ms) and 14 stall sites at the pacer's tick against 2: kept at 2,000.
-What the passes walk (wake9: the young generation's types sampled before the pacer's passes,
+What the passes walk (measured: the young generation's types sampled before the pacer's passes,
 ``crawlerd demo`` at 3,000 hosts, ~600 pages/s): before, 24 % of gen 0 and 41 % of gen 1 were
 DRUM's answers (a delivery of 8,192 lives over several loop iterations), now the DRUM kernel's
 ``Result``, which the collector does not track: gen-0 passes walk ~6,200 objects instead of
