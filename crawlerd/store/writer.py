@@ -37,7 +37,7 @@ log = logging.getLogger("crawlerd.store")
 Sink = Callable[[list[Any]], None]
 GROUP_DELAY_S = 0.05        # the loop wakes the thread at most this often: bounds latency and wake-ups
                             # (each group costs a wake-up, a transaction and a commit per store, and a
-                            # read transaction renewed on the loop; bench/RESULTS.md: 20 ms vs 50 ms)
+                            # read transaction renewed on the loop; bench/RESULTS.md, "wake-ups" ninth pass)
 
 
 class WriterError(RuntimeError):
