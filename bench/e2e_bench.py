@@ -518,7 +518,10 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
                "connections": {k: sum(((s.get("fetcher") or {}).get("connections") or {}).get(k, 0)
                                       for s in last.get("shards", [])) for k in ("new", "reused")},
                "sessions_started": sum((s.get("frontier") or {}).get("sessions_started", 0)
-                                       for s in last.get("shards", []))})
+                                       for s in last.get("shards", [])),
+               # the URL-seen DRUM's jobs (trips to its thread) and their time on it, whole run
+               "seen_jobs": {k: sum((s.get("seen") or {}).get(k, 0) for s in last.get("shards", []))
+                             for k in ("jobs", "busy_s", "delivered")}})
 
 
 def hosts_file_text(static_hosts: dict[str, str]) -> str:
@@ -789,6 +792,10 @@ def bench(args: argparse.Namespace) -> dict:
                     if wb.get("frames"):
                         print(f"  workers' batches: {wb['jobs'] / wb['frames']:.2f} jobs per answer frame "
                               f"({wb['frames']} frames, whole run)", file=sys.stderr, flush=True)
+                    sj = r.extra.get("seen_jobs") or {}
+                    if sj.get("jobs") and r.extra.get("uptime_s"):
+                        print(f"  URL-seen DRUM: {sj['jobs'] / r.extra['uptime_s']:.1f} jobs/s, busy {sj['busy_s']:.1f} s "
+                              f"(whole run)", file=sys.stderr, flush=True)
                     print_stalls(st)
                     for site in st.get("stall_sites") or []:
                         split = (f", waiting for a CPU {site['runq_s'] * 1000:.0f} ms, GC {site['gc_s'] * 1000:.0f} ms"

@@ -22,6 +22,17 @@ def decode_blocks(buf: bytes, value_size: int, unique_in: npt.NDArray[np.uint8],
     """Answer whole journal blocks into the outputs: (bytes consumed, keys written, ordinals used)."""
     ...
 
+class Result:
+    """One answer handed out, not tracked by the cyclic collector (ints, bytes, None, an Op)."""
+    key: int
+    op: object
+    unique: bool
+    value: bytes | None
+    aux: bytes | None
+    seq: int
+    def __init__(self, key: int, op: object, unique: bool, value: bytes | None, aux: bytes | None,
+                 seq: int) -> None: ...
+
 class Core:
     """RAM buckets + cache + journal writer + merge pass of one DRUM.
 

@@ -28,6 +28,7 @@ The journal block format, the key file payload and the checksum are
 described in ``crawlerd/seen/drum_files.py``; ``hash_words`` is that checksum.
 """
 
+cimport cython
 from libc.errno cimport errno
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
@@ -53,6 +54,49 @@ cdef enum:
 
 cdef uint64_t ORD_MASK = (<uint64_t>1 << 62) - 1
 cdef uint32_t BLOCK_MAGIC = 0x4D555244   # "DRUM" little-endian
+
+
+@cython.no_gc
+@cython.final
+cdef class Result:
+    """One answer handed out (``crawlerd.seen.drum_answers.DrumResult``); reference: ``drum_ref.Result``.
+
+    Not tracked by the cyclic collector: its fields are ints, bytes, None and an ``Op`` member, so
+    it is in no reference cycle. A delivery of up to 8,192 answers outlives several loop
+    iterations, and as tracked objects they were the largest share of the crawl loop's young and
+    middle generations (walked at each pass while alive); untracked, no pass walks them.
+    """
+    cdef readonly object key
+    cdef readonly object op
+    cdef readonly bint unique
+    cdef readonly object value
+    cdef readonly object aux
+    cdef readonly object seq
+
+    def __init__(self, key, op, unique, value, aux, seq):
+        self.key = key
+        self.op = op
+        self.unique = unique
+        self.value = value
+        self.aux = aux
+        self.seq = seq
+
+    def _fields(self):
+        return (self.key, self.op, self.unique, self.value, self.aux, self.seq)
+
+    def __eq__(self, other):
+        if not isinstance(other, Result):
+            return NotImplemented
+        return self._fields() == (<Result>other)._fields()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"DrumResult(key={self.key!r}, op={self.op!r}, unique={self.unique!r}, value={self.value!r}, "
+                f"aux={self.aux!r}, seq={self.seq!r})")
+
+    def __reduce__(self):
+        return Result, self._fields()
 
 
 def hash_words(const uint8_t[::1] data not None, uint64_t word0=0):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +20,19 @@ BLOCK_MAGIC = 0x4D555244
 ORD_MASK = (1 << 62) - 1
 _M64 = (1 << 64) - 1
 _K1 = np.uint64(0x9E3779B97F4A7C15)
+
+
+@dataclass(slots=True)
+class Result:
+    """One answer handed out: key, op, unique (absent just before this operation), value (stored
+    just before it), aux (as submitted), seq (global submission number). The native one is not
+    tracked by the cyclic collector; this one is (a plain class)."""
+    key: int
+    op: object
+    unique: bool
+    value: bytes | None
+    aux: bytes | None
+    seq: int
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:

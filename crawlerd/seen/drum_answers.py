@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from crawlerd._native import drum as native_drum
 from crawlerd.seen.drum_files import DrumCorrupt, DrumFiles, JournalBlock
 
 
@@ -25,14 +25,12 @@ class Op(enum.IntEnum):
     CHECK_UPDATE = 2
 
 
-@dataclass(slots=True)
-class DrumResult:
-    key: int
-    op: Op
-    unique: bool             # key absent just before this operation
-    value: bytes | None      # value stored just before it (None if absent or value_size 0)
-    aux: bytes | None        # the caller's aux bytes for this key, as submitted
-    seq: int                 # global submission number, stable across restarts
+# One answer: key; op (an ``Op``); unique (key absent just before this operation); value (stored
+# just before it, None if absent or value_size 0); aux (the caller's aux bytes, as submitted); seq
+# (global submission number, stable across restarts). The kernel's class (``AnswerQueue`` makes
+# ``kernels.Result``): the native one is not tracked by the cyclic collector (a delivery of 8,192
+# outlives several loop iterations), ``drum_ref.Result`` is its plain reference.
+DrumResult = native_drum.Result
 
 
 class ReadyEpoch:
@@ -106,6 +104,7 @@ class AnswerQueue:
 
     def results(self, limit: int) -> list[DrumResult]:
         out: list[DrumResult] = []
+        make = self.kern.Result
         V = self.value_size
         while len(out) < limit:
             r = self.next_block()
@@ -129,7 +128,7 @@ class AnswerQueue:
                 value = None
                 if V and not uniq[j]:
                     value = vals[(i0 + j) * V:(i0 + j + 1) * V].tobytes()
-                out.append(DrumResult(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
+                out.append(make(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
             self.advance(r, n)
         return out
 

@@ -9,12 +9,23 @@ so never more than one), and its merge kernel releases the GIL.
 Data flow::
 
     submit(keys, aux)  (loop)  -> intake log (one write) + pending batch
-    pump task          (loop)  -> one job at a time on the DRUM thread:
+    pump step          (loop)  -> one job at a time on the DRUM thread:
         ack() of the last delivery, if the consumer acknowledged it
         check_update(batch) in calls of at most CALL_KEYS keys
         flush() if asked, else poll() every poll_interval_s
         results() if no delivery is awaiting its ack
     on_results(list)   (loop)  -> consumer commits (frontier.add) -> ack()
+
+The pump is callbacks, not a task: a submit or an ack schedules one step for the
+loop's next iteration (however many came in this one), and a job's end schedules
+the next. The DRUM thread is a plain thread reading a queue: the loop puts a job
+(one wake-up of the thread) and the thread posts its end back in one
+``call_soon_threadsafe``. A job nothing waits for (new keys, an ack, answers to
+fetch) starts at most every ``job_gap_s`` (``JOB_GAP_S``): each job costs a trip
+to the thread and back and an intake segment created and deleted, so fewer,
+larger batches cost less per key. A flush asked for or awaited, the poll, the
+backpressure bound and close do not wait for the gap. Nothing a lease waits for
+is behind it (a lease waits for the intake log).
 
 Invariant: every key submitted is answered exactly once to the consumer per
 process lifetime, in submission order (``seq`` consecutive), and nothing is
@@ -45,12 +56,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import functools
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +77,8 @@ from crawlerd.store.writer import WriteThread
 log = logging.getLogger("crawlerd.seen")
 
 CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
+JOB_GAP_S = 0.02               # a job that nothing waits for starts at most this often (a trip to the thread
+                               # and back, and an intake segment, per job: fewer, larger batches)
 
 
 class SeenSetError(DrumError):
@@ -96,8 +111,52 @@ class _Done:
     flush_s: float | None      # duration of this job's flush(), if it ran one
 
 
+class _DrumThread:
+    """The one thread that runs every DRUM call, in the order handed over.
+
+    Key: none (a FIFO of ``(fn, arg, reply)``). Invariant: ``fn(arg)`` runs on this thread only,
+    one at a time, and ``reply(result, error)`` runs on it right after. A handover is one
+    ``SimpleQueue.put``: one wake-up of this thread when it waits, none when it is busy.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable, arg, reply: Callable[[object, BaseException | None], None]) -> None:
+        self._q.put((fn, arg, reply))
+
+    def call_wait(self, fn: Callable, arg):
+        """``fn(arg)`` on the thread; its result (or error) here, blocking (start-up only)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def reply(result, err):
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(result)
+
+        self.call(fn, arg, reply)
+        return fut.result()
+
+    def stop(self) -> None:
+        """End the thread once what was handed over ran."""
+        self._q.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while (item := self._q.get()) is not None:
+            fn, arg, reply = item
+            try:
+                result, err = fn(arg), None
+            except BaseException as e:          # handed to the caller, as an executor would
+                result, err = None, e
+            reply(result, err)
+
+
 class AsyncSeenSet:
-    """A ``Drum`` (``auto_ack=False``) owned by one thread, fed and drained by a pump task on the loop.
+    """A ``Drum`` (``auto_ack=False``) owned by one thread, fed and drained by a pump on the loop.
 
     Key: the 8-byte URL fingerprint, as in ``Drum``. Invariant: submissions
     reach DRUM in ``submit`` order with the seq numbers predicted at submit
@@ -108,20 +167,22 @@ class AsyncSeenSet:
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
                  merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic, max_results: int = 1 << 13,
-                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5, threaded_intake: bool = False):
-        if max_pending_keys < 1 or poll_interval_s <= 0:
-            raise ValueError("max_pending_keys and poll_interval_s must be positive")
+                 max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5, threaded_intake: bool = False,
+                 job_gap_s: float = JOB_GAP_S):
+        if max_pending_keys < 1 or poll_interval_s <= 0 or job_gap_s < 0:
+            raise ValueError("max_pending_keys and poll_interval_s must be positive, job_gap_s not negative")
         self.path = os.path.abspath(path)
         self.max_pending_keys = max_pending_keys
         self._threaded_intake = threaded_intake  # write the intake log on a thread once started
         self.poll_interval_s = poll_interval_s
-        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drum")
+        self.job_gap_s = job_gap_s
+        self._thread = _DrumThread("drum")
         kw = dict(buckets=buckets, bucket_buffer_bytes=bucket_buffer_bytes, merge_bytes=merge_bytes,
                   max_age_s=max_age_s, cache_entries=cache_entries, clock=clock, max_results=max_results)
         try:
-            self._drum, last_segment = self._exec.submit(self._open, kw).result()
+            self._drum, last_segment = self._thread.call_wait(self._open, kw)
         except BaseException:
-            self._exec.shutdown(wait=True)
+            self._thread.stop()
             raise
         d = self._drum
         self._next_seq = d.next_seq            # seq the next submitted key gets
@@ -141,10 +202,15 @@ class AsyncSeenSet:
         self._flush_asked = False
         self._flush_new: list[asyncio.Future] = []
         self._flush_wait: list[tuple[int, asyncio.Future]] = []
-        self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_results: Callable[[list[DrumResult]], None] | None = None
-        self._pump_task: asyncio.Task | None = None
+        self._job: _Job | None = None          # the job on the DRUM thread (one at most)
+        self._step_due = False                 # a pump step is scheduled for the loop's next iteration
+        self._timer: asyncio.TimerHandle | None = None   # the next poll, or the end of the job gap
+        self._next_poll = 0.0
+        self._next_job = 0.0                   # loop time before which a job nothing waits for waits
+        self._pump_failed = False
+        self._idle: asyncio.Future | None = None   # close() waits here for the job on the thread
         self._stopping = False
         self._closed = False
         self._error: BaseException | None = None
@@ -160,14 +226,14 @@ class AsyncSeenSet:
     def start(self, loop: asyncio.AbstractEventLoop, on_results: Callable[[list[DrumResult]], None]) -> None:
         """Start the pump on ``loop``; ``on_results(list)`` runs on the loop and must end in ``ack()``
         once its commit is done (there or later). Answers redelivered after a crash come first."""
-        if self._pump_task is not None or self._closed:
+        if self._loop is not None or self._closed:
             raise SeenSetError("already started or closed")
         self._loop = loop
         self._on_results = on_results
         if self._threaded_intake:
             self._intake.attach(WriteThread(loop, name="crawlerd-intake", on_error=self._intake_failed))
-        self._pump_task = loop.create_task(self._pump(), name="seen-pump")
-        self._wake.set()
+        self._next_poll = loop.time() + self.poll_interval_s
+        self._poke()
 
     def submit(self, keys: Sequence[int] | np.ndarray, aux: Sequence[bytes] | None = None) -> None:
         """Queue keys for check+update (non-blocking, any time before close). Never drops a key:
@@ -193,7 +259,7 @@ class AsyncSeenSet:
         self._batch.append((karr, auxl))
         self._batch_keys += n
         self._next_seq += n
-        self._wake.set()
+        self._poke()
 
     def logged(self) -> asyncio.Future | None:
         """None when every key submitted so far is in the intake log; else a future done once it is
@@ -233,14 +299,14 @@ class AsyncSeenSet:
             self._error = err
         log.error("seen-set intake log write failed; keys not logged are acknowledged to nobody: %r", err)
         self._fail_waiters(SeenSetError(f"seen-set stopped: {err!r}"))
-        self._wake.set()
+        self._poke()
 
     def ack(self) -> None:
         """The consumer committed the last delivery: acknowledge it in DRUM before the next results()."""
         if self._outstanding:
             self._outstanding = False
             self._ack_due = True
-            self._wake.set()
+            self._poke()
 
     async def contains(self, keys: Sequence[int]) -> list[bool]:
         """Whether each key is in DRUM's merged key file, looked up on the DRUM thread (between its jobs).
@@ -250,21 +316,21 @@ class AsyncSeenSet:
         self.raise_if_failed()
         if self._closed or self._loop is None:
             raise SeenSetError("contains needs a started, open seen-set")
-        return await self._loop.run_in_executor(self._exec, self._drum.contains, list(keys))
+        return await self._call(self._drum.contains, list(keys))
 
     def request_flush(self) -> None:
         """Ask for a merge of everything pending at the next job, without waiting (from sync code)."""
         self._flush_asked = True
-        self._wake.set()
+        self._poke()
 
     async def flush(self) -> None:
         """Merge everything submitted so far; return once all its answers were delivered and acked."""
         self.raise_if_failed()
-        if self._pump_task is None or self._stopping:
+        if self._loop is None or self._stopping:
             raise SeenSetError("flush needs a started, open seen-set")
         fut = self._loop.create_future()
         self._flush_new.append(fut)
-        self._wake.set()
+        self._poke()
         await fut
 
     async def close(self) -> None:
@@ -275,10 +341,12 @@ class AsyncSeenSet:
         if self._closed:
             return
         self._closed = self._stopping = True
-        self._wake.set()
-        if self._pump_task is not None:
-            await asyncio.wait([self._pump_task])    # ends after its current job; it raises nothing itself
-        loop = asyncio.get_running_loop()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._job is not None:               # the pump ends after its current job
+            self._idle = self._loop.create_future()
+            await asyncio.wait([self._idle])
         self._fail_waiters(SeenSetError("seen-set closed"))
         job = None
         if self._error is None:
@@ -286,9 +354,9 @@ class AsyncSeenSet:
         else:
             self._intake.close()             # its records are replayed at the next start
         try:
-            await loop.run_in_executor(self._exec, self._close_drum, job)
+            await self._call(self._close_drum, job)
         finally:
-            self._exec.shutdown(wait=True)
+            self._thread.stop()
             thread, self._intake.thread = self._intake.thread, None
             if thread is not None:
                 thread.close()                  # the last records and deletions written
@@ -334,30 +402,99 @@ class AsyncSeenSet:
 
     # -- pump (loop side) ---------------------------------------------------------------------------
 
-    async def _pump(self) -> None:
+    def _poke(self) -> None:
+        # One pump step in the loop's next iteration, however many calls asked for one in this one.
+        if not self._step_due and self._job is None and self._loop is not None and not self._stopping:
+            self._step_due = True
+            self._loop.call_soon(self._step)
+
+    def _step(self) -> None:
+        self._step_due = False
+        if self._stopping or self._pump_failed or self._job is not None:
+            return
         loop = self._loop
-        next_poll = loop.time() + self.poll_interval_s
+        now = loop.time()
+        poll = now >= self._next_poll
+        fetch = not self._outstanding
+        if not (self._ack_due or self._batch or self._flush_new or self._flush_asked or poll
+                or (fetch and self._ready)):
+            self._arm(self._next_poll)
+            return
+        if (now < self._next_job and not (poll or self._flush_new or self._flush_asked or self._flush_wait)
+                and not self.backpressure):
+            self._arm(min(self._next_job, self._next_poll))     # nothing waits for it: batch up
+            return
+        if poll:
+            self._next_poll = now + self.poll_interval_s
+        self._next_job = now + self.job_gap_s
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         try:
-            while not self._stopping:
-                poll = loop.time() >= next_poll
-                fetch = not self._outstanding
-                if not (self._ack_due or self._batch or self._flush_new or self._flush_asked or poll
-                        or (fetch and self._ready)):
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), max(0.0, next_poll - loop.time()))
-                    except TimeoutError:
-                        pass
-                    continue
-                if poll:
-                    next_poll = loop.time() + self.poll_interval_s
-                job = self._take(poll=poll, fetch=fetch)
-                done = await loop.run_in_executor(self._exec, self._run, job)
-                self._finish(job, done)
+            self._job = job = self._take(poll=poll, fetch=fetch)
         except Exception as e:
-            self._error = e
-            log.exception("seen-set stopped; answers not acknowledged are redelivered after a restart")
-            self._fail_waiters(SeenSetError(f"seen-set stopped: {e!r}"))
+            self._fail_pump(e)
+            return
+        self._thread.call(self._run, job, functools.partial(self._post, self._job_done, job))
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            if self._timer.when() == when:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._poke()
+
+    def _post(self, fn: Callable, *args) -> None:
+        # on the DRUM thread: one call_soon_threadsafe back to the loop per job
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:                    # the loop closed under us (shutdown)
+            pass
+
+    def _job_done(self, job: _Job, done: _Done | None, err: BaseException | None) -> None:
+        self._job = None
+        try:
+            if err is not None:
+                raise err
+            self._finish(job, done)
+        except Exception as e:
+            self._fail_pump(e)
+        finally:
+            if self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
+        self._poke()
+
+    def _fail_pump(self, e: Exception) -> None:
+        self._error = e
+        self._pump_failed = True
+        log.error("seen-set stopped; answers not acknowledged are redelivered after a restart", exc_info=e)
+        self._fail_waiters(SeenSetError(f"seen-set stopped: {e!r}"))
+
+    def _call(self, fn: Callable, arg) -> asyncio.Future:
+        # ``fn(arg)`` on the DRUM thread, after the job there; its result on the running loop.
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def settle(result, err):
+            if fut.done():
+                return
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(result)
+
+        def reply(result, err):
+            try:
+                loop.call_soon_threadsafe(settle, result, err)
+            except RuntimeError:
+                pass
+
+        self._thread.call(fn, arg, reply)
+        return fut
 
     def _take(self, *, poll: bool, fetch: bool) -> _Job:
         # Hand the batch and its intake segment over; later submits start a new segment.

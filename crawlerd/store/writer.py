@@ -5,7 +5,7 @@ microseconds, but it blocks whenever the kernel throttles dirty pages or the fil
 journal commits, and on a box where other processes write heavily that was the loop's worst
 stall (hundreds of ms). So the loop only *hands over*: ``submit(sink, item, then)`` appends to a
 list and returns (the thread is woken at most once per ``GROUP_DELAY_S`` by the loop, not per
-item: a thread wake-up costs more CPU than most items); this thread takes everything pending, calls each sink once with its items in
+item: a thread wake-up and a commit cost more CPU than most items); this thread takes everything pending, calls each sink once with its items in
 submit order (``sink(items)``: one LMDB transaction begun and committed here, one ``writev``),
 and then runs the ``then`` callbacks on the loop. Items handed over while a group is written go
 in the next group, so a write waits at most ``GROUP_DELAY_S`` plus about two group writes, and
@@ -35,7 +35,9 @@ from crawlerd.store.syncer import run_all
 log = logging.getLogger("crawlerd.store")
 
 Sink = Callable[[list[Any]], None]
-GROUP_DELAY_S = 0.02        # the loop wakes the thread at most this often: bounds latency and wake-ups
+GROUP_DELAY_S = 0.05        # the loop wakes the thread at most this often: bounds latency and wake-ups
+                            # (each group costs a wake-up, a transaction and a commit per store, and a
+                            # read transaction renewed on the loop; bench/RESULTS.md, "wake-ups" ninth pass)
 
 
 class WriterError(RuntimeError):

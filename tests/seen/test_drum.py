@@ -307,3 +307,21 @@ def test_key_file_header_is_checked(tmp_path):
     name = next(n for n in os.listdir(tmp_path) if n.startswith("keys."))
     head = (tmp_path / name).read_bytes()[:HEADER_BYTES]
     assert head.startswith(b"DRUMKEY1") and struct.unpack_from("<Q", head, 16)[0] == 3
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_answers_are_the_kernels_result_and_the_native_one_is_not_tracked_by_the_collector(kern, tmp_path):
+    import gc
+    import pickle
+
+    with Drum(str(tmp_path), buckets=2, value_size=2, _kernels=kern) as dr:
+        dr.check_update([7, 8, 7], values=[b"aa", b"bb", b"cc"], aux=[b"x", b"y", b"z"])
+        dr.flush()
+        got = dr.results()
+    assert all(type(r) is kern.Result for r in got)
+    assert [(r.key, r.op, r.unique, r.value, r.aux, r.seq) for r in got] == [
+        (7, Op.CHECK_UPDATE, True, None, b"x", 0), (8, Op.CHECK_UPDATE, True, None, b"y", 1),
+        (7, Op.CHECK_UPDATE, False, b"aa", b"z", 2)]
+    assert [gc.is_tracked(r) for r in got] == [kern is ref] * 3   # untracked: no collector pass walks it
+    twin = [kern.Result(key=r.key, op=r.op, unique=r.unique, value=r.value, aux=r.aux, seq=r.seq) for r in got]
+    assert twin == got and pickle.loads(pickle.dumps(got)) == got and got[0] != got[2]

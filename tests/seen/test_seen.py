@@ -231,6 +231,39 @@ def test_consumer_failure_stops_the_pump_and_nothing_is_acked(tmp_path, run):
     check_answers(run(again()).results, [keys])
 
 
+def test_submits_inside_the_job_gap_wait_for_one_job_and_a_flush_or_the_bound_does_not_wait(tmp_path, run):
+    # A gap far longer than the test: any job after the first ran because something could not wait.
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "poll_interval_s": 3600.0, "max_pending_keys": 100},
+                         job_gap_s=3600.0)
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        s.submit([1, 2, 3])
+        await bounded(_jobs_at_least(s, 1))             # the first job starts at once
+        for k in range(10, 60, 10):
+            s.submit(list(range(k, k + 10)))
+            await asyncio.sleep(0.01)
+        assert s.stats()["jobs"] == 1 and s.stats()["queued_keys"] == 50     # batched, waiting for the gap
+        s.submit(list(range(100, 160)))                 # past the bound: goes now
+        await bounded(_jobs_at_least(s, 2))
+        assert s.stats()["queued_keys"] == 0
+        s.submit([7, 7, 8])
+        await bounded(s.flush())                        # a flush does not wait for the gap
+        jobs = s.stats()["jobs"]
+        await s.close()
+        return col, jobs
+
+    col, jobs = run(main())
+    check_answers(col.results, [[1, 2, 3], *[list(range(k, k + 10)) for k in range(10, 60, 10)],
+                                list(range(100, 160)), [7, 7, 8]])
+    assert jobs >= 3
+
+
+async def _jobs_at_least(s, n):
+    while s.stats()["jobs"] < n:
+        await asyncio.sleep(0.001)
+
+
 def test_big_batch_hand_over_leaves_the_loop_running(tmp_path):
     # DRUM's journal and bucket code holds the GIL for a whole call: batches go over in CALL_KEYS calls.
     n = 4_000_000
