@@ -277,6 +277,11 @@ class Fetcher:
         if max_body != t.opt_max_body:
             c.setopt(pycurl.MAXFILESIZE_LARGE, max_body)  # refused early on Content-Length, else cut at the cap
             t.opt_max_body = max_body
+        prereq = self.gate is not None
+        if prereq != t.opt_prereq:
+            # a Python callback per transfer only when there is a gate to ask (a shard's lease fence)
+            c.setopt(pycurl.PREREQFUNCTION, t.on_prereq if prereq else None)
+            t.opt_prereq = prereq
         t.req = req
         t.pinned = ip
         t.started_at = time.time()

@@ -44,7 +44,7 @@ class Transfer:
 
     __slots__ = ("curl", "fetcher", "fut", "req", "pinned", "started_at", "t0", "body", "head", "debug",
                  "req_head", "verbose", "abort", "detail", "max_body", "opt_connect_to", "opt_headers",
-                 "opt_max_body", "opt_forbid_reuse")
+                 "opt_max_body", "opt_forbid_reuse", "opt_prereq")
 
     def __init__(self, fetcher: Fetcher, share: pycurl.CurlShare):
         self.fetcher = fetcher
@@ -65,6 +65,7 @@ class Transfer:
         self.opt_headers: list[bytes] | None = None
         self.opt_max_body = -1
         self.opt_forbid_reuse = False
+        self.opt_prereq = True             # the pre-request callback is set (the fetcher unsets it without a gate)
         c = self.curl = pycurl.Curl()
         f = fetcher
         c.setopt(pycurl.SHARE, share)
@@ -95,7 +96,7 @@ class Transfer:
         c.setopt(pycurl.HEADERFUNCTION, self.head.append)
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
         c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)
-        c.setopt(pycurl.PREREQFUNCTION, self._on_prereq)
+        c.setopt(pycurl.PREREQFUNCTION, self.on_prereq)   # only while the fetcher has a gate
 
     # -- curl callbacks (run inside socket_action) -------------------------
     def _on_debug(self, kind: int, data: bytes) -> None:
@@ -104,7 +105,7 @@ class Transfer:
                 self.debug.clear()                       # curl may resend on a dead reused connection
             self.debug.append(data)
 
-    def _on_prereq(self, conn_primary_ip, conn_local_ip, conn_primary_port, conn_local_port) -> int:
+    def on_prereq(self, conn_primary_ip, conn_local_ip, conn_primary_port, conn_local_port) -> int:
         # connected, request not sent yet: the last moment the fetcher's gate (a shard's lease
         # fence) can stop a request that was queued before the gate closed
         gate = self.fetcher.gate

@@ -25,7 +25,8 @@ keeping only the ``S`` lines of leases still out.
 
 With a writer thread attached (``attach_writer``) an ``E`` line is handed to it and written
 later, to the file that was current when it was handed over (a rotation hands the old file's
-close to the same thread, after those lines). ``S`` lines stay written before ``lease()``
+close to the same thread, after those lines); the lines of one group to one file go out in one
+``write``. ``S`` lines stay written before ``lease()``
 returns. An ``E`` not written by a ``kill -9`` leaves its request looking in flight: its host
 waits a whole gap and its URL is fetched again, never lost, never early.
 """
@@ -112,6 +113,13 @@ def read(directory: str) -> Replay:
     return out
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Append ``data`` to ``fd`` whole (a short write is continued, never dropped)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class InflightJournal:
     """The open journal of this run (see the module docstring for the format and invariant)."""
 
@@ -133,13 +141,27 @@ class InflightJournal:
         self._writer = writer
 
     def _on_thread(self, items: list[tuple[int, bytes | None]]) -> None:
-        # on the writer thread, in order: (fd, line) appends, (fd, None) closes a rotated file
+        # On the writer thread, in order: (fd, line) appends, (fd, None) closes a rotated file.
+        # A group's lines to one file go out in one write (one system call per group, not per
+        # request); a close comes after every line handed over before it.
+        run: list[bytes] = []
+        run_fd = -1
         try:
             for fd, data in items:
+                if data is not None and fd == run_fd:
+                    run.append(data)
+                    continue
+                if run:
+                    _write_all(run_fd, b"".join(run))
+                    run.clear()
                 if data is None:
+                    run_fd = -1
                     os.close(fd)
                 else:
-                    os.write(fd, data)
+                    run_fd = fd
+                    run.append(data)
+            if run:
+                _write_all(run_fd, b"".join(run))
         except OSError as e:
             self._write_failed = e
 

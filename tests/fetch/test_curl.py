@@ -288,6 +288,27 @@ def test_gate_closed_while_connecting_stops_the_request_before_it_is_sent():
     assert len(log) == 1                          # only the second fetcher's request reached it
 
 
+def test_gate_set_after_ungated_transfers_is_asked_before_the_next_request_is_sent():
+    """Without a gate no pre-request callback runs; a gate set later is asked on the same
+    (reused) handles before their next request goes out."""
+    calls = []
+
+    def gate():                                   # open for the start, closed once connected
+        calls.append(1)
+        return len(calls) == 1
+
+    async def scenario(f, server, port):
+        first = await f.fetch(req(port, "/ok"))   # no gate: the handle goes back to the pool
+        f.gate = gate
+        r = await f.fetch(req(port, "/ok"))
+        return first, r, list(server.log)
+    first, r, log = run(scenario)
+    assert first.outcome is Outcome.OK
+    assert len(calls) == 2
+    assert r.outcome is Outcome.ABORTED and "fenced" in r.error and r.status == 0
+    assert len(log) == 1                          # only the ungated request reached the server
+
+
 def test_connect_refused():
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))

@@ -237,6 +237,45 @@ def test_inflight_journal_end_lines_written_later_look_in_flight_until_then(tmp_
     run(go())
 
 
+def test_inflight_journal_end_lines_of_one_group_land_in_order_in_the_file_they_were_handed_to(tmp_path):
+    """End lines handed over in one group (several per file, a rotation between them) are all
+    written, in order, each to the file that was current when it was handed over."""
+    import os
+
+    from crawlerd.frontier import journal
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop())
+        j = journal.InflightJournal(str(tmp_path), session=1)
+        j.attach_writer(w)
+        j.started([(i, 1000.0, f"10.0.0.{i}", f"http://h{i}.test") for i in range(1, 7)])
+        w.hold()
+        for i in (1, 2, 3):
+            j.ended(i, 1000.0 + i, 2000.0 + i, bytes((i,)))
+        old = str(tmp_path / "old.log")
+        os.link(j.path, old)                     # keep the first file's inode past the rotation
+        j.rewrite([(i, 1000.0, f"10.0.0.{i}", f"http://h{i}.test") for i in (4, 5, 6)], {})
+        for i in (4, 5):
+            j.ended(i, 1000.0 + i, 2000.0 + i)
+        w.release()
+        await written(w)
+        with open(old, "rb") as f:
+            ends = [line for line in f.read().decode().splitlines() if line.startswith("E ")]
+        assert [line.split(" ")[1] for line in ends] == ["1", "2", "3"]
+        assert [line.split(" ")[4] for line in ends] == ["01", "02", "03"]
+        with open(j.path, "rb") as f:
+            ends = [line for line in f.read().decode().splitlines() if line.startswith("E ")]
+        assert [line.split(" ")[1:4] for line in ends] == [["4", "1004.0", "2004.0"], ["5", "1005.0", "2005.0"]]
+        if journal.boot_id():
+            after = journal.read(str(tmp_path))
+            assert after.inflight == {"http://h6.test": 1000.0}
+            assert after.ended == {"http://h4.test": 2004.0, "http://h5.test": 2005.0}
+        w.close()
+        j.attach_writer(None)
+        j.close()
+    run(go())
+
+
 def test_digest_record_never_displaces_the_first_capture(tmp_path):
     async def go():
         d = DigestSet(tmp_path / "digests", map_size_bytes=1 << 24)
