@@ -109,4 +109,4 @@ def test_stats_carry_the_diagnosis_only_when_asked(monkeypatch):
     monkeypatch.delenv(DIAG_ENV, raising=False)
     assert "diag" not in Trimmer(0).stats()
     monkeypatch.setenv(DIAG_ENV, "1")
-    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas"}
+    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers"}

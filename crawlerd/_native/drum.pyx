@@ -127,6 +127,12 @@ cdef class Core:
         self.record_size = 16 + value_size
         self.bucket_records = max(1, bucket_buffer_bytes // self.record_size)
         self.bufs = <uint8_t*>malloc(<size_t>buckets * self.bucket_records * self.record_size)
+        if self.bufs != NULL:
+            # Fault every page in now: the buffers are a configured fixed cost. Left to the
+            # records, a bucket's pages come in the first time a merge interval fills it that
+            # deep, so private memory creeps up with the deepest fill seen so far (a high-water
+            # mark reached by ever rarer bursts) and reads as growth per page for hours.
+            memset(self.bufs, 0, <size_t>buckets * self.bucket_records * self.record_size)
         self.counts = <Py_ssize_t*>calloc(buckets, sizeof(Py_ssize_t))
         self.spilled = <uint64_t*>calloc(buckets, sizeof(uint64_t))
         self.spill_fds = <int*>malloc(buckets * sizeof(int))
@@ -145,6 +151,9 @@ cdef class Core:
             self.cvals = <uint8_t*>calloc(sets * WAYS * value_size + 1, 1)
             if self.ckeys == NULL or self.cvals == NULL:
                 raise MemoryError()
+            # calloc maps large blocks without touching them: resident now, like the buckets
+            memset(self.ckeys, 0, sets * WAYS * 8)
+            memset(self.cvals, 0, sets * WAYS * value_size + 1)
             self.cmask = sets - 1
         self.cache_capacity = sets * WAYS
         self.jcap = 1 << 16
@@ -280,6 +289,7 @@ cdef class Core:
             if self.jbuf == NULL:
                 self.jcap = 0
                 raise MemoryError()
+            memset(self.jbuf, 0, self.jcap)     # resident as a whole: grows only when the cap doubles
         p = self.jbuf + BLOCK_HEADER
         memset(self.jbuf, 0, total)
         if n:

@@ -307,3 +307,31 @@ def test_key_file_header_is_checked(tmp_path):
     name = next(n for n in os.listdir(tmp_path) if n.startswith("keys."))
     head = (tmp_path / name).read_bytes()[:HEADER_BYTES]
     assert head.startswith(b"DRUMKEY1") and struct.unpack_from("<Q", head, 16)[0] == 3
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_bucket_buffers_are_resident_from_the_start(tmp_path):
+    # The RAM buckets are a configured fixed cost (buckets x bucket_buffer_bytes): taken when the
+    # DRUM opens, not page by page as merge intervals fill them ever deeper (which read as private
+    # memory growing with the pages crawled). Filling the buckets to ~75 % adds no private memory.
+    buckets, buf = 16, 1 << 20
+    before = _rss_anon()
+    with Drum(str(tmp_path), buckets=buckets, bucket_buffer_bytes=buf, merge_bytes=1 << 30, max_age_s=1e9,
+              cache_entries=0) as dr:
+        opened = _rss_anon() - before
+        keys = np.random.default_rng(7).integers(1, 2**63, size=12 * buf // 16, dtype=np.uint64)
+        base = _rss_anon()
+        for i in range(0, len(keys), 8192):
+            dr.check_update(keys[i:i + 8192])
+        assert dr.results() == [] and dr.pending == len(keys)     # all still in the RAM buckets
+        grew = _rss_anon() - base
+    assert opened >= buckets * buf * 7 // 8, opened
+    assert grew < 3 << 20, grew          # ~12 MiB of records landed in pages already resident
