@@ -62,11 +62,25 @@ def tune_malloc(mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES, arena_max: int
     kernel when freed (glibc otherwise raises the threshold after the first large free, and a
     crawl's large, short-lived buffers then fragment the heap for good); the heap top is trimmed
     past twice that; at most ``arena_max`` malloc arenas for the process's threads (each thread
-    otherwise may get its own 64 MiB arena). Call once, at process start, before the stores open."""
+    otherwise may get its own 64 MiB arena); Python's arenas mapped resident
+    (:func:`populate_python_arenas`). Call once, at process start, before the stores open."""
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)
         _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * mmap_threshold_bytes)
         _LIBC.mallopt(_M_ARENA_MAX, arena_max)
+    populate_python_arenas()
+
+
+def populate_python_arenas() -> bool:
+    """Python's 1 MiB object arenas resident whole from the moment each is mapped
+    (``_native/arenas.pyx``): pymalloc carves an arena into pools as objects need them and returns
+    it only when empty, so left alone the pools of the arenas a process holds come in over hours of
+    churn and read as private memory growing with the crawl. False where the kernel is missing."""
+    try:
+        from crawlerd._native.arenas import populate_arenas
+    except ImportError:
+        return False
+    return populate_arenas()
 
 
 def malloc_trim() -> None:
