@@ -141,3 +141,17 @@ def test_python_arenas_are_mapped_resident_whole():
         got.free(got.ctx, p, size)
     objs = [(i,) for i in range(300_000)]       # new arenas through the installed allocator
     assert sum(t[0] for t in objs) == 300_000 * 299_999 // 2
+
+
+def test_the_largest_containers_are_named_by_their_owner_and_attribute():
+    # CRAWLERD_MEMDIAG=2: a transient peak of Python objects is told by what holds them
+    class Holder:
+        def __init__(self):
+            self.batch = [(i,) for i in range(50_000)]
+            self.table = {i: str(i) for i in range(30_000)}     # untracked by gc: found through its owner
+
+    h = Holder()
+    rows = {(r[0], r[1]): r for r in allocator.big_containers(min_len=20_000)}
+    assert rows[("list", 50_000)][3:] == ["batch", "Holder"]
+    assert rows[("dict", 30_000)][3:] == ["table", "Holder"]
+    del h
