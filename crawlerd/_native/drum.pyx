@@ -29,7 +29,7 @@ described in ``crawlerd/seen/drum_files.py``; ``hash_words`` is that checksum.
 """
 
 from libc.errno cimport errno
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset
 
@@ -42,6 +42,14 @@ from crawlerd._native.drum_io cimport (
 
 cdef extern from *:
     void __builtin_prefetch(const void*) nogil
+
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void *addr, size_t length, int advice)
+    int MADV_DONTNEED
+
+cdef extern from "unistd.h" nogil:
+    long sysconf(int name)
+    int _SC_PAGESIZE
 
 cdef enum:
     OP_CHECK = 0
@@ -127,12 +135,6 @@ cdef class Core:
         self.record_size = 16 + value_size
         self.bucket_records = max(1, bucket_buffer_bytes // self.record_size)
         self.bufs = <uint8_t*>malloc(<size_t>buckets * self.bucket_records * self.record_size)
-        if self.bufs != NULL:
-            # Fault every page in now: the buffers are a configured fixed cost. Left to the
-            # records, a bucket's pages come in the first time a merge interval fills it that
-            # deep, so private memory creeps up with the deepest fill seen so far (a high-water
-            # mark reached by ever rarer bursts) and reads as growth per page for hours.
-            memset(self.bufs, 0, <size_t>buckets * self.bucket_records * self.record_size)
         self.counts = <Py_ssize_t*>calloc(buckets, sizeof(Py_ssize_t))
         self.spilled = <uint64_t*>calloc(buckets, sizeof(uint64_t))
         self.spill_fds = <int*>malloc(buckets * sizeof(int))
@@ -151,9 +153,6 @@ cdef class Core:
             self.cvals = <uint8_t*>calloc(sets * WAYS * value_size + 1, 1)
             if self.ckeys == NULL or self.cvals == NULL:
                 raise MemoryError()
-            # calloc maps large blocks without touching them: resident now, like the buckets
-            memset(self.ckeys, 0, sets * WAYS * 8)
-            memset(self.cvals, 0, sets * WAYS * value_size + 1)
             self.cmask = sets - 1
         self.cache_capacity = sets * WAYS
         self.jcap = 1 << 16
@@ -389,12 +388,23 @@ cdef class Core:
         return 0
 
     def reset_epoch(self):
-        """Forget the buckets after a committed merge (the wrapper truncates the spill files)."""
+        """Forget the buckets after a committed merge (the wrapper truncates the spill files), and
+        give their pages back to the kernel: the next epoch faults in what it fills. Kept, a
+        bucket's pages would stay resident from the deepest any epoch filled it, a high-water mark
+        that ever rarer bursts raise: private memory creeping up with the pages crawled (up to
+        ``buckets * bucket_buffer_bytes``, most of which an epoch at the crawl's rate never
+        fills)."""
+        cdef uintptr_t lo, hi, page = <uintptr_t>sysconf(_SC_PAGESIZE)
         for b in range(self.buckets):
             self.counts[b] = 0
             self.spilled[b] = 0
         self.ordinals = 0
         self.max_bucket_bytes = 0
+        if self.bufs != NULL:
+            lo = (<uintptr_t>self.bufs + page - 1) & ~(page - 1)     # whole pages inside the buffer only
+            hi = (<uintptr_t>self.bufs + <size_t>self.buckets * self.bucket_records * self.record_size) & ~(page - 1)
+            if hi > lo:
+                madvise(<void*>lo, hi - lo, MADV_DONTNEED)
 
     # -- merge -------------------------------------------------------------------------------------
 
