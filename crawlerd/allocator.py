@@ -75,7 +75,8 @@ def populate_python_arenas() -> bool:
     """Python's 1 MiB object arenas resident whole from the moment each is mapped
     (``_native/arenas.pyx``): pymalloc carves an arena into pools as objects need them and returns
     it only when empty, so left alone the pools of the arenas a process holds come in over hours of
-    churn and read as private memory growing with the crawl. False where the kernel is missing."""
+    churn and read as private memory growing with the crawl. The package's import installs it
+    already (crawlerd/__init__.py); this call is idempotent. False where the kernel is missing."""
     try:
         from crawlerd._native.arenas import populate_arenas
     except ImportError:

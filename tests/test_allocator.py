@@ -155,3 +155,23 @@ def test_the_largest_containers_are_named_by_their_owner_and_attribute():
     assert rows[("list", 50_000)][3:] == ["batch", "Holder"]
     assert rows[("dict", 30_000)][3:] == ["table", "Holder"]
     del h
+
+
+def test_importing_crawlerd_installs_the_arena_allocator_before_anything_else():
+    # the arenas the imports fill (numpy, lmdb, curl, the crawler's modules) must be mapped by it
+    # too, or their pools come in over the crawl: installed by the package's own import
+    code = (
+        "import ctypes\n"
+        "class A(ctypes.Structure):\n"
+        "    _fields_ = [('ctx', ctypes.c_void_p), ('alloc', ctypes.c_void_p), ('free', ctypes.c_void_p)]\n"
+        "def current():\n"
+        "    a = A(); ctypes.pythonapi.PyObject_GetArenaAllocator(ctypes.byref(a)); return a.alloc\n"
+        "before = current()\n"
+        "import crawlerd\n"
+        "after = current()\n"
+        "from crawlerd.allocator import populate_python_arenas\n"
+        "populate_python_arenas()\n"
+        "print(before != after, after == current())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True"]          # replaced at import; tune_malloc's call changes nothing
