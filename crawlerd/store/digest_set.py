@@ -132,11 +132,16 @@ class DigestSet:
             # (a process crash loses nothing); only the fsync waits for flush().
             self._env = lmdb.open(str(self._dir), map_size=map_size_bytes, subdir=True, max_dbs=0,
                                   sync=durable, metasync=durable, readahead=False, lock=True)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        try:
             # the writer thread's groups commit within these page buffers (lmdb_reserve): a group
             # of random digests changes about a page per entry, and a buffer LMDB adds for a
             # larger group than any before stays allocated until the set closes
             self._budget = WriteBudget(self._env, write_buffer_bytes)
         except BaseException:
+            self._env.close()
             os.close(self._lock_fd)
             raise
         self._writer: WriteThread | None = None
