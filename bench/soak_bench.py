@@ -118,28 +118,97 @@ def smaps_groups(pid: int, data_dir: str) -> dict[str, int] | None:
     return out
 
 
-def anon_regions(pid: int, min_rss_bytes: int = 128 << 10) -> list[list[int]] | None:
-    """Each anonymous mapping of one process (brk heap included) with at least ``min_rss_bytes``
-    resident: ``[start address, size, Rss]`` in bytes (``--diag``: which region grows: a thread's
-    malloc arena is a 64 MiB-aligned reservation, Python's arenas 1 MiB maps, large blocks their own)."""
+_PAGE = 4096
+_PFN_MASK = (1 << 55) - 1
+
+
+def _anon_maps(pid: int) -> list[tuple[int, int, str]]:
+    """The writable anonymous mappings of ``pid`` (brk heap and stacks included): (start, end, name)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            p = line.split(None, 5)
+            name = p[5].strip() if len(p) > 5 else ""
+            if p[1][:2] == "rw" and (not name or name == "[heap]" or name.startswith(("[anon", "[stack"))):
+                lo, hi = (int(x, 16) for x in p[0].split("-"))
+                out.append((lo, hi, name))
+    return out
+
+
+def anon_blocks(pid: int) -> dict | None:
+    """The crawl process's anonymous memory split into glibc's blocks mapped alone and the rest, each
+    with its resident bytes (``--diag``). A block mapped alone (an allocation of at least
+    malloc.mmap_threshold_bytes) starts on a page with a chunk header whose size is a whole number
+    of pages with the IS_MMAPPED bit: each such block is ``[start, size, rss, first bytes]`` in
+    ``chunks`` (the first 24 bytes after the header, hex: enough to tell a DRUM bucket buffer, a
+    dict's table or an LMDB page list apart), and the stretches between them ``[start, size, rss,
+    name]`` in ``rest`` (name "[heap]", "[stack]" or "other": thread arenas are the 64 MiB-aligned
+    ones, Python's arenas 1 MiB maps). The kernel merges neighbouring anonymous maps, so a
+    region-level record cannot follow one block; this one can. Pages read through
+    /proc/<pid>/mem are only those already resident (pagemap), so the scan faults nothing in; the
+    shared zero page (a read of a never-written page) does not count as resident."""
     try:
-        with open(f"/proc/{pid}/smaps") as f:
-            text = f.read()
+        maps = _anon_maps(pid)
+        mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
     except OSError:
         return None
-    out, cur = [], None
-    for line in text.splitlines():
-        head = line.split(None, 5)
-        if head and "-" in head[0] and not head[0].endswith(":"):
-            name = head[5].strip() if len(head) > 5 else ""
-            lo, hi = (int(x, 16) for x in head[0].split("-"))
-            cur = [lo, hi - lo] if (not name or name == "[heap]" or name.startswith("[anon")) else None
-        elif cur is not None and line.startswith("Rss:"):
-            rss = int(line.split()[1]) * 1024
-            if rss >= min_rss_bytes:
-                out.append([*cur, rss])
-            cur = None
-    return out
+    try:
+        pm = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+    except OSError:
+        os.close(mem)
+        return None
+    chunks, rest = [], []
+    try:
+        entries = {}
+        counts: dict[int, int] = {}
+        for lo, hi, _ in maps:
+            raw = os.pread(pm, 8 * ((hi - lo) // _PAGE), (lo // _PAGE) * 8)
+            vals = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8)]
+            entries[lo] = vals
+            for v in vals:
+                if v >> 63:
+                    counts[v & _PFN_MASK] = counts.get(v & _PFN_MASK, 0) + 1
+        # the zero page: the one frame many pages map (without CAP_SYS_ADMIN every frame reads 0)
+        zero = max(counts, key=counts.get) if counts else -1
+        if zero == 0 or counts.get(zero, 0) < 16:
+            zero = -1
+        for lo, hi, name in maps:
+            present = [bool(v >> 63) and (v & _PFN_MASK) != zero for v in entries[lo]]
+
+            def rss(a: int, b: int, lo=lo, present=present) -> int:
+                return sum(present[(a - lo) // _PAGE:(b - lo) // _PAGE]) * _PAGE
+            if name:
+                rest.append([lo, hi - lo, rss(lo, hi), name])
+                continue
+            a = gap = lo
+            while a < hi:
+                size = 0
+                if present[(a - lo) // _PAGE]:
+                    try:
+                        head = os.pread(mem, 40, a)
+                    except OSError:
+                        head = b""
+                    if len(head) == 40:
+                        prev, word = int.from_bytes(head[:8], "little"), int.from_bytes(head[8:16], "little")
+                        size = word & ~7
+                        if not (word & 7 == 2 and size >= _PAGE and size % _PAGE == 0 and a + size <= hi
+                                and prev < _PAGE):
+                            size = 0
+                if not size:
+                    a += _PAGE
+                    continue
+                if gap < a:
+                    rest.append([gap, a - gap, rss(gap, a), "other"])
+                chunks.append([a, size, rss(a, a + size), head[16:40].hex()])
+                a = gap = a + size
+            if gap < hi:
+                rest.append([gap, hi - gap, rss(gap, hi), "other"])
+    except OSError:
+        return None
+    finally:
+        os.close(mem)
+        os.close(pm)
+    return {"chunks": chunks, "rest": rest}
 
 
 def daemon_stats(sock: str) -> dict | None:
@@ -177,7 +246,7 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str, diag: bool 
             "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
                                 for k, v in st.get("memory", {}).items()},
             "crawl_maps": smaps_groups(crawl_pid, data_dir) or {},
-            **({"crawl_regions": anon_regions(crawl_pid) or []} if diag else {})}
+            **({"crawl_blocks": anon_blocks(crawl_pid) or {}} if diag else {})}
 
 
 def du_bytes(path: str) -> int:
@@ -515,8 +584,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="also check politeness/robots on simweb's ledger and verify the WARC (json_out)")
     p.add_argument("--data-dir", default="", help="keep the crawl state here (default: a temp dir, removed)")
     p.add_argument("--diag", action="store_true",
-                   help="diagnosis: each sample also holds the crawl process's anonymous mappings one by one "
-                        "and its allocators' arenas (CRAWLERD_MEMDIAG); slower stats, not for a measured run")
+                   help="diagnosis: each sample also holds the crawl process's anonymous memory block by block "
+                        "(anon_blocks) and its allocators' arenas (CRAWLERD_MEMDIAG); slower stats, not for a "
+                        "measured run")
     p.add_argument("-s", "--set", action="append", default=[], dest="sets", help="extra config override")
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5 \

@@ -62,11 +62,26 @@ def tune_malloc(mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES, arena_max: int
     kernel when freed (glibc otherwise raises the threshold after the first large free, and a
     crawl's large, short-lived buffers then fragment the heap for good); the heap top is trimmed
     past twice that; at most ``arena_max`` malloc arenas for the process's threads (each thread
-    otherwise may get its own 64 MiB arena). Call once, at process start, before the stores open."""
+    otherwise may get its own 64 MiB arena); Python's arenas mapped resident
+    (:func:`populate_python_arenas`). Call once, at process start, before the stores open."""
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)
         _LIBC.mallopt(_M_TRIM_THRESHOLD, 2 * mmap_threshold_bytes)
         _LIBC.mallopt(_M_ARENA_MAX, arena_max)
+    populate_python_arenas()
+
+
+def populate_python_arenas() -> bool:
+    """Python's 1 MiB object arenas resident whole from the moment each is mapped
+    (``_native/arenas.pyx``): pymalloc carves an arena into pools as objects need them and returns
+    it only when empty, so left alone the pools of the arenas a process holds come in over hours of
+    churn and read as private memory growing with the crawl. The package's import installs it
+    already (crawlerd/__init__.py); this call is idempotent. False where the kernel is missing."""
+    try:
+        from crawlerd._native.arenas import populate_arenas
+    except ImportError:
+        return False
+    return populate_arenas()
 
 
 def malloc_trim() -> None:
@@ -200,10 +215,123 @@ def arena_stats() -> list[dict[str, int]]:
     return out
 
 
+_SPIKE = {"max": 0}
+
+
+def big_containers(min_len: int = 2000, top: int = 10) -> list:
+    """The largest live containers (lists, dicts, sets, deques; gc-tracked or held by one that is):
+    type, length, one item's repr, the key it sits under in its parent dict and that dict's owner's
+    type (diagnosis of a transient peak of Python objects; walks every object twice)."""
+    import gc
+    from collections import deque
+    kinds = (list, dict, set, deque, bytearray)
+    objs = gc.get_objects()
+    cand: dict[int, tuple] = {}
+    for o in objs:
+        if isinstance(o, kinds) and len(o) >= min_len:
+            cand.setdefault(id(o), (o, None))
+        for r in gc.get_referents(o):
+            if isinstance(r, kinds) and len(r) >= min_len:
+                prev = cand.get(id(r))
+                if prev is None or prev[1] is None:
+                    cand[id(r)] = (r, o)
+    best = sorted(cand.values(), key=lambda x: -len(x[0]))[:top]
+    parents = {id(p): None for _, p in best if isinstance(p, dict)}
+    for o in objs:
+        if isinstance(o, dict):
+            continue
+        for r in gc.get_referents(o):
+            if id(r) in parents and parents[id(r)] is None:
+                parents[id(r)] = type(o).__name__
+    out = []
+    for o, p in best:
+        try:
+            item = next(iter(o.items())) if isinstance(o, dict) else next(iter(o))
+        except (StopIteration, RuntimeError, TypeError):
+            item = None
+        key = ""
+        if isinstance(p, dict):
+            key = next((str(k) for k, v in p.items() if v is o), "")
+        elif p is not None:
+            try:
+                key = next((str(k) for k, v in vars(p).items() if v is o), "")
+            except TypeError:
+                key = ""
+        owner = parents.get(id(p)) if isinstance(p, dict) else (type(p).__name__ if p is not None else "")
+        out.append([type(o).__name__, len(o), repr(item)[:80], key, owner])
+    del objs
+    return out
+
+
+_ENVS: list = []       # (path, weakref to an lmdb.Environment) opened since the switch was read
+
+
+def _watch_lmdb() -> None:
+    """Remember every LMDB environment this process opens (the diagnosis counts their page buffers)."""
+    import weakref
+
+    import lmdb
+    real = lmdb.open
+
+    def opened(path, *a, **kw):
+        env = real(path, *a, **kw)
+        _ENVS.append((str(path), weakref.ref(env)))
+        return env
+    lmdb.open = opened
+
+
+_MDB_ENV_OFF, _ME_PSIZE_OFF, _ME_DPAGES_OFF = 64, 16, 192   # py-lmdb 1.x-3.x EnvObject.env; LMDB 0.9 MDB_env
+
+
+def lmdb_page_buffers() -> dict[str, int]:
+    """Each open LMDB environment's free page buffers (MDB_env.me_dpages, walked through
+    /proc/self/mem so a stale pointer reads as nothing): what its largest write transaction left."""
+    out: dict[str, int] = {}
+    try:
+        fd = os.open("/proc/self/mem", os.O_RDONLY)
+    except OSError:
+        return out
+
+    def q(addr: int) -> int:
+        try:
+            b = os.pread(fd, 8, addr)
+        except OSError:
+            return 0
+        return int.from_bytes(b, "little") if len(b) == 8 else 0
+    try:
+        for path, ref in _ENVS:
+            env = ref()
+            if env is None:
+                continue
+            p = q(id(env) + _MDB_ENV_OFF)
+            if not p or q(p + _ME_PSIZE_OFF) & 0xFFFFFFFF != 4096:
+                continue
+            n, page = 0, q(p + _ME_DPAGES_OFF)
+            while page and n < 1 << 22:
+                n += 1
+                page = q(page)
+            key = path.rstrip("/").rsplit("/", 2)
+            out["/".join(key[-2:])] = out.get("/".join(key[-2:]), 0) + n
+    finally:
+        os.close(fd)
+    return out
+
+
+if os.environ.get(DIAG_ENV):
+    _watch_lmdb()
+
+
 def allocator_diag() -> dict:
-    """Both allocators' numbers for `stats` (``CRAWLERD_MEMDIAG``): pymalloc's arenas and glibc's
-    arenas one by one."""
-    return {"pymalloc": pymalloc_stats(), "arenas": arena_stats()}
+    """Both allocators' numbers for `stats` (``CRAWLERD_MEMDIAG``): pymalloc's arenas, glibc's arenas
+    one by one, each LMDB environment's page buffers; with ``CRAWLERD_MEMDIAG=2`` also, whenever
+    Python's allocated blocks pass their last peak by 20,000, the largest containers then
+    (:func:`big_containers`: a walk of every object, ~0.5 s on the loop)."""
+    out = {"pymalloc": pymalloc_stats(), "arenas": arena_stats(), "lmdb_buffers": lmdb_page_buffers()}
+    blocks = sys.getallocatedblocks()
+    if os.environ.get(DIAG_ENV) == "2" and blocks > _SPIKE["max"] + 20000:
+        _SPIKE["max"] = blocks
+        out["spike"] = big_containers()
+    return out
 
 
 def _rss_anon() -> int | None:

@@ -424,11 +424,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "While paused by a storage fault, a test write is tried this often; when it succeeds "
            "fetching resumes (also at once on `crawlerd resume`), seconds.", min=0.1, max=600.0),
         _k("lmdb_write_buffer_bytes", int, 8 * MiB,
-           "Page buffers each LMDB store with large write transactions (frontier, recrawl, budgets, DUST) "
+           "Page buffers each LMDB store with large write transactions (frontier, recrawl, budgets, DUST, "
+           "digest set) "
            "reserves when it opens, bytes. LMDB (opened without writemap, so a full disk is an error, not "
            "a crash) copies each page a transaction changes into such a buffer and keeps them for the "
            "next one: a store's private memory is the most pages one of its transactions changed, which "
-           "climbs while its B-trees grow. Reserved at open it is a fixed cost, and each of the four stores "
+           "climbs while its B-trees grow. Reserved at open it is a fixed cost, and each of the five stores "
            "commits early to keep its transactions within it (the budget store at the end of an intake "
            "slice of 512 answers, which may pass it by that slice's pages). 0: none reserved, transactions "
            "unbounded.", min=0, max=1 * GiB),

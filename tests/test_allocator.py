@@ -1,11 +1,13 @@
 """The allocator's trim timer and heap numbers (crawlerd/allocator.py), on this process's glibc."""
 
+import ctypes
 import os
 import subprocess
 import sys
 
 import pytest
 
+from crawlerd import allocator
 from crawlerd.allocator import Trimmer, heap_stats
 
 
@@ -109,4 +111,67 @@ def test_stats_carry_the_diagnosis_only_when_asked(monkeypatch):
     monkeypatch.delenv(DIAG_ENV, raising=False)
     assert "diag" not in Trimmer(0).stats()
     monkeypatch.setenv(DIAG_ENV, "1")
-    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas"}
+    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers"}
+
+
+class _ArenaAllocator(ctypes.Structure):
+    _fields_ = [("ctx", ctypes.c_void_p),
+                ("alloc", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+                ("free", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t))]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="needs Linux /proc")
+def test_python_arenas_are_mapped_resident_whole():
+    # pymalloc carves an arena into pools as objects need them: left alone an arena's pages come
+    # in over hours of churn. With the allocator installed (at process start: tune_malloc) each
+    # arena is resident whole from its mapping, and objects still come and go through it
+    assert allocator.populate_python_arenas()
+    got = _ArenaAllocator()
+    ctypes.pythonapi.PyObject_GetArenaAllocator(ctypes.byref(got))
+    size = 1 << 20
+    p = got.alloc(got.ctx, size)
+    assert p
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(p // 4096 * 8)
+            raw = f.read(size // 4096 * 8)
+        present = sum(int.from_bytes(raw[i:i + 8], "little") >> 63 for i in range(0, len(raw), 8))
+        assert present == size // 4096
+    finally:
+        got.free(got.ctx, p, size)
+    objs = [(i,) for i in range(300_000)]       # new arenas through the installed allocator
+    assert sum(t[0] for t in objs) == 300_000 * 299_999 // 2
+
+
+def test_the_largest_containers_are_named_by_their_owner_and_attribute():
+    # CRAWLERD_MEMDIAG=2: a transient peak of Python objects is told by what holds them
+    class Holder:
+        def __init__(self):
+            self.batch = [(i,) for i in range(50_000)]
+            self.table = {i: str(i) for i in range(30_000)}     # untracked by gc: found through its owner
+
+    h = Holder()
+    rows = {(r[0], r[1]): r for r in allocator.big_containers(min_len=20_000)}
+    assert rows[("list", 50_000)][3:] == ["batch", "Holder"]
+    assert rows[("dict", 30_000)][3:] == ["table", "Holder"]
+    del h
+
+
+def test_importing_crawlerd_installs_the_arena_allocator_before_anything_else():
+    # the arenas the imports fill (numpy, lmdb, curl, the crawler's modules) must be mapped by it
+    # too, or their pools come in over the crawl: installed by the package's own import
+    code = (
+        "import ctypes\n"
+        "class A(ctypes.Structure):\n"
+        "    _fields_ = [('ctx', ctypes.c_void_p), ('alloc', ctypes.c_void_p), ('free', ctypes.c_void_p)]\n"
+        "def current():\n"
+        "    a = A(); ctypes.pythonapi.PyObject_GetArenaAllocator(ctypes.byref(a)); return a.alloc\n"
+        "before = current()\n"
+        "import crawlerd\n"
+        "after = current()\n"
+        "from crawlerd.allocator import populate_python_arenas\n"
+        "populate_python_arenas()\n"
+        "print(before != after, after == current())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True"]          # replaced at import; tune_malloc's call changes nothing

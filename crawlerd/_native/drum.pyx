@@ -30,7 +30,7 @@ described in ``crawlerd/seen/drum_files.py``; ``hash_words`` is that checksum.
 
 cimport cython
 from libc.errno cimport errno
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset
 
@@ -43,6 +43,14 @@ from crawlerd._native.drum_io cimport (
 
 cdef extern from *:
     void __builtin_prefetch(const void*) nogil
+
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void *addr, size_t length, int advice)
+    int MADV_DONTNEED
+
+cdef extern from "unistd.h" nogil:
+    long sysconf(int name)
+    int _SC_PAGESIZE
 
 cdef enum:
     OP_CHECK = 0
@@ -324,6 +332,7 @@ cdef class Core:
             if self.jbuf == NULL:
                 self.jcap = 0
                 raise MemoryError()
+            memset(self.jbuf, 0, self.jcap)     # resident as a whole: grows only when the cap doubles
         p = self.jbuf + BLOCK_HEADER
         memset(self.jbuf, 0, total)
         if n:
@@ -423,12 +432,23 @@ cdef class Core:
         return 0
 
     def reset_epoch(self):
-        """Forget the buckets after a committed merge (the wrapper truncates the spill files)."""
+        """Forget the buckets after a committed merge (the wrapper truncates the spill files), and
+        give their pages back to the kernel: the next epoch faults in what it fills. Kept, a
+        bucket's pages would stay resident from the deepest any epoch filled it, a high-water mark
+        that ever rarer bursts raise: private memory creeping up with the pages crawled (up to
+        ``buckets * bucket_buffer_bytes``, most of which an epoch at the crawl's rate never
+        fills)."""
+        cdef uintptr_t lo, hi, page = <uintptr_t>sysconf(_SC_PAGESIZE)
         for b in range(self.buckets):
             self.counts[b] = 0
             self.spilled[b] = 0
         self.ordinals = 0
         self.max_bucket_bytes = 0
+        if self.bufs != NULL:
+            lo = (<uintptr_t>self.bufs + page - 1) & ~(page - 1)     # whole pages inside the buffer only
+            hi = (<uintptr_t>self.bufs + <size_t>self.buckets * self.bucket_records * self.record_size) & ~(page - 1)
+            if hi > lo:
+                madvise(<void*>lo, hi - lo, MADV_DONTNEED)
 
     # -- merge -------------------------------------------------------------------------------------
 

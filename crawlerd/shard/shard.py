@@ -133,7 +133,7 @@ class Shard:
                                  merge_bytes=d.merge_bytes, max_age_s=d.max_age_s, cache_entries=d.cache_entries,
                                  max_pending_keys=d.max_pending_keys, clock=clock,
                                  threaded_intake=True)  # a lease completes once its links are logged
-        self.digests = DigestSet(self._state("dedup", "digests"))
+        self.digests = DigestSet(self._state("dedup", "digests"), write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes)
         dd = cfg.dedup
         self.near = NearDuplicates(self._state("dedup"), distance_bits=dd.simhash_distance,
                                    demote_ratio=dd.near_dup_demote_ratio, index_ram_bytes=dd.near_index_ram_bytes,

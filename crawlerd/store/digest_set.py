@@ -34,6 +34,7 @@ from pathlib import Path
 
 import lmdb
 
+from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.writer import WriteThread
 
 _SHA1_BYTES = 20
@@ -117,7 +118,7 @@ class DigestSet:
     """
 
     def __init__(self, directory: str | os.PathLike, *, map_size_bytes: int = 64 * 2**30,
-                 durable: bool = False) -> None:
+                 durable: bool = False, write_buffer_bytes: int = 0) -> None:
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self._dir / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -132,6 +133,15 @@ class DigestSet:
             self._env = lmdb.open(str(self._dir), map_size=map_size_bytes, subdir=True, max_dbs=0,
                                   sync=durable, metasync=durable, readahead=False, lock=True)
         except BaseException:
+            os.close(self._lock_fd)
+            raise
+        try:
+            # the writer thread's groups commit within these page buffers (lmdb_reserve): a group
+            # of random digests changes about a page per entry, and a buffer LMDB adds for a
+            # larger group than any before stays allocated until the set closes
+            self._budget = WriteBudget(self._env, write_buffer_bytes)
+        except BaseException:
+            self._env.close()
             os.close(self._lock_fd)
             raise
         self._writer: WriteThread | None = None
@@ -198,11 +208,20 @@ class DigestSet:
         return out
 
     def _write(self, items: list[tuple[bytes, bytes]]) -> None:
-        # on the writer thread: one transaction for the group
+        # on the writer thread: the group in as few transactions as its reserved page buffers allow
+        # (each entry is its own consistent state; they land in order)
+        budget = self._budget
         try:
-            with self._env.begin(write=True) as txn:
-                for k, v in items:
-                    txn.put(k, v, overwrite=False)
+            i = 0
+            while i < len(items):
+                with self._env.begin(write=True) as txn:
+                    while i < len(items):
+                        txn.put(*items[i], overwrite=False)
+                        i += 1
+                        budget.spend()
+                        if budget.full:
+                            break
+                budget.committed()
         except lmdb.Error as e:
             self._write_failed = e
 

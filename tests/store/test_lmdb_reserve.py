@@ -179,3 +179,37 @@ def test_a_writer_group_of_layers_commits_within_the_reservation(tmp_path, bound
         assert txns == 1
         assert climb > 1 << 20, climb
     env.close()
+
+
+@pytest.mark.parametrize("bounded", [True, False], ids=["budget", "none"])
+def test_a_writer_group_of_digests_commits_within_the_reservation(tmp_path, bounded):
+    # the digest set's writer-thread groups (every digest handed over while the writer was busy)
+    # are split into transactions within its reserved page buffers: a group of 2,000 random
+    # digests (most on a leaf of their own) adds no buffers; without a reservation it is one
+    # transaction whose ~1,500 page buffers LMDB keeps until the set closes
+    from crawlerd.store.digest_set import DigestSet
+    used = _heap_in_use()
+    rng = random.Random(9)
+    ds = DigestSet(tmp_path / "d", map_size_bytes=1 << 30, write_buffer_bytes=(1 << 20) if bounded else 0)
+    for _ in range(1000):           # ~2,500 leaves, in transactions of 100 digests (~100 pages each)
+        ds.add_many([(rng.randbytes(20), "http://a.example/", "2026-01-01T00:00:00Z") for _ in range(100)])
+    digests = [rng.randbytes(20) for _ in range(2000)]
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        ds.attach_writer(w)
+        w.hold()
+        assert all(ds.add_many([(d, f"http://b.example/{i}", "2026-01-01T00:00:00Z") for i, d in enumerate(digests)]))
+        start = used()
+        w.release()
+        w.close()                   # writes the group, then stops
+        ds.attach_writer(None)
+        return used() - start
+
+    climb = asyncio.run(go())
+    assert all(ds.get(d) is not None for d in digests)
+    ds.close()
+    if bounded:
+        assert climb < 256 << 10, climb
+    else:
+        assert climb > 4 << 20, climb

@@ -1,0 +1,3 @@
+"""Type stub for Python's arenas mapped resident (crawlerd/_native/arenas.pyx)."""
+
+def populate_arenas() -> bool: ...
