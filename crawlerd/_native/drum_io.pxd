@@ -22,6 +22,8 @@ cdef enum:
     E_UNSORTED = -3
     E_NOMEM = -4
     E_SPILL = -5
+    BLOCK_HEADER = 40          # bytes of a journal block's header (format in crawlerd/seen/drum_files.py)
+    BLOCK_MAGIC = 0x4D555244   # "DRUM" little-endian, a journal block's first word
 
 
 cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
