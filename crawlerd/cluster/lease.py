@@ -104,7 +104,7 @@ class KvShardLease:
         self.since = self.wall()
         t0 = self.clock()
         try:
-            rev = await self.link.retry(lambda: self.kv.create(self.key, self._value()), what="lease create")
+            rev = await self._create()
         except nats.js.errors.KeyWrongLastSequenceError:
             self.holder = await self.read_holder()
             if self._ours(self.holder):
@@ -124,6 +124,19 @@ class KvShardLease:
         self.lost = ""
         self.holder = None
         return True
+
+    async def _create(self) -> int:
+        """Create the key; KeyWrongLastSequenceError when somebody holds it.
+
+        nats-py's ``create`` answers a refused create by reading the key (a deleted key's tombstone
+        may be recreated); when the key expires between the refusal and that read (a standby polling
+        at the TTL), the read raises KeyNotFoundError: the key is free now, so create again."""
+        for _ in range(3):
+            try:
+                return await self.link.retry(lambda: self.kv.create(self.key, self._value()), what="lease create")
+            except nats.js.errors.KeyNotFoundError:
+                continue
+        raise nats.js.errors.KeyWrongLastSequenceError(description="the lease key came and went three times")
 
     async def acquire_wait(self, timeout_s: float, poll_s: float = 0.2) -> bool:
         """A standby: try until the lease is free (released, or expired: TTL after its last renewal)."""
