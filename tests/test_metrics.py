@@ -103,7 +103,7 @@ def test_a_stall_is_traced_to_the_function_that_held_the_loop():
         lag = LoopLag(interval_s=0.01, watch_s=0.05)
         lag.start(asyncio.get_running_loop())
         await asyncio.sleep(0.05)
-        hold_the_loop_for(0.3)
+        hold_the_loop_for(1.0)     # long: on a loaded box the watch thread must get a CPU inside it
         await asyncio.sleep(0.05)
         snap = lag.snapshot()
         lag.stop()
@@ -115,7 +115,7 @@ def test_a_stall_is_traced_to_the_function_that_held_the_loop():
     assert len(held) == 1, snap
     assert held[0]["stalls"] == 1
     assert held[0]["worst_s"] >= 0.2
-    assert snap["max_s"] >= 0.25
+    assert snap["max_s"] >= 0.9
 
 
 def test_a_loop_that_never_stalls_names_no_place():
