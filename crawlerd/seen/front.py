@@ -11,7 +11,7 @@ Data flow::
     submit(keys, aux)  (loop)  -> intake log (one write) + pending batch
     pump step          (loop)  -> one job at a time on the DRUM thread:
         ack() of the last delivery, if the consumer acknowledged it
-        check_update(batch) in calls of at most CALL_KEYS keys
+        check_update(batch) in calls of at most CALL_KEYS keys (drum_thread.py)
         flush() if asked, else poll() every poll_interval_s
         results() if no delivery is awaiting its ack
     on_results(list)   (loop)  -> consumer commits (frontier.add) -> ack()
@@ -56,14 +56,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import functools
 import logging
 import os
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,12 +68,12 @@ import numpy as np
 from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
 from crawlerd.seen.drum_files import DrumCorrupt, DrumError
+from crawlerd.seen.drum_thread import DrumThread, drum_calls
 from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
 from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.seen")
 
-CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
 JOB_GAP_S = 0.02               # a job that nothing waits for starts at most this often (a trip to the thread
                                # and back, and an intake segment, per job: fewer, larger batches)
 
@@ -111,50 +108,6 @@ class _Done:
     flush_s: float | None      # duration of this job's flush(), if it ran one
 
 
-class _DrumThread:
-    """The one thread that runs every DRUM call, in the order handed over.
-
-    Key: none (a FIFO of ``(fn, arg, reply)``). Invariant: ``fn(arg)`` runs on this thread only,
-    one at a time, and ``reply(result, error)`` runs on it right after. A handover is one
-    ``SimpleQueue.put``: one wake-up of this thread when it waits, none when it is busy.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def call(self, fn: Callable, arg, reply: Callable[[object, BaseException | None], None]) -> None:
-        self._q.put((fn, arg, reply))
-
-    def call_wait(self, fn: Callable, arg):
-        """``fn(arg)`` on the thread; its result (or error) here, blocking (start-up only)."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-
-        def reply(result, err):
-            if err is not None:
-                fut.set_exception(err)
-            else:
-                fut.set_result(result)
-
-        self.call(fn, arg, reply)
-        return fut.result()
-
-    def stop(self) -> None:
-        """End the thread once what was handed over ran."""
-        self._q.put(None)
-        self._thread.join()
-
-    def _serve(self) -> None:
-        while (item := self._q.get()) is not None:
-            fn, arg, reply = item
-            try:
-                result, err = fn(arg), None
-            except BaseException as e:          # handed to the caller, as an executor would
-                result, err = None, e
-            reply(result, err)
-
-
 class AsyncSeenSet:
     """A ``Drum`` (``auto_ack=False``) owned by one thread, fed and drained by a pump on the loop.
 
@@ -176,7 +129,7 @@ class AsyncSeenSet:
         self._threaded_intake = threaded_intake  # write the intake log on a thread once started
         self.poll_interval_s = poll_interval_s
         self.job_gap_s = job_gap_s
-        self._thread = _DrumThread("drum")
+        self._thread = DrumThread("drum")
         kw = dict(buckets=buckets, bucket_buffer_bytes=bucket_buffer_bytes, merge_bytes=merge_bytes,
                   max_age_s=max_age_s, cache_entries=cache_entries, clock=clock, max_results=max_results)
         try:
@@ -584,7 +537,7 @@ class AsyncSeenSet:
         d = self._drum
         if d.next_seq != job.first_seq:
             raise SeenSetError(f"DRUM is at seq {d.next_seq}, the batch starts at {job.first_seq}")
-        for keys, aux in _calls(job.chunks):
+        for keys, aux in drum_calls(job.chunks):
             d.check_update(keys, aux=aux)
         if job.segment is not None:
             self._intake.unlink(job.segment)     # after its records, if a writer thread has them
@@ -613,7 +566,7 @@ class AsyncSeenSet:
                     if skip >= len(keys):
                         continue
                     rest = (keys[skip:], None if aux is None else aux[skip:])
-                    for k, a in _calls([rest]):
+                    for k, a in drum_calls([rest]):
                         d.check_update(k, aux=a)
                     replayed += len(keys) - skip
             if replayed:
@@ -625,15 +578,3 @@ class AsyncSeenSet:
             d.close()
             raise
         return d, max(segs, default=0)
-
-
-def _calls(chunks) -> Iterator[tuple[np.ndarray, list[bytes] | None]]:
-    # The batch as DRUM calls of at most CALL_KEYS keys (aux b"" where a submit had none).
-    keys = chunks[0][0] if len(chunks) == 1 else np.concatenate([k for k, _ in chunks])
-    aux = None
-    if any(a is not None for _, a in chunks):
-        aux = []
-        for k, a in chunks:
-            aux.extend(a if a is not None else [b""] * len(k))
-    for i in range(0, len(keys), CALL_KEYS):
-        yield keys[i:i + CALL_KEYS], None if aux is None else aux[i:i + CALL_KEYS]

@@ -1,0 +1,74 @@
+"""The DRUM thread of the seen-set (``front.py``) and the batching of its submissions into calls.
+
+``DrumThread`` is one plain thread that runs every call handed to it, in order, and replies from
+there (the seen-set posts its replies back to the loop in one ``call_soon_threadsafe``).
+``drum_calls`` cuts a job's submitted chunks into DRUM calls of at most ``CALL_KEYS`` keys: DRUM's
+journal and bucket code holds the GIL for one call, so the loop waits at most one call's time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
+
+
+class DrumThread:
+    """The one thread that runs every DRUM call, in the order handed over.
+
+    Key: none (a FIFO of ``(fn, arg, reply)``). Invariant: ``fn(arg)`` runs on this thread only,
+    one at a time, and ``reply(result, error)`` runs on it right after. A handover is one
+    ``SimpleQueue.put``: one wake-up of this thread when it waits, none when it is busy.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable, arg, reply: Callable[[object, BaseException | None], None]) -> None:
+        self._q.put((fn, arg, reply))
+
+    def call_wait(self, fn: Callable, arg):
+        """``fn(arg)`` on the thread; its result (or error) here, blocking (start-up only)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def reply(result, err):
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(result)
+
+        self.call(fn, arg, reply)
+        return fut.result()
+
+    def stop(self) -> None:
+        """End the thread once what was handed over ran."""
+        self._q.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while (item := self._q.get()) is not None:
+            fn, arg, reply = item
+            try:
+                result, err = fn(arg), None
+            except BaseException as e:          # handed to the caller, as an executor would
+                result, err = None, e
+            reply(result, err)
+
+
+def drum_calls(chunks) -> Iterator[tuple[np.ndarray, list[bytes] | None]]:
+    # The batch as DRUM calls of at most CALL_KEYS keys (aux b"" where a submit had none).
+    keys = chunks[0][0] if len(chunks) == 1 else np.concatenate([k for k, _ in chunks])
+    aux = None
+    if any(a is not None for _, a in chunks):
+        aux = []
+        for k, a in chunks:
+            aux.extend(a if a is not None else [b""] * len(k))
+    for i in range(0, len(keys), CALL_KEYS):
+        yield keys[i:i + CALL_KEYS], None if aux is None else aux[i:i + CALL_KEYS]
