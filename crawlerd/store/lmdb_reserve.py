@@ -63,6 +63,9 @@ class WriteBudget:
         self.limit = self.pages - self.pages // 8
         self.per_write = 2          # a new store: depth 1, one leaf (updated at each commit)
         self.used = 0
+        # an Overlay writing this store on the writer thread reads the depth in each of its write
+        # transactions: while one is attached, committed() takes its figure (no read on the loop)
+        self.source = None
 
     def spend(self, writes: int = 1) -> None:
         self.used += writes * self.per_write
@@ -76,9 +79,30 @@ class WriteBudget:
         return 0 < self.limit <= self.used
 
     def committed(self) -> None:
-        """Call after each commit (or abort): a new transaction, charged by the trees' depth now."""
+        """Call after each commit (or abort): a new transaction, charged by the trees' depth now
+        (with an overlay attached: as its writer read it at the start of its newest write
+        transaction, at most that transaction's own commit behind a read here; the writer charges
+        its transactions with its own reading, so this only sizes the loop's layers)."""
         self.used = 0
-        if self.limit:
+        if self.limit and self.source is not None:
+            self.per_write = self.source.per_write
+        elif self.limit:
             with self.env.begin() as txn:
                 depth = max([txn.stat(db)["depth"] for db in self.dbs] or [txn.stat()["depth"]])
             self.per_write = max(1, depth) + 1
+
+
+def pages_changed(writes: int, depth: int, branch_pages: int) -> int:
+    """Most pages ``writes`` puts and deletes in one transaction can change in a table of ``depth``
+    levels with ``branch_pages`` pages above its leaves (``txn.stat(db)`` at the transaction's start).
+
+    Each write changes its path (a leaf and ``depth - 1`` branch pages) plus one page for a split
+    or a merge, as :class:`WriteBudget` charges it; but a page is copied once per transaction however
+    many writes pass through it, and the writes of one table share its branch pages: so the
+    transaction changes at most one leaf and one split page per write, and at most every branch
+    page of the table, not ``depth - 1`` of them per write. Equal to ``writes * (depth + 1)`` for
+    a single write or a table of one level; for a group of sorted writes to a deep table, about
+    two pages a write instead of depth + 1."""
+    d = max(1, depth)
+    return 2 * writes + min(writes * (d - 1), branch_pages)
+
