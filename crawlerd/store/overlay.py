@@ -355,6 +355,13 @@ class Overlay:
                 for k, val in ops.items():
                     if k in c:
                         c.put(k, val, _cost(k, val))      # the committed value from now on
+            if db not in self._layer and not any(db in later for _, later in self._landing):
+                # no layer after this one wrote the table: every key left in its view is this one's
+                v.clear()
+                if db in self._sorted:
+                    self._sorted[db] = []
+                    self._fresh[db] = []
+                continue
             gone = False
             for k in ops:
                 e = v.get(k)
@@ -407,7 +414,7 @@ class OverlayCursor:
         self._o, self._db = overlay, db
         self._bc = None
         self._k: bytes | None = None
-        self._v: bytes = b""
+        self._v: bytes | None = b""     # None: the committed value under the base cursor, not read yet
 
     def _seek(self, k: bytes, after: bool) -> bool:
         """Move to the first key >= ``k`` (> ``k`` with ``after``); False (unpositioned) at the end."""
@@ -438,7 +445,7 @@ class OverlayCursor:
         if okey is not None and (bkey is None or okey < bkey):
             self._k, self._v = okey, view[okey][0]
         elif bkey is not None:
-            self._k, self._v = bkey, bc.value()
+            self._k, self._v = bkey, None       # read from the base cursor if asked (each read drops the GIL)
         else:
             self._k, self._v = None, b""
             return False
@@ -459,7 +466,10 @@ class OverlayCursor:
         return b"" if self._k is None else self._k
 
     def value(self) -> bytes:
-        return self._v
+        v = self._v
+        if v is None:                   # the base cursor still stands on the key (it moves only in _seek)
+            v = self._v = self._bc.value()
+        return v
 
     def delete(self) -> bool:
         """Delete the current key and move to the next (unpositioned past the end)."""
@@ -480,11 +490,11 @@ class OverlayCursor:
             return
         while True:
             if keys and values:
-                yield self._k, self._v
+                yield self._k, self.value()
             elif keys:
                 yield self._k
             else:
-                yield self._v
+                yield self.value()
             if not self.next():
                 return
 
