@@ -6,8 +6,8 @@ write transaction, as the store's writer thread does: py-lmdb drops the GIL arou
 *python* thread runs ``--busy-ms`` of pure Python every 30 ms (the DRUM thread's journal code).
 Reported per run: loop units a second, the process's CPU per unit (all threads), the loop's unit
 latency p99.9 and worst (a unit is delayed when the loop waits for the GIL), voluntary context
-switches per unit (all threads). Variants: ``--switch-ms`` (``sys.setswitchinterval``) and the
-writer's mode. Timing: run it under the bench lock (bench/README.md).
+switches per unit (all threads). Variants: ``--switch-ms`` (``sys.setswitchinterval``) and
+``--puts`` (0: no writer). Timing: run it under the shared bench lock, as the e2e bench.
 
     .venv/bin/python bench/gil_handoff_bench.py --seconds 5 --switch-ms 1 --switch-ms 5 --switch-ms 20
 """
