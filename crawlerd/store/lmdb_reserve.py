@@ -63,6 +63,9 @@ class WriteBudget:
         self.limit = self.pages - self.pages // 8
         self.per_write = 2          # a new store: depth 1, one leaf (updated at each commit)
         self.used = 0
+        # an Overlay writing this store on the writer thread reads the depth in each of its write
+        # transactions: while one is attached, committed() takes its figure (no read on the loop)
+        self.source = None
 
     def spend(self, writes: int = 1) -> None:
         self.used += writes * self.per_write
@@ -76,9 +79,15 @@ class WriteBudget:
         return 0 < self.limit <= self.used
 
     def committed(self) -> None:
-        """Call after each commit (or abort): a new transaction, charged by the trees' depth now."""
+        """Call after each commit (or abort): a new transaction, charged by the trees' depth now
+        (with an overlay attached: as its writer read it at the start of its newest write
+        transaction, at most that transaction's own commit behind a read here; the writer charges
+        its transactions with its own reading, so this only sizes the loop's layers)."""
         self.used = 0
-        if self.limit:
+        if self.limit and self.source is not None:
+            self.per_write = self.source.per_write
+        elif self.limit:
             with self.env.begin() as txn:
                 depth = max([txn.stat(db)["depth"] for db in self.dbs] or [txn.stat()["depth"]])
             self.per_write = max(1, depth) + 1
+

@@ -71,9 +71,14 @@ class Overlay:
         self.writer = writer
         # the writer's transactions stay within the store's reserved page buffers: a group's layers
         # are committed in as many transactions as their charge needs (see _write)
+        self._budget = budget
         self._limit = budget.limit if budget is not None else 0
         self._dbs = budget.dbs if budget is not None else ()
-        self._per_write = 2             # charge of one write, read again at each transaction (writer thread)
+        # charge of one write (deepest table + 1), read at the start of each write transaction
+        # (writer thread); the budget's loop side takes it from here (WriteBudget.committed)
+        self.per_write = budget.per_write if budget is not None else 2
+        if budget is not None:
+            budget.source = self
         self.txns = 0                   # write transactions the writer committed
         self.loop_thread = threading.get_ident()      # attached on the loop's thread
         self.write_threads: set[int] = set()          # threads that began a write transaction here
@@ -275,7 +280,7 @@ class Overlay:
             for ops, want_sync in items:
                 sync = sync or want_sync
                 if limit:
-                    charge = self._per_write * sum(len(dels or ()) + len(puts) for _, dels, puts in ops)
+                    charge = self.per_write * sum(len(dels or ()) + len(puts) for _, dels, puts in ops)
                     if used and used + charge > limit:
                         txn.commit()
                         self.txns += 1
@@ -311,7 +316,7 @@ class Overlay:
             except BaseException:
                 txn.abort()
                 raise
-            self._per_write = max(1, depth) + 1
+            self.per_write = max(1, depth) + 1
         return txn
 
     def _landed(self, lid: int, then: Callable[[], None] | None) -> None:
@@ -328,6 +333,13 @@ class Overlay:
                 for k, val in ops.items():
                     if k in c:
                         c.put(k, val, _cost(k, val))      # the committed value from now on
+            if db not in self._layer and not any(db in later for _, later in self._landing):
+                # no layer after this one wrote the table: every key left in its view is this one's
+                v.clear()
+                if db in self._sorted:
+                    self._sorted[db] = []
+                    self._fresh[db] = []
+                continue
             gone = False
             for k in ops:
                 e = v.get(k)
@@ -351,6 +363,8 @@ class Overlay:
         if self._rtxn is not None:
             self._rtxn.abort()
             self._rtxn = None
+        if self._budget is not None and self._budget.source is self:
+            self._budget.source = None          # the store reads its depth itself again
 
     def stats(self) -> dict:
         out = {"layers": self.layers, "landed": self.landed, "pending": self.pending,
@@ -378,7 +392,7 @@ class OverlayCursor:
         self._o, self._db = overlay, db
         self._bc = None
         self._k: bytes | None = None
-        self._v: bytes = b""
+        self._v: bytes | None = b""     # None: the committed value under the base cursor, not read yet
 
     def _seek(self, k: bytes, after: bool) -> bool:
         """Move to the first key >= ``k`` (> ``k`` with ``after``); False (unpositioned) at the end."""
@@ -409,7 +423,7 @@ class OverlayCursor:
         if okey is not None and (bkey is None or okey < bkey):
             self._k, self._v = okey, view[okey][0]
         elif bkey is not None:
-            self._k, self._v = bkey, bc.value()
+            self._k, self._v = bkey, None       # read from the base cursor if asked (each read drops the GIL)
         else:
             self._k, self._v = None, b""
             return False
@@ -430,7 +444,10 @@ class OverlayCursor:
         return b"" if self._k is None else self._k
 
     def value(self) -> bytes:
-        return self._v
+        v = self._v
+        if v is None:                   # the base cursor still stands on the key (it moves only in _seek)
+            v = self._v = self._bc.value()
+        return v
 
     def delete(self) -> bool:
         """Delete the current key and move to the next (unpositioned past the end)."""
@@ -451,11 +468,11 @@ class OverlayCursor:
             return
         while True:
             if keys and values:
-                yield self._k, self._v
+                yield self._k, self.value()
             elif keys:
                 yield self._k
             else:
-                yield self._v
+                yield self.value()
             if not self.next():
                 return
 

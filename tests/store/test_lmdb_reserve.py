@@ -3,6 +3,7 @@ and the reservation leaves the store as it was."""
 
 import asyncio
 import ctypes
+import functools
 import random
 
 import lmdb
@@ -213,3 +214,42 @@ def test_a_writer_group_of_digests_commits_within_the_reservation(tmp_path, boun
         assert climb < 256 << 10, climb
     else:
         assert climb > 4 << 20, climb
+
+
+
+def test_while_an_overlay_writes_the_store_its_budget_takes_the_depth_the_writer_read(tmp_path):
+    # the loop's budget reads no table stats while an overlay is attached: its charge follows the
+    # writer's reading, which sees the tree deepen; detached, the budget reads it again itself
+    env, budget, db = _budgeted(tmp_path / "e", nbytes=4 << 20)
+    budget.committed()
+    assert budget.per_write == 2                        # an empty table: depth 1
+    rng = random.Random(11)
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        ov = Overlay(env, w, budget)
+        assert budget.source is ov
+        budget.env = None                               # any read of its own would fail
+        seen = []
+        for _ in range(40):
+            for _ in range(500):
+                ov.put(rng.randbytes(16), rng.randbytes(90), db=db)
+            done = asyncio.get_running_loop().create_future()
+            ov.commit(functools.partial(done.set_result, None))
+            budget.committed()
+            await done
+            seen.append(budget.per_write)
+        w.close()
+        ov.close()
+        budget.env = env
+        return seen
+
+    seen = asyncio.run(go())
+    with env.begin() as t:
+        depth = t.stat(db)["depth"]
+    assert depth >= 3
+    assert seen == sorted(seen) and seen[-1] >= depth    # the writer's figure, one commit behind at most
+    assert budget.source is None
+    budget.committed()
+    assert budget.per_write == depth + 1
+    env.close()
