@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import lmdb
 
-from crawlerd.frontier.budgets.beast import Beast
+from crawlerd.frontier.budgets.beast import Beast, host_turn_key
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
@@ -32,6 +32,11 @@ from crawlerd.url.hosts import host_of, registered_domain
 
 EDGE_SLICE = 256       # edge answers applied per loop iteration (a whole delivery took up to ~80 ms, 1,024 once 110 ms)
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
+# A job of the edge DRUM that nothing waits for (new edges, an ack) starts at most this often: each
+# costs a trip to its thread and an intake segment created, written and deleted on the loop (the
+# edge DRUM writes its intake log inline). Nothing waits for edges but the merges EdgeClock asks
+# for, which do not wait for the gap; its poll (every 0.5 s) starts a job anyway.
+EDGE_JOB_GAP_S = 0.25
 _OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
 log = logging.getLogger("crawlerd.budgets")
 
@@ -91,6 +96,12 @@ def _pld_of_host_key(host_key: str) -> str:
     return registered_domain(host_of(host_key))
 
 
+@lru_cache(maxsize=1 << 16)
+def _beast_keys(host_key: str) -> tuple[bytes, bytes]:
+    """A host key's domain key and its part of BEAST's turns keys: one cached look-up per host."""
+    return domain_key(_pld_of_host_key(host_key)), host_turn_key(host_key)
+
+
 class Budgets:
     """Per-domain crawl budgets for one shard (see the package docstring).
 
@@ -118,7 +129,7 @@ class Budgets:
             self.edges = AsyncSeenSet(os.path.join(path, "edges"), buckets=edge_buckets,
                                       bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
                                       max_age_s=_NEVER, cache_entries=edge_cache_entries, clock=clock,
-                                      max_pending_keys=1 << 20)
+                                      max_pending_keys=1 << 20, job_gap_s=EDGE_JOB_GAP_S)
             if old is not None:
                 _import_old_layout(old, self.beast, self.store)
         except BaseException:
@@ -143,14 +154,17 @@ class Budgets:
     def offer_many(self, records: list[bytes], fps: list[int], host_keys: list[str]) -> list[bool]:
         """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
-        a host's domain key is looked up once per run of its URLs."""
+        a host's keys (domain, turns) are looked up once per run of its URLs."""
         dks: list[bytes] = []
-        last, dk = None, b""
+        tks: list[bytes] = []
+        last, dk, tk = None, b"", b""
         for hk in host_keys:
             if hk != last:
-                last, dk = hk, domain_key(_pld_of_host_key(hk))
+                last = hk
+                dk, tk = _beast_keys(hk)
             dks.append(dk)
-        return self.beast.offer_many(dks, records, fps, host_keys)
+            tks.append(tk)
+        return self.beast.offer_many(dks, records, fps, tks)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
@@ -165,14 +179,15 @@ class Budgets:
         return self.record_pages_links([(page_url, host_keys)])
 
     def record_pages_links(self, pages: Iterable[tuple[str, Iterable[str]]]) -> int:
-        """``record_links`` for several pages (page URL, host keys) in one edge DRUM submission
-        (one intake-log record instead of one per page); returns edges sent."""
+        """``record_links`` for several pages (page URL or its host key, host keys) in one edge DRUM
+        submission (one intake-log record instead of one per page); returns edges sent."""
         keys: list[int] = []
         aux: list[bytes] = []
         edge_keys = self.graph.edge_keys
         for page_url, host_keys in pages:
             # the worker gave each link's host key: its domain is one cached look-up, no parse
-            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in set(host_keys)})
+            hosts = host_keys if isinstance(host_keys, (set, frozenset)) else set(host_keys)
+            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in hosts})
             keys += k
             aux += a
         if keys:
