@@ -23,7 +23,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-_ABSENT = object()         # ``get``'s "no entry" (a value may be None)
 ENTRY_OVERHEAD = 160      # OrderedDict slot + linked node (~104) and the cost dict's slot + int (~56), bytes
 STR_BASE = 49             # sys.getsizeof("") for an ASCII str
 INT_BYTES = 32            # a small int, rounded up to the allocator's 16-byte granule
@@ -69,11 +68,11 @@ class ByteLRU:
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value (and mark it most recently used), or ``default``."""
-        m = self._map
-        value = m.get(key, _ABSENT)     # a miss without raising KeyError (~3x cheaper)
-        if value is _ABSENT:
+        try:
+            value = self._map[key]
+        except KeyError:
             return default
-        m.move_to_end(key)
+        self._map.move_to_end(key)
         return value
 
     def peek(self, key: Hashable, default: Any = None) -> Any:
