@@ -98,8 +98,9 @@ def _pld_of_host_key(host_key: str) -> str:
 
 @lru_cache(maxsize=1 << 16)
 def _beast_keys(host_key: str) -> tuple[bytes, bytes]:
-    """A host key's domain key and its part of BEAST's turns keys: one cached look-up per host."""
-    return domain_key(_pld_of_host_key(host_key)), host_turn_key(host_key)
+    """A host key's domain key and its part of BEAST's turns keys: one cached look-up per host
+    (``host_turn_key`` unwrapped: its own cache would hold the same hosts again)."""
+    return domain_key(_pld_of_host_key(host_key)), host_turn_key.__wrapped__(host_key)
 
 
 class Budgets:
