@@ -1,7 +1,7 @@
 """The loop's per-URL and per-page admission pieces alone, CPU per call, for an A/B of two trees.
 
-- ``lru``: ``ByteLRU.get`` over keys half of which it holds (the overlays' read caches, the robots
-  cache and the near-duplicate host windows all ask it; a miss was a raised ``KeyError``).
+- ``lru``: ``ByteLRU.get`` of keys it holds and of keys it does not (the overlays' read caches, the
+  robots cache and the near-duplicate host windows all ask it; a miss raises ``KeyError`` inside).
 - ``offer``: ``Budgets.offer_many`` as the intake calls it: slices of a crawl-shaped stream (``--hosts``
   hosts, each its own registered domain like simweb's ``h{i}.sim``; runs of one or two URLs per host,
   as a page's unique links are after the seen-set), committed every 16 slices; most URLs are
@@ -32,12 +32,12 @@ from crawlerd.bytecache import ByteLRU
 from crawlerd.frontier.budgets import Budgets
 
 
-def bench_lru(n: int) -> float:
+def bench_lru(n: int, hits: bool) -> float:
     lru = ByteLRU(1 << 30)
     keys = [b"turns-key-%08d" % i for i in range(n)]
     for k in keys[::2]:
         lru.put(k, k, 64)
-    probe = keys * 4
+    probe = (keys[::2] if hits else keys[1::2]) * 8
     random.Random(1).shuffle(probe)
     get = lru.get
     t0 = time.process_time()
@@ -112,9 +112,11 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=300, help="edges: worker batches of 20 pages")
     a = p.parse_args()
     gc.disable()            # the collector's passes are the pacer's business, not the pieces'
-    res: dict[str, list[float]] = {"lru get": [], "offer_many per URL": [], "record_pages_links per page": []}
+    res: dict[str, list[float]] = {"lru get, hit": [], "lru get, miss": [], "offer_many per URL": [],
+                                   "record_pages_links per page": []}
     for _ in range(a.runs):
-        res["lru get"].append(bench_lru(20_000))
+        res["lru get, hit"].append(bench_lru(20_000, True))
+        res["lru get, miss"].append(bench_lru(20_000, False))
         res["offer_many per URL"].append(bench_offer(a.hosts, a.slices, a.per_slice))
         res["record_pages_links per page"].append(bench_edges(a.hosts, a.batches))
         gc.collect()
