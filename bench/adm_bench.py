@@ -15,7 +15,12 @@ this file with each tree's interpreter, alternated, inside the bench lock:
     .venv/bin/python bench/adm_bench.py --runs 5
     /work/wt/base-s10/.venv/bin/python bench/adm_bench.py --runs 5
 
-Prints the median over ``--runs`` of each part's CPU (process time) per call.
+Prints the median over ``--runs`` of each part's CPU (process time) per call. Without a clock,
+instructions per URL: two runs of one part under callgrind with different sizes, the difference
+of their totals over the difference of their URLs (the start-up cancels out):
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python bench/adm_bench.py \
+        --only offer --runs 1 --slices 10     # and --slices 40
 """
 
 from __future__ import annotations
@@ -110,17 +115,23 @@ def main() -> None:
     p.add_argument("--slices", type=int, default=400, help="offer: slices timed (and as many for warm-up)")
     p.add_argument("--per-slice", type=int, default=256, help="offer: unique URLs per slice")
     p.add_argument("--batches", type=int, default=300, help="edges: worker batches of 20 pages")
+    p.add_argument("--only", choices=("lru", "offer", "edges"), help="one part (e.g. under callgrind)")
     a = p.parse_args()
     gc.disable()            # the collector's passes are the pacer's business, not the pieces'
     res: dict[str, list[float]] = {"lru get, hit": [], "lru get, miss": [], "offer_many per URL": [],
                                    "record_pages_links per page": []}
     for _ in range(a.runs):
-        res["lru get, hit"].append(bench_lru(20_000, True))
-        res["lru get, miss"].append(bench_lru(20_000, False))
-        res["offer_many per URL"].append(bench_offer(a.hosts, a.slices, a.per_slice))
-        res["record_pages_links per page"].append(bench_edges(a.hosts, a.batches))
+        if a.only in (None, "lru"):
+            res["lru get, hit"].append(bench_lru(20_000, True))
+            res["lru get, miss"].append(bench_lru(20_000, False))
+        if a.only in (None, "offer"):
+            res["offer_many per URL"].append(bench_offer(a.hosts, a.slices, a.per_slice))
+        if a.only in (None, "edges"):
+            res["record_pages_links per page"].append(bench_edges(a.hosts, a.batches))
         gc.collect()
     for name, xs in res.items():
+        if not xs:
+            continue
         print(f"{name:30s} {statistics.median(xs) * 1e6:8.3f} us  (runs: {' '.join(f'{x * 1e6:.3f}' for x in xs)})")
 
 
