@@ -26,7 +26,6 @@ from crawlerd.frontier.budgets import (
     EdgeDrum,
     domain_key,
 )
-from crawlerd.frontier.budgets.beast import host_turn_key
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
 from crawlerd.store.writer import WriteThread
@@ -980,7 +979,7 @@ def test_offer_many_decides_and_writes_exactly_what_one_offer_per_url_does(tmp_p
                     batch.append((d, rng.choice(hosts), f"{d}#{serial}".encode(), serial))
             want = [one.beast.offer(d, rec, fp, hk) for d, hk, rec, fp in batch]
             got = many.beast.offer_many([domain_key(d) for d, _, _, _ in batch], [b[2] for b in batch],
-                                        [b[3] for b in batch], [host_turn_key(b[1]) for b in batch])
+                                        [b[3] for b in batch], [b[1] for b in batch])
             assert got == want, step
         elif op < 0.7:
             src, tgts = f"s{rng.randrange(6)}.org", rng.sample(doms, 2)

@@ -72,9 +72,8 @@ EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain``
 
 
 @lru_cache(maxsize=1 << 16)
-def host_turn_key(host: str) -> bytes:
-    """A host key's part of its ``turns`` key, after the domain key and NUL (a page's links share
-    hosts: cached)."""
+def _host_hash(host: str) -> bytes:
+    """A host key's part of its ``turns`` key (a page's links share hosts: cached)."""
     return _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
 
 
@@ -184,10 +183,9 @@ class Beast:
         self._append(dk, d, record, fp, host)
         return False
 
-    def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[bytes]) -> list[bool]:
-        """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, and
-        the host key's :func:`host_turn_key`), with the same decisions and state as one ``offer``
-        each; returns passed or not, per URL.
+    def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[str]) -> list[bool]:
+        """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, host
+        key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL.
 
         A run of one domain's URLs (a page's links share a few hosts) reads its record, budget and
         probation once and passes or defers them together: the per-URL work is the FIFO entry.
@@ -204,7 +202,7 @@ class Beast:
             i = j
         return out
 
-    def _offer_run(self, dk: bytes, records: list[bytes], fps: list[int], hosts: list[bytes], i: int, j: int,
+    def _offer_run(self, dk: bytes, records: list[bytes], fps: list[int], hosts: list[str], i: int, j: int,
                    out: list[bool]) -> None:
         # ``offer`` for URLs i..j-1, all of domain ``dk``: the first ones pass while the domain has
         # nothing waiting and budget left; from the first one kept on, the rest wait behind it.
@@ -233,11 +231,10 @@ class Beast:
             self._append_many(dk, d, records, fps, hosts, k, j)
             out += [False] * (j - k)
 
-    def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[bytes],
+    def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
                      i: int, j: int) -> None:
         # ``_append`` for URLs i..j-1 of domain ``dk``, one after the other (the same entries, turns
-        # and reads), with the domain's and each host's keys built once per run of them (``hosts``:
-        # their host_turn_key, computed by the caller once per host).
+        # and reads), with the domain's and each host's keys built once per run of them.
         mine = self._turns.get(dk)
         if mine is None:
             mine = self._turns[dk] = {}
@@ -248,7 +245,7 @@ class Beast:
         for x in range(i, j):
             if hosts[x] != host:
                 host = hosts[x]
-                hk = head + host
+                hk = head + _host_hash(host)
             turn = mine.get(hk)
             if turn is None:
                 if deferred:
@@ -281,7 +278,7 @@ class Beast:
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
         # Buffered, written in key order before anything reads the table (and at commit):
         # sorted puts touch each B-tree page once instead of once per URL.
-        hk = dk + b"\0" + host_turn_key(host)
+        hk = dk + b"\0" + _host_hash(host)
         mine = self._turns.get(dk)
         if mine is None:
             mine = self._turns[dk] = {}

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import lmdb
 
-from crawlerd.frontier.budgets.beast import Beast, host_turn_key
+from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
@@ -96,13 +96,6 @@ def _pld_of_host_key(host_key: str) -> str:
     return registered_domain(host_of(host_key))
 
 
-@lru_cache(maxsize=1 << 16)
-def _beast_keys(host_key: str) -> tuple[bytes, bytes]:
-    """A host key's domain key and its part of BEAST's turns keys: one cached look-up per host
-    (``host_turn_key`` unwrapped: its own cache would hold the same hosts again)."""
-    return domain_key(_pld_of_host_key(host_key)), host_turn_key.__wrapped__(host_key)
-
-
 class Budgets:
     """Per-domain crawl budgets for one shard (see the package docstring).
 
@@ -155,17 +148,14 @@ class Budgets:
     def offer_many(self, records: list[bytes], fps: list[int], host_keys: list[str]) -> list[bool]:
         """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
-        a host's keys (domain, turns) are looked up once per run of its URLs."""
+        a host's domain key is looked up once per run of its URLs."""
         dks: list[bytes] = []
-        tks: list[bytes] = []
-        last, dk, tk = None, b"", b""
+        last, dk = None, b""
         for hk in host_keys:
             if hk != last:
-                last = hk
-                dk, tk = _beast_keys(hk)
+                last, dk = hk, domain_key(_pld_of_host_key(hk))
             dks.append(dk)
-            tks.append(tk)
-        return self.beast.offer_many(dks, records, fps, tks)
+        return self.beast.offer_many(dks, records, fps, host_keys)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
