@@ -4,9 +4,11 @@
 A page's links arrive as one ``submit`` of ~40 keys about every millisecond (a crawl at ~1,000
 pages/s); every DRUM job costs a trip to the DRUM thread and back and an intake segment created
 and deleted. ``--gap`` sets ``job_gap_s`` (0 = a job per loop iteration that has keys, as before
-the gap was added).
+the gap was added). ``--inline-intake``: the intake log written on the loop, as the budget
+stage's edge DRUM does (a page's few domain edges per submit: ``--keys 3``).
 
     .venv/bin/python bench/seen_pump_bench.py --gap 0 --gap 0.02 --seconds 5 --runs 3
+    .venv/bin/python bench/seen_pump_bench.py --inline-intake --keys 3 --gap 0.02 --gap 0.25
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ def _switches() -> int:
     return r.ru_nvcsw + r.ru_nivcsw
 
 
-async def _one(path: str, gap: float, seconds: float, keys_per_submit: int, period_s: float) -> dict:
+async def _one(path: str, gap: float, seconds: float, keys_per_submit: int, period_s: float,
+               threaded: bool = True) -> dict:
     loop = asyncio.get_running_loop()
     kw = {} if gap < 0 else {"job_gap_s": gap}
-    s = AsyncSeenSet(path, buckets=64, cache_entries=1 << 16, threaded_intake=True, **kw)
+    s = AsyncSeenSet(path, buckets=64, cache_entries=1 << 16, threaded_intake=threaded, **kw)
     got = [0]
 
     def on(results):
@@ -67,13 +70,14 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--keys", type=int, default=40, help="keys per submit")
     p.add_argument("--period-ms", type=float, default=1.0, help="time between submits")
+    p.add_argument("--inline-intake", action="store_true", help="the intake log written on the loop (edge DRUM)")
     a = p.parse_args()
     gaps = a.gap or [0.0, 0.02]
     for r in range(a.runs):
         for gap in gaps:
             d = tempfile.mkdtemp(prefix="seen-pump-")
             try:
-                o = uvloop.run(_one(d, gap, a.seconds, a.keys, a.period_ms / 1000))
+                o = uvloop.run(_one(d, gap, a.seconds, a.keys, a.period_ms / 1000, not a.inline_intake))
             finally:
                 shutil.rmtree(d, ignore_errors=True)
             label = "default" if gap < 0 else f"{gap * 1000:5.1f} ms"

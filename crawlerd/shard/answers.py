@@ -143,7 +143,7 @@ class Answers:
             self.intake.submit_links(follow, depth=depth + 1)
             if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                edges = self._record_links_soon(url, {ln.host_key for ln in follow})
+                edges = self._record_links_soon(host_key, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
         durable = self.intake.links_barrier()
         if durable is not None:
@@ -154,7 +154,7 @@ class Answers:
         if edges is not None and edges == self._links_flushes:
             self.flush_links()  # its edges still wait for the iteration's end: they go now
 
-    def _record_links_soon(self, url: str, host_keys: set[str]) -> int:
+    def _record_links_soon(self, page: str, host_keys: set[str]) -> int:
         """A page's STAR edges, handed to the budgets at the end of this loop iteration with those
         of the other pages answered in it (a worker answers a batch at once): one edge-DRUM
         submission per iteration instead of one per page. Still before the page's lease
@@ -165,7 +165,7 @@ class Answers:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self.flush_links)
-        self._pages_links.append((url, host_keys))
+        self._pages_links.append((page, host_keys))     # the page's host key: its domain, no URL parse
         return self._links_flushes
 
     def flush_links(self) -> None:

@@ -800,6 +800,38 @@ def test_vouches_across_shards_count_where_their_target_lives_once_and_cascade(t
         p.close()
 
 
+def test_edges_of_many_loop_iterations_go_to_the_edge_drum_in_few_jobs_and_all_count(tmp_path):
+    """Pages' edges handed over in 60 loop iterations 10 ms apart (as ``Answers`` does, one ``record_pages_links``
+    per iteration) reach the edge DRUM in jobs at most ``EDGE_JOB_GAP_S`` apart (plus its polls),
+    not one job per iteration; after a flush every edge is counted once."""
+    from crawlerd.frontier.budgets.stage import EDGE_JOB_GAP_S
+
+    async def go():
+        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
+                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, mode="all")
+        loop = asyncio.get_running_loop()
+        b.start(loop)
+        try:
+            await asyncio.sleep(0)
+            jobs0, t0 = b.edges.stats()["jobs"], loop.time()
+            for i in range(60):
+                b.record_pages_links([(f"http://s{i}.org", {"http://t.com", f"http://u{i % 7}.com"})])
+                await asyncio.sleep(0.01)       # a later loop iteration
+            jobs, elapsed = b.edges.stats()["jobs"] - jobs0, loop.time() - t0
+            await b.edges.flush()
+            return jobs, elapsed, b.graph.indegree("t.com"), [b.graph.indegree(f"u{k}.com") for k in range(7)]
+        finally:
+            await b.close()
+
+    jobs, elapsed, t_in, u_in = asyncio.run(go())
+    # the gap bounds the jobs whatever the box's speed: one at the start, one per gap (at least
+    # 0.25 s: a job costs a trip, an intake segment and a delivery) and per poll (0.5 s)
+    assert EDGE_JOB_GAP_S >= 0.25
+    assert jobs <= 2 + elapsed / 0.25 + elapsed / 0.5, (jobs, elapsed)
+    assert jobs < 60
+    assert t_in == 60 and u_in == [9, 9, 9, 9, 8, 8, 8]       # every edge counted once
+
+
 def test_an_edge_delivery_is_applied_in_slices_committed_once_then_acknowledged(tmp_path, monkeypatch):
     """The stage applies an edge delivery EDGE_SLICE answers per loop iteration and commits and
     acknowledges once, after the last slice, in an iteration of its own."""

@@ -84,13 +84,14 @@ def test_second_copy_is_an_exact_duplicate_of_the_first_and_links_reach_the_seen
 
 
 class EdgeRecorder:
-    """Stands in for the budgets: the pages whose STAR edges were handed over, call by call."""
+    """Stands in for the budgets: the pages (their host keys) whose STAR edges were handed over,
+    call by call."""
 
     def __init__(self):
         self.calls: list[list[str]] = []
 
     def record_pages_links(self, pages):
-        self.calls.append([url for url, _host_keys in pages])
+        self.calls.append([page for page, _host_keys in pages])
         return 0
 
     def pages(self) -> set[str]:
@@ -111,7 +112,7 @@ def test_edges_of_pages_answered_together_go_in_one_call_before_their_leases_com
         async def one(host: str):
             url = f"http://{host}/p"
             await ans.process(url, hash(url) & 0xFFFF, f"http://{host}", item(url), answer(url, PAGE + host.encode()))
-            done_before[url] = url in rec.pages()      # handed over by the time its lease completes
+            done_before[f"http://{host}"] = f"http://{host}" in rec.pages()   # handed over before its lease completes
 
         try:
             await one("solo.test")

@@ -113,7 +113,7 @@ class DomainGraph:
         src = domain_key(src_pld)
         keys, aux = [], []
         h = xxhash.xxh3_64_intdigest
-        for dst in set(targets):
+        for dst in targets if isinstance(targets, (set, frozenset)) else set(targets):
             if not dst or dst == src_pld:
                 continue
             dk = domain_key(dst)

@@ -32,6 +32,11 @@ from crawlerd.url.hosts import host_of, registered_domain
 
 EDGE_SLICE = 256       # edge answers applied per loop iteration (a whole delivery took up to ~80 ms, 1,024 once 110 ms)
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
+# A job of the edge DRUM that nothing waits for (new edges, an ack) starts at most this often: each
+# costs a trip to its thread and an intake segment created, written and deleted on the loop (the
+# edge DRUM writes its intake log inline). Nothing waits for edges but the merges EdgeClock asks
+# for, which do not wait for the gap; its poll (every 0.5 s) starts a job anyway.
+EDGE_JOB_GAP_S = 0.25
 _OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
 log = logging.getLogger("crawlerd.budgets")
 
@@ -118,7 +123,7 @@ class Budgets:
             self.edges = AsyncSeenSet(os.path.join(path, "edges"), buckets=edge_buckets,
                                       bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
                                       max_age_s=_NEVER, cache_entries=edge_cache_entries, clock=clock,
-                                      max_pending_keys=1 << 20)
+                                      max_pending_keys=1 << 20, job_gap_s=EDGE_JOB_GAP_S)
             if old is not None:
                 _import_old_layout(old, self.beast, self.store)
         except BaseException:
@@ -165,14 +170,15 @@ class Budgets:
         return self.record_pages_links([(page_url, host_keys)])
 
     def record_pages_links(self, pages: Iterable[tuple[str, Iterable[str]]]) -> int:
-        """``record_links`` for several pages (page URL, host keys) in one edge DRUM submission
-        (one intake-log record instead of one per page); returns edges sent."""
+        """``record_links`` for several pages (page URL or its host key, host keys) in one edge DRUM
+        submission (one intake-log record instead of one per page); returns edges sent."""
         keys: list[int] = []
         aux: list[bytes] = []
         edge_keys = self.graph.edge_keys
         for page_url, host_keys in pages:
             # the worker gave each link's host key: its domain is one cached look-up, no parse
-            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in set(host_keys)})
+            hosts = host_keys if isinstance(host_keys, (set, frozenset)) else set(host_keys)
+            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in hosts})
             keys += k
             aux += a
         if keys:
