@@ -101,7 +101,7 @@ class _Job:
 
 @dataclass(slots=True)
 class _Done:
-    results: list[DrumResult]
+    results: Sequence[DrumResult]   # a Delivery (or [] when the job fetched nothing)
     acked_seq: int | None      # DRUM's handed-out position right after the ack, if the job acked
     handed_seq: int            # first seq not handed out, before this job's results() call
     next_seq: int
@@ -575,7 +575,7 @@ class AsyncSeenSet:
         elif job.poll:
             d.poll()
         handed = d.next_seq - d.pending
-        results = d.results() if job.fetch else []
+        results = d.delivery() if job.fetch else []     # arrays: objects made slice by slice
         return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0, flush_s)
 
     def _hand_over(self, job: _Job) -> None:
