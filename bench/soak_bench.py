@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -348,6 +349,14 @@ def fit(xs: list[float], ys: list[float]) -> dict:
     return {"n": n, "slope": slope, "intercept": my - slope * mx, "r2": r2}
 
 
+def residual_sd(xs: list[float], ys: list[float], f: dict) -> float | None:
+    """Standard deviation of the samples about ``f``'s line (bytes)."""
+    if f["slope"] is None:
+        return None
+    res = [y - (f["slope"] * x + f["intercept"]) for x, y in zip(xs, ys, strict=True)]
+    return (sum(e * e for e in res) / len(res)) ** 0.5
+
+
 FLOOR_WINDOWS = 10         # the fitted span cut into this many windows for the floor fit
 
 
@@ -365,6 +374,50 @@ def floor_points(xs: list[float], ys: list[float], windows: int = FLOOR_WINDOWS)
         fx.append(xs[i])
         fy.append(ys[i])
     return fx, fy
+
+
+BOOT_BLOCK = 10            # samples per block of the moving-block bootstrap (30 s at the test's interval)
+BOOT_DRAWS = 400
+
+
+def slope_interval(xs: list[float], ys: list[float], block: int = BOOT_BLOCK, draws: int = BOOT_DRAWS,
+                   seed: int = 1) -> tuple[float, float] | None:
+    """95 % interval of ``fit``'s slope by a moving-block bootstrap of its residuals: the samples'
+    noise is not independent (an answer batch or a heap swing lasts several samples), so the
+    residuals are redrawn in runs of ``block`` consecutive samples and the line refitted. At a
+    few bytes per page against MiB of noise, one soak's slope means little without it."""
+    n = len(xs)
+    f = fit(xs, ys)
+    if f["slope"] is None or n < 3 * block:
+        return None
+    line = [f["slope"] * x + f["intercept"] for x in xs]
+    res = [y - yl for y, yl in zip(ys, line, strict=True)]
+    rng = random.Random(seed)
+    slopes = []
+    for _ in range(draws):
+        rr: list[float] = []
+        while len(rr) < n:
+            i = rng.randrange(0, n - block + 1)
+            rr += res[i:i + block]
+        slopes.append(fit(xs, [yl + e for yl, e in zip(line, rr, strict=False)])["slope"])
+    slopes.sort()
+    return slopes[int(0.025 * draws)], slopes[int(0.975 * draws) - 1]
+
+
+def arena_part(after: list[dict], pages: list[float]) -> dict:
+    """With --diag: the crawl process's Python arenas (1 MiB each, mapped resident whole) in the fit:
+    their count is a running maximum of live Python objects (an arena goes back only when empty),
+    so it rises in steps, and a step's place against the fit's span moves the slope by MiB over
+    the span's pages. Reported beside the slope (which counts it), not taken out of it."""
+    counts = [s.get("malloc", {}).get("diag", {}).get("pymalloc", {}).get("arenas") for s in after]
+    if not counts or any(c is None for c in counts):
+        return {}
+    steps = [(s["t_s"], b - a) for s, a, b in zip(after[1:], counts[:-1], counts[1:], strict=True) if b > a]
+    return {"arenas_first": counts[0], "arenas_last": counts[-1], "arena_steps": steps,
+            "arenas_slope_b_per_page": fit(pages, [float(c << 20) for c in counts])["slope"],
+            "allocated_first": after[0]["malloc"]["diag"]["pymalloc"].get("allocated"),
+            "allocated_range": [min(s["malloc"]["diag"]["pymalloc"].get("allocated", 0) for s in after),
+                                max(s["malloc"]["diag"]["pymalloc"].get("allocated", 0) for s in after)]}
 
 
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
@@ -486,11 +539,14 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
         all_pages = [float(s["pages"]) for s in after if name in series(s)]
         all_anon = [float(m.get("RssAnon", 0)) for _, m in pts]
         per_page = fit(all_pages, all_anon)
+        interval = slope_interval(all_pages, all_anon)
         floor = fit(*floor_points(all_pages, all_anon))
         out["procs"][name] = {
             "rss_slope_b_per_url": rss["slope"], "rss_r2": rss["r2"],
             "anon_slope_b_per_url": anon["slope"], "anon_r2": anon["r2"],
             "anon_slope_b_per_page": per_page["slope"],
+            "anon_slope_ci95_b_per_page": interval,
+            "anon_resid_sd": residual_sd(all_pages, all_anon, per_page),
             "anon_floor_slope_b_per_page": floor["slope"],
             "anon_late_slope_b_per_page": late_fit["slope"],
             "anon_late_floor_slope_b_per_page": late_floor["slope"],
@@ -498,6 +554,7 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
             "anon_first": pts[0][1].get("RssAnon", 0), "anon_last": pts[-1][1].get("RssAnon", 0),
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
             **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" and late_pts else {}),
+            **(arena_part(after, all_pages) if name == "crawl" else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out
@@ -546,6 +603,15 @@ def summary_lines(result: dict, a: dict) -> list[str]:
                          f"{b(p['heap_extent_slope_b_per_page'])} B/page ({_mib(p['heap_extent_first'])} -> "
                          f"{_mib(p['heap_extent_last'])} MiB), longest trim {p['trim_ms_max']:.1f} ms; "
                          f"RssAnon after trims, floor {b(p['retained_floor_slope_b_per_page'])} B/page")
+        ci = p.get("anon_slope_ci95_b_per_page")
+        if ci:
+            lines.append(f"  {name:8s} RssAnon per page {b(p['anon_slope_b_per_page'])} B/page, 95 % block-bootstrap "
+                         f"interval {b(ci[0])} .. {b(ci[1])}; samples' sd about the line {_mib(p['anon_resid_sd'])} MiB")
+        if "arenas_first" in p:
+            lines.append(f"  {name:8s} Python arenas {p['arenas_first']} -> {p['arenas_last']} MiB, steps at "
+                         + (", ".join(f"{t:.0f} s (+{d})" for t, d in p["arena_steps"]) or "none")
+                         + f": {b(p['arenas_slope_b_per_page'])} B/page of the slope; allocated blocks "
+                         f"{_mib(p['allocated_range'][0])} .. {_mib(p['allocated_range'][1])} MiB")
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))
