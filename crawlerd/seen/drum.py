@@ -61,7 +61,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from crawlerd._native import drum as native_drum
-from crawlerd.seen.drum_answers import AnswerQueue, DrumResult, Op, ReadyEpoch
+from crawlerd.seen.drum_answers import AnswerQueue, Delivery, DrumResult, Op, ReadyEpoch
 from crawlerd.seen.drum_files import (
     FILE_NAME,
     HEADER_BYTES,
@@ -164,6 +164,14 @@ class Drum:
         if self.auto_ack:
             self._answers.ack()
         return self._answers.results(self.max_results if limit is None else limit)
+
+    def delivery(self, limit: int | None = None) -> Delivery:
+        """``results`` as a ``Delivery``: the same answers, order, acknowledgement and limit, kept as
+        arrays; ``DrumResult`` objects are made as its slices are read."""
+        self._usable()
+        if self.auto_ack:
+            self._answers.ack()
+        return self._answers.delivery(self.max_results if limit is None else limit)
 
     def results_arrays(self, limit: int | None = None):
         """Fast path of ``results``: (first_seq, keys uint64, unique bool, values uint8[n, V]).

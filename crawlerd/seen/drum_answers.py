@@ -10,6 +10,8 @@ the same results out again (same ``seq``, same answer): at-least-once.
 
 from __future__ import annotations
 
+import bisect
+import collections.abc
 import enum
 import os
 
@@ -72,6 +74,105 @@ class ReadyEpoch:
             self._f = None
 
 
+class _Part:
+    """A run of one journal block's answers in a delivery: seq, op, keys, unique, values, aux."""
+
+    __slots__ = ("seq", "op", "keys", "unique", "values", "aux", "ends")
+
+    def __init__(self, seq: int, op: Op, keys: np.ndarray, unique: np.ndarray, values: np.ndarray | None,
+                 aux: bytes | None, ends: np.ndarray | None):
+        self.seq = seq
+        self.op = op
+        self.keys = keys
+        self.unique = unique
+        self.values = values
+        self.aux = aux          # the run's aux bytes, one after another (None: submitted without aux)
+        self.ends = ends        # offset just past each answer's aux in ``aux``
+
+
+class Delivery(collections.abc.Sequence):
+    """One delivery of DRUM answers, in seq order, kept as arrays; ``DrumResult`` objects are made
+    when an index or a slice is read (a slice is a list of them).
+
+    A consumer that judges a delivery a slice per loop iteration holds one slice's objects at a
+    time, not the whole delivery's (8,192 answers: ~2.5 MiB of small objects, the swing of the
+    crawl process's Python heap that set its arena count). Invariant: ``parts`` are consecutive in
+    seq; ``len`` is the sum of their lengths.
+    """
+
+    __slots__ = ("_parts", "_starts", "_n", "_make", "_V")
+
+    def __init__(self, parts: list[_Part], n: int, make, value_size: int):
+        self._parts = parts
+        self._starts = np.cumsum([0] + [len(p.keys) for p in parts[:-1]], dtype=np.int64).tolist()
+        self._n = n
+        self._make = make
+        self._V = value_size
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._n)
+            if step != 1:
+                return self[:][i]
+            return self._make_range(start, stop)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("delivery index out of range")
+        return self._make_range(i, i + 1)[0]
+
+    def __iter__(self):
+        step = 512
+        for start in range(0, self._n, step):
+            yield from self._make_range(start, min(self._n, start + step))
+
+    def __eq__(self, other):
+        if isinstance(other, (Delivery, list)):
+            return self[:] == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Delivery({self._n} answers)"
+
+    def _make_range(self, start: int, stop: int) -> list[DrumResult]:
+        out: list[DrumResult] = []
+        if start >= stop:
+            return out
+        make, V = self._make, self._V
+        k = bisect.bisect_right(self._starts, start) - 1
+        while start < stop:
+            p, base = self._parts[k], self._starts[k]
+            i0 = start - base
+            i1 = min(len(p.keys), stop - base)
+            n = i1 - i0
+            keys = p.keys[i0:i1].tolist()
+            uniq = p.unique[i0:i1].tolist()
+            if p.ends is not None:
+                ends = p.ends[i0:i1].tolist()
+                a = p.aux
+                prev = int(p.ends[i0 - 1]) if i0 else 0
+                auxs = []
+                for e in ends:
+                    auxs.append(a[prev:e])
+                    prev = e
+            else:
+                auxs = [None] * n
+            op, seq, vals = p.op, p.seq + i0, p.values
+            for j in range(n):
+                value = None
+                if V and not uniq[j]:
+                    value = vals[(i0 + j) * V:(i0 + j + 1) * V].tobytes()
+                out.append(make(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
+            start += n
+            k += 1
+        return out
+
+
 class AnswerQueue:
     """The merged epochs not yet fully acknowledged, oldest first.
 
@@ -103,34 +204,33 @@ class AnswerQueue:
         return sum(r.end_seq - r.seq for r in self.ready)
 
     def results(self, limit: int) -> list[DrumResult]:
-        out: list[DrumResult] = []
-        make = self.kern.Result
+        return self.delivery(limit)[:]
+
+    def delivery(self, limit: int) -> Delivery:
+        """The next answers, at most ``limit``, handed out as a ``Delivery`` (arrays, not objects)."""
+        parts: list[_Part] = []
+        got = 0
         V = self.value_size
-        while len(out) < limit:
+        while got < limit:
             r = self.next_block()
             if r is None:
                 break
             blk = r.block
             i0 = r.offset_in_block
-            n = min(len(blk.keys) - i0, limit - len(out))
+            n = min(len(blk.keys) - i0, limit - got)
             unique, vals = self.answers(r, blk)
-            keys = blk.keys[i0:i0 + n].tolist()
-            uniq = unique[i0:i0 + n].tolist()
-            op = Op(blk.op)
+            aux = ends = None
             if blk.aux_lens is not None:
-                ends = np.cumsum(blk.aux_lens, dtype=np.int64).tolist()
-                starts = [0] + ends[:-1]
-                auxs = [blk.aux[starts[i]:ends[i]] for i in range(i0, i0 + n)]
-            else:
-                auxs = [None] * n
-            seq = blk.first_seq + i0
-            for j in range(n):
-                value = None
-                if V and not uniq[j]:
-                    value = vals[(i0 + j) * V:(i0 + j + 1) * V].tobytes()
-                out.append(make(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
+                all_ends = np.cumsum(blk.aux_lens, dtype=np.int64)
+                a0 = int(all_ends[i0 - 1]) if i0 else 0
+                ends = all_ends[i0:i0 + n] - a0
+                aux = blk.aux[a0:a0 + int(ends[-1])] if n else b""
+            parts.append(_Part(blk.first_seq + i0, Op(blk.op), blk.keys[i0:i0 + n].copy(),
+                               unique[i0:i0 + n].copy(),
+                               vals[i0 * V:(i0 + n) * V].copy() if V else None, aux, ends))
+            got += n
             self.advance(r, n)
-        return out
+        return Delivery(parts, got, self.kern.Result, V)
 
     def results_arrays(self, limit: int):
         V = self.value_size

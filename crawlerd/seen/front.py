@@ -13,8 +13,8 @@ Data flow::
         ack() of the last delivery, if the consumer acknowledged it
         check_update(batch) in calls of at most CALL_KEYS keys (drum_thread.py)
         flush() if asked, else poll() every poll_interval_s
-        results() if no delivery is awaiting its ack
-    on_results(list)   (loop)  -> consumer commits (frontier.add) -> ack()
+        delivery() if no delivery is awaiting its ack (answers as arrays: ``Delivery``)
+    on_results(delivery) (loop) -> consumer reads it slice by slice, commits (frontier.add) -> ack()
 
 The pump is callbacks, not a task: a submit or an ack schedules one step for the
 loop's next iteration (however many came in this one), and a job's end schedules
@@ -98,7 +98,7 @@ class _Job:
 
 @dataclass(slots=True)
 class _Done:
-    results: list[DrumResult]
+    results: Sequence[DrumResult]   # a Delivery (or [] when the job fetched nothing)
     acked_seq: int | None      # DRUM's handed-out position right after the ack, if the job acked
     handed_seq: int            # first seq not handed out, before this job's results() call
     next_seq: int
@@ -156,7 +156,7 @@ class AsyncSeenSet:
         self._flush_new: list[asyncio.Future] = []
         self._flush_wait: list[tuple[int, asyncio.Future]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._on_results: Callable[[list[DrumResult]], None] | None = None
+        self._on_results: Callable[[Sequence[DrumResult]], None] | None = None
         self._job: _Job | None = None          # the job on the DRUM thread (one at most)
         self._step_due = False                 # a pump step is scheduled for the loop's next iteration
         self._timer: asyncio.TimerHandle | None = None   # the next poll, or the end of the job gap
@@ -176,9 +176,10 @@ class AsyncSeenSet:
 
     # -- public API ---------------------------------------------------------------------------------
 
-    def start(self, loop: asyncio.AbstractEventLoop, on_results: Callable[[list[DrumResult]], None]) -> None:
-        """Start the pump on ``loop``; ``on_results(list)`` runs on the loop and must end in ``ack()``
-        once its commit is done (there or later). Answers redelivered after a crash come first."""
+    def start(self, loop: asyncio.AbstractEventLoop, on_results: Callable[[Sequence[DrumResult]], None]) -> None:
+        """Start the pump on ``loop``; ``on_results(delivery)`` runs on the loop and must end in ``ack()``
+        once its commit is done (there or later); the ``Delivery`` is a sequence of ``DrumResult``
+        whose objects are made as it is indexed or sliced. Answers redelivered after a crash come first."""
         if self._loop is not None or self._closed:
             raise SeenSetError("already started or closed")
         self._loop = loop
@@ -528,7 +529,7 @@ class AsyncSeenSet:
         elif job.poll:
             d.poll()
         handed = d.next_seq - d.pending
-        results = d.results() if job.fetch else []
+        results = d.delivery() if job.fetch else []     # arrays: objects made slice by slice
         return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0, flush_s)
 
     def _hand_over(self, job: _Job) -> None:

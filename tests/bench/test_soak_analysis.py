@@ -101,3 +101,44 @@ def test_the_block_scan_finds_each_mapped_block_with_its_resident_pages():
             assert by_start[addr][3] == "01" * 24
     finally:
         libc.free(untouched)
+
+
+def test_the_slope_comes_with_an_interval_that_holds_a_leak_under_noise():
+    # a 5 B/page leak under a swing that lasts several samples (an answer batch, a heap swing):
+    # the interval holds the leak, and excludes both no growth and the per-page bound's 2 B
+    import random
+
+    rng = random.Random(5)
+    ss = samples(fill_bytes=0, leak_b_per_page=5.0)
+    swing = 0.0
+    for s in ss:
+        swing = 0.8 * swing + rng.gauss(0, 0.05 * MIB)
+        s["mem"]["crawl"]["RssAnon"] += int(swing)
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    crawl = a["procs"]["crawl"]
+    lo, hi = crawl["anon_slope_ci95_b_per_page"]
+    assert lo < crawl["anon_slope_b_per_page"] < hi
+    assert 2.0 < lo < 5.0 < hi
+    assert 0.02 * MIB < crawl["anon_resid_sd"] < 0.5 * MIB
+    flat = soak.analyse(samples(fill_bytes=0), 100, 0.1, 0.5)["procs"]["crawl"]["anon_slope_ci95_b_per_page"]
+    assert flat[0] == flat[1] == 0.0 or abs(flat[0]) < 1e-6
+
+
+def test_python_arena_steps_in_the_fit_are_named_with_their_share_of_the_slope():
+    # --diag: the arena count (a running maximum of live Python objects) steps by 2 MiB a third of
+    # the way in; the slope counts it, and the analysis says how much of it that step is
+    ss = samples(fill_bytes=0)
+    for i, s in enumerate(ss):
+        arenas = 70 + (2 if i >= 130 else 0)
+        s["mem"]["crawl"]["RssAnon"] += (arenas - 70) * MIB
+        s["malloc"]["diag"] = {"pymalloc": {"arenas": arenas, "allocated": 60 * MIB + (i % 7) * MIB}}
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    crawl = a["procs"]["crawl"]
+    assert crawl["arena_steps"] == [(ss[130]["t_s"], 2)]
+    assert (crawl["arenas_first"], crawl["arenas_last"]) == (70, 72)
+    assert abs(crawl["arenas_slope_b_per_page"] - crawl["anon_slope_b_per_page"]) < 0.01
+    assert crawl["anon_slope_b_per_page"] > 2.0
+    assert crawl["allocated_range"] == [60 * MIB, 66 * MIB]
+    assert "arena_steps" not in a["procs"]["workers"]
+    lines = soak.summary_lines({"samples": ss, "disk_bytes": {}, "rc": 0, "wall_s": 1.0}, a)
+    assert any("steps at 390 s (+2)" in line for line in lines), lines

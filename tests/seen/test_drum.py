@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import sys
 import tempfile
 
 import numpy as np
@@ -45,6 +46,24 @@ def _tuples(results):
     return [(r.key, r.op, r.unique, r.value, r.aux, r.seq) for r in results]
 
 
+def _read_delivery(dv, rng) -> list[tuple]:
+    # A Delivery read as its consumers do (slices, the first and last by index, iteration), and
+    # checked against itself: every read gives the same answers
+    n = len(dv)
+    whole = _tuples(dv[:])
+    assert _tuples(dv) == whole and len(whole) == n and bool(dv) == (n > 0)
+    assert [_tuples([dv[i]])[0] for i in range(-n, n)] == whole + whole
+    with pytest.raises(IndexError):
+        dv[n]
+    out, i = [], 0
+    while i < n:
+        j = i + rng.randint(1, 4)
+        out += _tuples(dv[i:j])
+        i = j
+    assert out == whole and _tuples(dv[::2]) == whole[::2]
+    return whole
+
+
 def _key_file(path: str, V: int) -> list[tuple[int, bytes]]:
     names = [n for n in os.listdir(path) if n.startswith("keys.") and not n.endswith(".tmp")]
     if not names:
@@ -67,6 +86,7 @@ action = st.one_of(
     st.just(("poll", None)),
     st.integers(1, 9).map(lambda n: ("results", n)),
     st.integers(1, 9).map(lambda n: ("arrays", n)),
+    st.integers(1, 30).map(lambda n: ("delivery", n)),
     st.just(("reopen", None)),
 )
 
@@ -109,6 +129,8 @@ def test_random_streams_match_dict(kern, actions, V, buckets, cache, seed):
                     dr.poll()
                 elif kind == "results":
                     got += _tuples(dr.results(arg))
+                elif kind == "delivery":
+                    got += _read_delivery(dr.delivery(arg), rng)
                 elif kind == "arrays":
                     first, ks, un, vs = dr.results_arrays(arg)
                     for j in range(len(ks)):
@@ -366,7 +388,6 @@ def test_a_merge_gives_the_bucket_pages_back(tmp_path):
     # allocate while it runs.
     import json
     import subprocess
-    import sys
 
     out = subprocess.run([sys.executable, "-c", _BUCKET_PAGES, str(tmp_path)], capture_output=True, text=True,
                          timeout=300)
@@ -374,3 +395,25 @@ def test_a_merge_gives_the_bucket_pages_back(tmp_path):
     m = json.loads(out.stdout)
     assert m["filled"] > 10 << 20, m
     assert m["merged"] < 3 << 20 and m["small"] < 4 << 20, m
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_a_delivery_holds_its_answers_as_arrays_until_a_slice_is_read(kern, tmp_path):
+    # A delivery of 8,192 answers is a few arrays, not 8,192 objects (with their keys, seqs and
+    # aux bytes: ~3 Python objects each); a slice read from it is made of objects.
+    rng = random.Random(3)
+    keys = [rng.getrandbits(64) for _ in range(8192)]
+    aux = [b"https://h%d.example/%x" % (k % 97, k) for k in keys]
+    with Drum(str(tmp_path), buckets=4, merge_bytes=64 << 20, _kernels=kern) as dr:
+        for i in range(0, len(keys), 1000):
+            dr.check_update(keys[i:i + 1000], aux=aux[i:i + 1000])
+        dr.flush()
+        before = sys.getallocatedblocks()
+        dv = dr.delivery(8192)
+        held = sys.getallocatedblocks() - before
+        assert len(dv) == 8192
+        assert held < 1000, held
+        part = dv[100:612]
+        assert [(r.key, r.aux, r.seq, r.unique) for r in part] == [
+            (k, a, 100 + j, True) for j, (k, a) in enumerate(zip(keys[100:612], aux[100:612], strict=True))]
+        assert sys.getallocatedblocks() - before > held + 512     # the slice's answers are objects
