@@ -324,9 +324,10 @@ def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = (),
     the rules ``also``, applied next, when given; ``rule`` must change one of them itself).
     ``memo``: a dict kept by the caller while ``rule`` and the parts live (one observation's
     pairs), so that a URL met in several pairs is rewritten once (the result is the same); with
-    it, a rule always comes with the same ``also`` (or none)."""
+    it, a rule always comes with the same ``also`` (or none). Without one, each side is rewritten
+    for this call only."""
     if memo is None:
-        return _relation(rule, a, b, also)
+        memo = {}
     sa = memo.get((id(rule), id(a)))
     if sa is None:
         sa = memo[(id(rule), id(a))] = _Side(rule, a)
@@ -349,28 +350,6 @@ def relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...] = (),
         return None
     if also:            # one side is the image itself
         target = ua in (sa.plain, sb.plain)
-    return Relation(target, tuple(vals), ua)
-
-
-def _relation(rule: Rule, a: Parts, b: Parts, also: tuple[Rule, ...]) -> Relation | None:
-    """``relation`` without a memo."""
-    ra, rb = rule.apply(a), rule.apply(b)
-    if ra is None and rb is None:
-        return None
-    va, vb = rule.values(a) if ra is not None else [], rule.values(b) if rb is not None else []
-    if also and sorted(va) == sorted(vb):
-        return None         # ``rule`` removed the same from both: the pair says nothing of it
-    vals = va + vb
-    target = ra is None or rb is None
-    xa, xb = ra if ra is not None else a, rb if rb is not None else b
-    for r in also:
-        na, nb = r.apply(xa), r.apply(xb)
-        xa, xb = na if na is not None else xa, nb if nb is not None else xb
-    ua, ub = unparse(xa), unparse(xb)
-    if ua != ub:
-        return None
-    if also:            # one side is the image itself
-        target = ua in (unparse(a), unparse(b))
     return Relation(target, tuple(vals), ua)
 
 
