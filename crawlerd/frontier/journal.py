@@ -26,7 +26,7 @@ keeping only the ``S`` lines of leases still out.
 With a writer thread attached (``attach_writer``) an ``E`` line is handed to it and written
 later, to the file that was current when it was handed over (a rotation hands the old file's
 close to the same thread, after those lines); the lines of one group to one file go out in one
-``write``. ``S`` lines stay written before ``lease()``
+``writev``. ``S`` lines stay written before ``lease()``
 returns. An ``E`` not written by a ``kill -9`` leaves its request looking in flight: its host
 waits a whole gap and its URL is fetched again, never lost, never early.
 """
@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from crawlerd.store.fsync import write_all
 from crawlerd.store.writer import WriteThread
 
 FILE_NAME = "inflight.log"
@@ -113,13 +114,6 @@ def read(directory: str) -> Replay:
     return out
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Append ``data`` to ``fd`` whole (a short write is continued, never dropped)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 class InflightJournal:
     """The open journal of this run (see the module docstring for the format and invariant)."""
 
@@ -142,7 +136,7 @@ class InflightJournal:
 
     def _on_thread(self, items: list[tuple[int, bytes | None]]) -> None:
         # On the writer thread, in order: (fd, line) appends, (fd, None) closes a rotated file.
-        # A group's lines to one file go out in one write (one system call per group, not per
+        # A group's lines to one file go out in one writev (one system call per group, not per
         # request); a close comes after every line handed over before it.
         run: list[bytes] = []
         run_fd = -1
@@ -152,7 +146,7 @@ class InflightJournal:
                     run.append(data)
                     continue
                 if run:
-                    _write_all(run_fd, b"".join(run))
+                    write_all(run_fd, run)
                     run.clear()
                 if data is None:
                     run_fd = -1
@@ -161,7 +155,7 @@ class InflightJournal:
                     run_fd = fd
                     run.append(data)
             if run:
-                _write_all(run_fd, b"".join(run))
+                write_all(run_fd, run)
         except OSError as e:
             self._write_failed = e
 

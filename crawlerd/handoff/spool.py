@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from crawlerd.handoff.batch import Batch, BatchError, decode_batch, encode_batch
+from crawlerd.store.fsync import write_all
 
 log = logging.getLogger("crawlerd.handoff")
 
@@ -202,9 +203,7 @@ class SpoolOutbox:
         tmp = os.path.join(d, f".tmp-{self.source:05d}-{seq}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, [data])
             if self.fsync:
                 os.fsync(fd)
         finally:

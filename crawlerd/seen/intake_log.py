@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from crawlerd.seen.drum_files import DrumCorrupt
+from crawlerd.store.fsync import write_all
 from crawlerd.store.writer import WriterError, WriteThread
 
 log = logging.getLogger("crawlerd.seen")
@@ -102,7 +103,7 @@ class IntakeWriter:
         crc = _crc(RECORD.pack(RECORD_MAGIC, flags, n, auxb, first_seq, 0, 0), parts)
         parts.insert(0, RECORD.pack(RECORD_MAGIC, flags, n, auxb, first_seq, crc, 0))
         if self.thread is None:
-            _write_all(self.fd, parts)
+            write_all(self.fd, parts)
         else:
             self.thread.submit(self._run_ops, ("append", self.segment_no, parts), then)
 
@@ -141,7 +142,7 @@ class IntakeWriter:
                     self._close_thread_fd()
                     self._tfd = _open_segment(segment_path(self.path, a))
                     self._tno = a
-                _write_all(self._tfd, parts)
+                write_all(self._tfd, parts)
             elif op == "close":
                 if self._tno == a:
                     self._close_thread_fd()
@@ -163,17 +164,6 @@ def _crc(head: bytes, parts: list[bytes]) -> int:
     for p in parts:
         c = zlib.crc32(p, c)
     return c
-
-
-def _write_all(fd: int, parts: list[bytes]) -> None:
-    views = [memoryview(p) for p in parts if p]
-    while views:
-        w = os.writev(fd, views)
-        while views and w >= len(views[0]):
-            w -= len(views[0])
-            views.pop(0)
-        if views and w:
-            views[0] = views[0][w:]
 
 
 def read_intake(path: str) -> Iterator[tuple[int, np.ndarray, list[bytes] | None]]:

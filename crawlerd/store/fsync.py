@@ -1,5 +1,6 @@
-"""Renames that survive a power loss: after writing a temp file, fsyncing it and renaming it into
-place, fsync the directory that holds the new name (``fsync_dir``)."""
+"""Whole writes and renames that survive a power loss: ``write_all`` writes every byte of its parts
+(a short write is continued, never dropped); after writing a temp file, fsyncing it and renaming it
+into place, ``fsync_dir`` fsyncs the directory that holds the new name."""
 
 from __future__ import annotations
 
@@ -13,3 +14,20 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+IOV_MAX = 1024      # buffers one writev takes at most (Linux's UIO_MAXIOV)
+
+
+def write_all(fd: int, parts: list[bytes]) -> None:
+    """Append ``parts`` to ``fd`` in order, whole: one ``writev`` for up to ``IOV_MAX`` of them, a
+    short write continued from where it stopped."""
+    views = [memoryview(p) for p in parts if p]
+    i = 0
+    while i < len(views):
+        w = os.writev(fd, views[i:i + IOV_MAX])
+        while i < len(views) and w >= len(views[i]):
+            w -= len(views[i])
+            i += 1
+        if w:
+            views[i] = views[i][w:]

@@ -90,4 +90,3 @@ class WriteBudget:
             with self.env.begin() as txn:
                 depth = max([txn.stat(db)["depth"] for db in self.dbs] or [txn.stat()["depth"]])
             self.per_write = max(1, depth) + 1
-
