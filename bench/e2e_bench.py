@@ -32,6 +32,9 @@ transfers over time and the crawl loop's lag histogram (``shards[0].loop_lag``),
 window is reported. ``--schemes http,https`` crawls the same web over each scheme (simweb
 ``--tls``: a throwaway CA that crawlerd trusts through ``fetch.ca_file``). ``--py-spy DIR`` records
 a py-spy profile of crawlerd's crawl process and first worker over the steady window.
+
+What the bench watches in a running crawl (/proc samples, the status poller, py-spy) is in
+``e2e_watch.py``; the summary over runs and its tables in ``e2e_tables.py``.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+
+# bench/ is on sys.path when a script there runs: its siblings import by name
+from e2e_tables import print_stalls, print_table, summarize
+from e2e_watch import FamilySampler, PySpy, StatusPoller, proc_cpu_s, process_family
 
 from crawlerd.simweb import SimWebProcess
 from crawlerd.simweb.ledger import (
@@ -69,201 +74,8 @@ CRAWLERD_UA = "crawlerd-bench/0.1 (+synthetic web on loopback; operator: bench@l
 ROBOTS_AGENT = "crawlerd"         # robots.agent_token; the peer is matched with the same token
 MIN_GAP_S = 1.0                   # politeness.min_delay_s, and the peer's DOWNLOAD_DELAY
 PER_IP_CONCURRENCY = 1            # politeness.per_ip_concurrency
-SAMPLE_INTERVAL_S = 0.5
-STATUS_INTERVAL_S = 1.0
 STOP_GRACE_S = 20.0               # after D, a crawler has this long to exit before SIGTERM
 KILL_GRACE_S = 15.0               # after SIGTERM, this long before SIGKILL
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# --- /proc -------------------------------------------------------------------------------------
-
-def proc_cpu_s(pid: int) -> float | None:
-    """utime + stime of one live process, seconds (proc(5) stat fields 14 and 15)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields_ = data[data.rindex(b")") + 2:].split()
-    return (int(fields_[11]) + int(fields_[12])) / CLK_TCK
-
-
-def proc_ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return int(data[data.rindex(b")") + 2:].split()[1])
-
-
-def proc_status_kib(pid: int, key: str) -> int | None:
-    """A ``kB`` line of /proc/<pid>/status (VmRSS, VmHWM), KiB."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def process_family(root: int) -> list[int]:
-    """``root`` and all its live descendants (one pass over /proc; no children file needed)."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            pp = proc_ppid(int(name))
-            if pp is not None:
-                parent[int(name)] = pp
-    family, frontier = [root], [root]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        family += kids
-        frontier += kids
-    return family
-
-
-class FamilySampler(threading.Thread):
-    """Samples a process family's memory every ``interval_s`` until stopped.
-
-    State: ``peak_rss_kib`` is the largest sum of VmRSS over the family seen in one sample;
-    ``hwm_kib[pid]`` the last VmHWM (the kernel's own peak, monotonic) seen per process;
-    ``cpu_s[pid]`` the last utime+stime seen per process (a process's CPU just before it exits).
-    """
-
-    def __init__(self, root: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.interval_s = interval_s
-        self.peak_rss_kib = 0
-        self.hwm_kib: dict[int, int] = {}
-        self.cpu_s: dict[int, float] = {}
-        self.samples = 0
-        self.series: list[tuple[float, dict[int, float]]] = []    # (monotonic t, pid -> CPU s)
-        self.extra_pids: list[int] = []                           # sampled too (simweb), not in RSS
-        self._stop_evt = threading.Event()
-
-    def sample(self) -> None:
-        total = 0
-        t = time.monotonic()
-        cpus: dict[int, float] = {}
-        for pid in self.extra_pids:
-            cpu = proc_cpu_s(pid)
-            if cpu is not None:
-                cpus[pid] = cpu
-        for pid in process_family(self.root):
-            rss = proc_status_kib(pid, "VmRSS")
-            hwm = proc_status_kib(pid, "VmHWM")
-            cpu = proc_cpu_s(pid)
-            if rss is None or hwm is None or cpu is None:
-                continue
-            total += rss
-            self.hwm_kib[pid] = max(self.hwm_kib.get(pid, 0), hwm)
-            self.cpu_s[pid] = cpu
-            cpus[pid] = cpu
-        self.peak_rss_kib = max(self.peak_rss_kib, total)
-        self.series.append((t, cpus))
-        self.samples += 1
-
-    def cpu_between(self, t0: float, t1: float) -> tuple[float, dict[int, float]]:
-        """(seconds actually covered, pid -> CPU seconds used) between the samples nearest t0 and t1."""
-        inside = [(t, c) for t, c in self.series if t0 - self.interval_s <= t <= t1 + self.interval_s]
-        if len(inside) < 2:
-            return 0.0, {}
-        (ta, a), (tb, b) = inside[0], inside[-1]
-        return tb - ta, {pid: b[pid] - a.get(pid, 0.0) for pid in b if pid in a}
-
-    def run(self) -> None:
-        while not self._stop_evt.is_set():
-            self.sample()
-            self._stop_evt.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join()
-
-
-class StatusPoller(threading.Thread):
-    """Asks crawlerd's control socket for ``status`` every ``interval_s``: (t, in_flight, pages,
-    loop stall histogram) per answer; a daemon that does not answer yet is simply skipped."""
-
-    def __init__(self, socket_path: str, interval_s: float = STATUS_INTERVAL_S) -> None:
-        super().__init__(daemon=True)
-        self.socket_path = socket_path
-        self.interval_s = interval_s
-        self.series: list[dict] = []
-        self._stop_evt = threading.Event()
-
-    def run(self) -> None:
-        from crawlerd import control
-        while not self._stop_evt.wait(self.interval_s):
-            try:
-                st = control.request(self.socket_path, "status", timeout_s=5.0)
-            except (control.ControlError, OSError):
-                continue
-            if st.get("ok"):
-                shards = st.get("shards") or [{}]
-                ll = shards[0].get("loop_lag") or {}      # the crawl loop's lag histogram (LoopLag)
-                self.series.append({"t": time.monotonic(), "in_flight": st.get("in_flight", 0),
-                                    "pages": st.get("pages", 0), "queued": st.get("queued", 0),
-                                    "stall_hist": ll.get("cumulative"), "stall_count": ll.get("count", 0),
-                                    "own_hist": ll.get("own_cumulative"), "stall_split": ll.get("stalls"),
-                                    "gc": ll.get("gc"), "stall_buckets": ll.get("buckets_s"),
-                                    "stall_max_ms": round(ll["max_s"] * 1000, 1) if "max_s" in ll else None,
-                                    "stall_sites": ll.get("stall_sites")})
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join()
-
-    def steady(self, t0: float, t1: float) -> dict:
-        """In-flight transfers (min/median/max) and the loop stall p99/p99.9 between t0 and t1."""
-        from crawlerd.metrics import LAG_BUCKETS_S, lag_quantile_s
-        inside = [s for s in self.series if t0 <= s["t"] <= t1]
-        out: dict = {"status_samples": len(inside)}
-        if inside:
-            fl = [s["in_flight"] for s in inside]
-            out["in_flight"] = {"min": min(fl), "median": statistics.median(fl), "max": max(fl)}
-            out["in_flight_series"] = [(round(s["t"] - inside[0]["t"], 1), s["in_flight"]) for s in inside]
-        hists = [s for s in inside if s["stall_hist"]]
-        if len(hists) >= 2:
-            a, b = hists[0], hists[-1]
-            n = b["stall_count"] - a["stall_count"]
-            # the daemon's own bounds: a base built from another version may have other buckets
-            buckets = b.get("stall_buckets") or list(LAG_BUCKETS_S)
-            out["stall_buckets_ms"] = [round(x * 1000, 1) for x in buckets]
-            minutes = (b["t"] - a["t"]) / 60
-            # "stall": the timer's lateness (wall clock); "own stall": the same less the time the loop
-            # thread waited, runnable, for a CPU (LoopLag.own_counts; the process's own doing)
-            for hist, prefix in (("stall_hist", "stall"), ("own_hist", "own_stall")):
-                if not (a.get(hist) and b.get(hist)):
-                    continue
-                cum = [y - x for x, y in zip(a[hist], b[hist], strict=True)]
-                for q, key in ((0.99, "p99_ms"), (0.999, "p999_ms")):
-                    v = lag_quantile_s(cum, n, q, buckets)
-                    out[f"{prefix}_{key}"] = None if v is None else v * 1000
-                for bound in (0.02, 0.05, 0.1):         # samples later than bound, per minute
-                    above = n - cum[buckets.index(bound)]
-                    out[f"{prefix}_over_{bound * 1000:g}ms_per_min"] = round(above / minutes, 2) if minutes else None
-            out["stall_samples"] = n
-            if a.get("stall_split") and b.get("stall_split"):   # where the time of samples > 20 ms went
-                out["stall_split"] = {k: round(b["stall_split"][k] - a["stall_split"][k], 3)
-                                      for k in ("count", "lag_s", "cpu_s", "runq_s", "gc_s")}
-            if a.get("gc") and b.get("gc"):
-                out["gc"] = {g: {"collections": b["gc"][g]["collections"] - a["gc"][g]["collections"],
-                                 "total_ms": round(1000 * (b["gc"][g]["total_s"] - a["gc"][g]["total_s"]), 1),
-                                 "max_ms_whole_run": round(1000 * b["gc"][g]["max_s"], 1),
-                                 # passes over 20 ms (a daemon from before this count: None)
-                                 "over_20ms": (b["gc"][g]["over_stall"] - a["gc"][g]["over_stall"]
-                                               if "over_stall" in b["gc"][g] else None)} for g in b["gc"]}
-        if self.series:
-            out["stall_max_ms_whole_run"] = self.series[-1]["stall_max_ms"]
-            out["stall_sites"] = (self.series[-1].get("stall_sites") or [])[:24]    # where stalls over the watch threshold (20 ms) were
-        return out
 
 
 def wait_bounded(proc: subprocess.Popen, deadline: float, name: str) -> tuple[int, float]:
@@ -379,36 +191,6 @@ def steady_figures(sampler: FamilySampler, root: int, sim_pid: int | None, judge
             "crawl_us_per_page": us * crawl / pages, "crawl_us_per_request": us * crawl / max(1, requests),
             "workers_us_per_page": us * workers / pages, "all_us_per_page": us * (crawl + workers) / pages,
             "simweb_us_per_request": us * sim / max(1, requests)}
-
-
-class PySpy:
-    """py-spy records (native frames, 25 Hz; each sample briefly stops the process) of pids for ``seconds``
-    (started after warm-up); no-op when py-spy is missing."""
-
-    def __init__(self, out_dir: str | None) -> None:
-        self.out_dir = out_dir
-        self.procs: list[subprocess.Popen] = []
-        self.exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-
-    def start(self, pids: dict[str, int], seconds: float, tag: str) -> None:
-        if not self.out_dir or not os.path.exists(self.exe):
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        for label, pid in pids.items():
-            out = os.path.join(self.out_dir, f"{tag}-{label}.txt")     # collapsed stacks (bench/pyspy_top.py)
-            self.procs.append(subprocess.Popen(
-                [self.exe, "record", "--native", "--rate", "25", "--format", "raw",
-                 "--duration", str(int(seconds)), "--pid", str(pid), "--output", out],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    def wait(self) -> None:
-        for p in self.procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
 
 
 def _crawlerd_config(data_dir: str, sim: SimWebProcess, work: str) -> tuple[str, list[str]]:
@@ -610,136 +392,6 @@ def one_crawl(kind: str, scheme: str, args: argparse.Namespace, root: str, run: 
         if kind == "crawlerd":
             return run_crawlerd(sim, seeds_path, args, work, list(args.set or []), tag)
         return run_scrapy(sim, seeds_path, args, work)
-
-
-def _median(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def summarize(results: list[CrawlResult]) -> dict:
-    """Medians of the performance numbers over runs of one crawler; violations summed."""
-    def per_page(r: CrawlResult, cpu: float) -> float | None:
-        return 1000 * cpu / r.judged["pages"] if r.judged["pages"] else None
-
-    labels = sorted({k for r in results for k in r.cpu_by_process_s})
-    return {
-        "runs": len(results),
-        "pages": _median([r.judged["pages"] for r in results]),
-        "pages_in_window": _median([r.judged["pages_in_window"] for r in results]),
-        "pages_per_s": _median([r.judged["pages_per_s"] for r in results]),
-        "self_pages_per_s": _median([r.self_pages_per_s for r in results]),
-        "cpu_ms_per_page": _median([per_page(r, r.cpu_total_s) for r in results]),
-        "cpu_ms_per_page_by_process": {k: _median([per_page(r, r.cpu_by_process_s.get(k, 0.0)) for r in results])
-                                       for k in labels},
-        "simweb_cpu_ms_per_page": _median([per_page(r, r.simweb_cpu_s) for r in results]),
-        "peak_rss_mib": _median([r.peak_rss_kib / 1024 for r in results]),
-        "politeness": dict(sum((Counter(r.judged["politeness"]) for r in results), Counter())),
-        "robots": dict(sum((Counter(r.judged["robots"]) for r in results), Counter())),
-        "retry_after": sum(r.judged["retry_after"] for r in results),
-        "warc_valid": (None if all(r.warc.get("valid") is None for r in results)
-                       else all(r.warc.get("valid") for r in results)),
-        "exit_codes": [r.rc for r in results],
-        "refetches": sum(r.judged["refetches"] for r in results),
-        "refetch_share": _median([r.judged["refetch_share"] for r in results]),
-        "steady": {k: _median([r.steady.get(k) for r in results])
-                   for k in ("pages_per_s", "crawl_us_per_request", "crawl_us_per_page", "workers_us_per_page",
-                             "all_us_per_page", "simweb_us_per_request", "stall_p99_ms", "stall_p999_ms",
-                             "stall_max_ms_whole_run", "own_stall_p999_ms", "stall_over_20ms_per_min",
-                             "stall_over_50ms_per_min", "stall_over_100ms_per_min", "own_stall_over_20ms_per_min",
-                             "own_stall_over_50ms_per_min", "own_stall_over_100ms_per_min")},
-        "in_flight_median": _median([(r.steady.get("in_flight") or {}).get("median") for r in results]),
-        "hosts_paged": _median([r.judged.get("hosts_paged") for r in results]),
-        "connections_new": _median([(r.extra.get("connections") or {}).get("new") for r in results]),
-        "connections_reused": _median([(r.extra.get("connections") or {}).get("reused") for r in results]),
-        "in_flight_max": _median([(r.steady.get("in_flight") or {}).get("max") for r in results]),
-    }
-
-
-def _f(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def print_table(summary: dict[str, dict], runs: int, hosts: int, seconds: float) -> None:
-    print(f"\n=== end-to-end: {hosts} hosts, {seconds:g} s per crawl, "
-          f"{runs} run(s): medians; violations summed over runs ===")
-    head = (f"{'crawler':15} {'pages':>6} {'window':>6} {'pages/s':>7} {'self/s':>6} {'CPU ms/pg':>9}  "
-            f"{'by process (ms/page)':24} {'simweb ms/pg':>12} {'peak RSS':>8} {'polite viol':>20} "
-            f"{'robots':>6} {'retry-aft':>9} {'WARC':>4}")
-    print(head)
-    print("-" * len(head))
-    for name, s in summary.items():
-        by = " ".join(f"{k} {_f(v, '.2f')}" for k, v in s["cpu_ms_per_page_by_process"].items())
-        pol = s["politeness"]
-        polite = (f"{sum(pol.values())} (o{pol.get(HOST_OVERLAP, 0)} g{pol.get(HOST_GAP, 0)} "
-                  f"ip{pol.get(IP_CONCURRENCY, 0)})")
-        warc = "-" if s["warc_valid"] is None else ("ok" if s["warc_valid"] else "BAD")
-        print(f"{name:15} {_f(s['pages'], '6.0f')} {_f(s['pages_in_window'], '6.0f')} "
-              f"{_f(s['pages_per_s'], '7.1f')} {_f(s['self_pages_per_s'], '6.1f')} "
-              f"{_f(s['cpu_ms_per_page'], '9.2f')}  {by:24} {_f(s['simweb_cpu_ms_per_page'], '12.2f')} "
-              f"{_f(s['peak_rss_mib'], '6.0f')}Mi {polite:>20} {sum(s['robots'].values()):6d} "
-              f"{s['retry_after']:9d} {warc:>4}")
-    for scheme in ("http", "https"):
-        c, p = summary.get(f"crawlerd/{scheme}"), summary.get(f"scrapy/{scheme}")
-        if c and p and c["pages_per_s"] and p["pages_per_s"] and c["cpu_ms_per_page"] and p["cpu_ms_per_page"]:
-            print(f"\n{scheme}: crawlerd / scrapy: pages/s x{c['pages_per_s'] / p['pages_per_s']:.2f}, "
-                  f"CPU per page x{c['cpu_ms_per_page'] / p['cpu_ms_per_page']:.2f}, "
-                  f"peak RSS x{c['peak_rss_mib'] / p['peak_rss_mib']:.2f}")
-    print("\npages: answered non-robots requests in the server ledger over the whole run; window: those that "
-          "started\nwithin D s of launch; pages/s = window / D; self/s: the crawler's own count / its own wall "
-          "time;\nCPU per page = CPU of the whole run / pages; polite viol: o = host overlap, g = host gap < "
-          "max(1 s, Crawl-delay),\nip = more than 1 request in flight per IP")
-    for name, s in summary.items():
-        print(f"{name}: robots violations by kind {s['robots'] or '{}'}; exit codes {s['exit_codes']}")
-    print_steady(summary)
-
-
-def print_steady(summary: dict[str, dict]) -> None:
-    """The steady-state table (after warm-up): per-process CPU, stalls, in flight, refetches."""
-    print("\n=== steady state (after warm-up): medians ===")
-    head = (f"{'crawler':16} {'pages/s':>7} {'crawl us/req':>12} {'crawl us/pg':>11} {'workers us/pg':>13} "
-            f"{'all us/pg':>9} {'simweb us/req':>13} {'stall p99.9':>11} {'own p99.9':>9} {'in flight med/max':>17} "
-            f"{'refetch':>8}")
-    print(head)
-    print("-" * len(head))
-    for name, s in summary.items():
-        st = s["steady"]
-        infl = "-" if s["in_flight_median"] is None else f"{s['in_flight_median']:.0f}/{s['in_flight_max']:.0f}"
-        p999, own = st.get("stall_p999_ms"), st.get("own_stall_p999_ms")
-        print(f"{name:16} {_f(st['pages_per_s'], '7.1f')} {_f(st['crawl_us_per_request'], '12.0f')} "
-              f"{_f(st['crawl_us_per_page'], '11.0f')} {_f(st['workers_us_per_page'], '13.0f')} "
-              f"{_f(st['all_us_per_page'], '9.0f')} {_f(st['simweb_us_per_request'], '13.0f')} "
-              f"{'-' if p999 is None else f'{p999:g} ms':>11} {'-' if own is None else f'{own:g} ms':>9} {infl:>17} "
-              f"{_f(100 * (s['refetch_share'] or 0), '7.2f')}%")
-    for scheme in ("http", "https"):
-        c, p = summary.get(f"crawlerd/{scheme}"), summary.get(f"scrapy/{scheme}")
-        if c and p and c["steady"]["pages_per_s"] and p["steady"]["pages_per_s"]:
-            print(f"{scheme}: crawlerd / scrapy steady pages/s x{c['steady']['pages_per_s'] / p['steady']['pages_per_s']:.1f}")
-    h, t = summary.get("crawlerd/http"), summary.get("crawlerd/https")
-    if h and t and h["steady"]["all_us_per_page"] and t["steady"]["all_us_per_page"]:
-        print(f"crawlerd https / http CPU per page x{t['steady']['all_us_per_page'] / h['steady']['all_us_per_page']:.2f}")
-
-
-def print_stalls(st: dict) -> None:
-    """One crawl's loop stalls over the steady window: the wall lag and the loop's own lag (less the
-    time its thread waited for a CPU), samples later than 20 / 50 / 100 ms per minute, the split of
-    the samples over 20 ms, and the collector's passes."""
-    for prefix, name in (("stall", "stall"), ("own_stall", "own stall (less CPU wait)")):
-        if f"{prefix}_p999_ms" in st:
-            per_min = " / ".join(_f(st.get(f"{prefix}_over_{b}ms_per_min"), ".1f") for b in (20, 50, 100))
-            print(f"    {name}: p99 {st.get(f'{prefix}_p99_ms')} ms, p99.9 {st.get(f'{prefix}_p999_ms')} ms, "
-                  f"samples > 20 / 50 / 100 ms per minute: {per_min}", file=sys.stderr)
-    sp = st.get("stall_split")
-    if sp:
-        print(f"    samples > 20 ms: {sp['count']:.0f}, lag {sp['lag_s'] * 1000:.0f} ms in all: loop thread CPU "
-              f"{sp['cpu_s'] * 1000:.0f} ms, waiting for a CPU {sp['runq_s'] * 1000:.0f} ms, GC {sp['gc_s'] * 1000:.0f} ms",
-              file=sys.stderr)
-    for g, v in (st.get("gc") or {}).items():
-        n, over = v["collections"], v.get("over_20ms")
-        mean = f", mean {v['total_ms'] / n:.1f} ms" if n else ""
-        print(f"    {g}: {n} collections, {v['total_ms']} ms{mean}, "
-              f"{'?' if over is None else over} over 20 ms (worst of the run {v['max_ms_whole_run']} ms)",
-              file=sys.stderr)
 
 
 def code_version(python: str = sys.executable) -> str:

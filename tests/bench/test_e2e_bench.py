@@ -1,5 +1,5 @@
-"""bench/e2e_bench.py: the ledger judge, /proc readers, process control, summaries, and the
-namespace guard; plus one short crawlerd-only run in a private network namespace."""
+"""bench/e2e_bench.py: the ledger judge, /proc readers (e2e_watch.py), process control, summaries
+(e2e_tables.py), and the namespace guard; plus one short crawlerd-only run in a private network namespace."""
 
 import json
 import os
@@ -18,6 +18,8 @@ BENCH = os.path.join(ROOT, "bench", "e2e_bench.py")
 
 
 e2e = load_bench("e2e_bench.py")
+watch = load_bench("e2e_watch.py")
+tables = load_bench("e2e_tables.py")
 
 
 def _site(**robots_by_host) -> dict:
@@ -93,22 +95,22 @@ class TestProc:
     def test_cpu_rss_and_family_of_a_child(self):
         child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
         try:
-            family = e2e.process_family(os.getpid())
+            family = watch.process_family(os.getpid())
             assert family[0] == os.getpid() and child.pid in family
-            assert e2e.process_family(child.pid) == [child.pid]
-            assert e2e.proc_ppid(child.pid) == os.getpid()
-            assert e2e.proc_cpu_s(os.getpid()) > 0.0
-            assert e2e.proc_status_kib(child.pid, "VmRSS") > 0
-            s = e2e.FamilySampler(os.getpid())
+            assert watch.process_family(child.pid) == [child.pid]
+            assert watch.proc_ppid(child.pid) == os.getpid()
+            assert watch.proc_cpu_s(os.getpid()) > 0.0
+            assert watch.proc_status_kib(child.pid, "VmRSS") > 0
+            s = watch.FamilySampler(os.getpid())
             s.sample()
             assert s.samples == 1
-            assert s.peak_rss_kib >= e2e.proc_status_kib(os.getpid(), "VmRSS") // 2
+            assert s.peak_rss_kib >= watch.proc_status_kib(os.getpid(), "VmRSS") // 2
             assert set(s.hwm_kib) >= {os.getpid(), child.pid}
         finally:
             child.stdin.close()
             child.wait()
-        assert e2e.proc_cpu_s(child.pid) is None
-        assert e2e.proc_status_kib(child.pid, "VmRSS") is None
+        assert watch.proc_cpu_s(child.pid) is None
+        assert watch.proc_status_kib(child.pid, "VmRSS") is None
 
     def test_wait_bounded_returns_status_and_cpu(self):
         child = subprocess.Popen([sys.executable, "-c", "sum(range(10**6))"])
@@ -151,7 +153,7 @@ class TestSummary:
         rs = [_result("crawlerd", 100, 90, 1.0, 1024 * 100, gaps=1),
               _result("crawlerd", 200, 180, 1.0, 1024 * 300, robots={"robots_disallowed": 2}),
               _result("crawlerd", 400, 360, 1.0, 1024 * 200, gaps=2)]
-        s = e2e.summarize(rs)
+        s = tables.summarize(rs)
         assert s["runs"] == 3
         assert s["pages"] == 200 and s["pages_in_window"] == 180 and s["pages_per_s"] == 18.0
         assert s["cpu_ms_per_page"] == 5.0                   # median of 10, 5, 2.5
@@ -162,16 +164,16 @@ class TestSummary:
         assert s["warc_valid"] is True
 
     def test_one_bad_warc_fails_the_column_and_zero_pages_has_no_rate(self):
-        s = e2e.summarize([_result("crawlerd", 0, 0, 1.0, 1, warc_ok=True),
+        s = tables.summarize([_result("crawlerd", 0, 0, 1.0, 1, warc_ok=True),
                            _result("crawlerd", 10, 5, 1.0, 1, warc_ok=False)])
         assert s["warc_valid"] is False
         assert s["cpu_ms_per_page"] == 100.0                 # the run with no pages has no ratio
 
     def test_table_prints_both_crawlers_and_the_ratio(self, capsys):
-        summary = {"crawlerd/http": e2e.summarize([_result("crawlerd", 100, 90, 1.0, 1024)]),
-                   "scrapy/http": e2e.summarize([_result("scrapy", 100, 45, 4.0, 2048, gaps=7)])}
+        summary = {"crawlerd/http": tables.summarize([_result("crawlerd", 100, 90, 1.0, 1024)]),
+                   "scrapy/http": tables.summarize([_result("scrapy", 100, 45, 4.0, 2048, gaps=7)])}
         summary["scrapy/http"]["warc_valid"] = None
-        e2e.print_table(summary, runs=1, hosts=10, seconds=10.0)
+        tables.print_table(summary, runs=1, hosts=10, seconds=10.0)
         out = capsys.readouterr().out
         assert "http: crawlerd / scrapy: pages/s x2.00, CPU per page x0.25, peak RSS x0.50" in out
         assert "7 (o0 g7 ip0)" in out
