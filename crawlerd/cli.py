@@ -304,10 +304,10 @@ def cmd_warc_verify(args) -> int:
 
 def cmd_warc_index(args) -> int:
     from crawlerd.store.cdxj import cdxj_path, iter_lines, write_index
-    from crawlerd.store.verify import find_index
+    from crawlerd.store.verify import file_problem, find_index
     rc = EXIT_OK
     for path in args.files:
-        problem = _segment_problem(path)
+        problem = file_problem(path)
         if problem:
             print(f"crawlerd: error: {path}: {problem}", file=sys.stderr)
             rc = EXIT_FAIL
@@ -326,21 +326,6 @@ def cmd_warc_index(args) -> int:
             continue
         print(f"{target}: {n} lines")
     return rc
-
-
-def _segment_problem(path: str) -> str | None:
-    if not os.path.exists(path):
-        return "no such file"
-    if os.path.isdir(path):
-        return "is a directory, not a WARC segment"
-    try:
-        with open(path, "rb") as f:
-            f.read(1)
-    except OSError as e:
-        return f"cannot read: {e.strerror or e}"
-    if os.path.getsize(path) == 0:
-        return "empty file (0 bytes): no records"
-    return None
 
 
 def cmd_config_dump(args) -> int:

@@ -101,7 +101,7 @@ def verify(path: str, *, index_path: str | None = None, check_index: bool = True
     """Verify a .warc.gz segment (see the module docstring). ``index_path``: the CDXJ to compare
     (default: :func:`find_index`; none found is a warning); ``check_index=False`` skips it."""
     report = VerifyReport(path)
-    problem = _file_problem(path)
+    problem = file_problem(path)
     if problem:
         report.errors.append(problem)
         return report
@@ -117,7 +117,9 @@ def verify(path: str, *, index_path: str | None = None, check_index: bool = True
     return report
 
 
-def _file_problem(path: str) -> str | None:
+def file_problem(path: str) -> str | None:
+    """Why ``path`` cannot be read as a WARC segment or index (missing, a directory, unreadable,
+    empty), or None."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -282,7 +284,7 @@ def _check_index(report: VerifyReport, path: str, index_path: str | None) -> Non
         report.warnings.append(f"no CDXJ index found for it (looked for {os.path.basename(cdxj.cdxj_path(path))} "
                                "in ../index/ and beside it)")
         return
-    problem = _file_problem(index_path)
+    problem = file_problem(index_path)
     if problem and problem.startswith("empty"):
         problem = None                        # a segment with nothing indexed has an empty CDXJ
     if problem:
