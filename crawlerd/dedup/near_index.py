@@ -66,10 +66,10 @@ from crawlerd._native.blocktables import (
     merge_into,
     scan_into,
 )
+from crawlerd.dedup.simhash_index import Match, check_doc_id, check_fp, check_k
+from crawlerd.store.fsync import fsync_dir
 
 log = logging.getLogger("crawlerd.dedup.near_index")
-
-Match = tuple[int, int, int]  # (doc_id, fingerprint, Hamming distance)
 
 _MAGIC = 0x4E5552_44574152_43  # "CRAWDRUN"-ish tag, checked on open
 _VERSION = 1
@@ -77,8 +77,6 @@ _HEADER_WORDS = 512            # 4 KiB header, so the tables start page-aligned
 _DIR_WORDS = 4 * 65537         # the bucket directory of the four tables
 _RUN_NAME = re.compile(r"near-run-(\d{12})\.tbl$")
 _MANIFEST = "manifest.json"
-_U64_MAX = 2**64 - 1
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 MIN_BUDGET_BYTES = 4 << 20
 
 
@@ -143,14 +141,6 @@ def _write_run(path: Path, runs: list[BlockTables]) -> tuple[int, int]:
         os.close(fd)
     docs_max = max((int(r.doc_ids.max()) for r in runs if r.n), default=-1)
     return n, docs_max
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class NearIndex:
@@ -232,10 +222,8 @@ class NearIndex:
     # -- writes (owner thread) -------------------------------------------------------------
     def add(self, fp: int, doc_id: int) -> None:
         """Store one (fingerprint, doc id) pair."""
-        if not 0 <= fp <= _U64_MAX:
-            raise ValueError(f"fingerprint out of range [0, 2**64): {fp!r}")
-        if not _I64_MIN <= doc_id <= _I64_MAX:
-            raise ValueError(f"doc id out of int64 range: {doc_id!r}")
+        check_fp(fp)
+        check_doc_id(doc_id)
         self._tail_fps[self._tail_n] = fp
         self._tail_docs[self._tail_n] = doc_id
         self._tail_n += 1
@@ -286,10 +274,8 @@ class NearIndex:
     # -- reads (owner thread) ---------------------------------------------------------------
     def query(self, fp: int, k: int = 3) -> list[Match]:
         """Every stored (doc_id, fp, distance) with distance <= k, by distance then doc id."""
-        if not 0 <= fp <= _U64_MAX:
-            raise ValueError(f"fingerprint out of range [0, 2**64): {fp!r}")
-        if not 0 <= k <= 3:
-            raise ValueError(f"k must be in 0..3 (4 blocks of 16 bits): {k!r}")
+        check_fp(fp)
+        check_k(k)
         out: list[Match] = []
         if self._tail_n:
             scan_into(self._tail_fps, self._tail_docs, self._tail_n, fp, k, out)
@@ -433,7 +419,7 @@ class NearIndex:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._dir / _MANIFEST)
-        _fsync_dir(self._dir)
+        fsync_dir(str(self._dir))
 
     # -- owner's control ------------------------------------------------------------------------
     def wait_idle(self) -> None:

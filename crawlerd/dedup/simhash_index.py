@@ -28,6 +28,7 @@ import numpy as np
 import xxhash
 
 from crawlerd._native.blocktables import BlockTables, merge_tables, scan_into
+from crawlerd.store.fsync import fsync_dir
 
 _MAGIC = b"crawlerd-simhash-index\n"
 _VERSION = 1
@@ -37,16 +38,25 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 Match = tuple[int, int, int]  # (doc_id, fingerprint, Hamming distance)
 
 
-def _check_fp(fp: int) -> int:
+def check_fp(fp: int) -> int:
+    """``fp`` if it is a 64-bit fingerprint, else ValueError."""
     if not 0 <= fp <= _U64_MAX:
         raise ValueError(f"fingerprint out of range [0, 2**64): {fp!r}")
     return fp
 
 
-def _check_k(k: int) -> int:
+def check_k(k: int) -> int:
+    """``k`` if it is a distance the 4-block tables answer (0..3), else ValueError."""
     if not 0 <= k <= 3:
         raise ValueError(f"k must be in 0..3 (4 blocks of 16 bits): {k!r}")
     return k
+
+
+def check_doc_id(doc_id: int) -> int:
+    """``doc_id`` if it fits the tables' int64 column, else ValueError."""
+    if not _I64_MIN <= doc_id <= _I64_MAX:
+        raise ValueError(f"doc id out of int64 range: {doc_id!r}")
+    return doc_id
 
 
 class SimhashIndex:
@@ -76,9 +86,8 @@ class SimhashIndex:
 
     def add(self, fp: int, doc_id: int) -> None:
         """Store one (fingerprint, doc id) pair."""
-        _check_fp(fp)
-        if not _I64_MIN <= doc_id <= _I64_MAX:
-            raise ValueError(f"doc id out of int64 range: {doc_id!r}")
+        check_fp(fp)
+        check_doc_id(doc_id)
         self._tail_fps[self._tail_n] = fp
         self._tail_docs[self._tail_n] = doc_id
         self._tail_n += 1
@@ -130,8 +139,8 @@ class SimhashIndex:
 
     def query(self, fp: int, k: int = 3) -> list[Match]:
         """Every stored (doc_id, fp, distance) with distance <= k, by distance then doc id."""
-        _check_fp(fp)
-        _check_k(k)
+        check_fp(fp)
+        check_k(k)
         out: list[Match] = []
         if self._tail_n:
             scan_into(self._tail_fps, self._tail_docs, self._tail_n, fp, k, out)
@@ -192,11 +201,7 @@ class SimhashIndex:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(str(path.parent))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SimhashIndex:

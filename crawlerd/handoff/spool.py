@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 
 from crawlerd.handoff.batch import Batch, BatchError, decode_batch, encode_batch
-from crawlerd.store.fsync import write_all
+from crawlerd.store.fsync import fsync_dir, write_all
 
 log = logging.getLogger("crawlerd.handoff")
 
@@ -210,11 +210,7 @@ class SpoolOutbox:
             os.close(fd)
         os.rename(tmp, os.path.join(d, batch_name(self.source, seq)))
         if self.fsync:
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            fsync_dir(d)
         self._pending[dest] += 1
         self.batches_sent += 1
         self.records_sent += len(records)
