@@ -295,7 +295,7 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
     samples: list[dict] = []
     t0 = time.monotonic()
     with open(err_path, "w+") as err:
-        env = dict(os.environ, **({DIAG_ENV: "1"} if diag else {}))
+        env = dict(os.environ, **({DIAG_ENV: os.environ.get(DIAG_ENV) or "1"} if diag else {}))   # "2" kept
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
         try:
             next_at = t0 + interval_s

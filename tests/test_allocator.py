@@ -111,7 +111,30 @@ def test_stats_carry_the_diagnosis_only_when_asked(monkeypatch):
     monkeypatch.delenv(DIAG_ENV, raising=False)
     assert "diag" not in Trimmer(0).stats()
     monkeypatch.setenv(DIAG_ENV, "1")
-    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers"}
+    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers", "thread_heaps"}
+
+
+@pytest.mark.skipif(allocator._LIBC is None, reason="needs glibc")
+def test_each_thread_is_named_with_the_malloc_heap_it_allocates_from(monkeypatch):
+    # the diagnosis says which thread's arena grows: the main thread takes from the brk heap, a
+    # thread started after the switch from a 64 MiB-aligned thread arena's heap (arena_max > 1)
+    import threading
+    allocator._LIBC.mallopt(allocator._M_ARENA_MAX, 8)
+    monkeypatch.setattr(allocator, "_THREAD_HEAPS", {})
+    old = threading.getprofile()
+    allocator._watch_threads()
+    try:
+        def work():
+            bytearray(10)           # any Python call: the hook runs at the thread's first one
+        t = threading.Thread(target=work, name="probe-thread")
+        t.start()
+        t.join()
+    finally:
+        threading.setprofile(old)
+        allocator._LIBC.mallopt(allocator._M_ARENA_MAX, allocator.ARENA_MAX)
+    heaps = allocator._THREAD_HEAPS
+    assert heaps[threading.main_thread().name] == "[heap]"
+    assert heaps["probe-thread"].startswith("0x") and int(heaps["probe-thread"], 16) % (64 << 20) == 0
 
 
 class _ArenaAllocator(ctypes.Structure):
