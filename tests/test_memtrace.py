@@ -46,6 +46,7 @@ def test_tracing_starts_late_when_asked_and_a_traceback_names_the_callers(tmp_pa
     monkeypatch.setenv(ENV, "30")
     monkeypatch.setenv(START_ENV, "100")
     monkeypatch.setenv(FRAMES_ENV, "3")
+    tracemalloc.stop()                                   # whatever an earlier test left on
     t = [0.0]
     tr = MemTrace.from_env(str(tmp_path / "t"), clock=lambda: t[0])
     assert not tracemalloc.is_tracing()
