@@ -441,7 +441,7 @@ def test_the_leases_table_holds_exactly_the_url_leases_out_at_each_commit_and_a_
 
 def test_saving_the_counters_leaves_no_blocks_behind(tmp_path):
     # a commit saves the counters; it must not leave Python blocks behind it. Packing them from a
-    # generator did: CPython builds the argument tuple at 10 slots and shrinks it to 14, so each
+    # generator did: CPython builds the argument tuple at 10 slots, grows it, shrinks it to 14, so each
     # call parked one 14-slot tuple on the interpreter's free list (up to 2,000: ~300 KiB, filled
     # one commit at a time over a crawl's first hour, read as private memory growing with pages)
     import gc
