@@ -96,6 +96,50 @@ def arena_part(after: list[dict], pages: list[float]) -> dict:
                                 max(s["malloc"]["diag"]["pymalloc"].get("allocated", 0) for s in after)]}
 
 
+_THREAD_HEAP = 64 << 20     # glibc's thread arenas take their heaps 64 MiB-aligned
+
+
+def parts_by_thirds(after: list[dict]) -> dict[str, list[float]]:
+    """With --diag: the crawl process's anonymous memory split into its parts, each part's mean over
+    the first and the last third of the fit, bytes (``[first, last]``): RssAnon; Python's arenas
+    (count x 1 MiB) and its allocated blocks; each glibc arena's bytes in use (``malloc_info``:
+    extent less free chunks; arena 0 is the brk heap) and its blocks mapped alone; the resident
+    bytes of the brk heap and of each thread arena's heap from the block scan, named by the threads
+    that allocate from it (``thread_heaps``: ``heap 0x7f.. (drum, crawlerd-sync)``). A part that
+    grows from third to third is what the slope is made of; one that swings is noise."""
+    n = len(after) // 3
+    if n == 0 or not all(s.get("malloc", {}).get("diag") for s in after):
+        return {}
+    threads: dict[str, list[str]] = {}
+    for name, heap in after[-1]["malloc"]["diag"].get("thread_heaps", {}).items():
+        threads.setdefault(heap, []).append(name)
+
+    def parts(s: dict) -> dict[str, float]:
+        dg = s["malloc"]["diag"]
+        out = {"RssAnon": float(s["mem"]["crawl"].get("RssAnon", 0))}
+        pm = dg.get("pymalloc", {})
+        if pm:
+            out["Python arenas (count x 1 MiB)"] = float(pm.get("arenas", 0) << 20)
+            out["Python allocated blocks"] = float(pm.get("allocated", 0))
+        for a in dg.get("arenas", []):
+            if "arena" in a:
+                out[f"glibc arena {a['arena']} in use"] = float(a["system"] - a["free"])
+            else:
+                out["glibc blocks mapped alone"] = float(a.get("mmap", 0))
+        for lo, size, rss, name in s.get("crawl_blocks", {}).get("rest", []):
+            if name == "[heap]":
+                key = "brk heap resident (" + ", ".join(threads.get("[heap]", [])) + ")"
+            elif name == "other" and lo % _THREAD_HEAP == 0 and size <= _THREAD_HEAP:
+                key = f"heap {lo:#x} resident (" + ", ".join(threads.get(hex(lo), [])) + ")"
+            else:
+                continue
+            out[key] = out.get(key, 0.0) + rss
+        return out
+    ps = [parts(s) for s in after]
+    keys = sorted(set().union(*ps))
+    return {k: [sum(p.get(k, 0.0) for p in ps[:n]) / n, sum(p.get(k, 0.0) for p in ps[-n:]) / n] for k in keys}
+
+
 def warmup_end(samples: list[dict], hosts: int, min_fraction: float, min_pages_fraction: float = 0.0) -> int:
     """Index of the first sample after the warm-up: every host taken up (hosts_total == hosts), the
     active-host count past its peak, the RAM caps that fill full (``caps_full``), at least ``min_fraction`` of the samples behind us (the caps
@@ -231,6 +275,7 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
             "hwm_max": max(m.get("VmHWM", 0) for _, m in pts),
             **(heap_fits([s for s in late if name in series(s)], pages) if name == "crawl" and late_pts else {}),
             **(arena_part(after, all_pages) if name == "crawl" else {}),
+            **({"parts_by_thirds": parts_by_thirds(after)} if name == "crawl" and parts_by_thirds(after) else {}),
             "rss_max_all": max(series(s)[name]["VmRSS"] for s in samples if name in series(s)),
         }
     return out

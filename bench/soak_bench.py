@@ -295,7 +295,7 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
     samples: list[dict] = []
     t0 = time.monotonic()
     with open(err_path, "w+") as err:
-        env = dict(os.environ, **({DIAG_ENV: "1"} if diag else {}))
+        env = dict(os.environ, **({DIAG_ENV: os.environ.get(DIAG_ENV) or "1"} if diag else {}))   # "2" kept
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
         try:
             next_at = t0 + interval_s
@@ -386,6 +386,9 @@ def summary_lines(result: dict, a: dict) -> list[str]:
                          + (", ".join(f"{t:.0f} s (+{d})" for t, d in p["arena_steps"]) or "none")
                          + f": {b(p['arenas_slope_b_per_page'])} B/page of the slope; allocated blocks "
                          f"{_mib(p['allocated_range'][0])} .. {_mib(p['allocated_range'][1])} MiB")
+        for part, (first, last) in p.get("parts_by_thirds", {}).items():
+            lines.append(f"  {name:8s} {part}: {first / 2**20:.2f} -> {last / 2**20:.2f} MiB ({(last - first) / 2**20:+.2f}), "
+                         "first -> last third of the fit")
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))

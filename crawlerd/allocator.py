@@ -317,16 +317,53 @@ def lmdb_page_buffers() -> dict[str, int]:
     return out
 
 
+_THREAD_HEAPS: dict[str, str] = {}     # thread name -> the malloc heap its allocations come from
+_HEAP_MAX = 64 << 20                   # a thread arena's heaps are 64 MiB-aligned (glibc, 64-bit)
+
+
+def _thread_heap() -> str:
+    """Where this thread's ``malloc`` takes memory from: ``[heap]`` (the brk heap, glibc's main
+    arena) or the 64 MiB-aligned base of a thread arena's heap, hex (the soak's block scan names
+    the same bases); "" without glibc."""
+    if _LIBC is None:
+        return ""
+    _LIBC.malloc.restype = ctypes.c_void_p
+    _LIBC.malloc.argtypes = [ctypes.c_size_t]
+    _LIBC.free.argtypes = [ctypes.c_void_p]
+    _LIBC.sbrk.restype = ctypes.c_void_p
+    _LIBC.sbrk.argtypes = [ctypes.c_ssize_t]
+    p = _LIBC.malloc(64)
+    if not p:
+        return ""
+    _LIBC.free(p)
+    return "[heap]" if p < (_LIBC.sbrk(0) or 0) else hex(p & ~(_HEAP_MAX - 1))
+
+
+def _watch_threads() -> None:
+    """Record each new thread's malloc heap at its first Python call (a profile hook that removes
+    itself), so the diagnosis can say which thread's arena grows."""
+    import threading
+
+    def probe(frame, event, arg):
+        sys.setprofile(None)
+        _THREAD_HEAPS[threading.current_thread().name] = _thread_heap()
+    threading.setprofile(probe)
+    _THREAD_HEAPS[threading.current_thread().name] = _thread_heap()
+
+
 if os.environ.get(DIAG_ENV):
     _watch_lmdb()
+    _watch_threads()
 
 
 def allocator_diag() -> dict:
     """Both allocators' numbers for `stats` (``CRAWLERD_MEMDIAG``): pymalloc's arenas, glibc's arenas
-    one by one, each LMDB environment's page buffers; with ``CRAWLERD_MEMDIAG=2`` also, whenever
-    Python's allocated blocks pass their last peak by 20,000, the largest containers then
+    one by one, each LMDB environment's page buffers, each thread's malloc heap; with
+    ``CRAWLERD_MEMDIAG=2`` also, whenever Python's allocated blocks pass their last peak by
+    20,000, the largest containers then
     (:func:`big_containers`: a walk of every object, ~0.5 s on the loop)."""
-    out = {"pymalloc": pymalloc_stats(), "arenas": arena_stats(), "lmdb_buffers": lmdb_page_buffers()}
+    out = {"pymalloc": pymalloc_stats(), "arenas": arena_stats(), "lmdb_buffers": lmdb_page_buffers(),
+           "thread_heaps": dict(_THREAD_HEAPS)}
     blocks = sys.getallocatedblocks()
     if os.environ.get(DIAG_ENV) == "2" and blocks > _SPIKE["max"] + 20000:
         _SPIKE["max"] = blocks

@@ -1,9 +1,11 @@
 """The allocator's trim timer and heap numbers (crawlerd/allocator.py), on this process's glibc."""
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -111,7 +113,28 @@ def test_stats_carry_the_diagnosis_only_when_asked(monkeypatch):
     monkeypatch.delenv(DIAG_ENV, raising=False)
     assert "diag" not in Trimmer(0).stats()
     monkeypatch.setenv(DIAG_ENV, "1")
-    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers"}
+    assert set(Trimmer(0).stats()["diag"]) == {"pymalloc", "arenas", "lmdb_buffers", "thread_heaps"}
+
+
+@pytest.mark.skipif(allocator._LIBC is None, reason="needs glibc")
+def test_each_thread_is_named_with_the_malloc_heap_it_allocates_from():
+    # the diagnosis says which thread's arena grows: the main thread takes from the brk heap, a
+    # thread started after the switch from a 64 MiB-aligned thread arena's heap (a fresh process:
+    # its first thread gets an arena of its own)
+    code = textwrap.dedent("""
+        import json, threading
+        from crawlerd import allocator
+        allocator._watch_threads()
+        t = threading.Thread(target=lambda: bytearray(10), name="probe-thread")
+        t.start()
+        t.join()
+        print(json.dumps(allocator._THREAD_HEAPS))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != allocator.DIAG_ENV})
+    heaps = json.loads(out.stdout)
+    assert heaps["MainThread"] == "[heap]"
+    assert heaps["probe-thread"].startswith("0x") and int(heaps["probe-thread"], 16) % (64 << 20) == 0
 
 
 class _ArenaAllocator(ctypes.Structure):

@@ -5,7 +5,7 @@ import tracemalloc
 
 import pytest
 
-from crawlerd.memtrace import ENV, MemTrace, grown
+from crawlerd.memtrace import ENV, FRAMES_ENV, START_ENV, MemTrace, grown, series
 
 
 @pytest.fixture
@@ -38,3 +38,34 @@ def test_snapshots_on_the_interval_and_the_diff_finds_the_growth(tmp_path, monke
     assert float(lines[0].split()[1]) > 1500             # KiB grew in all
     assert "test_memtrace.py" in lines[1]                # the line above, first
     assert len(kept) == 2000
+
+
+def test_tracing_starts_late_when_asked_and_a_traceback_names_the_callers(tmp_path, monkeypatch, untraced):
+    # the warm-up runs untraced; what is allocated after the start and stays live is what shows,
+    # with the frames above the allocating line; the type census beside each snapshot counts it too
+    monkeypatch.setenv(ENV, "30")
+    monkeypatch.setenv(START_ENV, "100")
+    monkeypatch.setenv(FRAMES_ENV, "3")
+    tracemalloc.stop()                                   # whatever an earlier test left on
+    t = [0.0]
+    tr = MemTrace.from_env(str(tmp_path / "t"), clock=lambda: t[0])
+    assert not tracemalloc.is_tracing()
+    assert tr.maybe_dump(50.0) is None and not tracemalloc.is_tracing()
+    assert tr.maybe_dump(100.0) is None and tracemalloc.is_tracing()
+    assert tr.maybe_dump(120.0) is None                  # the interval counts from the start
+    first = tr.maybe_dump(130.0)
+
+    class Grower:
+        pass
+
+    def keep():
+        return [Grower() for _ in range(5000)]
+    kept = keep()
+    second = tr.maybe_dump(160.0)
+    assert os.path.basename(second) == "0000160.snap"
+    lines = grown(first, second, top=3, by="traceback")
+    assert "test_memtrace.py" in lines[2] and "test_memtrace.py" in lines[3]    # the line, then its caller
+    census = [x for x in lines if "Grower" in x]
+    assert census and "+5000 objects" in census[0]
+    assert any("test_memtrace.py" in x for x in series(str(tmp_path / "t"), top=3))
+    assert len(kept) == 5000

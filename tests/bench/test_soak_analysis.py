@@ -142,3 +142,35 @@ def test_python_arena_steps_in_the_fit_are_named_with_their_share_of_the_slope()
     assert "arena_steps" not in a["procs"]["workers"]
     lines = soak.summary_lines({"samples": ss, "disk_bytes": {}, "rc": 0, "wall_s": 1.0}, a)
     assert any("steps at 390 s (+2)" in line for line in lines), lines
+
+
+def test_the_parts_name_which_thread_arena_grows():
+    # --diag: a thread arena's heap (the DRUM thread's) gains 1 MiB resident and its glibc arena
+    # 1 MiB in use over the fit while the brk heap only swings; the parts by thirds say so, with
+    # the threads that allocate from each heap
+    ss = samples(fill_bytes=0)
+    base = 0x7F00_0000_0000
+    for i, s in enumerate(ss):
+        grow = MIB * i // len(ss)
+        swing = (i % 5) * 64 * 1024
+        s["malloc"]["diag"] = {
+            "pymalloc": {"arenas": 70, "allocated": 60 * MIB},
+            "arenas": [{"arena": 0, "system": 80 * MIB, "free": 8 * MIB - swing},
+                       {"arena": 1, "system": 4 * MIB, "free": 3 * MIB - grow}, {"mmap_count": 3, "mmap": 9 * MIB}],
+            "thread_heaps": {"MainThread": "[heap]", "crawlerd-intake": "[heap]", "drum": hex(base)}}
+        s["crawl_blocks"] = {"rest": [[0x55_0000_0000, 80 * MIB, 70 * MIB + swing, "[heap]"],
+                                      [base, 4 * MIB, MIB + grow, "other"],
+                                      [base + 64 * MIB + 4096, MIB, MIB, "other"]]}
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    parts = a["procs"]["crawl"]["parts_by_thirds"]
+    first, last = parts[f"heap {base:#x} resident (drum)"]
+    assert 0.5 * MIB < last - first < MIB
+    first, last = parts["glibc arena 1 in use"]
+    assert 0.5 * MIB < last - first < MIB
+    first, last = parts["brk heap resident (MainThread, crawlerd-intake)"]
+    assert abs(last - first) < 0.1 * MIB
+    assert parts["Python arenas (count x 1 MiB)"] == [70 * MIB, 70 * MIB]
+    assert not [k for k in parts if k.startswith(f"heap {base + 64 * MIB + 4096:#x}")]    # not a heap's start
+    assert "parts_by_thirds" not in a["procs"]["workers"]
+    lines = soak.summary_lines({"samples": ss, "disk_bytes": {}, "rc": 0, "wall_s": 1.0}, a)
+    assert any(f"heap {base:#x} resident (drum)" in line and "first -> last third" in line for line in lines)
