@@ -44,7 +44,8 @@ cache, which survives ``kill -9``); on open the records DRUM has not journalled
 are replayed into it. With ``threaded_intake=True``, once started on a loop,
 that write runs on the intake writer thread (``store/writer.py``): ``submit``
 hands the record over and returns (without it ``submit`` returns after the
-write, as the budgets' edge DRUM relies on). Invariant: a key is *logged* once its record was written (or DRUM
+write). Both of the shard's seen-sets (its URLs, and the budgets' domain edges)
+run so. Invariant: a key is *logged* once its record was written (or DRUM
 journalled it); ``logged()`` / ``when_logged()`` wait for every key submitted
 before the call, and whatever must not happen before the keys are kept (a
 lease's completion, a hand-off acknowledgement) waits for them. A ``kill -9``
@@ -127,12 +128,13 @@ class AsyncSeenSet:
                  merge_bytes: int = 256 << 20, max_age_s: float = 30.0, cache_entries: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic, max_results: int = 1 << 13,
                  max_pending_keys: int = 1 << 18, poll_interval_s: float = 0.5, threaded_intake: bool = False,
-                 job_gap_s: float = JOB_GAP_S):
+                 job_gap_s: float = JOB_GAP_S, intake_thread: str = "crawlerd-intake"):
         if max_pending_keys < 1 or poll_interval_s <= 0 or job_gap_s < 0:
             raise ValueError("max_pending_keys and poll_interval_s must be positive, job_gap_s not negative")
         self.path = os.path.abspath(path)
         self.max_pending_keys = max_pending_keys
         self._threaded_intake = threaded_intake  # write the intake log on a thread once started
+        self._intake_thread = intake_thread      # that thread's name
         self.poll_interval_s = poll_interval_s
         self.job_gap_s = job_gap_s
         self._thread = DrumThread("drum")
@@ -191,7 +193,7 @@ class AsyncSeenSet:
         self._loop = loop
         self._on_results = on_results
         if self._threaded_intake:
-            self._intake.attach(WriteThread(loop, name="crawlerd-intake", on_error=self._intake_failed))
+            self._intake.attach(WriteThread(loop, name=self._intake_thread, on_error=self._intake_failed))
         self._next_poll = loop.time() + self.poll_interval_s
         self._poke()
 
