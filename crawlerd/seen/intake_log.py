@@ -17,7 +17,8 @@ tail that never reached the disk) is cut off.
 With a writer thread (``IntakeWriter.thread``, set once the seen-set runs on a
 loop) the loop only builds a record and hands it over: the thread opens,
 appends to, closes and deletes the segments, in the order they were handed
-over (a segment is deleted only after its last record was written). A
+over (a segment is deleted only after its last record was written), the
+records of one group that go to one segment in one ``writev``. A
 record's ``then`` runs on the loop once it is written: only then may anything
 that depends on the keys being kept (a lease's completion, a hand-off
 acknowledgement) happen.
@@ -135,19 +136,30 @@ class IntakeWriter:
             self.thread.submit(self._run_ops, ("unlink", segment, None))
 
     def _run_ops(self, ops: list[tuple[str, object, object]]) -> None:
-        # on the writer thread, in the order handed over
+        # on the writer thread, in the order handed over; a run of appends to one segment is one
+        # write_all (a group holds a record per submit: one system call for them, not one each)
+        run: list[bytes] = []
         for op, a, parts in ops:
             if op == "append":
                 if self._tno != a:
+                    self._write_run(run)
                     self._close_thread_fd()
                     self._tfd = _open_segment(segment_path(self.path, a))
                     self._tno = a
-                write_all(self._tfd, parts)
-            elif op == "close":
+                run += parts
+                continue
+            self._write_run(run)
+            if op == "close":
                 if self._tno == a:
                     self._close_thread_fd()
             else:
                 os.unlink(a)
+        self._write_run(run)
+
+    def _write_run(self, run: list[bytes]) -> None:
+        if run:
+            write_all(self._tfd, run)
+            run.clear()
 
     def _close_thread_fd(self) -> None:
         if self._tfd >= 0:

@@ -151,15 +151,21 @@ class Answers:
         written = self.near.written()
         if written is not None:
             await written       # and its near-duplicate doc (written on the writer thread)
-        if edges is not None and edges == self._links_flushes:
-            self.flush_links()  # its edges still wait for the iteration's end: they go now
+        if edges is not None:
+            if edges == self._links_flushes:
+                self.flush_links()      # its edges still wait for the iteration's end: they go now
+            kept = self.budgets.edges_logged()
+            if kept is not None:
+                await kept      # and its edges (the edge DRUM's intake log, on its own thread)
 
     def _record_links_soon(self, page: str, host_keys: set[str]) -> int:
         """A page's STAR edges, handed to the budgets at the end of this loop iteration with those
         of the other pages answered in it (a worker answers a batch at once): one edge-DRUM
         submission per iteration instead of one per page. Still before the page's lease
         completes: ``process`` waits for the seen-set's intake log (a callback queued after this
-        one), or hands them over itself if they are still here then. Returns the flush they wait for."""
+        one), or hands them over itself if they are still here then, and then waits for the edge
+        DRUM's intake log to hold them (written on its thread: usually in the same group wake-up as
+        the links). Returns the flush they wait for."""
         if not self._pages_links:
             loop = self._loop
             if loop is None:

@@ -23,8 +23,9 @@ log holds its records.
 
 The seen-set's intake log is written off the loop (``seen/front.py``): ``submit`` returns before
 its record is on disk, so a lease completes only after ``links_barrier`` (its links in the
-intake log, and in the outbox for other shards), and a received batch is acknowledged from
-``when_logged``.
+intake log, and in the outbox for other shards; its STAR edges in the edge DRUM's intake log,
+``Answers.process``), and a received batch is acknowledged from ``when_logged`` (its vouches
+also from the edge DRUM's).
 """
 
 from __future__ import annotations
@@ -197,10 +198,12 @@ class Intake:
                 groups.setdefault((depth, hops, priority), []).append(Link(url, fp, ""))
             for (depth, hops, priority), links in groups.items():
                 self.submit_links(links, depth=depth, hops=hops, priority=priority)
+            done = functools.partial(ack, batch)
             if vouches and self.budgets is not None:
-                self.budgets.record_vouches(vouches)    # the edge DRUM's intake log holds them
+                self.budgets.record_vouches(vouches)
+                done = functools.partial(self.budgets.when_edges_logged, done)  # and the edge DRUM's log
             # once the seen-set's intake log holds the records (a crash before: delivered again)
-            self.seen.when_logged(functools.partial(ack, batch))
+            self.seen.when_logged(done)
             n += len(batch.records)
         self.metrics.counters["handoff_received"] += n
         return n

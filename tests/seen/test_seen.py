@@ -420,3 +420,28 @@ def test_damaged_intake_record_before_the_end_is_an_error(tmp_path):
     seg.write_bytes(bytes(data))
     with pytest.raises(DrumCorrupt):
         AsyncSeenSet(str(tmp_path), **SMALL)
+
+
+def test_answers_ready_behind_a_delivery_come_after_its_ack_without_waiting_for_the_job_gap(tmp_path, run):
+    # A merge of more answers than one delivery holds: each ack is followed by the next delivery at
+    # once; only new keys wait for the gap (far longer than the test here).
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "poll_interval_s": 3600.0, "max_results": 10},
+                         job_gap_s=3600.0)
+        col = Collector(s, want=45)
+        s.start(asyncio.get_running_loop(), col)
+        s.submit(list(range(45)), [aux_of(k) for k in range(45)])
+        await bounded(_jobs_at_least(s, 1))             # the first job starts at once (before any gap)
+        s.request_flush()                               # no waiter: only the ready answers can skip the gap
+        await bounded(col.done.wait())
+        deliveries = col.deliveries
+        s.submit([99])
+        await asyncio.sleep(0.05)
+        queued = s.stats()["queued_keys"]               # new keys do wait for the gap
+        await s.close()
+        return col, deliveries, queued
+
+    col, deliveries, queued = run(main())
+    check_answers(col.results, [list(range(45))])
+    assert deliveries == 5
+    assert queued == 1

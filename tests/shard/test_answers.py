@@ -97,6 +97,9 @@ class EdgeRecorder:
     def pages(self) -> set[str]:
         return {u for call in self.calls for u in call}
 
+    def edges_logged(self):
+        return None
+
 
 def test_edges_of_pages_answered_together_go_in_one_call_before_their_leases_complete(tmp_path):
     """A page's domain edges are handed to the budgets with those of the other pages answered in
@@ -157,3 +160,49 @@ def test_a_failed_edge_handover_fails_the_page_instead_of_completing_it(tmp_path
             await p.close()
 
     assert run(go()) == "edge DRUM failed"
+
+
+def test_a_page_completes_only_once_the_edge_drum_intake_log_holds_its_edges(tmp_path):
+    """The edge DRUM writes its intake log on its own thread: with that thread held, a page's
+    ``process`` (its lease's completion) waits though its links are logged, and its edge is not on
+    disk; once released, it returns."""
+    from crawlerd.frontier.budgets import Budgets
+    from crawlerd.seen.intake_log import read_intake, segment_path, segments
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        p = Parts(str(tmp_path))
+        ans = make(p)
+        b = ans.budgets = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100,
+                                  map_size_bytes=1 << 24, edge_buckets=2, edge_merge_bytes=1 << 20,
+                                  edge_cache_entries=1 << 10, sync=False, mode="all")
+        await ans.pool.start()
+        p.seen.start(loop, p.intake.on_seen_results)
+        b.start(loop)
+        edges_dir = str(tmp_path / "budgets" / "edges")
+        try:
+            w = b.edges.intake_writer
+            assert w is not None and w is not p.seen.intake_writer
+            w.hold()
+            url = "http://src.test/p"
+            body = PAGE.replace(b'<a href="/next">', b'<a href="http://dst.test/x">')   # an edge src -> dst
+            task = asyncio.ensure_future(ans.process(url, 7, "http://src.test", item(url), answer(url, body)))
+            while p.seen.logged() is not None or not ans._links_flushes:
+                await asyncio.sleep(0.01)   # its links logged, its edges handed over
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+            held_done = task.done()
+            on_disk_held = [n for s in segments(edges_dir) for _, ks, _ in read_intake(segment_path(edges_dir, s))
+                            for n in [len(ks)]]
+            w.release()
+            await asyncio.wait_for(task, 60)
+            return held_done, on_disk_held, b.edges_logged(), b.edges.next_seq
+        finally:
+            await ans.pool.close()
+            await b.close()
+            await p.close()
+
+    held_done, on_disk_held, logged, edges = run(go())
+    assert edges == 1
+    assert held_done is False and on_disk_held == []
+    assert logged is None       # released: written (then handed to DRUM, which journals it)

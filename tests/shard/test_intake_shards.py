@@ -59,10 +59,19 @@ def test_foreign_links_and_vouches_are_handed_over_and_taken_by_their_owner(tmp_
             inbox = SpoolInbox(str(tmp_path / "handoff"), 1)
             batches = inbox.receive()
             assert sum(len(b.records) for b in batches) == 3        # two URLs and one vouch
+            edge_writer = b1.edges.intake_writer
+            edge_writer.hold()                              # the vouch not yet in the edge DRUM's log
             assert other.take_handoff(batches, inbox.ack) == 3
-            logged = q.seen.logged()                        # acknowledged once the intake log holds them
+            logged = q.seen.logged()                        # acknowledged once the intake logs hold them
             if logged is not None:
                 await logged
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert inbox.backlog() == 1                     # the URLs are logged, the vouch is not
+            edge_writer.release()
+            vouched = b1.edges_logged()
+            assert vouched is not None
+            await vouched
             assert inbox.backlog() == 0
             await q.seen.flush()
             await b1.edges.flush()

@@ -111,6 +111,51 @@ def test_seen_set_logged_waits_for_the_intake_write(tmp_path):
     run(go())
 
 
+def test_the_intake_records_of_one_group_are_written_in_one_writev_each_whole_and_in_order(tmp_path, monkeypatch):
+    """Submits handed over while the intake thread is held land in one group: one ``write_all`` for
+    the run of records to the open segment, and the segment reads back as those records, in order."""
+    import crawlerd.seen.intake_log as intake_log
+    calls = []
+    real = intake_log.write_all
+
+    def counting(fd, parts):
+        calls.append(len(parts))
+        real(fd, parts)
+    monkeypatch.setattr(intake_log, "write_all", counting)
+
+    async def go():
+        # a job gap longer than the test: the open segment is not taken (and deleted) under us
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "poll_interval_s": 3600.0}, threaded_intake=True,
+                         job_gap_s=3600.0)
+        s.start(asyncio.get_running_loop(), lambda results: s.ack())
+        s.submit([10_000])              # the first job starts at once and takes its segment
+        while s.stats()["jobs"] < 1:
+            await asyncio.sleep(0.001)
+        w = s.intake_writer
+        await written(w)                # its record written, its segment deleted
+        calls.clear()
+        w.hold()
+        batches = [list(range(10 * i, 10 * i + 3 + i)) for i in range(12)]
+        for b in batches:
+            s.submit(b, [b"u%d" % k for k in b])
+        kept = s.logged()
+        w.release()
+        await kept
+        seg = segments(str(tmp_path))
+        records = [(first, ks.tolist(), aux) for n in seg for first, ks, aux in
+                   read_intake(segment_path(str(tmp_path), n))]
+        await s.close()
+        return batches, records
+
+    batches, records = run(go())
+    assert calls == [4 * 12]            # header, keys, aux lengths, aux bytes of each record: one call
+    seq = 1
+    assert len(records) == len(batches)
+    for (first, keys, aux), b in zip(records, batches, strict=True):
+        assert first == seq and keys == b and aux == [b"u%d" % k for k in b]
+        seq += len(b)
+
+
 def test_hand_off_ack_and_lease_barrier_wait_for_the_intake_log(tmp_path):
     """A received batch is acknowledged (its spool file deleted) only once DRUM's intake log holds
     its records, and ``links_barrier`` (what a lease's completion awaits) only resolves then."""

@@ -33,9 +33,9 @@ from crawlerd.url.hosts import host_of, registered_domain
 EDGE_SLICE = 256       # edge answers applied per loop iteration (a whole delivery took up to ~80 ms, 1,024 once 110 ms)
 _NEVER = 1e18          # the edge DRUM's own age trigger is off: EdgeClock decides when it merges
 # A job of the edge DRUM that nothing waits for (new edges, an ack) starts at most this often: each
-# costs a trip to its thread and an intake segment created, written and deleted on the loop (the
-# edge DRUM writes its intake log inline). Nothing waits for edges but the merges EdgeClock asks
-# for, which do not wait for the gap; its poll (every 0.5 s) starts a job anyway.
+# costs a trip to its thread, an intake segment created, written and deleted (on its intake thread)
+# and a delivery with its budget commit. Nothing waits for edges but the merges EdgeClock asks for,
+# which do not wait for the gap; its poll (every 0.5 s) starts a job anyway.
 EDGE_JOB_GAP_S = 0.25
 _OLD_TABLES = (b"backlog", b"grown")        # only the first layout (one FIFO per domain, no queues) had them
 log = logging.getLogger("crawlerd.budgets")
@@ -123,7 +123,10 @@ class Budgets:
             self.edges = AsyncSeenSet(os.path.join(path, "edges"), buckets=edge_buckets,
                                       bucket_buffer_bytes=64 << 10, merge_bytes=edge_merge_bytes,
                                       max_age_s=_NEVER, cache_entries=edge_cache_entries, clock=clock,
-                                      max_pending_keys=1 << 20, job_gap_s=EDGE_JOB_GAP_S)
+                                      max_pending_keys=1 << 20, job_gap_s=EDGE_JOB_GAP_S,
+                                      # its intake log is written off the loop: a page's lease waits
+                                      # for its edges there (edges_logged), as for its links
+                                      threaded_intake=True, intake_thread="crawlerd-edge-intake")
             if old is not None:
                 _import_old_layout(old, self.beast, self.store)
         except BaseException:
@@ -171,7 +174,8 @@ class Budgets:
 
     def record_pages_links(self, pages: Iterable[tuple[str, Iterable[str]]]) -> int:
         """``record_links`` for several pages (page URL or its host key, host keys) in one edge DRUM
-        submission (one intake-log record instead of one per page); returns edges sent."""
+        submission (one intake-log record instead of one per page); returns edges sent. They are
+        kept once ``edges_logged`` says so."""
         keys: list[int] = []
         aux: list[bytes] = []
         edge_keys = self.graph.edge_keys
@@ -185,6 +189,17 @@ class Budgets:
             self.timing.submitted(self.edges.next_seq, len(keys), self.clock())
             self.edges.submit(keys, aux)
         return len(keys)
+
+    def edges_logged(self) -> asyncio.Future | None:
+        """None when every edge submitted so far is in the edge DRUM's intake log (kept across a
+        kill -9); else a future done once it is (failed if the edge DRUM stops first). Once started
+        on a loop that log is written on its own thread: what must not happen before a page's
+        edges are kept (its lease's completion) waits for this."""
+        return self.edges.logged()
+
+    def when_edges_logged(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once every edge submitted so far is in the intake log."""
+        self.edges.when_logged(then)
 
     def record_vouches(self, pairs: list[tuple[bytes, bytes]]) -> int:
         """Vouches another shard cast for domains of this one ((source key, target key), see
