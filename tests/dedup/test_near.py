@@ -271,7 +271,7 @@ def test_on_a_writer_thread_batches_answer_as_the_model_and_the_loop_writes_noth
     import threading
 
     from crawlerd.store.writer import WriteThread
-    from tests.frontier.test_budgets import RecordingEnv
+    from tests.frontier.budget_parts import RecordingEnv
 
     rng = random.Random(13)
     model = Model(3)

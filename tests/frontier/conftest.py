@@ -71,3 +71,12 @@ class Harness:
 def h(tmp_path):
     harness = Harness(str(tmp_path / "frontier"))
     yield harness
+
+
+@pytest.fixture
+def parts(tmp_path):
+    """Budget parts (tests/frontier/budget_parts.py) counting every linking domain (mode "all")."""
+    from .budget_parts import Parts
+    p = Parts(tmp_path / "b", mode="all")
+    yield p
+    p.close()

@@ -291,7 +291,7 @@ def test_on_a_writer_thread_the_store_answers_as_with_its_own_transaction_and_th
 
     from crawlerd.frontier import dust_evidence
     from crawlerd.store.writer import WriteThread
-    from tests.frontier.test_budgets import RecordingEnv
+    from tests.frontier.budget_parts import RecordingEnv
 
     # one time for both learners (evidence carries it into the host records, and so their sizes)
     monkeypatch.setattr(dust_evidence, "time", types.SimpleNamespace(time=lambda: 1.7e9))

@@ -541,7 +541,7 @@ def test_on_a_writer_thread_recrawl_answers_as_with_its_own_transaction_and_the_
     import threading
 
     from crawlerd.store.writer import WriteThread
-    from tests.frontier.test_budgets import RecordingEnv
+    from tests.frontier.budget_parts import RecordingEnv
 
     async def go():
         plain = open_rc(tmp_path / "a", group_ops=50)
