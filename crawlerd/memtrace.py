@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import glob
 import json
+import logging
 import os
 import sys
 import time
@@ -31,12 +32,17 @@ import tracemalloc
 ENV = "CRAWLERD_TRACEMALLOC_S"
 START_ENV = "CRAWLERD_TRACEMALLOC_START_S"
 FRAMES_ENV = "CRAWLERD_TRACEMALLOC_FRAMES"
+log = logging.getLogger("crawlerd.memtrace")
 
 
 def _env_number(name: str, default: float) -> float | None:
+    """The number in environment variable ``name`` (``default`` when unset or empty); None, with a
+    warning naming the variable, when it is not a number (tracing then stays off)."""
+    raw = os.environ.get(name, "")
     try:
-        return float(os.environ.get(name, "") or default)
+        return float(raw or default)
     except ValueError:
+        log.warning("%s=%r is not a number: allocation tracing stays off", name, raw)
         return None
 
 

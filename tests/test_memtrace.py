@@ -14,13 +14,15 @@ def untraced():
     tracemalloc.stop()
 
 
-def test_off_unless_the_environment_asks(tmp_path, monkeypatch):
+def test_off_unless_the_environment_asks_and_a_bad_value_is_named(tmp_path, monkeypatch, caplog):
     monkeypatch.delenv(ENV, raising=False)
     assert MemTrace.from_env(str(tmp_path / "t")) is None
     monkeypatch.setenv(ENV, "0")
     assert MemTrace.from_env(str(tmp_path / "t")) is None
     monkeypatch.setenv(ENV, "soon")
-    assert MemTrace.from_env(str(tmp_path / "t")) is None
+    with caplog.at_level("WARNING", logger="crawlerd.memtrace"):
+        assert MemTrace.from_env(str(tmp_path / "t")) is None
+    assert "CRAWLERD_TRACEMALLOC_S='soon' is not a number" in caplog.text
     assert not os.path.exists(tmp_path / "t")
 
 
