@@ -36,6 +36,11 @@ class LayoutError(Exception):
     """The data dir cannot be used with this shard count; the message says why and what to run."""
 
 
+class StateFormatError(Exception):
+    """A part of the data dir was written in a format this crawlerd does not read (by a newer one);
+    the message names the directory and the formats. The daemon does not start on it."""
+
+
 def shard_dir(data_dir: str, index: int) -> str:
     return os.path.join(data_dir, "shards", str(index))
 

@@ -174,6 +174,8 @@ class Supervisor:
                                    **kwargs)
             else:
                 self.shard = Shard(self.cfg, self.metrics)
+        except layout.StateFormatError as e:
+            raise StartupError(f"cannot open the crawl state: {e}") from None
         except STORE_ERRORS as e:
             raise StartupError(f"cannot open the crawl state: {storage_error(e, self.cfg.crawl.data_dir)}: "
                                f"{e}") from None

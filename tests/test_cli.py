@@ -256,3 +256,31 @@ def test_status_names_where_the_loop_stalled(capsys):
     out = capsys.readouterr().out
     assert "stalled x4 (worst 310 ms) in put:127 < put:84 < fetch_robots:133" in out
     assert "stalled x2 (worst 80 ms) in _on_ready:393" in out
+
+
+def test_state_written_by_a_newer_crawlerd_is_refused_by_name_with_exit_2(tmp_path):
+    """A data dir whose BEAST FIFOs are of a format this crawlerd does not know (a downgrade after a
+    newer one ran on it): the daemon does not start, says which directory and why, exits 2 (the
+    unit's RestartPreventExitStatus: no restart loop)."""
+    import asyncio
+
+    import lmdb
+
+    from crawlerd.frontier.budgets import Budgets
+
+    data = tmp_path / "d"
+    (data / "shards" / "0").mkdir(parents=True)
+    (data / "crawl.json").write_text(json.dumps({"shards": 1, "layout": 1}))
+    b = Budgets(str(data / "shards" / "0" / "budgets"), base_budget=2, per_inlink=2, max_budget=100)
+    asyncio.run(b.close())
+    env = lmdb.open(str(data / "shards" / "0" / "budgets" / "state"), max_dbs=8)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        beast = json.loads(txn.get(b"beast", db=meta))
+        beast["fifo"] = 99
+        txn.put(b"beast", json.dumps(beast).encode(), db=meta)
+    env.close()
+    r = cli("run", "--data-dir", str(data), "-s", f"crawl.user_agent={UA}", "--duration", "1")
+    line = one_line_error(r)
+    assert r.returncode == 2
+    assert "budgets/state" in line and "format 99, written by a newer crawlerd" in line

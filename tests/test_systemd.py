@@ -24,6 +24,7 @@ def test_unit_has_required_directives():
     assert d["Type"] == ["notify"]
     assert "--config /etc/crawlerd/config.toml" in d["ExecStart"][0]
     assert d["Restart"] == ["on-failure"]
+    assert d["RestartPreventExitStatus"] == ["2"]       # cannot start (exit 2): no restart loop
     assert int(d["LimitNOFILE"][0]) >= 65536
     assert d["StateDirectory"] == ["crawlerd"]
     for k, v in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"),

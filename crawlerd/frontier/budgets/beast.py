@@ -60,6 +60,7 @@ from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
+from crawlerd.layout import StateFormatError
 
 _REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
 _REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
@@ -144,6 +145,9 @@ class Beast:
         self._saved_tops: tuple[list, list] | None = None
         self._puts: list[tuple[bytes, bytes]] = []        # deferred entries not yet in the table
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
+        if meta.get("fifo", 1) > FIFO_FORMAT:     # its entries may not mean what this code reads
+            raise StateFormatError(f"{store.path}: BEAST's deferred FIFOs are of format {meta['fifo']}, written by a "
+                                   f"newer crawlerd (this one reads formats 1 to {FIFO_FORMAT})")
         if meta.get("fifo", 1) < FIFO_FORMAT:
             self._upgrade_fifo()
         store.add_hook(self._flush, self._unwritten)
