@@ -181,8 +181,7 @@ class Budgets:
         edge_keys = self.graph.edge_keys
         for page_url, host_keys in pages:
             # the worker gave each link's host key: its domain is one cached look-up, no parse
-            hosts = host_keys if isinstance(host_keys, (set, frozenset)) else set(host_keys)
-            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in hosts})
+            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in host_keys})
             keys += k
             aux += a
         if keys:
