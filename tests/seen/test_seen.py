@@ -266,7 +266,9 @@ async def _jobs_at_least(s, n):
 
 def test_big_batch_hand_over_leaves_the_loop_running(tmp_path):
     # DRUM's journal and bucket code holds the GIL for a whole call: batches go over in CALL_KEYS calls.
-    n = 4_000_000
+    # Enough keys that the hand-over lasts many loop ticks on a fast, quiet box too (4 M keys took
+    # ~55 ms there: four ticks of 10 ms and some lag, whether the loop was held or not)
+    n = 16_000_000
 
     async def main():
         loop = asyncio.get_running_loop()
