@@ -415,8 +415,7 @@ class Beast:
                 continue
             run = fifo.entries(key, cur.value(), at)
             cur.delete()
-            nxt = cur.key()[at:at + _TURN_SEQ.size] if cur.key().startswith(prefix) else None
-            i = 0
+            nxt, i = cur.key()[at:at + _TURN_SEQ.size] if cur.key().startswith(prefix) else None, 0
             while i < len(run) and taken < n and (i == 0 or nxt is None or run[i][0] < nxt):
                 ts = run[i][0]
                 out.append(run[i][1][8:])
