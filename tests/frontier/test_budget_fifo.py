@@ -10,7 +10,6 @@ import pytest
 
 from crawlerd.frontier.budgets import fifo
 from crawlerd.layout import StateFormatError
-
 from tests.frontier.budget_parts import Landing, Parts, drain
 
 
