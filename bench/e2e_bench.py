@@ -190,7 +190,21 @@ def steady_figures(sampler: FamilySampler, root: int, sim_pid: int | None, judge
             "pages_per_s": judged["steady_pages_per_s"],
             "crawl_us_per_page": us * crawl / pages, "crawl_us_per_request": us * crawl / max(1, requests),
             "workers_us_per_page": us * workers / pages, "all_us_per_page": us * (crawl + workers) / pages,
-            "simweb_us_per_request": us * sim / max(1, requests)}
+            "simweb_us_per_request": us * sim / max(1, requests),
+            "threads": _thread_figures(sampler, t0, t1, requests)}
+
+
+def _thread_figures(sampler: FamilySampler, t0: float, t1: float, requests: int) -> list[dict]:
+    """The crawl process's threads over [t0, t1], by thread id (creation order): CPU µs and bytes
+    written (KiB) per request. Python 3.11 does not name OS threads: which is the LMDB writer is
+    read from the order, or from a log of ``threading.get_native_id()`` at each thread's start."""
+    covered, used = sampler.threads_between(t0, t1)
+    if not covered:
+        return []
+    scale, n = (t1 - t0) / covered, max(1, requests)
+    return [{"tid": tid, "us_per_request": round(1e6 * cpu * scale / n, 1),
+             "kib_written_per_request": round(w * scale / n / 1024, 2) if w >= 0 else None}
+            for tid, (cpu, w) in sorted(used.items())]
 
 
 def _crawlerd_config(data_dir: str, sim: SimWebProcess, work: str) -> tuple[str, list[str]]:
