@@ -1,7 +1,7 @@
 """End-to-end benchmark: crawlerd and a Scrapy peer crawl the same synthetic web in one run.
 
     nice -n 10 .venv/bin/python bench/e2e_bench.py [--hosts 20000] [--seeds 3000] [--seconds 90] [--runs 1]
-        [--schemes http,https] [--profile web] [--no-peer] [--py-spy DIR]
+        [--schemes http,https] [--profile web] [--no-peer] [--py-spy DIR] [--thread-names]
 
 Everything happens inside a private network namespace that has only ``lo`` (the script re-runs
 itself under ``unshare -n`` and refuses to run anywhere else), so no request can leave the
@@ -31,7 +31,10 @@ For crawlerd the bench also polls ``status`` on its control socket every second:
 transfers over time and the crawl loop's lag histogram (``shards[0].loop_lag``), whose p99.9 over the steady
 window is reported. ``--schemes http,https`` crawls the same web over each scheme (simweb
 ``--tls``: a throwaway CA that crawlerd trusts through ``fetch.ca_file``). ``--py-spy DIR`` records
-a py-spy profile of crawlerd's crawl process and first worker over the steady window.
+a py-spy profile of crawlerd's crawl process and first worker over the steady window. The JSON's
+steady figures hold each thread of the crawl process (CPU µs and KiB written per request, by
+thread id); ``--thread-names`` names them (the LMDB writer is ``crawlerd-writer``) through the
+``bench/thread_names`` start-up hook, and prints them per run.
 
 What the bench watches in a running crawl (/proc samples, the status poller, py-spy) is in
 ``e2e_watch.py``; the summary over runs and its tables in ``e2e_tables.py``.
@@ -70,6 +73,7 @@ from crawlerd.simweb.netns import in_private_netns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEER = os.path.join(HERE, "peers", "scrapy_peer.py")
+THREAD_NAMES_HOOK = os.path.join(HERE, "thread_names")      # bench only: --thread-names
 CRAWLERD_UA = "crawlerd-bench/0.1 (+synthetic web on loopback; operator: bench@localhost)"
 ROBOTS_AGENT = "crawlerd"         # robots.agent_token; the peer is matched with the same token
 MIN_GAP_S = 1.0                   # politeness.min_delay_s, and the peer's DOWNLOAD_DELAY
@@ -190,7 +194,35 @@ def steady_figures(sampler: FamilySampler, root: int, sim_pid: int | None, judge
             "pages_per_s": judged["steady_pages_per_s"],
             "crawl_us_per_page": us * crawl / pages, "crawl_us_per_request": us * crawl / max(1, requests),
             "workers_us_per_page": us * workers / pages, "all_us_per_page": us * (crawl + workers) / pages,
-            "simweb_us_per_request": us * sim / max(1, requests)}
+            "simweb_us_per_request": us * sim / max(1, requests),
+            "threads": _thread_figures(sampler, t0, t1, requests)}
+
+
+def _thread_figures(sampler: FamilySampler, t0: float, t1: float, requests: int) -> list[dict]:
+    """The crawl process's threads over [t0, t1], by thread id (creation order): CPU µs and bytes
+    written (KiB) per request. Python 3.11 does not name OS threads: which is the LMDB writer is
+    read from the order, or from a log of ``threading.get_native_id()`` at each thread's start."""
+    covered, used = sampler.threads_between(t0, t1)
+    if not covered:
+        return []
+    scale, n = (t1 - t0) / covered, max(1, requests)
+    return [{"tid": tid, "us_per_request": round(1e6 * cpu * scale / n, 1),
+             "kib_written_per_request": round(w * scale / n / 1024, 2) if w >= 0 else None}
+            for tid, (cpu, w) in sorted(used.items())]
+
+
+def _name_threads(threads: list[dict], log_path: str, pid: int) -> None:
+    """Each thread's name from the ``--thread-names`` log (the process's first thread: "loop")."""
+    names = {pid: "loop"}
+    try:
+        with open(log_path) as f:
+            for line in f:
+                tid, _, name = line.rstrip("\n").partition(" ")
+                names[int(tid)] = name
+    except OSError:
+        pass
+    for t in threads:
+        t["name"] = names.get(t["tid"], "?")
 
 
 def _crawlerd_config(data_dir: str, sim: SimWebProcess, work: str) -> tuple[str, list[str]]:
@@ -243,9 +275,15 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
     stderr_path = os.path.join(work, "crawlerd.stderr")
     sim_cpu0 = proc_cpu_s(sim.pid)
     t_launch = time.monotonic()
+    env, names_dir = None, os.path.join(work, "thread-names")
+    if args.thread_names:
+        os.makedirs(names_dir, exist_ok=True)
+        env = {**os.environ, "CRAWLERD_THREAD_NAMES": names_dir,
+               "PYTHONPATH": os.pathsep.join(filter(None, [THREAD_NAMES_HOOK, os.environ.get("PYTHONPATH")]))}
     with open(stderr_path, "w") as err:
         # cwd: the work dir, so neither crawlerd nor the workers it starts import this tree by accident
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=work)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=work,
+                                env=env)
     sampler = FamilySampler(proc.pid)
     sampler.extra_pids = [sim.pid]
     sampler.start()
@@ -282,6 +320,8 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
     judged = judge(entries, site, t_launch, seconds, warmup)
     steady = steady_figures(sampler, proc.pid, sim.pid, judged, t_launch + warmup, t_launch + seconds)
     steady.update(poller.steady(t_launch + warmup, t_launch + seconds))
+    if args.thread_names:
+        _name_threads(steady.get("threads", []), os.path.join(names_dir, f"threads.{proc.pid}.log"), proc.pid)
     return CrawlResult(
         crawler="crawlerd", rc=rc, judged=judged, steady=steady, scheme=sim.info.get("scheme", "http"),
         cpu_by_process_s=cpu_by, cpu_total_s=last.get("cpu_s", wait4_cpu), simweb_cpu_s=sim_cpu,
@@ -436,6 +476,11 @@ def bench(args: argparse.Namespace) -> dict:
                           f" us/request, workers {st.get('workers_us_per_page', 0):.0f} us/page, all "
                           f"{st.get('all_us_per_page', 0):.0f} us/page, stall p99.9 {st.get('stall_p999_ms')} ms, "
                           f"in flight {st.get('in_flight', {})}", file=sys.stderr, flush=True)
+                    named = [t for t in st.get("threads", []) if "name" in t and t["us_per_request"] >= 1]
+                    if named:
+                        print("  threads (us/request, KiB written/request): " + ", ".join(
+                            f"{t['name']} {t['us_per_request']:.0f} ({t['kib_written_per_request']})" for t in named),
+                            file=sys.stderr, flush=True)
                     cn = r.extra.get("connections") or {}
                     print(f"  connections: {cn.get('new', 0)} new, {cn.get('reused', 0)} reused; hosts reached "
                           f"{r.judged.get('hosts_paged', 0)}; working-set sessions {r.extra.get('sessions_started', 0)}"
@@ -510,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crawlerd-python", default=sys.executable, metavar="PYTHON",
                    help="interpreter whose crawlerd is crawled with (another tree's .venv/bin/python, for "
                         "an A/B against the same simweb and bench)")
+    p.add_argument("--thread-names", action="store_true",
+                   help="name the crawl process's threads in the steady figures (bench/thread_names hook)")
     p.add_argument("--inside-netns", action="store_true", help=argparse.SUPPRESS)
     return p
 

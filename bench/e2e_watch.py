@@ -29,6 +29,34 @@ def proc_cpu_s(pid: int) -> float | None:
     return (int(fields_[11]) + int(fields_[12])) / CLK_TCK
 
 
+def proc_threads(pid: int) -> dict[int, tuple[float, int]]:
+    """Each live thread of ``pid``: tid -> (utime + stime seconds, bytes it passed to write calls:
+    ``wchar`` of /proc/<pid>/task/<tid>/io; -1 if unreadable)."""
+    out: dict[int, tuple[float, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for name in tids:
+        base = f"/proc/{pid}/task/{name}"
+        try:
+            with open(base + "/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields_ = data[data.rindex(b")") + 2:].split()
+        wchar = -1
+        try:
+            with open(base + "/io", "rb") as f:
+                for line in f:
+                    if line.startswith(b"wchar:"):
+                        wchar = int(line.split()[1])
+        except OSError:
+            pass
+        out[int(name)] = ((int(fields_[11]) + int(fields_[12])) / CLK_TCK, wchar)
+    return out
+
+
 def proc_ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -72,7 +100,8 @@ class FamilySampler(threading.Thread):
 
     State: ``peak_rss_kib`` is the largest sum of VmRSS over the family seen in one sample;
     ``hwm_kib[pid]`` the last VmHWM (the kernel's own peak, monotonic) seen per process;
-    ``cpu_s[pid]`` the last utime+stime seen per process (a process's CPU just before it exits).
+    ``cpu_s[pid]`` the last utime+stime seen per process (a process's CPU just before it exits);
+    ``threads`` the root's threads at each sample (``proc_threads``), for ``threads_between``.
     """
 
     def __init__(self, root: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
@@ -85,6 +114,7 @@ class FamilySampler(threading.Thread):
         self.samples = 0
         self.series: list[tuple[float, dict[int, float]]] = []    # (monotonic t, pid -> CPU s)
         self.extra_pids: list[int] = []                           # sampled too (simweb), not in RSS
+        self.threads: list[tuple[float, dict[int, tuple[float, int]]]] = []   # (t, the root's proc_threads)
         self._stop_evt = threading.Event()
 
     def sample(self) -> None:
@@ -107,6 +137,7 @@ class FamilySampler(threading.Thread):
             cpus[pid] = cpu
         self.peak_rss_kib = max(self.peak_rss_kib, total)
         self.series.append((t, cpus))
+        self.threads.append((t, proc_threads(self.root)))
         self.samples += 1
 
     def cpu_between(self, t0: float, t1: float) -> tuple[float, dict[int, float]]:
@@ -116,6 +147,15 @@ class FamilySampler(threading.Thread):
             return 0.0, {}
         (ta, a), (tb, b) = inside[0], inside[-1]
         return tb - ta, {pid: b[pid] - a.get(pid, 0.0) for pid in b if pid in a}
+
+    def threads_between(self, t0: float, t1: float) -> tuple[float, dict[int, tuple[float, int]]]:
+        """(seconds covered, tid -> (CPU seconds, bytes written)) of the root's threads between the
+        samples nearest t0 and t1 (threads alive at both)."""
+        inside = [(t, c) for t, c in self.threads if t0 - self.interval_s <= t <= t1 + self.interval_s]
+        if len(inside) < 2:
+            return 0.0, {}
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        return tb - ta, {tid: (b[tid][0] - a[tid][0], b[tid][1] - a[tid][1]) for tid in b if tid in a}
 
     def run(self) -> None:
         while not self._stop_evt.is_set():

@@ -90,3 +90,19 @@ class WriteBudget:
             with self.env.begin() as txn:
                 depth = max([txn.stat(db)["depth"] for db in self.dbs] or [txn.stat()["depth"]])
             self.per_write = max(1, depth) + 1
+
+
+def pages_changed(writes: int, depth: int, branch_pages: int) -> int:
+    """Most pages ``writes`` puts and deletes in one transaction can change in a table of ``depth``
+    levels with ``branch_pages`` pages above its leaves (``txn.stat(db)`` at the transaction's start).
+
+    Each write changes its path (a leaf and ``depth - 1`` branch pages) plus one page for a split
+    or a merge, as :class:`WriteBudget` charges it; but a page is copied once per transaction however
+    many writes pass through it, and the writes of one table share its branch pages: so the
+    transaction changes at most one leaf and one split page per write, and at most every branch
+    page of the table, not ``depth - 1`` of them per write. Equal to ``writes * (depth + 1)`` for
+    a single write or a table of one level; for a group of sorted writes to a deep table, about
+    two pages a write instead of depth + 1."""
+    d = max(1, depth)
+    return 2 * writes + min(writes * (d - 1), branch_pages)
+

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from crawlerd.bytecache import ByteLRU
-from crawlerd.store.lmdb_reserve import WriteBudget
+from crawlerd.store.lmdb_reserve import WriteBudget, pages_changed
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
@@ -74,9 +74,11 @@ class Overlay:
         self._budget = budget
         self._limit = budget.limit if budget is not None else 0
         self._dbs = budget.dbs if budget is not None else ()
-        # charge of one write (deepest table + 1), read at the start of each write transaction
-        # (writer thread); the budget's loop side takes it from here (WriteBudget.committed)
+        # charge of one write (deepest table + 1) and each table's (depth, branch pages): read at
+        # the start of each write transaction (writer thread); the budget's loop side takes the
+        # former from here instead of reading it again (WriteBudget.committed)
         self.per_write = budget.per_write if budget is not None else 2
+        self._shape: dict[Any, tuple[int, int]] = {}
         if budget is not None:
             budget.source = self
         self.txns = 0                   # write transactions the writer committed
@@ -276,18 +278,22 @@ class Overlay:
         limit = self._limit
         txn = self._begin()
         try:
-            used = 0
+            writes: dict[Any, int] = {}         # table -> puts and deletes in this transaction so far
             for ops, want_sync in items:
                 sync = sync or want_sync
                 if limit:
-                    charge = self.per_write * sum(len(dels or ()) + len(puts) for _, dels, puts in ops)
-                    if used and used + charge > limit:
+                    more = {}
+                    for db, dels, puts in ops:
+                        if dels is not None:
+                            more[db] = more.get(db, 0) + len(dels) + len(puts)
+                    if writes and self._charge(writes, more) > limit:
                         txn.commit()
                         self.txns += 1
                         txn = None
                         txn = self._begin()
-                        used = 0
-                    used += charge
+                        writes = {}
+                    for db, n in more.items():
+                        writes[db] = writes.get(db, 0) + n
                 for db, dels, puts in ops:
                     if dels is None:
                         txn.drop(db, delete=False)
@@ -307,17 +313,33 @@ class Overlay:
             self.env.sync(True)
 
     def _begin(self):
-        """A write transaction (writer thread); with a page budget, the charge per write read from
-        the deepest of the store's tables now."""
+        """A write transaction (writer thread); with a page budget, the shape of the store's tables
+        now (their depth and branch pages, for ``_charge``)."""
         txn = self.env.begin(write=True)
         if self._limit:
             try:
-                depth = max([txn.stat(db)["depth"] for db in self._dbs] or [txn.stat()["depth"]])
+                shape = {}
+                for db in self._dbs or (None,):
+                    st = txn.stat(db) if db is not None else txn.stat()
+                    shape[db] = (st["depth"], st["branch_pages"])
             except BaseException:
                 txn.abort()
                 raise
-            self.per_write = max(1, depth) + 1
+            self._shape = shape
+            self.per_write = max(1, max(d for d, _ in shape.values())) + 1
         return txn
+
+    def _charge(self, writes: dict[Any, int], more: dict[Any, int]) -> int:
+        """Most pages the open transaction changes with ``more`` writes added to ``writes`` (per
+        table): ``pages_changed`` of each table the store's budget names, depth + 1 a write in any
+        other (as WriteBudget charges)."""
+        shape, per_write = self._shape, self.per_write
+        total = 0
+        for db in writes.keys() | more.keys():
+            n = writes.get(db, 0) + more.get(db, 0)
+            s = shape.get(db)
+            total += n * per_write if s is None else pages_changed(n, s[0], s[1])
+        return total
 
     def _landed(self, lid: int, then: Callable[[], None] | None) -> None:
         first, layer = self._landing.popleft()

@@ -112,6 +112,51 @@ class TestProc:
         assert watch.proc_cpu_s(child.pid) is None
         assert watch.proc_status_kib(child.pid, "VmRSS") is None
 
+    def test_threads_of_a_process_and_their_cpu_and_writes_over_a_window(self, tmp_path):
+        """The crawl process's threads (the writer's share): each one's CPU and bytes written
+        between two samples, by thread id, and named from the --thread-names hook's log."""
+        import threading
+        import time
+        go, done, leave, tids = threading.Event(), threading.Event(), threading.Event(), []
+
+        def busy():
+            tids.append(threading.get_native_id())
+            go.wait()
+            with open(tmp_path / "w", "wb") as f:
+                f.write(b"x" * 300_000)
+            end = time.process_time() + 0.05      # thread CPU of the process: at least 50 ms here
+            while time.process_time() < end:
+                pass
+            done.set()
+            leave.wait(30)                          # alive at the second sample
+
+        t = threading.Thread(target=busy, name="busy-one")
+        t.start()
+        try:
+            while not tids:
+                time.sleep(0.01)
+            s = watch.FamilySampler(os.getpid())
+            s.sample()
+            assert os.getpid() in s.threads[-1][1] and tids[0] in s.threads[-1][1]
+            go.set()
+            done.wait(30)
+            s.sample()
+        finally:
+            go.set()
+            leave.set()
+            t.join()
+        covered, used = s.threads_between(s.threads[0][0], s.threads[-1][0])
+        assert covered > 0
+        cpu, written = used[tids[0]]
+        assert written >= 300_000 and cpu >= 0
+        figures = e2e._thread_figures(s, s.threads[0][0], s.threads[-1][0], requests=1)
+        assert [f["tid"] for f in figures] == sorted(used)
+        log = tmp_path / "threads.log"
+        log.write_text(f"{tids[0]} busy-one\n")
+        e2e._name_threads(figures, str(log), os.getpid())
+        names = {f["tid"]: f["name"] for f in figures}
+        assert names[tids[0]] == "busy-one" and names[os.getpid()] == "loop"
+
     def test_wait_bounded_returns_status_and_cpu(self):
         child = subprocess.Popen([sys.executable, "-c", "sum(range(10**6))"])
         rc, cpu = e2e.wait_bounded(child, deadline=float("inf"), name="t")

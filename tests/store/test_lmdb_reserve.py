@@ -253,3 +253,58 @@ def test_while_an_overlay_writes_the_store_its_budget_takes_the_depth_the_writer
     budget.committed()
     assert budget.per_write == depth + 1
     env.close()
+
+
+def test_a_writer_group_on_a_deep_table_shares_its_branch_pages_and_stays_within_the_reservation(tmp_path):
+    # layers of random puts into a tree of depth 3: charged depth + 1 a put, two layers would fill
+    # a transaction; charged a leaf and a split page a put plus the table's branch pages once, about
+    # twice as many fit, and the buffers still stay within the reserved pages; the budget's loop
+    # side takes the depth the writer read while the overlay is attached, and reads it again after
+    used = _heap_in_use()
+    env, budget, db = _budgeted(tmp_path / "e")
+    rng = random.Random(11)
+    for _ in range(50):
+        with env.begin(write=True) as txn:
+            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+    budget.committed()
+    with env.begin() as t:
+        st = t.stat(db)
+    assert st["depth"] == 3 and st["branch_pages"] < 60 and budget.per_write == 4
+    per_layer = 20
+    depth_charged = budget.limit // (per_layer * budget.per_write)     # layers a transaction held before
+    keys = []
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        ov = Overlay(env, w, budget)
+        assert budget.source is ov
+        landed = []
+        w.hold()
+        for layer in range(60):
+            for _ in range(per_layer):
+                k = rng.randbytes(16)
+                keys.append(k)
+                ov.put(k, rng.randbytes(90), db=db)
+            ov.commit(lambda i=layer: landed.append(i))
+        start = used()
+        done = asyncio.get_running_loop().create_future()
+        w.release()
+        ov.barrier(lambda: done.set_result(None))
+        await done
+        budget.committed()
+        per_write = budget.per_write
+        w.close()
+        ov.close()
+        return landed, ov.stats()["txns"], used() - start, per_write
+
+    landed, txns, climb, per_write = asyncio.run(go())
+    assert landed == list(range(60))
+    with env.begin() as t:
+        assert all(t.get(k, db=db) is not None for k in keys)
+    assert per_write == 4
+    assert txns <= 60 // (2 * depth_charged) + 1, (txns, depth_charged)
+    assert climb < 256 << 10, climb
+    assert budget.source is None
+    budget.committed()
+    assert budget.per_write == 4
+    env.close()

@@ -56,6 +56,7 @@ from functools import lru_cache
 
 import xxhash
 
+from crawlerd.frontier.budgets import fifo
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
@@ -64,10 +65,10 @@ from crawlerd.layout import StateFormatError
 
 _REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
 _REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
-_TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival
+_TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
-FIFO_FORMAT = 2                        # deferred keys carry the host turn (1: arrival only)
+FIFO_FORMAT = 3                        # 3: a host's run is one entry (``fifo``); 2: one key per URL; 1: no turn
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
@@ -143,13 +144,16 @@ class Beast:
         self._top_admitted = TopK(top_n, meta.get("top_admitted"))
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
         self._saved_tops: tuple[list, list] | None = None
-        self._puts: list[tuple[bytes, bytes]] = []        # deferred entries not yet in the table
+        self._runs = fifo.RunBuffer()                     # deferred URLs not yet in the table
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
         if meta.get("fifo", 1) > FIFO_FORMAT:     # its entries may not mean what this code reads
             raise StateFormatError(f"{store.path}: BEAST's deferred FIFOs are of format {meta['fifo']}, written by a "
                                    f"newer crawlerd (this one reads formats 1 to {FIFO_FORMAT})")
-        if meta.get("fifo", 1) < FIFO_FORMAT:
-            self._upgrade_fifo()
+        # URLs waiting (table and buffer); before runs, an entry was a URL
+        self._waiting: int = meta["waiting"] if "waiting" in meta else store.count(store.deferred)
+        if meta.get("fifo", 1) < 2:
+            fifo.upgrade_v1(store.txn(), store.deferred)
+            self._flush()
         store.add_hook(self._flush, self._unwritten)
         graph.add_listener(self._grew)
 
@@ -243,7 +247,7 @@ class Beast:
         if mine is None:
             mine = self._turns[dk] = {}
         head = dk + b"\0"
-        puts, pack_key, pack_fp = self._puts, _TURN_SEQ.pack, _FP.pack
+        add, pack_fp = self._runs.add, _FP.pack
         seq, deferred, floor = self._seq, d.deferred, d.turn
         host, hk = None, b""
         for x in range(i, j):
@@ -260,11 +264,12 @@ class Beast:
             if turn < floor:
                 turn = floor
             mine[hk] = turn + 1
-            puts.append((head + pack_key(turn, seq), pack_fp(fps[x]) + records[x]))
+            add(hk, turn, seq, pack_fp(fps[x]) + records[x])
             seq += 1
             deferred += 1
         n = j - i
         self._seq = seq
+        self._waiting += n
         d.deferred = deferred
         d.deferred_all += n
         self._records.changed(dk, d)
@@ -280,8 +285,8 @@ class Beast:
         self._append(dk, d, record, fp, "")
 
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
-        # Buffered, written in key order before anything reads the table (and at commit):
-        # sorted puts touch each B-tree page once instead of once per URL.
+        # Buffered, written in key order before anything reads the table (and at commit): sorted
+        # puts touch each B-tree page once instead of once per URL, a host's run as one entry.
         hk = dk + b"\0" + _host_hash(host)
         mine = self._turns.get(dk)
         if mine is None:
@@ -296,8 +301,9 @@ class Beast:
         if turn < d.turn:
             turn = d.turn
         mine[hk] = turn + 1
-        self._puts.append((dk + b"\0" + _TURN_SEQ.pack(turn, self._seq), _FP.pack(fp) + record))
+        self._runs.add(hk, turn, self._seq, _FP.pack(fp) + record)
         self._seq += 1
+        self._waiting += 1
         d.deferred += 1
         d.deferred_all += 1
         self._records.changed(dk, d)
@@ -391,21 +397,36 @@ class Beast:
         self._records.changed(dk, d)        # else: ``limit`` reached, it stays in the reader's queue
 
     def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
-        st = self.store
-        txn = st.txn()
+        # The domain's first URL is its first entry's first: take it, and a run's next ones while they
+        # sort before the domain's next entry; a run's rest goes back under its first URL's key (``fifo``).
+        st, prefix = self.store, dk + b"\0"
+        txn, at, ts, taken = st.txn(), len(prefix), b"", 0
         cur = txn.cursor(db=st.deferred)
-        prefix = dk + b"\0"
-        if not cur.set_range(prefix):
-            raise BeastCorrupt(f"{domain_name(dk)}: {d.deferred} deferred URLs counted, none stored")
-        key = b""
-        for _ in range(n):
+        cur.set_range(prefix)
+        while taken < n:
             key = cur.key()
             if not key.startswith(prefix):
                 raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}")
-            out.append(bytes(cur.value()[8:]))
+            if len(key) == at + _TURN_SEQ.size:            # one URL
+                ts = key[at:]
+                out.append(bytes(cur.value()[8:]))
+                cur.delete()                            # moves to the domain's next entry, if any
+                taken += 1
+                continue
+            run = fifo.entries(key, cur.value(), at)
             cur.delete()
+            nxt, i = cur.key()[at:at + _TURN_SEQ.size] if cur.key().startswith(prefix) else None, 0
+            while i < len(run) and taken < n and (i == 0 or nxt is None or run[i][0] < nxt):
+                ts = run[i][0]
+                out.append(run[i][1][8:])
+                i += 1
+                taken += 1
+            if i < len(run):
+                txn.put(*fifo.pack_rest(prefix, run[i:]), db=st.deferred)
+                cur.set_range(prefix)
         d.deferred -= n
-        d.turn = _TURN_SEQ.unpack_from(key, len(prefix))[0]     # keys ascend: the last is the latest turn
+        self._waiting -= n
+        d.turn = fifo.turn_of(ts)       # entries ascend: the last one taken has the latest turn
 
     def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
         # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to
@@ -417,16 +438,6 @@ class Beast:
         if cur.set_range(prefix):
             while cur.key().startswith(prefix) and cur.delete():
                 pass
-
-    def _upgrade_fifo(self) -> None:
-        """Deferred keys of the first FIFO format (arrival only) take turn 0: their order is kept."""
-        txn, db = self.store.txn(), self.store.deferred
-        old = [(k, v) for k, v in txn.cursor(db=db) if len(k) - k.index(b"\0") - 1 == _U64BE.size]
-        for k, v in old:
-            txn.delete(k, db=db)
-            cut = k.index(b"\0") + 1
-            txn.put(k[:cut] + _TURN_SEQ.pack(0, _U64BE.unpack_from(k, cut)[0]), v, db=db)
-        self._flush()
 
     def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
         txn, db = self.store.txn(), self.store.queues
@@ -464,9 +475,8 @@ class Beast:
 
     @property
     def waiting(self) -> int:
-        """Deferred URLs waiting now (with a writer attached: as of the last commit that landed, plus
-        the deferrals not handed over yet)."""
-        return self.store.count(self.store.deferred) + len(self._puts)
+        """Deferred URLs waiting now (those written and those not yet)."""
+        return self._waiting
 
     def has_waiting(self) -> bool:
         st = self.store
@@ -496,16 +506,18 @@ class Beast:
         want = _FP.pack(fp)
         cur = txn.cursor(db=self.store.deferred)
         found = cur.set_range(prefix)
-        pos = 0
-        while found and fp and pos < EXPLAIN_SCAN and cur.key().startswith(prefix):
-            if cur.value()[:8] == want:
+        urls: list[tuple[bytes, bytes]] = []        # (turn | seq, fp | record): runs interleave
+        while found and fp and len(urls) < EXPLAIN_SCAN and cur.key().startswith(prefix):
+            urls += fifo.entries(cur.key(), cur.value(), len(prefix))
+            found = cur.next()
+        urls.sort()
+        for pos, (_, v) in enumerate(urls[:EXPLAIN_SCAN]):
+            if v[:8] == want:
                 budget = max(1, info["budget"])
                 first = info["queue"] if info["queue"] is not None else self._r + 1
                 info.update(waiting=True, position=pos, expected_queue=first + (pos // budget) * info["spread"])
                 return info
-            pos += 1
-            found = cur.next()
-        if pos >= EXPLAIN_SCAN:
+        if len(urls) >= EXPLAIN_SCAN:
             info["scan"] = f"stopped after {EXPLAIN_SCAN} of its waiting URLs"
         return info
 
@@ -532,9 +544,11 @@ class Beast:
         st = self.store
         txn = st.txn()
         counts: dict[bytes, int] = {}
-        for k in txn.cursor(db=st.deferred).iternext(values=False):
-            dk = bytes(k[:-1 - _TURN_SEQ.size])
-            counts[dk] = counts.get(dk, 0) + 1
+        for k, v in txn.cursor(db=st.deferred):
+            at = k.index(b"\0") + 1
+            dk = bytes(k[:at - 1])
+            counts[dk] = counts.get(dk, 0) + fifo.count(k, v, at)
+        assert sum(counts.values()) == self._waiting, f"{sum(counts.values())} deferred URLs stored, {self._waiting} counted"
         turned = {bytes(k[:-1 - _FP.size]) for k in txn.cursor(db=st.turns).iternext(values=False)}
         listed: dict[bytes, int] = {}
         for k in txn.cursor(db=st.queues).iternext(values=False):
@@ -561,13 +575,11 @@ class Beast:
 
     def _unwritten(self) -> int:
         """Puts ``_flush`` would write now (deferred entries, host turns, changed records)."""
-        return len(self._puts) + sum(map(len, self._turns.values())) + self._records.changed_count
+        return len(self._runs) + sum(map(len, self._turns.values())) + self._records.changed_count
 
     def _write_puts(self) -> None:
-        if self._puts:
-            self._puts.sort()
-            self.store.txn().cursor(db=self.store.deferred).putmulti(self._puts)
-            self._puts = []
+        if len(self._runs):
+            self.store.txn().cursor(db=self.store.deferred).putmulti(self._runs.take())
 
     def _write_turns(self) -> None:
         if self._turns:
@@ -583,6 +595,6 @@ class Beast:
         self._records.flush()
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
-        self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "reader": self._r, "window": self._window, "end": self._end,
+        self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window, "end": self._end,
                                        "wraps": self._wraps, "seq": self._seq, "counters": self._c,
                                        "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]})

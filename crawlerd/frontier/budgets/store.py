@@ -108,7 +108,8 @@ class BudgetStore:
                   counted (their source cannot vouch for more domains yet), oldest first.
     ``domains``   domain key -> BEAST record (``beast.DomainRecord``).
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
-                  deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn").
+                  deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
+                  run of them is one entry (key suffix ``RUN``, ``fifo``).
     ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog).
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
                   pass their next budget of URLs when the reader reaches it.

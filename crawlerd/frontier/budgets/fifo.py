@@ -1,0 +1,128 @@
+"""BEAST's deferred FIFOs on disk: a host's run of URLs deferred together is one entry.
+
+A domain's FIFO is ordered by (host turn, arrival sequence) (``beast``: "Hosts in turn"). A page's
+links that wait are mostly a few hosts' URLs, and a host's k waiting URLs deferred between two
+commits take the consecutive turns t, t+1, ..., t+k-1. Written one key per URL, that was about
+twenty random B-tree puts per page on the writer thread (half of its puts; bench/RESULTS.md,
+"eleventh pass: the writer's puts per page"). So such a run is written as one entry:
+
+``deferred`` keys (after the domain key and NUL; integers big-endian, so byte order is FIFO order):
+
+- ``turn u64 | seq u64`` -> ``fp u64 | record``: one URL (format 2; what a run of one is written as);
+- ``turn u64 | seq u64 | RUN`` -> entries ``seq u64 | length u32 | fp u64 | record``: a run, its
+  i-th entry at turn ``turn + i`` and its own arrival ``seq`` (the first one's is the key's).
+
+Every URL of a run sorts at or after its key, so the domain's first URL is always the first entry
+of its first key; a pop takes it, and the run's next ones while they sort before the domain's next
+key, then writes the run's rest back under the key of its first URL left (the key that URL would
+have had on its own). Reading both kinds, a state written before runs opens as it is.
+Runs stop at ``RUN_BYTES`` (an LMDB node past ~2 KiB goes to overflow pages, which the writer's
+page budget does not count).
+"""
+
+from __future__ import annotations
+
+import struct
+
+RUN = b"\x01"                         # key suffix: the value is a run
+RUN_BYTES = 1536                      # a run is closed before its value passes this
+_TS = struct.Struct(">QQ")            # host turn, arrival sequence
+_ENTRY = struct.Struct("<QI")         # a run's entry: arrival sequence, length of fp | record
+_TS_LEN = _TS.size
+
+
+class RunBuffer:
+    """Deferred URLs not yet in the table, as runs. Key: host turns key (domain key | NUL | host
+    hash) -> its open run [first turn, next turn, first seq, entries, bytes]. Invariant: an open
+    run's entries have consecutive turns from its first; a URL whose turn does not follow closes
+    its host's run (closed runs wait in ``closed`` as (key, value))."""
+
+    __slots__ = ("open", "closed", "urls")
+
+    def __init__(self) -> None:
+        self.open: dict[bytes, list] = {}
+        self.closed: list[tuple[bytes, bytes]] = []
+        self.urls = 0
+
+    def add(self, hk: bytes, turn: int, seq: int, payload: bytes) -> None:
+        """One URL of host ``hk`` (its turns key) at ``turn``, arrival ``seq``; payload: fp | record."""
+        self.urls += 1
+        r = self.open.get(hk)
+        if r is not None:
+            if r[1] == turn and r[4] + len(payload) <= RUN_BYTES:
+                r[3].append(_ENTRY.pack(seq, len(payload)) + payload)
+                r[1] = turn + 1
+                r[4] += len(payload) + _ENTRY.size
+                return
+            self.closed.append(_encode(hk, r))
+        self.open[hk] = [turn, turn + 1, seq, [_ENTRY.pack(seq, len(payload)) + payload], len(payload) + _ENTRY.size]
+
+    def __len__(self) -> int:
+        """Keys ``take`` would write now."""
+        return len(self.open) + len(self.closed)
+
+    def take(self) -> list[tuple[bytes, bytes]]:
+        """Every buffered run as (key, value), sorted by key; the buffer is empty after."""
+        out = self.closed
+        out += [_encode(hk, r) for hk, r in self.open.items()]
+        self.open, self.closed, self.urls = {}, [], 0
+        out.sort()
+        return out
+
+
+def _encode(hk: bytes, r: list) -> tuple[bytes, bytes]:
+    head = hk[:hk.index(b"\0") + 1]
+    entries = r[3]
+    if len(entries) == 1:
+        return head + _TS.pack(r[0], r[2]), entries[0][_ENTRY.size:]
+    return head + _TS.pack(r[0], r[2]) + RUN, b"".join(entries)
+
+
+def entries(key: bytes, value: bytes, at: int) -> list[tuple[bytes, bytes]]:
+    """The URLs of one table entry (``at``: where its turn starts in the key) as (turn | seq as
+    stored in a key, fp | record), in FIFO order."""
+    if len(key) == at + _TS_LEN:
+        return [(bytes(key[at:]), bytes(value))]
+    turn = _TS.unpack_from(key, at)[0]
+    out = []
+    p, n, pack, unpack = 0, len(value), _TS.pack, _ENTRY.unpack_from
+    while p < n:
+        seq, size = unpack(value, p)
+        p += _ENTRY.size
+        out.append((pack(turn, seq), bytes(value[p:p + size])))
+        p += size
+        turn += 1
+    return out
+
+
+def count(key: bytes, value: bytes, at: int) -> int:
+    """URLs in one table entry."""
+    if len(key) == at + _TS_LEN:
+        return 1
+    n = p = 0
+    unpack = _ENTRY.unpack_from
+    while p < len(value):
+        p += _ENTRY.size + unpack(value, p)[1]
+        n += 1
+    return n
+
+
+def pack_rest(head: bytes, rest: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+    """The (key, value) of what is left of a run (``entries`` output, consecutive turns)."""
+    ts, payload = rest[0]
+    if len(rest) == 1:
+        return head + ts, payload
+    return head + ts + RUN, b"".join(_ENTRY.pack(_TS.unpack(t)[1], len(v)) + v for t, v in rest)
+
+
+def turn_of(ts: bytes) -> int:
+    return _TS.unpack(ts)[0]
+
+
+def upgrade_v1(txn, db) -> None:
+    """Deferred keys of the first FIFO format (arrival only) take turn 0: their order is kept."""
+    old = [(k, v) for k, v in txn.cursor(db=db) if len(k) - k.index(b"\0") - 1 == 8]
+    for k, v in old:
+        txn.delete(k, db=db)
+        cut = k.index(b"\0") + 1
+        txn.put(k[:cut] + _TS.pack(0, int.from_bytes(k[cut:], "big")), v, db=db)

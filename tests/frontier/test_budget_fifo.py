@@ -1,0 +1,146 @@
+"""BEAST's deferred FIFOs written as host runs (``budgets.fifo``): callers see exactly what one key
+per URL gave them, and a state written one key per URL (format 2) opens as it is."""
+
+import json
+import os
+import random
+
+import lmdb
+import pytest
+
+from crawlerd.frontier.budgets import fifo
+from crawlerd.layout import StateFormatError
+from tests.frontier.budget_parts import Landing, Parts, drain
+
+
+class Side:
+    """One Parts whose FIFO writes runs of at most ``run_bytes`` (0: one key per URL, format 2)."""
+
+    def __init__(self, path, run_bytes, monkeypatch, landing=None):
+        self.run_bytes, self.mp = run_bytes, monkeypatch
+        self.p = Parts(path, mode="all", cache=5, queues=3, max_spread=2, landing=landing)
+
+    def __call__(self, fn, *args, **kw):
+        self.mp.setattr(fifo, "RUN_BYTES", self.run_bytes)
+        return fn(*args, **kw)
+
+
+def _runs(p):
+    """Run entries in the committed table (a key of turn, seq and RUN after the domain and NUL)."""
+    p.store.commit()
+    if p.landing is not None:
+        p.landing.land(p.store)
+    with p.store.env.begin() as txn:
+        keys = [bytes(k) for k in txn.cursor(db=p.store.deferred).iternext(values=False)]
+    return sum(len(k) - k.index(b"\0") - 1 == 17 and k.endswith(fifo.RUN) for k in keys)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("writer", [False, True])
+def test_runs_hand_out_what_one_key_per_url_does_in_the_same_order(tmp_path, monkeypatch, seed, writer):
+    """Pages' links (runs of a few hosts of a few domains, one URL at a time and in batches), partial
+    readmissions that split runs, refunds, explains, commits and reopens: the two layouts readmit
+    the same records in the same order, count the same waiting URLs, explain the same positions."""
+    rng = random.Random(seed)
+    landing = Landing() if writer else None
+    sides = [Side(tmp_path / "runs", fifo.RUN_BYTES, monkeypatch, landing),
+             Side(tmp_path / "plain", 0, monkeypatch, landing)]
+    doms = [f"d{i}.com" for i in range(4)]
+    fps: dict[bytes, tuple[str, int]] = {}
+    serial = 0
+    runs_seen = 0
+    for step in range(400):
+        op = rng.random()
+        if op < 0.45:
+            batch = []
+            for _ in range(rng.randrange(1, 4)):
+                d = rng.choice(doms)
+                for _ in range(rng.randrange(1, 12)):
+                    serial += 1
+                    host = f"http://h{rng.randrange(3)}.{d}"
+                    rec = f"{d}#{serial}".encode() * rng.choice((1, 1, 1, 40))     # some runs reach RUN_BYTES
+                    batch.append((d, host, rec, serial))
+                    fps[rec] = (d, serial)
+            if rng.random() < 0.5:
+                got = [[s(s.p.beast.offer, d, rec, fp, host) for d, host, rec, fp in batch] for s in sides]
+            else:
+                from crawlerd.frontier.budgets import domain_key
+                cols = ([domain_key(d) for d, *_ in batch], [r for _, _, r, _ in batch],
+                        [f for *_, f in batch], [h for _, h, _, _ in batch])
+                got = [s(s.p.beast.offer_many, *cols) for s in sides]
+            assert got[0] == got[1], step
+        elif op < 0.75:
+            limit, advance = rng.choice((1, 2, 3, 7, 50)), rng.random() < 0.7
+            got = [s(s.p.beast.readmit, limit, advance=advance) for s in sides]
+            assert got[0] == got[1], step
+        elif op < 0.8:
+            d = rng.choice(doms)
+            assert sides[0](sides[0].p.beast.refund, d) == sides[1](sides[1].p.beast.refund, d)
+        elif op < 0.85 and fps:
+            rec = rng.choice(list(fps))
+            d, fp = fps[rec]
+            a, b = (s(s.p.beast.explain, d, fp) for s in sides)
+            assert a == b, step
+        elif op < 0.95:
+            runs_seen += sides[0](_runs, sides[0].p)
+            assert sides[1](_runs, sides[1].p) == 0
+            for s in sides:
+                s(s.p.check)
+        else:
+            for s in sides:
+                s(s.p.close)
+                s.p = Parts(s.p.path, mode="all", cache=5, queues=3, max_spread=2, landing=landing)
+        assert sides[0].p.beast.waiting == sides[1].p.beast.waiting, step
+    assert runs_seen > 0                            # runs were written (and split by the readmissions)
+    assert sides[0](drain, sides[0].p.beast) == sides[1](drain, sides[1].p.beast)
+    for s in sides:
+        s(s.p.check)
+        assert s.p.beast.waiting == 0
+        s(s.p.close)
+    if landing is not None:
+        landing.close()
+
+
+def test_a_backlog_written_one_key_per_url_opens_and_keeps_its_order(tmp_path, monkeypatch):
+    """Format 2 (main before runs: one key per URL, no ``waiting`` in the meta): read as it is,
+    its waiting URLs counted, new deferrals written as runs behind it in turn order."""
+    monkeypatch.setattr(fifo, "RUN_BYTES", 0)
+    p = Parts(tmp_path / "b", mode="all")
+    for i in range(8):
+        p.beast.offer("x.com", f"a{i}".encode(), host="http://a.x.com")
+    p.close()
+    env = lmdb.open(os.path.join(str(tmp_path / "b"), "state"), max_dbs=8, map_size=1 << 26)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        m = json.loads(txn.get(b"beast", db=meta))
+        del m["waiting"]
+        m["fifo"] = 2
+        txn.put(b"beast", json.dumps(m).encode(), db=meta)
+    env.close()
+    monkeypatch.setattr(fifo, "RUN_BYTES", 1536)
+    p = Parts(tmp_path / "b", mode="all")
+    assert p.beast.waiting == 6
+    for i in range(8, 12):
+        p.beast.offer("x.com", f"a{i}".encode(), host="http://a.x.com")
+    p.beast.offer("x.com", b"b0", host="http://b.x.com")
+    p.check()
+    assert _runs(p) > 0
+    assert drain(p.beast) == [b"a2", b"b0", b"a3", b"a4", b"a5", b"a6", b"a7", b"a8", b"a9", b"a10", b"a11"]
+    p.check()
+    p.close()
+
+
+def test_a_fifo_of_a_newer_format_is_refused_by_name(tmp_path):
+    """A FIFO format past 3 (a downgrade after a newer crawlerd ran): refused as main refuses one,
+    by StateFormatError (the daemon exits 2), never read as runs."""
+    p = Parts(tmp_path / "b", mode="all")
+    p.close()
+    env = lmdb.open(os.path.join(str(tmp_path / "b"), "state"), max_dbs=8, map_size=1 << 26)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        m = json.loads(txn.get(b"beast", db=meta))
+        m["fifo"] = 99
+        txn.put(b"beast", json.dumps(m).encode(), db=meta)
+    env.close()
+    with pytest.raises(StateFormatError, match="format 99, written by a newer crawlerd"):
+        Parts(tmp_path / "b", mode="all")
