@@ -330,9 +330,7 @@ class Overlay:
             v = self._view[db]
             c = caches.get(db) if caches else None
             if c:
-                for k, val in ops.items():
-                    if k in c:
-                        c.put(k, val, _cost(k, val))      # the committed value from now on
+                c.replace_present(ops, _cost)           # the committed values from now on
             if db not in self._layer and not any(db in later for _, later in self._landing):
                 # no layer after this one wrote the table: every key left in its view is this one's
                 v.clear()

@@ -21,7 +21,8 @@ def _scan(ov, db, start):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("budgeted", [False, True], ids=["plain", "budget"])
-def test_reads_match_a_model_through_random_writes_landings_and_cursor_deletes(tmp_path, seed, budgeted):
+@pytest.mark.parametrize("cached", [False, True], ids=["uncached", "read-cache"])
+def test_reads_match_a_model_through_random_writes_landings_and_cursor_deletes(tmp_path, seed, budgeted, cached):
     rng = random.Random(seed)
     env = lmdb.open(str(tmp_path / "e"), map_size=1 << 28, max_dbs=4, sync=False, metasync=False)
     dbs = [env.open_db(b"a"), env.open_db(b"b")]
@@ -43,7 +44,8 @@ def test_reads_match_a_model_through_random_writes_landings_and_cursor_deletes(t
 
     async def go():
         w = WriteThread(asyncio.get_running_loop(), name="test-writer", group_delay_s=0.0)
-        ov = Overlay(env, w, budget)
+        # a small read cache on the first table: evictions, and landings that refresh what it holds
+        ov = Overlay(env, w, budget, read_cache={dbs[0]: 2048} if cached else None)
         held = False
         for _ in range(3000):
             i = rng.randrange(2)
