@@ -2,6 +2,7 @@
 layers land, and the table ends as the loop wrote it."""
 
 import asyncio
+import functools
 import random
 
 import lmdb
@@ -128,7 +129,7 @@ def test_a_sorted_key_list_no_cursor_reads_stays_bounded_while_layers_land(tmp_p
                 ov.put(b"k%08d" % n, b"v", db=db)
                 n += 1
             landed = asyncio.get_running_loop().create_future()
-            ov.commit(lambda: landed.set_result(None))
+            ov.commit(functools.partial(landed.set_result, None))
             ov.put(b"k%08d" % n, b"v", db=db)          # the open layer writes the table as it lands
             n += 1
             await landed
