@@ -98,6 +98,15 @@ class ByteLRU:
             if self._on_evict is not None:
                 self._on_evict(k, v)
 
+    def replace_present(self, items: dict, nbytes: Callable[[Any, Any], int]) -> None:
+        """``put(key, value, nbytes(key, value))`` of each item of ``items`` whose key is held, in
+        ``items``' order (the others are not added): one call for a batch of updates, most of
+        them to keys not held."""
+        m = self._map
+        for key, value in items.items():
+            if key in m:
+                self.put(key, value, nbytes(key, value))
+
     def resize(self, key: Hashable, nbytes: int) -> None:
         """Re-charge an entry whose value grew or shrank in place (evicts others to fit)."""
         if key in self._map:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from crawlerd.bytecache import ENTRY_OVERHEAD, ByteLRU, str_bytes
 
-OPS = st.lists(st.tuples(st.sampled_from(["put", "get", "pop"]), st.integers(0, 20), st.integers(0, 300)),
+OPS = st.lists(st.tuples(st.sampled_from(["put", "get", "pop", "replace"]), st.integers(0, 20), st.integers(0, 300)),
                max_size=200)
 
 
@@ -27,6 +27,15 @@ def test_matches_an_lru_model_and_never_exceeds_the_cap(cap, ops):
                 while sum(e[2] for e in model) > cap:
                     model.pop(0)
             c.put(key, size, size)
+        elif op == "replace":                  # a put for a key held; a key not held is not added
+            if where is not None:
+                model.pop(where)
+                cost = size + ENTRY_OVERHEAD
+                if cost <= cap:
+                    model.append((key, size, cost))
+                    while sum(e[2] for e in model) > cap:
+                        model.pop(0)
+            c.replace_present({key + 100: size, key: size}, lambda k, v: v)
         elif op == "get":
             assert c.get(key) == (model[where][1] if where is not None else None)
             if where is not None:

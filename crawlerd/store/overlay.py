@@ -50,6 +50,8 @@ from crawlerd.store.lmdb_reserve import WriteBudget, pages_changed
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
+_PRUNE_SLACK = 4096     # a stale sorted list is pruned at a landing once more keys than its view's
+                        # (plus this) landed since: bounded memory with no cursor, O(1) a landed key
 _BYTES_BASE = 33        # sys.getsizeof(b""): a cached key or value costs this + its length
 _MISS = object()
 
@@ -63,7 +65,9 @@ class Overlay:
     """Key: (table, key) -> (value or None for deleted, id of the layer that wrote it) in the view.
     Invariants: the view holds exactly the keys of the layers not landed yet, each with its newest
     write; a table's sorted key list (once a cursor asked for it) holds every key of its view (plus
-    ``_fresh`` keys not merged yet); layers are written and land in commit order."""
+    ``_fresh`` keys not merged yet) and, while the table is in ``_stale``, keys that landed since the
+    list was last pruned, fewer than its view's keys + ``_PRUNE_SLACK`` (``sorted_keys`` returns
+    exactly the view's keys, each once); layers are written and land in commit order."""
 
     def __init__(self, env, writer: WriteThread, budget: WriteBudget | None = None,
                  read_cache: dict | None = None) -> None:
@@ -89,6 +93,7 @@ class Overlay:
         self._view: dict[Any, dict[bytes, tuple[bytes | None, int]]] = {}
         self._sorted: dict[Any, list[bytes]] = {}
         self._fresh: dict[Any, list[bytes]] = {}
+        self._stale: dict[Any, int] = {}              # table -> keys landed since its sorted list was pruned
         self._layer: dict[Any, dict[bytes, bytes | None]] = {}
         self._dropped: set = set()                    # tables the open layer emptied (before its writes)
         self._cleared: dict[Any, int] = {}            # table -> the last layer not landed that emptied it
@@ -179,6 +184,7 @@ class Overlay:
         if db in self._sorted:
             self._sorted[db] = []
             self._fresh[db] = []
+            self._stale.pop(db, None)
         c = self._caches.get(db) if self._caches else None
         if c is not None:
             c.clear()
@@ -200,13 +206,31 @@ class Overlay:
         return {"entries": self.base().stat(db)["entries"]}
 
     def sorted_keys(self, db) -> list[bytes]:
-        """The view's keys of ``db`` in order (built the first time a cursor needs them)."""
+        """The view's keys of ``db`` in order (built the first time a cursor needs them).
+
+        A landing only marks the list stale; the keys it took out of the view are dropped here,
+        when a cursor next needs the list (one pass however many landings came between), and the
+        keys written since (``_fresh``) are merged in."""
         keys = self._sorted.get(db)
         if keys is None:
             keys = self._sorted[db] = sorted(self._view.get(db, ()))
             self._fresh[db] = []
+            self._stale.pop(db, None)
             return keys
         fresh = self._fresh[db]
+        if db in self._stale:
+            # a key that landed and was written again is in ``fresh`` (once or more) and may still be
+            # in ``keys``: it goes back in once, from ``fresh``; a fresh key that landed since is out
+            del self._stale[db]
+            v = self._view.get(db) or {}
+            if fresh:
+                again = set(fresh)
+                keys = [k for k in keys if k in v and k not in again]
+                fresh = [k for k in again if k in v]
+            else:
+                keys = [k for k in keys if k in v]
+            self._sorted[db] = keys
+            self._fresh[db] = fresh
         if fresh:
             if len(fresh) <= _INSORT_MAX:
                 for k in fresh:
@@ -352,24 +376,25 @@ class Overlay:
             v = self._view[db]
             c = caches.get(db) if caches else None
             if c:
-                for k, val in ops.items():
-                    if k in c:
-                        c.put(k, val, _cost(k, val))      # the committed value from now on
+                c.replace_present(ops, _cost)           # the committed values from now on
             if db not in self._layer and not any(db in later for _, later in self._landing):
                 # no layer after this one wrote the table: every key left in its view is this one's
                 v.clear()
                 if db in self._sorted:
                     self._sorted[db] = []
                     self._fresh[db] = []
+                    self._stale.pop(db, None)
                 continue
-            gone = False
-            for k in ops:
-                e = v.get(k)
-                if e is not None and e[1] == lid:
+            # keys whose newest write is this layer's leave the view (a later layer's stay; after a
+            # drop the view no longer holds this layer's keys)
+            gone = [k for k in ops if (e := v.get(k)) is not None and e[1] == lid]
+            if gone:
+                for k in gone:
                     del v[k]
-                    gone = True
-            if gone and db in self._sorted:
-                self._sorted[db] = [k for k in self.sorted_keys(db) if k in v]
+                if db in self._sorted:      # pruned when a cursor next needs the sorted keys
+                    n = self._stale[db] = self._stale.get(db, 0) + len(gone)
+                    if n > len(v) + _PRUNE_SLACK:
+                        self.sorted_keys(db)    # or now, if none did for long (bounded memory)
         if self._rtxn is not None:
             self._rtxn.abort()          # the next read sees this commit
             self._rtxn = None
@@ -390,7 +415,9 @@ class Overlay:
 
     def stats(self) -> dict:
         out = {"layers": self.layers, "landed": self.landed, "pending": self.pending,
-               "view_keys": sum(len(v) for v in self._view.values()), "written_by": sorted(self.written_by),
+               "view_keys": sum(len(v) for v in self._view.values()),
+               "sorted_keys": sum(len(k) + len(self._fresh[db]) for db, k in self._sorted.items()),
+               "written_by": sorted(self.written_by),
                "txns": self.txns}
         if self._caches:
             out["read_cache"] = {**self.cache_memory(), "hits": self.cache_hits, "misses": self.cache_misses}
