@@ -80,6 +80,14 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def kill_if_there(pid: int) -> None:
+    """SIGKILL ``pid``; one that ended meanwhile (it saw its parent die) is what was wanted."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def lock_is_free(data_dir: str) -> bool:
     fd = os.open(os.path.join(data_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -196,7 +204,7 @@ class Run:
             os.kill(self.proc.pid, signal.SIGKILL)
         if workers_too:
             for pid in workers:
-                os.kill(pid, signal.SIGKILL)
+                kill_if_there(pid)      # a worker may have seen its parent die and ended first
         self.report["rc"] = self.proc.wait(timeout=30)
         self.report["orphans_left"] = self.wait_orphans(workers)
         self.after_kill()
@@ -210,7 +218,7 @@ class Run:
             left = [p for p in left if alive(p)]
         self.report["t_orphans_gone"] = time.monotonic()
         for pid in left:
-            os.kill(pid, signal.SIGKILL)
+            kill_if_there(pid)
         return left
 
     def wait_notify_ready(self, timeout_s: float = 60.0) -> float | None:
