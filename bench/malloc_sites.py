@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import re
 import shutil
@@ -199,9 +200,23 @@ def caller(frames: list[tuple[str, str]]) -> tuple[int, bool]:
     return 0, py
 
 
-def report(dumps: list[dict], top: int = 25, from_s: float | None = None, depth: int = 6) -> list[str]:
+def pages_at(samples: list[dict], t_s: float) -> float | None:
+    """Pages fetched at ``t_s`` seconds into the crawl, interpolated between a soak's samples (the
+    dumps' clock starts when the crawl process starts, the samples' a few ms before: close enough)."""
+    pts = [(s["t_s"], s["pages"]) for s in samples]
+    for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False):
+        if t0 <= t_s <= t1:
+            return p0 + (p1 - p0) * (t_s - t0) / (t1 - t0) if t1 > t0 else p1
+    if pts and 0 <= t_s - pts[-1][0] < 10:     # a dump just after the last sample
+        return pts[-1][1]
+    return None
+
+
+def report(dumps: list[dict], top: int = 25, from_s: float | None = None, depth: int = 6,
+           samples: list[dict] | None = None) -> list[str]:
     """The ranked chains: live at the last dump, and grown from the first dump at or after
-    ``from_s`` (the first dump when None) to the last, each with its live KiB at every dump."""
+    ``from_s`` (the first dump when None) to the last, each with its live KiB at every dump; with a
+    soak's ``samples``, the pages fetched at each dump and the growth per page between the two."""
     if not dumps:
         return ["no dumps"]
     first = next((d for d in dumps if from_s is None or d["t_s"] >= from_s), dumps[0])
@@ -227,6 +242,14 @@ def report(dumps: list[dict], top: int = 25, from_s: float | None = None, depth:
            f"from {h.get('start_s')} s; at the last: {int(h.get('live_bytes', 0)) / 2**20:.2f} MiB live in "
            f"{h.get('live_blocks')} blocks, {h.get('chains')} chains, {h.get('dropped')} blocks not recorded",
            "dumps at (s): " + " ".join(f"{d['t_s']:.0f}" for d in dumps)]
+    per_page = None
+    if samples:
+        pages = [pages_at(samples, d["t_s"]) for d in dumps]
+        out.append("pages at the dumps: " + " ".join("-" if p is None else f"{p:.0f}" for p in pages))
+        if pages[i0] is not None and pages[i1] is not None and pages[i1] > pages[i0]:
+            per_page = pages[i1] - pages[i0]
+            out.append(f"growth per page below: over the {per_page:.0f} pages from {first['t_s']:.0f} s to "
+                       f"{last['t_s']:.0f} s")
     tot_b = [sum(v[i] for (_, heap, _, _), v in rows.items() if heap == "b") for i in range(len(dumps))]
     out.append("brk heap (b), all chains, KiB: " + " ".join(f"{v / 1024:.0f}" for v in tot_b))
     rankings = [(f"live at {last['t_s']:.0f} s", lambda kv: -kv[1][i1])]
@@ -241,14 +264,16 @@ def report(dumps: list[dict], top: int = 25, from_s: float | None = None, depth:
         for i, v in enumerate(series):
             acc[i] += v
     for (site, heap, main, py), series in sorted(by_site.items(), key=lambda kv: -kv[1][i1])[:top]:
-        out.append(f"{(series[i1] - series[i0]) / 1024:+9.1f}  now {series[i1] / 1024:9.1f}  {heap} "
+        bpp = f"{(series[i1] - series[i0]) / per_page:+7.2f} B/page " if per_page else ""
+        out.append(f"{(series[i1] - series[i0]) / 1024:+9.1f}  {bpp}now {series[i1] / 1024:9.1f}  {heap} "
                    f"{'main' if main else 'thrd'} {'py' if py else 'C '}  {site}   "
                    + " ".join(f"{v / 1024:.0f}" for v in series))
     for title, order in rankings:
         out.append(f"--- {title} (KiB at every dump; heap, main thread, py: through CPython's allocator)")
         for rk, series in sorted(rows.items(), key=order)[:top]:
             shown, heap, main, py = rk
-            out.append(f"{(series[i1] - series[i0]) / 1024:+9.1f} KiB  now {series[i1] / 1024:9.1f}  {heap} "
+            bpp = f"{(series[i1] - series[i0]) / per_page:+7.2f} B/page " if per_page else ""
+            out.append(f"{(series[i1] - series[i0]) / 1024:+9.1f} KiB {bpp} now {series[i1] / 1024:9.1f}  {heap} "
                        f"{'main' if main else 'thrd'} {'py' if py else 'C '}  {shown[0]}")
             out.append("      " + " ".join(f"{v / 1024:.0f}" for v in series))
             for n in shown[1:]:
@@ -265,13 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", type=int, default=6, help="frames shown per chain, from its caller on")
     p.add_argument("--pid", type=int, default=None)
     p.add_argument("--with-exit", action="store_true", help="also the dump written at exit")
+    p.add_argument("--soak", metavar="JSON", help="a soak_bench.py JSON of the same crawl: pages at each dump")
     args = p.parse_args(argv)
     if args.build:
         print(build(args.build))
         return 0
     if not args.directory:
         p.error("a directory of dumps, or --build DIR")
-    print("\n".join(report(dumps_in(args.directory, args.pid, args.with_exit), args.top, args.from_s, args.depth)))
+    samples = None
+    if args.soak:
+        with open(args.soak) as f:
+            samples = json.load(f)["runs"][0]["samples"]
+    print("\n".join(report(dumps_in(args.directory, args.pid, args.with_exit), args.top, args.from_s, args.depth,
+                           samples)))
     return 0
 
 
