@@ -13,7 +13,8 @@ flattens; a leak keeps rising), resolved to function and source line with ``addr
 
 A chain is named by its first frame that is not an allocator's own (glibc, this library, CPython's
 ``PyMem_*``/``PyObject_*`` entry points); chains through CPython's allocator entry points are marked
-``py`` (tracemalloc sees those too: `crawlerd/memtrace.py`), the rest are C that only this tool sees.
+``py`` (so are those whose first caller is in libpython: tracemalloc sees those too,
+`crawlerd/memtrace.py`), the rest are C that only this tool sees.
 Heap column: ``b`` glibc's brk heap (main arena), ``t`` a thread arena, ``m`` a block mapped alone;
 ``main``: allocated on the process's main thread (the crawl loop).
 """
@@ -186,17 +187,19 @@ def _func(name: str) -> str:
 
 def caller(frames: list[tuple[str, str]]) -> tuple[int, bool]:
     """The index of the first frame (name, module) that is not the allocator (glibc's, this tool's,
-    CPython's entry points), and whether the chain went through CPython's allocator entry points (a
-    Python object or buffer: tracemalloc's to see)."""
+    CPython's entry points), and whether the block is the interpreter's (a Python object or buffer,
+    which tracemalloc sees too): the chain went through CPython's allocator entry points, or its
+    first caller is in libpython (whose entry points the compiler may have tail-called away)."""
     py = False
     for i, (name, module) in enumerate(frames):
         f = _func(name)
         if f in ALLOCATOR_FUNCS or PY_ENTRY.match(f):
             py = True
             continue
-        if os.path.basename(module).startswith(("libc.so", LIB_NAME)):
+        base = os.path.basename(module)
+        if base.startswith(("libc.so", LIB_NAME)):
             continue
-        return i, py
+        return i, py or base.startswith(("libpython", "python"))
     return 0, py
 
 
