@@ -11,7 +11,7 @@
  * above the allocator); a free of a recorded block subtracts it again. Blocks allocated before the
  * start are not seen (like tracemalloc's late start: the warm-up's caches are not counted, only
  * what was allocated after the start and is still live). Every MALLOC_SITES_DUMP_S seconds, and at
- * exit, a dump DIR/sites.<pid>.<seconds since start, 7 digits>.txt lists every chain still holding
+ * exit, a dump DIR/sites.<pid>.<seconds since start, 7 digits>[.exit].txt lists every chain still holding
  * bytes: "live_bytes live_blocks allocs heap main addr,addr,...", where heap is where glibc put the
  * blocks (b: the brk heap, glibc's main arena; t: a thread arena; m: mapped alone) and main is 1
  * for the process's main thread; after "## maps", /proc/self/maps, so the reader can resolve the
@@ -253,7 +253,8 @@ static void dump(const char *why) {
     uint64_t lost = dropped, used = site_used;
     pthread_mutex_unlock(&lock);
     char path[1200], line[512];
-    snprintf(path, sizeof(path), "%s.%d.%07d.txt", prefix, (int)owner, (int)(now_s() - t_load));
+    snprintf(path, sizeof(path), "%s.%d.%07d%s.txt", prefix, (int)owner, (int)(now_s() - t_load),
+             strcmp(why, "exit") ? "" : ".exit");     /* not over an interval dump of the same second */
     out.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out.fd >= 0) {
         out.len = 0;

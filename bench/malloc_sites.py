@@ -104,7 +104,8 @@ def dumps_in(directory: str, pid: int | None = None, with_exit: bool = False) ->
     if not by_pid:
         return []
     chosen = pid if pid is not None else max(by_pid, key=lambda k: len(by_pid[k]))
-    dumps = sorted((read_dump(p) for p in by_pid.get(chosen, [])), key=lambda d: d["t_s"])
+    dumps = sorted((read_dump(p) for p in by_pid.get(chosen, [])),
+                   key=lambda d: (d["t_s"], d["head"].get("why") == "exit"))
     during = [d for d in dumps if d["head"].get("why") != "exit"]
     return dumps if with_exit or not during else during
 
