@@ -9,6 +9,11 @@ learner behind the shard's gate) off unless asked for.
 After warm-up deliveries (and 3,000 seed answers, the trust roots), ``--deliveries`` are timed:
 process CPU per answer and per unique answer, and the budget and frontier commits they took.
 Nothing is fetched and no thread but the loop runs, so it isolates the loop's admission CPU.
+``--peak`` instead traces the timed deliveries' Python allocations (tracemalloc: the CPU numbers
+are then not comparable) and reports the highest that what they allocated reached at once: the
+admission path's own transient, which sets how far the crawl's live Python objects swing (and so
+its arena count). ``--commit-answers N`` commits every N answers judged instead of the shipped
+``COMMIT_ANSWERS`` (an experiment: what a smaller batch saves at the peak and costs in commits).
 
 Runs on whichever crawlerd the interpreter imports, so a tree is compared with another by running
 this file with each tree's interpreter:
@@ -27,6 +32,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import tracemalloc
 
 from crawlerd import config
 from crawlerd.fetch.robots import RobotsCache
@@ -36,6 +42,7 @@ from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.metrics import Metrics
 from crawlerd.seen.drum_answers import DrumResult, Op
+from crawlerd.shard import intake as intake_module
 from crawlerd.shard.dust import DustGate, open_learner
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake, encode_aux
@@ -120,15 +127,22 @@ async def one_run(args: argparse.Namespace, seed: int) -> dict:
         gc.collect()
         gc.freeze()
         commits = (budgets.store.commits, frontier.commits)
+        if args.peak:
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
         t0 = time.process_time()
         for d in timed:
             await deliver(d)
         cpu = time.process_time() - t0
+        peak = None
+        if args.peak:
+            peak = tracemalloc.get_traced_memory()[1] - base
+            tracemalloc.stop()
         answers = sum(len(d) for d in timed)
         unique = sum(r.unique for d in timed for r in d)
         out = {"us_per_answer": 1e6 * cpu / answers, "us_per_unique": 1e6 * cpu / unique,
                "budget_commits": budgets.store.commits - commits[0], "frontier_commits": frontier.commits - commits[1],
-               "deferred": intake.metrics.counters["budget_deferred"]}
+               "deferred": intake.metrics.counters["budget_deferred"], "peak_bytes": peak}
         frontier.close()
         await budgets.close()
         if learner is not None:
@@ -147,16 +161,24 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--robots", action="store_true", help="every host's robots rules checked at admission")
     p.add_argument("--dust", action="store_true", help="the DUST gate at admission (the shipped learner)")
+    p.add_argument("--peak", action="store_true",
+                   help="trace the timed deliveries' Python allocations and report their peak (CPU not comparable)")
+    p.add_argument("--commit-answers", type=int, default=0,
+                   help="commit every N answers judged (default: the shipped COMMIT_ANSWERS)")
     args = p.parse_args()
+    if args.commit_answers > 0:
+        intake_module.COMMIT_ANSWERS = args.commit_answers
     gc.set_threshold(50_000, 20, 100)      # as the daemon sets it (supervisor.py)
     runs = [asyncio.run(one_run(args, seed)) for seed in range(1, args.runs + 1)]
     for r in runs:
+        peak = "" if r["peak_bytes"] is None else f", peak of what the deliveries allocated {r['peak_bytes'] / 2**20:.2f} MiB"
         print(f"  {r['us_per_answer']:.2f} us/answer, {r['us_per_unique']:.2f} us/unique answer, "
-              f"{r['budget_commits']} budget / {r['frontier_commits']} frontier commits")
+              f"{r['budget_commits']} budget / {r['frontier_commits']} frontier commits{peak}")
     print(f"median: {statistics.median(r['us_per_answer'] for r in runs):.2f} us/answer, "
           f"{statistics.median(r['us_per_unique'] for r in runs):.2f} us/unique answer "
           f"({args.deliveries} deliveries of {DELIVERY} answers, {args.hosts} hosts, {args.runs} runs"
-          f"{', robots' if args.robots else ''}{', dust' if args.dust else ''})")
+          f"{', robots' if args.robots else ''}{', dust' if args.dust else ''}, commits every "
+          f"{intake_module.COMMIT_ANSWERS} answers)")
 
 
 if __name__ == "__main__":

@@ -283,8 +283,9 @@ def crawl_command(data_dir: str, seeds: str, seconds: float, static_hosts: dict[
 
 
 def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, workers: int,
-         extra: list[str], log=None, diag: bool = False) -> dict:
-    """Crawl ``sim`` for ``seconds``, sampling every ``interval_s``; the samples and the run's end state."""
+         extra: list[str], log=None, diag: bool = False, crawl_env: dict[str, str] | None = None) -> dict:
+    """Crawl ``sim`` for ``seconds``, sampling every ``interval_s``; the samples and the run's end
+    state. ``crawl_env``: more environment for the crawl process (the malloc-sites preload)."""
     os.makedirs(data_dir, exist_ok=True)
     seeds = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "soak-seeds.txt")
     with open(seeds, "w") as f:
@@ -296,6 +297,7 @@ def soak(sim, data_dir: str, seconds: float, interval_s: float, caps: str, worke
     t0 = time.monotonic()
     with open(err_path, "w+") as err:
         env = dict(os.environ, **({DIAG_ENV: os.environ.get(DIAG_ENV) or "1"} if diag else {}))   # "2" kept
+        env.update(crawl_env or {})
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
         try:
             next_at = t0 + interval_s
@@ -430,6 +432,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="diagnosis: each sample also holds the crawl process's anonymous memory block by block "
                         "(anon_blocks) and its allocators' arenas (CRAWLERD_MEMDIAG); slower stats, not for a "
                         "measured run")
+    p.add_argument("--malloc-sites", metavar="DIR", default="",
+                   help="diagnosis: preload bench/malloc_sites.c into the crawl process (built here with gcc) "
+                        "and dump the C call chains holding heap bytes into DIR (read: bench/malloc_sites.py DIR)")
+    p.add_argument("--malloc-sites-start", type=float, default=300.0,
+                   help="seconds into the crawl when --malloc-sites starts recording (after the warm-up)")
+    p.add_argument("--malloc-sites-every", type=float, default=60.0, help="seconds between --malloc-sites dumps")
     p.add_argument("-s", "--set", action="append", default=[], dest="sets", help="extra config override")
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.seconds > 3600 or args.hosts < 1 or args.hosts > 20000 or args.interval < 0.5 \
@@ -485,11 +493,17 @@ def in_ram_baseline(n: int = 200_000) -> dict[str, float]:
 
 def run_once(args: argparse.Namespace, data_dir: str) -> dict:
     from crawlerd.simweb import SimWebProcess
+    crawl_env = None
+    if args.malloc_sites:
+        import malloc_sites
+        lib = malloc_sites.build(args.malloc_sites)
+        crawl_env = malloc_sites.preload_env(lib, args.malloc_sites, args.malloc_sites_start,
+                                             args.malloc_sites_every)
     with SimWebProcess(hosts=args.hosts, seed=args.seed, bind="0.0.0.0", min_pages=args.min_pages,
                        max_pages=args.max_pages) as sim:
         print(HEADER, flush=True)
         result = soak(sim, data_dir, args.seconds, args.interval, args.caps, args.workers, args.sets,
-                      log=lambda s: print(sample_row(s), flush=True), diag=args.diag)
+                      log=lambda s: print(sample_row(s), flush=True), diag=args.diag, crawl_env=crawl_env)
         if args.check_ledger:
             try:
                 result["checks"] = ledger_checks(sim, data_dir)
