@@ -29,6 +29,8 @@ import sys
 import time
 import tracemalloc
 
+from crawlerd.allocator import heap_stats, pymalloc_stats, rss_anon
+
 ENV = "CRAWLERD_TRACEMALLOC_S"
 MEMLOG_ENV = "CRAWLERD_WORKER_MEMLOG_S"
 START_ENV = "CRAWLERD_TRACEMALLOC_START_S"
@@ -121,7 +123,6 @@ class MemLog:
 
     def maybe_write(self, pages: int, now: float | None = None) -> bool:
         """Append a line if the interval passed since the last (or none was written); True if it did."""
-        from crawlerd.allocator import rss_anon, heap_stats, pymalloc_stats
         now = self.clock() if now is None else now
         if self.last is not None and now - self.last < self.interval_s:
             return False
