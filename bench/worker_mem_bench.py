@@ -102,8 +102,11 @@ def run(args) -> dict:
     with open(log) as f:
         lines = [json.loads(x) for x in f]
     fitted = [x for x in lines if x["pages"] >= args.warmup * args.pages]
-    slopes = {k: fit([x["pages"] for x in fitted], [x[k] for x in fitted if x[k] is not None]) for k in FIELDS}
-    return {"pages": args.pages, "seconds": round(seconds, 1), "dir": d, "lines": lines,
+    scale = {"arenas": 1 << 20}      # an arena is 1 MiB: its count's slope in bytes
+    slopes = {k: fit([x["pages"] for x in fitted if x[k] is not None],
+                     [x[k] * scale.get(k, 1) for x in fitted if x[k] is not None]) for k in FIELDS}
+    steps = [(b["pages"], a["arenas"], b["arenas"]) for a, b in zip(lines, lines[1:], strict=False) if b["arenas"] != a["arenas"]]
+    return {"pages": args.pages, "seconds": round(seconds, 1), "dir": d, "lines": lines, "arena_steps": steps,
             "fit_from_pages": fitted[0]["pages"] if fitted else None, "slopes_b_per_page": slopes}
 
 
@@ -117,7 +120,9 @@ def report(r: dict) -> list[str]:
         out.append(f"{x['pages']:8d} {x['rss_anon'] / 2**20:11.2f} {x['arenas']:6d} {x['py_allocated'] / 2**20:12.2f} "
                    f"{x['py_blocks']:9d} {(x['c_in_use'] or 0) / 2**20:12.2f} {str(x['gc_collections']):>16} "
                    f"{str(x['gc_collected']):>18}")
-    out.append("slopes after the warm-up, B/page: " + ", ".join(
+    out.append("arena count changes (by the line's pages): "
+               + (", ".join(f"{a}->{b} at {p}" for p, a, b in r["arena_steps"]) or "none"))
+    out.append("slopes after the warm-up, B/page (arenas x 1 MiB): " + ", ".join(
         f"{k} {v:+.2f}" if v is not None else f"{k} -" for k, v in r["slopes_b_per_page"].items()))
     return out
 
