@@ -105,7 +105,8 @@ class MemLog:
     (``CRAWLERD_WORKER_MEMLOG_S=N``; diagnosis only): the pages it served, its RssAnon, Python's
     arenas and allocated bytes (pymalloc), its allocated blocks, glibc's heap in use, the
     collector's generation counts and what its collections freed. Invariant: lines are in time
-    order, ``pages`` never falls. Reading the arenas walks every pool (~ms): not for a measured run."""
+    order, ``pages`` never falls. Reading the arenas walks every pool (~ms): not for a measured run;
+    while tracemalloc traces (it wraps pymalloc) the arenas read as null."""
 
     def __init__(self, path: str, interval_s: float, clock=time.monotonic) -> None:
         self.path = path
