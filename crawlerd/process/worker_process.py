@@ -180,7 +180,10 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
                                       index_dir=init.get("index_dir") or None,
                                       index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
-                                      or linesort.DEFAULT_BUFFER_BYTES)
+                                      or linesort.DEFAULT_BUFFER_BYTES,
+                                      # the sort's lines would raise this process's arena high-water
+                                      # mark at each rotation, and leave arenas behind (linesort doc)
+                                      index_sort_in_child=True)
                     captures = OwnCaptures(init.get("digest_dir") or "",
                                            cap_bytes=init.get("captures_bytes") or 4 << 20)
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
