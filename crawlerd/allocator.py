@@ -133,7 +133,7 @@ class Trimmer:
         self.count += 1
         self.total_ms += ms
         self.max_ms = max(self.max_ms, ms)
-        self.anon_after = _rss_anon()
+        self.anon_after = rss_anon()
         return True
 
     def stats(self) -> dict:
@@ -371,7 +371,7 @@ def allocator_diag() -> dict:
     return out
 
 
-def _rss_anon() -> int | None:
+def rss_anon() -> int | None:
     """This process's private resident memory (RssAnon of /proc/self/status), bytes; None off Linux."""
     try:
         with open("/proc/self/status", "rb") as f:

@@ -439,8 +439,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("segment_max_bytes", int, 1 * GiB, "Rotate a segment once it is this large, bytes.", min=64 * KiB,
            max=64 * GiB),
         _k("index_sort_buffer_bytes", int, 8 * MiB,
-           "CDXJ lines held in RAM per worker when a segment's index is sorted at close (external merge "
-           "sort beyond this), bytes.", min=64 * KiB, max=4 * GiB),
+           "CDXJ lines held in RAM when a segment's index is sorted at close (by a child process of the "
+           "worker that wrote it; external merge sort beyond this), bytes.", min=64 * KiB, max=4 * GiB),
     ]),
     "process": ("Processing of fetched pages.", [
         _k("workers", int, 0,

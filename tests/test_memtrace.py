@@ -1,11 +1,13 @@
-"""The tracemalloc debug switch: off unless asked, snapshots on its interval, a diff that names what grew."""
+"""The tracemalloc debug switch: off unless asked, snapshots on its interval, a diff that names what grew;
+the workers' memory log: off unless asked, a line per interval with the pages served."""
 
+import json
 import os
 import tracemalloc
 
 import pytest
 
-from crawlerd.memtrace import ENV, FRAMES_ENV, START_ENV, MemTrace, grown, series
+from crawlerd.memtrace import ENV, FRAMES_ENV, MEMLOG_ENV, START_ENV, MemLog, MemTrace, grown, series
 
 
 @pytest.fixture
@@ -71,3 +73,24 @@ def test_tracing_starts_late_when_asked_and_a_traceback_names_the_callers(tmp_pa
     assert census and "+5000 objects" in census[0]
     assert any("test_memtrace.py" in x for x in series(str(tmp_path / "t"), top=3))
     assert len(kept) == 5000
+
+
+def test_memory_log_is_off_unless_asked_then_writes_a_line_per_interval(tmp_path, monkeypatch):
+    path = str(tmp_path / "log" / "w.jsonl")
+    monkeypatch.delenv(MEMLOG_ENV, raising=False)
+    assert MemLog.from_env(path) is None
+    monkeypatch.setenv(MEMLOG_ENV, "0")
+    assert MemLog.from_env(path) is None
+    monkeypatch.setenv(MEMLOG_ENV, "10")
+    log = MemLog.from_env(path, clock=lambda: 0.0)
+    assert log.maybe_write(0, now=1.0)                   # the first line at once
+    assert not log.maybe_write(5, now=5.0)               # not due
+    assert log.maybe_write(40, now=11.0)
+    with open(path) as f:
+        lines = [json.loads(x) for x in f]
+    assert [x["pages"] for x in lines] == [0, 40]
+    assert [x["t"] for x in lines] == [1.0, 11.0]
+    last = lines[-1]
+    assert last["rss_anon"] > 0 and last["py_blocks"] > 0
+    assert last["arenas"] >= 1 and last["py_allocated"] > 0      # pymalloc's own numbers (CPython)
+    assert len(last["gc_count"]) == 3

@@ -23,6 +23,11 @@ set (tests only), a worker exits (``os._exit``) on any job whose URL matches
 that regular expression, after the job's records are flushed and before its
 batch is answered: the worst moment for the WARC, standing for a page that
 kills a worker.
+
+Diagnosis (``init["memtrace_dir"]``, set by the shard): with ``CRAWLERD_TRACEMALLOC_S`` a worker
+traces its own allocations into ``<memtrace_dir>/<worker tag>/`` (``crawlerd.memtrace.MemTrace``),
+with ``CRAWLERD_WORKER_MEMLOG_S`` it appends its memory numbers against the pages it served to
+``<memtrace_dir>/<worker tag>.jsonl`` (``MemLog``); both after answering a batch, both off unless set.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from collections import deque
 
 from crawlerd.allocator import Trimmer
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
+from crawlerd.memtrace import MemLog, MemTrace
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.process.wire import LEN, PROGRESS, FrameReader, fetch_result, pack_result
@@ -126,6 +132,9 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     # thresholds: PageProcessor's tune_allocator (for speed); the trim below gives freed pages back
     trimmer = Trimmer()
     ask_near = False
+    memtrace: MemTrace | None = None      # diagnosis only (module doc)
+    memlog: MemLog | None = None
+    served = 0                            # jobs answered since start (the memory log's x axis)
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
 
     def next_frame():
@@ -171,12 +180,19 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
                                       index_dir=init.get("index_dir") or None,
                                       index_sort_buffer_bytes=init.get("index_sort_buffer_bytes")
-                                      or linesort.DEFAULT_BUFFER_BYTES)
+                                      or linesort.DEFAULT_BUFFER_BYTES,
+                                      # the sort's lines would raise this process's arena high-water
+                                      # mark at each rotation, and leave arenas behind (linesort doc)
+                                      index_sort_in_child=True)
                     captures = OwnCaptures(init.get("digest_dir") or "",
                                            cap_bytes=init.get("captures_bytes") or 4 << 20)
                     processor = PageProcessor(warc, agent_token=init["agent_token"],
                                               max_decoded_bytes=init["max_decoded_bytes"],
                                               max_links=init["max_links"])
+                    if init.get("memtrace_dir"):
+                        tagged = os.path.join(init["memtrace_dir"], f"worker-{init['worker_tag']}")
+                        memtrace = MemTrace.from_env(tagged)
+                        memlog = MemLog.from_env(tagged + ".jsonl")
                     # start-up objects (modules, caches) leave the collector's view and gen-0 passes
                     # are rarer: a page makes few cycles, and each pass cost ~1.5% of a worker's CPU
                     gc.collect()
@@ -253,6 +269,11 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     PROGRESS.pack_into(progress, 0, 0)
                 if size >= segment_max_bytes:
                     warc.close()        # the next record opens the next segment
+                served += len(answers)
+                if memtrace is not None:
+                    memtrace.maybe_dump()
+                if memlog is not None:
+                    memlog.maybe_write(served)
             if batch[-1][0] == "close":
                 break
     finally:

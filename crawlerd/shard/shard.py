@@ -157,7 +157,8 @@ class Shard:
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes,
-            "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s},
+            "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s,
+            "memtrace_dir": self._state("tracemalloc")},    # the workers' debug switches (memtrace)
             on_worker_death=on_worker_death(metrics, cfg.path("index")))
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,

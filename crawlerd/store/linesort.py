@@ -8,12 +8,20 @@ sidecar's size at every segment close. :func:`sort_lines` holds at most
 next to the output, and the runs are merged ``fan_in`` at a time, reading each
 through a small buffer. Output goes to a temporary name, is fsynced and renamed
 into place, so a reader sees the old file or the whole new one.
+
+:func:`sort_file_in_child` runs :func:`sort_file` in a child process
+(``python -m crawlerd.store.linesort SRC DST --buffer-bytes N``) and waits for it: the buffer's
+lines are small Python objects, and in a long-lived process their swing would set a new
+high-water mark of Python's 1 MiB arenas, some of which stay mapped after it (fragmentation).
 """
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 
@@ -77,6 +85,39 @@ def sort_file(src: str, path: str, **kw) -> int:
         return sort_lines(_read_lines(f), path, **kw)
 
 
+def sort_file_in_child(src: str, path: str, *, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> int:
+    """:func:`sort_file` in a child process, waited for; the lines written. Its failure raises
+    ``OSError`` (with the child's errno when the sort itself met one), as :func:`sort_file` would."""
+    from crawlerd.child import child_env, python_argv
+    proc = subprocess.run(python_argv("crawlerd.store.linesort", src, path, "--buffer-bytes", str(buffer_bytes)),
+                          env=child_env(), capture_output=True, check=False)
+    if proc.returncode == 0:
+        return int(proc.stdout)
+    last = (proc.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+    if proc.returncode == _OS_ERROR_EXIT and "\t" in last:
+        errno, strerror = last.split("\t", 1)
+        raise OSError(int(errno), strerror, path)
+    raise OSError(f"sorting {src} in a child process failed (exit {proc.returncode}): {last}")
+
+
+_OS_ERROR_EXIT = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="sort the lines of SRC bytewise, distinct, into DST (atomically)")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--buffer-bytes", type=int, default=DEFAULT_BUFFER_BYTES, help="line text held in RAM at most")
+    args = ap.parse_args(argv)
+    try:
+        n = sort_file(args.src, args.dst, buffer_bytes=args.buffer_bytes)
+    except OSError as e:
+        print(f"{e.errno or 0}\t{e.strerror or e}", file=sys.stderr)
+        return _OS_ERROR_EXIT
+    print(n)
+    return 0
+
+
 def _read_lines(f) -> Iterator[bytes]:
     for line in f:
         line = line.rstrip(b"\n")
@@ -130,3 +171,7 @@ def _write_atomically(lines: Iterator[bytes], path: str) -> int:
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
     return n
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -114,7 +114,8 @@ class WarcWriter:
     ``flush()`` hands them to the OS (and fsyncs when ``fsync``), so call it before
     acknowledging work: a crash then loses at most a torn last capture, which recovery cuts.
     Index lines go to an unsorted sidecar; ``close()`` sorts it with at most
-    ``index_sort_buffer_bytes`` of lines in RAM (``linesort``).
+    ``index_sort_buffer_bytes`` of lines in RAM (``linesort``), in a child process when
+    ``index_sort_in_child`` (a long-lived writer: the buffer's swing is then not its own).
     """
 
     def __init__(self, directory: str, *, prefix: str = "crawlerd", segment_max_bytes: int = 1 << 30,
@@ -122,7 +123,8 @@ class WarcWriter:
                  operator: str = "", user_agent: str = "", clock: Callable[[], float] = time.time,
                  id_gen: Callable[[], str] | None = None, compressor: str | None = None,
                  compress_level: int | None = None, buffer_bytes: int = 1 << 20, fsync: bool = False,
-                 index_dir: str | None = None, index_sort_buffer_bytes: int = linesort.DEFAULT_BUFFER_BYTES):
+                 index_dir: str | None = None, index_sort_buffer_bytes: int = linesort.DEFAULT_BUFFER_BYTES,
+                 index_sort_in_child: bool = False):
         compressor = compressor or default_compressor()
         if compressor not in available_compressors():
             raise ValueError(f"compressor {compressor!r} is not available: expected "
@@ -142,6 +144,7 @@ class WarcWriter:
         self.shard = _UNSAFE_NAME.sub("_", shard)
         self.segment_max_bytes = segment_max_bytes
         self.index_sort_buffer_bytes = index_sort_buffer_bytes
+        self.index_sort_in_child = index_sort_in_child
         self.software = software
         self.operator = operator
         self.user_agent = user_agent
@@ -280,8 +283,8 @@ class WarcWriter:
         self._index.close()
         self._index = None
         final = os.path.join(self.directory, self._name)
-        linesort.sort_file(index_open, cdxj.cdxj_path(final, self.index_dir),
-                           buffer_bytes=self.index_sort_buffer_bytes)
+        sort = linesort.sort_file_in_child if self.index_sort_in_child else linesort.sort_file
+        sort(index_open, cdxj.cdxj_path(final, self.index_dir), buffer_bytes=self.index_sort_buffer_bytes)
         os.remove(index_open)
         os.rename(final + OPEN_SUFFIX, final)
         fsync_dir(self.directory)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import os
 import random
 import signal
@@ -12,6 +13,8 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from crawlerd.memtrace import ENV as TRACEMALLOC_ENV
+from crawlerd.memtrace import MEMLOG_ENV
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
 from crawlerd.process.worker import PageProcessor
@@ -552,3 +555,34 @@ def test_workers_run_at_the_configured_niceness_above_the_crawl_loop(tmp_path):
             await pool.close()
 
     assert asyncio.run(run()) == [min(19, os.nice(0) + 3)]     # the kernel caps niceness at 19
+
+
+def test_a_worker_logs_its_memory_and_traces_itself_only_when_asked(tmp_path, monkeypatch):
+    # diagnosis: the debug switches reach the worker process (it inherits the environment)
+    def serve(memtrace_dir, pages: int) -> str:
+        async def run():
+            pool = WorkerPool(1, {**init_for(tmp_path / memtrace_dir), "memtrace_dir": str(tmp_path / memtrace_dir)})
+            await pool.start()
+            try:
+                for i in range(pages):      # one at a time: a batch each, so the log is due after each
+                    pr = await pool.process(response(f"http://m.test/{memtrace_dir}/{i}", page_html(i)))
+                    assert pr.outcome is Outcome.OK
+                return pool.tag(0)
+            finally:
+                await pool.close()
+        return asyncio.run(run())
+
+    monkeypatch.delenv(MEMLOG_ENV, raising=False)
+    monkeypatch.delenv(TRACEMALLOC_ENV, raising=False)
+    serve("off", 3)
+    assert not [n for n in os.listdir(tmp_path / "off") if n.startswith("worker-")]
+    monkeypatch.setenv(MEMLOG_ENV, "0.000001")
+    tag = serve("log", 5)
+    with open(tmp_path / "log" / f"worker-{tag}.jsonl") as f:
+        lines = [json.loads(x) for x in f]
+    assert [x["pages"] for x in lines] == [1, 2, 3, 4, 5]
+    assert all(x["rss_anon"] > 0 and x["arenas"] >= 1 for x in lines)
+    monkeypatch.delenv(MEMLOG_ENV)
+    monkeypatch.setenv(TRACEMALLOC_ENV, "0.000001")
+    serve("traced", 3)
+    assert [n for n in os.listdir(tmp_path / "traced" / f"worker-{tag}") if n.endswith(".snap")]

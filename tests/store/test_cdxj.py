@@ -176,3 +176,45 @@ def test_capture_line_equals_json_dumps(url, mime, status, digest, length, offse
     cap = Capture(url="http://example.com/" + url, warc_date="2023-11-14T22:13:20.123456Z", mime=mime,
                   status=status, digest=digest, length=length, offset=offset, filename=filename)
     assert cap.line() == _dumps_line(cap)
+
+
+def _segment_of(w, pages: int) -> None:
+    for i in range(pages):
+        body = b"<p>%d</p>" % i
+        w.write_fetch(url=f"http://h{(i * 37) % 11}.example/p{i}/" + "x" * 200, fetched_at=T0 + i, ip="127.0.0.1",
+                      request_head=REQUEST_HEAD, response_head=RESPONSE_HEAD % len(body), body=body)
+
+
+def test_a_writer_that_sorts_in_a_child_writes_the_same_index_and_holds_none_of_its_lines(tmp_path):
+    """A long-lived writer (a worker's) sorts a closed segment's index in a child process: the same
+    file, and the lines never become this process's Python objects (their swing would raise its
+    arena high-water mark: bench/RESULTS.md, mem14)."""
+    import tracemalloc
+    got, peaks = {}, {}
+    for child in (False, True):
+        w = det_writer(tmp_path / str(child), index_sort_in_child=child)
+        _segment_of(w, 3000)
+        tracemalloc.start()
+        try:
+            w.close()
+            peaks[child] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        path = w.segments_closed[0]
+        sidecar = os.path.getsize(cdxj_path(path))      # the lines sorted: ~1 MB
+        with open(cdxj_path(path)) as f:
+            got[child] = f.read().splitlines()
+        assert got[child] == index(path)
+        assert not [n for n in os.listdir(tmp_path / str(child)) if n.endswith((".run", ".tmp", ".open"))]
+    assert len(got[True]) == 3000
+    assert peaks[False] > sidecar               # in process: every line was an object at once
+    assert peaks[True] < sidecar / 10           # in the child: none of them here
+
+
+def test_a_sort_in_a_child_fails_as_one_in_process_would(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        linesort.sort_file_in_child(str(tmp_path / "missing"), str(tmp_path / "out"))
+    src = tmp_path / "src"
+    src.write_bytes(b"b\na\nb\n")
+    assert linesort.sort_file_in_child(str(src), str(tmp_path / "out")) == 2
+    assert (tmp_path / "out").read_bytes() == b"a\nb\n"
