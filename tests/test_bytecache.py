@@ -11,6 +11,17 @@ OPS = st.lists(st.tuples(st.sampled_from(["put", "get", "pop", "replace"]), st.i
                max_size=200)
 
 
+def _model_put(model, where, key, size, cap):
+    """The model's put: the key (at ``where``, if held) moves to the recent end, within ``cap``."""
+    if where is not None:
+        model.pop(where)
+    cost = size + ENTRY_OVERHEAD
+    if cost <= cap:
+        model.append((key, size, cost))
+        while sum(e[2] for e in model) > cap:
+            model.pop(0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(cap=st.integers(0, 3000), ops=OPS)
 def test_matches_an_lru_model_and_never_exceeds_the_cap(cap, ops):
@@ -19,22 +30,11 @@ def test_matches_an_lru_model_and_never_exceeds_the_cap(cap, ops):
     for op, key, size in ops:
         where = next((i for i, e in enumerate(model) if e[0] == key), None)
         if op == "put":
-            if where is not None:
-                model.pop(where)
-            cost = size + ENTRY_OVERHEAD
-            if cost <= cap:
-                model.append((key, size, cost))
-                while sum(e[2] for e in model) > cap:
-                    model.pop(0)
+            _model_put(model, where, key, size, cap)
             c.put(key, size, size)
         elif op == "replace":                  # a put for a key held; a key not held is not added
             if where is not None:
-                model.pop(where)
-                cost = size + ENTRY_OVERHEAD
-                if cost <= cap:
-                    model.append((key, size, cost))
-                    while sum(e[2] for e in model) > cap:
-                        model.pop(0)
+                _model_put(model, where, key, size, cap)
             c.replace_present({key + 100: size, key: size}, lambda k, v: v)
         elif op == "get":
             assert c.get(key) == (model[where][1] if where is not None else None)
