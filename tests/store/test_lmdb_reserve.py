@@ -136,6 +136,34 @@ def test_nothing_reserved_is_no_bound(tmp_path):
     env.close()
 
 
+def _fill(env, db, rng) -> None:
+    """A tree of depth 3 (random puts land on many leaves), in sorted batches: each changes a few
+    pages only."""
+    for _ in range(50):
+        with env.begin(write=True) as txn:
+            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+
+
+async def _land_held_layers(w, ov, db, rng, keys, per_layer, used):
+    """60 layers of ``per_layer`` random puts (their keys appended to ``keys``) committed while the
+    writer is held, then released and landed as one group: (the layers in landing order, the heap
+    in use when the writer was released)."""
+    landed = []
+    w.hold()
+    for layer in range(60):
+        for _ in range(per_layer):
+            k = rng.randbytes(16)
+            keys.append(k)
+            ov.put(k, rng.randbytes(90), db=db)
+        ov.commit(lambda i=layer: landed.append(i))
+    start = used()
+    done = asyncio.get_running_loop().create_future()
+    w.release()
+    ov.barrier(lambda: done.set_result(None))
+    await done
+    return landed, start
+
+
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_writer_group_of_layers_commits_within_the_reservation(tmp_path, bounded):
     # layers handed over while the writer thread is held land as one group: with the store's budget
@@ -144,28 +172,14 @@ def test_a_writer_group_of_layers_commits_within_the_reservation(tmp_path, bound
     used = _heap_in_use()
     env, budget, db = _budgeted(tmp_path / "e")
     rng = random.Random(5)
-    for _ in range(50):             # a tree of depth 3 (random puts land on many leaves), in sorted
-        with env.begin(write=True) as txn:      # batches: each changes a few pages only
-            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+    _fill(env, db, rng)
     budget.committed()
     keys = []
 
     async def go():
         w = WriteThread(asyncio.get_running_loop(), name="test-writer")
         ov = Overlay(env, w, budget if bounded else None)
-        landed = []
-        w.hold()
-        for layer in range(60):
-            for _ in range(50):
-                k = rng.randbytes(16)
-                keys.append(k)
-                ov.put(k, rng.randbytes(90), db=db)
-            ov.commit(lambda i=layer: landed.append(i))
-        start = used()
-        done = asyncio.get_running_loop().create_future()
-        w.release()
-        ov.barrier(lambda: done.set_result(None))
-        await done
+        landed, start = await _land_held_layers(w, ov, db, rng, keys, 50, used)
         w.close()
         return landed, ov.stats()["txns"], used() - start
 
@@ -263,9 +277,7 @@ def test_a_writer_group_on_a_deep_table_shares_its_branch_pages_and_stays_within
     used = _heap_in_use()
     env, budget, db = _budgeted(tmp_path / "e")
     rng = random.Random(11)
-    for _ in range(50):
-        with env.begin(write=True) as txn:
-            txn.cursor(db=db).putmulti(sorted((rng.randbytes(16), rng.randbytes(90)) for _ in range(2000)))
+    _fill(env, db, rng)
     budget.committed()
     with env.begin() as t:
         st = t.stat(db)
@@ -278,19 +290,7 @@ def test_a_writer_group_on_a_deep_table_shares_its_branch_pages_and_stays_within
         w = WriteThread(asyncio.get_running_loop(), name="test-writer")
         ov = Overlay(env, w, budget)
         assert budget.source is ov
-        landed = []
-        w.hold()
-        for layer in range(60):
-            for _ in range(per_layer):
-                k = rng.randbytes(16)
-                keys.append(k)
-                ov.put(k, rng.randbytes(90), db=db)
-            ov.commit(lambda i=layer: landed.append(i))
-        start = used()
-        done = asyncio.get_running_loop().create_future()
-        w.release()
-        ov.barrier(lambda: done.set_result(None))
-        await done
+        landed, start = await _land_held_layers(w, ov, db, rng, keys, per_layer, used)
         budget.committed()
         per_write = budget.per_write
         w.close()
