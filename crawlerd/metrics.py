@@ -17,6 +17,8 @@ import time
 from bisect import bisect_left
 from collections import Counter, deque
 
+from crawlerd._native.schedstat import read_schedstat
+
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -102,21 +104,23 @@ STALL_SPLIT_S = 0.02
 class ThreadTimes:
     """The calling thread's CPU time and the time it waited, runnable, for a CPU (seconds), from
     ``/proc/thread-self/schedstat`` (Linux sched_info: on-CPU ns, run-queue wait ns, slices). Made
-    on the thread it measures; the file stays open and one ``pread`` reads both (~2 us). Without
-    the file the CPU time is ``time.thread_time()`` and the wait is None (unknown)."""
+    on the thread it measures; the file stays open and one ``pread`` reads both (~1 us), in C
+    holding the GIL (``_native/schedstat.pyx``: a read that lets the GIL go makes the loop take it
+    back from whichever thread took it). Without the file the CPU time is ``time.thread_time()``
+    and the wait is None (unknown)."""
 
     def __init__(self) -> None:
         try:
             self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
             self.read()
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             self._fd = None
 
     def read(self) -> tuple[float, float | None]:
         if self._fd is None:
             return time.thread_time(), None
-        fields = os.pread(self._fd, 96, 0).split()
-        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+        cpu_ns, wait_ns = read_schedstat(self._fd)
+        return cpu_ns / 1e9, wait_ns / 1e9
 
     def close(self) -> None:
         if self._fd is not None:

@@ -149,6 +149,59 @@ def test_the_loop_threads_times_grow_with_its_own_work():
     assert wait0 is None or wait1 >= wait0
 
 
+def test_the_schedstat_read_parses_the_file_and_keeps_the_gil():
+    import os
+    import sys
+    import threading
+
+    import pytest
+    from crawlerd._native.schedstat import read_schedstat
+
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        pytest.skip("no /proc/thread-self/schedstat")
+    try:
+        before = [int(f) for f in os.pread(fd, 96, 0).split()[:2]]
+        got = read_schedstat(fd)
+        after = [int(f) for f in os.pread(fd, 96, 0).split()[:2]]
+        assert all(b <= g <= a for b, g, a in zip(before, got, after, strict=True))
+        # another thread that wants the GIL runs only when this one lets it go: a read that keeps
+        # it lets the other thread do nothing meanwhile (os.pread lets it go at every read)
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(0.05)         # no forced hand-over during 200 reads (~0.2 ms)
+        counts = [0]
+        go = threading.Event()
+        stop = False
+
+        def spin():
+            go.set()
+            while not stop:
+                counts[0] += 1
+        t = threading.Thread(target=spin, daemon=True)
+        try:
+            t.start()
+            go.wait()
+            time.sleep(0.01)                # the spinner holds the GIL; this thread takes it back
+            n0 = counts[0]
+            for _ in range(200):
+                read_schedstat(fd)
+            kept = counts[0] - n0
+            n0 = counts[0]
+            for _ in range(5):              # each waits for the spinner's hand-over (<= 0.05 s)
+                os.pread(fd, 96, 0)
+            released = counts[0] - n0
+        finally:
+            stop = True
+            sys.setswitchinterval(old)
+            t.join()
+        assert kept == 0 and released > 0
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        read_schedstat(-1)
+
+
 async def lag_around(block, lag: LoopLag) -> dict:
     """``lag`` started on this loop; after its first samples ``block()`` holds the loop, then one
     more sample lands (the late one) and the snapshot is returned."""
