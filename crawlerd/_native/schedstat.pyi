@@ -1,0 +1,3 @@
+"""Type stub for the native schedstat read (crawlerd/_native/schedstat.pyx)."""
+
+def read_schedstat(fd: int) -> tuple[int, int]: ...
