@@ -155,6 +155,7 @@ def test_the_schedstat_read_parses_the_file_and_keeps_the_gil():
     import threading
 
     import pytest
+
     from crawlerd._native.schedstat import read_schedstat
 
     try:
@@ -169,7 +170,7 @@ def test_the_schedstat_read_parses_the_file_and_keeps_the_gil():
         # another thread that wants the GIL runs only when this one lets it go: a read that keeps
         # it lets the other thread do nothing meanwhile (os.pread lets it go at every read)
         old = sys.getswitchinterval()
-        sys.setswitchinterval(0.05)         # no forced hand-over during 200 reads (~0.2 ms)
+        sys.setswitchinterval(0.5)          # no forced hand-over during 200 reads (~0.2 ms)
         counts = [0]
         go = threading.Event()
         stop = False
@@ -188,8 +189,10 @@ def test_the_schedstat_read_parses_the_file_and_keeps_the_gil():
                 read_schedstat(fd)
             kept = counts[0] - n0
             n0 = counts[0]
-            for _ in range(5):              # each waits for the spinner's hand-over (<= 0.05 s)
-                os.pread(fd, 96, 0)
+            for _ in range(50):             # until the spinner took the GIL at one (it may not
+                os.pread(fd, 96, 0)         # be scheduled in time at each); each waits <= 0.5 s
+                if counts[0] != n0:
+                    break
             released = counts[0] - n0
         finally:
             stop = True
