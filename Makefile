@@ -47,6 +47,9 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crawlerd tests bench
 
+config-check: $(STAMP)
+	$(VENV)/bin/crawlerd config check --config config.toml
+
 test: $(STAMP) $(PYWB_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check crawlerd tests bench
 	$(VENV)/bin/pytest -q tests
