@@ -46,7 +46,8 @@ def step(hs: list[Harness], rng: random.Random, out: list[list], i: int) -> None
         host, n, prio = rng.choice(HOSTS), rng.randrange(1, 30), rng.randrange(3)
         assert len({h.add(host, n, prio, start=i * 100) for h in hs}) == 1
     elif op < 0.5:
-        got = [h.lease(rng.randrange(1, 20)) for h in hs]
+        limit = rng.randrange(1, 20)
+        got = [h.lease(limit) for h in hs]
         assert len({tuple((x.lease_id, x.kind, x.url) for x in g) for g in got}) == 1, i
         for h, leases, mine in zip(hs, got, out, strict=True):
             for x in leases:
