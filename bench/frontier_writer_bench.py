@@ -2,7 +2,8 @@
 
 A Frontier of ``--hosts`` hosts and ``--urls`` queued URLs is driven as the shard drives it: every
 tick (``--tick-ms`` of real time, 1/20 s of the frontier's virtual clock) it completes the leases of
-the tick before, leases up to ``--leases`` due hosts, and adds ``--adds`` new URLs (one ``add``:
+the tick before, leases up to ``--leases`` due hosts, and adds ``--adds`` new URLs (made before the
+clock starts; one ``add``:
 a DRUM delivery's commit, with a seen-set mark); every 2 s of virtual time the shard's periodic
 commit. A ``WriteThread`` is attached as the shard attaches it: in a tree where the frontier's
 store commits on the loop (main) it takes only the journal's end lines; in one where it is
@@ -81,18 +82,19 @@ def main() -> None:
             f.attach_writer(writer)
             out: list = []
             mark = 1
+            batches = [batch(a.adds) for _ in range(a.ticks)]      # made before the clock starts
             tick_cpu = []
             cpu0 = time.thread_time()
             leased = 0
             last_commit = clock.t
-            for _ in range(a.ticks):
+            for tick in range(a.ticks):
                 t0 = time.thread_time()
                 for x in out:
                     f.complete(x.lease_id, outcome=Outcome.OK, status=200, response_time_s=0.1 * rng.random())
                 out = f.lease(clock.t, a.leases)
                 leased += len(out)
                 mark += a.adds
-                f.add(batch(a.adds), seen_mark=mark)
+                f.add(batches[tick], seen_mark=mark)
                 for hk in f.hosts_needing_dns():
                     f.set_host_ip(hk, "127.2.0.1")
                 if clock.t - last_commit >= 2.0:
