@@ -29,6 +29,12 @@ close to the same thread, after those lines); the lines of one group to one file
 ``writev``. ``S`` lines stay written before ``lease()``
 returns. An ``E`` not written by a ``kill -9`` leaves its request looking in flight: its host
 waits a whole gap and its URL is fetched again, never lost, never early.
+
+When the frontier's commits land later than they are made (written on the writer thread), a
+rotation cannot drop the lines written between the commit and its landing: ``mark()`` at the
+commit starts keeping a copy of every line written from then on, and the rewrite once the commit
+landed (``rewrite(..., tail=take_tail())``, with the leases and IP gaps of the commit's moment)
+carries them over: the new file is the old one less the lines that commit made redundant.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import os
 from dataclasses import dataclass, field
 
 from crawlerd.store.fsync import write_all
-from crawlerd.store.writer import WriteThread
+from crawlerd.store.writer import WriterError, WriteThread
 
 FILE_NAME = "inflight.log"
 ROTATE_BYTES = 1 << 20
@@ -117,7 +123,7 @@ def read(directory: str) -> Replay:
 class InflightJournal:
     """The open journal of this run (see the module docstring for the format and invariant)."""
 
-    __slots__ = ("path", "_fd", "_size", "_session", "_boot", "_writer", "_write_failed")
+    __slots__ = ("path", "_fd", "_size", "_session", "_boot", "_writer", "_write_failed", "_tail")
 
     def __init__(self, directory: str, session: int, ip_end: dict[str, float] | None = None):
         """Start this run's journal; ``ip_end``: IP gaps begun in the last run, still running."""
@@ -128,6 +134,7 @@ class InflightJournal:
         self._size = 0
         self._writer: WriteThread | None = None
         self._write_failed: OSError | None = None
+        self._tail: list[str] | None = None     # the lines written since mark(), while one is pending
         self.rewrite([], ip_end or {})
 
     def attach_writer(self, writer: WriteThread | None) -> None:
@@ -159,7 +166,22 @@ class InflightJournal:
         except OSError as e:
             self._write_failed = e
 
+    def mark(self) -> None:
+        """A commit was made that lands later: keep a copy of the lines written from now on, for the
+        rewrite once it landed (``take_tail``)."""
+        self._tail = []
+
+    @property
+    def marked(self) -> bool:
+        return self._tail is not None
+
+    def take_tail(self) -> list[str]:
+        tail, self._tail = self._tail or [], None
+        return tail
+
     def _write(self, text: str) -> None:
+        if self._tail is not None:
+            self._tail.append(text)
         data = text.encode("utf-8", "surrogateescape")
         self._size += os.write(self._fd, data)
 
@@ -176,21 +198,28 @@ class InflightJournal:
         if self._write_failed is not None:
             err, self._write_failed = self._write_failed, None
             raise err
-        data = f"E {lease_id} {end!r} {due!r}{tail}\n".encode("utf-8", "surrogateescape")
+        line = f"E {lease_id} {end!r} {due!r}{tail}\n"
+        if self._tail is not None:
+            self._tail.append(line)
+        data = line.encode("utf-8", "surrogateescape")
         self._size += len(data)
         self._writer.submit(self._on_thread, (self._fd, data))
 
     def needs_rotation(self) -> bool:
         return self._size >= ROTATE_BYTES
 
-    def rewrite(self, leases: list[tuple[int, float, str, str]], ip_end: dict[str, float]) -> None:
+    def rewrite(self, leases: list[tuple[int, float, str, str]], ip_end: dict[str, float],
+                tail: list[str] = ()) -> None:
         """Start the file afresh with the leases still out and the IP gaps still running.
 
-        Call only right after a commit (the dues of ended requests are then in the host records).
+        Call only right after a commit landed (the dues of ended requests are then in the host
+        records), with the leases and gaps as of that commit and the lines written since
+        (``tail``; see the module docstring).
         """
         text = f"H {self._boot} {self._session}\n"
         text += "".join(f"S {lid} {t!r} {ip or ''} {hk}\n" for lid, t, ip, hk in leases)
         text += "".join(f"I {ip} {end!r}\n" for ip, end in ip_end.items())
+        text += "".join(tail)
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
@@ -203,7 +232,10 @@ class InflightJournal:
             if self._writer is None:
                 os.close(self._fd)
             else:
-                self._writer.submit(self._on_thread, (self._fd, None))    # after its pending lines
+                try:
+                    self._writer.submit(self._on_thread, (self._fd, None))    # after its pending lines
+                except WriterError:         # it stopped (closed: its lines are written; failed: lost)
+                    os.close(self._fd)
         self._fd, self._size = fd, len(text)
 
     def close(self) -> None:

@@ -320,7 +320,7 @@ class FrontierOps:
                 masks[k[:4]] = masks.get(k[:4], 0) | 1 << k[4]
                 entries += 1
             assert entries == s["queued"], f"{entries} queue entries, {s['queued']} counted"
-            assert st.count(st.leases) <= s["leased_urls"]
+            assert st.count(st.leases, exact=True) <= s["leased_urls"]
             for hk, s_ in H.slot_of.items():
                 p = hprefix(H.hid[s_])
                 assert masks.get(p, 0) == H.mask[s_], f"host {hk}: levels {masks.get(p, 0):b} != {H.mask[s_]:b}"
@@ -334,7 +334,7 @@ class FrontierOps:
                 p = hprefix(rec.hid)
                 assert masks.get(p, 0) == rec.mask, f"inactive host {hk}: levels {rec.mask:b}"
                 assert rec.mask == 0 or rec.flags & hs.FLAG_WAITING, f"inactive host {hk} has work, not waiting"
-            assert waiting == self._c["waiting"] == st.count(st.waiting), "waiting table out of step"
+            assert waiting == self._c["waiting"] == st.count(st.waiting, exact=True), "waiting table out of step"
 
     def queued(self) -> int:
         return self._c["queued"]

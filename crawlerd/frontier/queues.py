@@ -29,6 +29,13 @@ transaction but cannot corrupt the file). With ``sync=False`` a commit reaches
 only the page cache: it survives ``kill -9`` but an OS crash may lose or
 corrupt recent transactions; ``commit()`` then forces a flush. What the commits leave
 out for politeness (requests in flight, ends since the last commit) is in ``journal.py``.
+
+With a writer attached (``attach_writer``: the shard's ``WriteThread``, during the crawl) no
+write transaction runs on the loop: ``txn()`` is an :class:`~crawlerd.store.overlay.Overlay`
+(the loop reads its own writes, the queues through an overlay cursor, from RAM until they
+land) and ``commit(then)`` hands the changes over; a commit survives ``kill -9`` once its
+``then`` ran on the loop (``when_written``). Without one (offline, the CLI, tests) the
+transaction is LMDB's, on the caller's thread, as above.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import struct
 import lmdb
 
 from crawlerd.store.lmdb_reserve import WriteBudget
+from crawlerd.store.overlay import Overlay
+from crawlerd.store.writer import WriteThread
 
 _U64 = struct.Struct(">Q")
 _COUNTERS = ("seq", "lease_seq", "hid_next", "session", "wseq", "added", "queued", "completed", "dead",
@@ -77,7 +86,13 @@ class FrontierStore:
         self.meta = self.env.open_db(b"meta")
         self.budget.dbs = (self.queues, self.hosts, self.leases, self.waiting)
         self._txn: lmdb.Transaction | None = None
-        self._qcur: lmdb.Cursor | None = None
+        self._qcur = None
+        # with a writer attached: the loop's transaction, whether it is open (written to, or asked
+        # for by txn(), since the last commit) and the landing the cached queues cursor reads after
+        self._overlay: Overlay | None = None
+        self._ov_open = False
+        self._qcur_at = -1
+        self.lost = False           # a commit handed over was not written: what is on disk is the last that was
         # the ``leases`` table's changes since the last commit, applied at the commit (one sorted
         # putmulti; a lease that ends before the commit costs no write at all): lease id -> value
         # put, and the ids of leases of the last commit that ended (deleted)
@@ -85,19 +100,61 @@ class FrontierStore:
         self._lease_dels: list[int] = []
 
     # -- transactions ------------------------------------------------------
-    def txn(self) -> lmdb.Transaction:
+    def txn(self) -> lmdb.Transaction | Overlay:
+        ov = self._overlay
+        if ov is not None:
+            self._ov_open = True
+            return ov
         if self._txn is None:
             self._txn = self.env.begin(write=True)
         return self._txn
 
-    def qcursor(self) -> lmdb.Cursor:
+    def qcursor(self):
+        """The ``queues`` cursor of the open transaction (with a writer: an overlay cursor, renewed
+        once a commit landed, as its read transaction is)."""
+        ov = self._overlay
+        if ov is not None:
+            self._ov_open = True
+            if self._qcur is None or self._qcur_at != ov.landed:
+                self._qcur = ov.cursor(self.queues)
+                self._qcur_at = ov.landed
+            return self._qcur
         if self._qcur is None:
             self._qcur = self.txn().cursor(db=self.queues)
         return self._qcur
 
     @property
     def open(self) -> bool:
-        return self._txn is not None
+        return self._txn is not None or self._ov_open
+
+    @property
+    def overlay(self) -> Overlay | None:
+        return self._overlay
+
+    def attach_writer(self, writer: WriteThread | None) -> None:
+        """Write on ``writer`` from now on (the open transaction commits here first); None: detach,
+        once every commit handed over landed, back to transactions of this thread (else
+        ``WriterError``, and ``lost``: nothing more is committed, the file keeps what landed)."""
+        if writer is not None:
+            self.commit()
+            self._overlay = Overlay(self.env, writer, self.budget)
+            self._overlay.land_first()      # lands no later than what a source forgets after it
+            self._qcur, self._qcur_at = None, -1
+        elif self._overlay is not None:
+            ov, self._overlay = self._overlay, None
+            self._qcur, self._ov_open = None, False
+            try:
+                ov.close()
+            except BaseException:
+                self.lost = True
+                raise
+
+    def when_written(self, then) -> None:
+        """Run ``then`` on the loop once every commit made so far is written (now, without a writer)."""
+        if self._overlay is not None:
+            self._overlay.barrier(then)
+        else:
+            then()
 
     def put_lease(self, lid: int, value: bytes) -> None:
         """A lease out: in the ``leases`` table from the next commit on (with it, atomically)."""
@@ -111,30 +168,55 @@ class FrontierStore:
             self._lease_dels.append(lid)
 
     def _write_leases(self) -> None:
-        txn = self._txn
+        txn = self.txn()
+        pack = _U64.pack
+        if self._overlay is not None:
+            if self._lease_dels:
+                txn.put_many([(pack(lid), None) for lid in self._lease_dels], db=self.leases)
+                self._lease_dels = []
+            if self._lease_puts:
+                puts = self._lease_puts
+                txn.put_many([(pack(lid), puts[lid]) for lid in sorted(puts)], db=self.leases)
+                self._lease_puts = {}
+            return
         for lid in self._lease_dels:
-            txn.delete(_U64.pack(lid), db=self.leases)
+            txn.delete(pack(lid), db=self.leases)
         self._lease_dels = []
         if self._lease_puts:
             puts = self._lease_puts
-            txn.cursor(db=self.leases).putmulti([(_U64.pack(lid), puts[lid]) for lid in sorted(puts)])
+            txn.cursor(db=self.leases).putmulti([(pack(lid), puts[lid]) for lid in sorted(puts)])
             self._lease_puts = {}
 
-    def commit(self) -> None:
+    def commit(self, then=None, *, sync: bool = False) -> bool:
+        """Commit the open transaction. With a writer: hand it over (``sync``: fdatasync'd there
+        too) and return True; ``then`` runs on the loop once it is written. Without one: commit
+        here and return False (``then`` is the caller's to run; ``sync`` likewise)."""
+        ov = self._overlay
+        if ov is not None:
+            if self._ov_open:
+                self._write_leases()
+                self._ov_open = False
+            ov.commit(then, sync=sync)
+            self.budget.committed()
+            return True
         if self._txn is not None:
             self._write_leases()
             self._qcur = None
             txn, self._txn = self._txn, None
             txn.commit()
             self.budget.committed()
+        return False
 
     def flush(self) -> None:
         self.env.sync(True)
 
     def close(self) -> None:
         self._lease_puts, self._lease_dels = {}, []      # uncommitted: lost with the transaction
+        if self._overlay is not None:                   # detach first to keep what it holds
+            self._overlay = None
+            self.lost = True
+        self._qcur, self._ov_open = None, False
         if self._txn is not None:
-            self._qcur = None
             self._txn.abort()
             self._txn = None
         self.env.close()
@@ -251,17 +333,30 @@ class FrontierStore:
             after = chunk[-1][0]
 
     def usage(self) -> dict[str, int]:
-        """Bytes in use per table (pages x page size) and entries; the map file's size."""
-        txn = self.txn()
+        """Bytes in use per table (pages x page size) and entries; the map file's size (with a
+        writer: as of the last commit that landed)."""
         out = {"file_bytes": os.path.getsize(os.path.join(self.path, "data.mdb"))}
+        ov = self._overlay
+        txn = ov.base() if ov is not None else self.txn()
         for name in ("queues", "hosts", "leases", "waiting", "dead", "events", "meta"):
             st = txn.stat(getattr(self, name))
             out[f"{name}_entries"] = st["entries"]
             out[f"{name}_bytes"] = st["psize"] * (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"])
         return out
 
-    def count(self, db) -> int:
+    def count(self, db, *, exact: bool = False) -> int:
+        """Entries of a table. With a writer: as of the last commit that landed, unless ``exact``
+        (then each key written and not landed is looked up: for checks, not for statistics)."""
         if db is self.leases:
-            self.txn()
             self._write_leases()
-        return self.txn().stat(db)["entries"]
+        ov = self._overlay
+        if ov is None:
+            return self.txn().stat(db)["entries"]
+        if ov.cleared(db):
+            return sum(1 for v, _ in ov.view(db).values() if v is not None)
+        base = ov.base()
+        n = base.stat(db)["entries"]
+        if exact:
+            for k, (v, _) in ov.view(db).items():
+                n += (v is not None) - (base.get(k, db=db) is not None)
+        return n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -27,6 +28,7 @@ from crawlerd.frontier.restart import Restart
 from crawlerd.frontier.schedule import HostSchedule
 from crawlerd.frontier.working import WorkingSet
 from crawlerd.outcome import Outcome
+from crawlerd.store.writer import WriterError
 
 GiB = 1 << 30
 
@@ -53,7 +55,9 @@ class Frontier:
     Accounting invariant: ``added == queued + leased URLs + completed +
     dead_letter + dropped`` (``check_invariants`` verifies both).
 
-    Single-threaded: call it from one thread (LMDB write transactions are bound to it).
+    Single-threaded: call it from one thread (LMDB write transactions are bound to it). With a
+    writer attached (``attach_writer``, the shard during a crawl) its commits land on the writer
+    thread and it reads its own writes through an overlay until they do (``queues.py``).
     """
 
     def __init__(self, path: str, *, clock=time.monotonic, wall=time.time, rng: random.Random | None = None,
@@ -124,6 +128,7 @@ class Frontier:
         self._blocked_slots: set[int] = set()
         self._ops = 0
         self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
+        self.landed = 0                  # of those handed to a writer, landed (their ``then`` ran)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._seen_mark = self._store.load_mark(b"seen")
         self._blocklist = Blocklist(patterns)
@@ -484,7 +489,9 @@ class Frontier:
         return self._book.backed_off(now, n)
 
     # == durability ========================================================================
-    def _commit(self) -> None:
+    def _commit(self, then: Callable[[], None] | None = None, sync: bool = False) -> None:
+        """Commit what is open (host records of dirty hosts, counters, clock). With a writer the
+        commit is handed over and ``then`` runs once it landed; without one, ``then`` runs here."""
         st, H, ips = self._store, self._hosts, self._ips
         if self._dirty:
             txn, hdb, now = st.txn(), st.hosts, self._clock()
@@ -501,15 +508,40 @@ class Frontier:
         if st.open:
             st.save_meta(self._c, self._dropped)
             st.save_clock(self._clock() + self._off)
-            st.commit()
+            jr = self._journal
+            rotate = None
+            if st.overlay is not None and jr is not None and not jr.marked and jr.needs_rotation():
+                # the journal is rewritten once this commit landed: with the leases and IP gaps of
+                # now, and the lines written meanwhile (journal.py)
+                rotate = self._journal_state()
+                jr.mark()
+            if st.commit(self._landed if rotate is None and then is None else
+                         functools.partial(self._landed, rotate, then), sync=sync):
+                self.commits += 1
+                self._ops = 0
+                self._last_commit = self._clock()
+                return
             self.commits += 1
-            if self._journal is not None and self._journal.needs_rotation():
+            if jr is not None and jr.needs_rotation():
                 self._rewrite_journal()
+        elif st.overlay is not None and (then is not None or sync):
+            st.commit(then, sync=sync)      # nothing new: runs once what was committed before landed
+            then = None
         self._ops = 0
         self._last_commit = self._clock()
+        if then is not None:
+            then()
 
-    def _rewrite_journal(self) -> None:
-        """The journal afresh (right after a commit): leases still out, IP gaps still running."""
+    def _landed(self, rotate: tuple | None = None, then: Callable[[], None] | None = None) -> None:
+        """A commit handed to the writer landed (on the loop): the journal's pending rotation, ``then``."""
+        self.landed += 1
+        if rotate is not None and self._journal is not None:
+            self._journal.rewrite(*rotate, tail=self._journal.take_tail())
+        if then is not None:
+            then()
+
+    def _journal_state(self) -> tuple[list, dict]:
+        """The leases still out and the IP gaps still running: the journal's content after a commit."""
         off, timeout = self._off, self._lease_timeout_s
         out = [(lid, o.lease.deadline - timeout + off, o.lease.ip, o.lease.host_key) for lid, o in self._leases.items()]
         ips, now = self._ips, self._clock()
@@ -517,22 +549,42 @@ class Frontier:
         if ips.delay_s > 0:
             ip_end = {name: wall_of(ips.due[i] - ips.delay_s, off) for i, name in enumerate(ips.names)
                       if name is not None and ips.due[i] > now}
-        self._journal.rewrite(out, ip_end)
+        return out, ip_end
 
-    def commit(self, *, flush: bool = True) -> None:
+    def _rewrite_journal(self) -> None:
+        """The journal afresh (right after a commit): leases still out, IP gaps still running."""
+        self._journal.rewrite(*self._journal_state())
+
+    def commit(self, *, flush: bool = True, then: Callable[[], None] | None = None) -> None:
         """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
-        only (``kill -9``-safe); ``flush()`` then makes it power-safe, from any thread."""
-        self._store.txn()
-        self._commit()
+        only (``kill -9``-safe); ``flush()`` then makes it power-safe, from any thread. With a
+        writer attached both happen there, and ``then`` runs on the loop once they did (without
+        one: before this returns)."""
         st = self._store
+        if st.lost:
+            raise WriterError("the frontier's writer failed: nothing more is committed")
+        st.txn()
+        if st.overlay is not None:
+            self._commit(then, sync=flush and not st.sync)
+            return
+        self._commit()
         if flush and not st.sync:
             st.flush()
+        if then is not None:
+            then()
+
+    def when_written(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once every commit made so far landed (now, without a writer)."""
+        self._store.when_written(then)
 
     def attach_writer(self, writer) -> None:
-        """Write the in-flight journal's end lines on ``writer`` (a ``store.writer.WriteThread``;
-        None: on the loop again, once it is closed). See ``journal.py``."""
+        """Commit on ``writer`` (a ``store.writer.WriteThread``) from now on: the store's write
+        transactions and the in-flight journal's end lines (``queues.py``, ``journal.py``). None:
+        back on this thread, once the writer is closed and every commit handed over landed (else
+        ``WriterError``: the store keeps what landed, as after a ``kill -9``, and commits nothing more)."""
         if self._journal is not None:
             self._journal.attach_writer(writer)
+        self._store.attach_writer(writer)
 
     def flush(self) -> None:
         """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
@@ -542,7 +594,19 @@ class Frontier:
         """Commit and close. Leases still out go back to their queues on the next open.
 
         Every active host's due is recorded, so the next run resumes each host at its own time.
+        A writer still attached is detached first (its commits must have landed); after a writer
+        failed nothing is committed: the store keeps what landed, as after a ``kill -9``.
         """
+        st = self._store
+        if st.overlay is not None:
+            try:
+                self.attach_writer(None)
+            except WriterError:
+                pass
+        if st.lost:
+            st.close()
+            self._journal.close()
+            return
         self._c["clean"] = 1
         self._dirty.update(s for s, k in enumerate(self._hosts.keys) if k is not None)
         self._store.txn()

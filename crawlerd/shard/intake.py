@@ -401,7 +401,8 @@ class Intake:
         """One slice of a readmission: take up to ``READMIT_SLICE`` of the ``left`` records BEAST
         lets pass, queue them (the frontier commits), then commit the budgets, all in this callback:
         a budget commit another caller makes (a delivery, edge answers) never holds a pass whose
-        URLs the frontier has not committed, so a crash readmits a slice twice, never loses one.
+        URLs the frontier has not committed, so a crash readmits a slice twice, never loses one
+        (on the writer thread too: it writes the frontier's layers first in each group).
         The rest follows in the next loop iteration."""
         b = self.budgets
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)

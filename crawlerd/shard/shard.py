@@ -330,9 +330,9 @@ class Shard:
                                   on_error=lambda e: self.storage.fatal(e, "writer thread"))
         self.robots.attach_writer(self.writer)
         self.digests.attach_writer(self.writer)
-        self.frontier.attach_writer(self.writer)       # the in-flight journal's end lines
-        # recrawl and budget state: their LMDB write transactions too (the loop reads them through
-        # a RAM overlay until each commit lands)
+        # the frontier, recrawl and budget state: their LMDB write transactions too (the loop reads
+        # them through a RAM overlay until each commit lands), and the in-flight journal's end lines
+        self.frontier.attach_writer(self.writer)
         self.recrawl.attach_writer(self.writer)
         if self.budgets is not None:
             self.budgets.attach_writer(self.writer)
@@ -366,10 +366,27 @@ class Shard:
             await self._shutdown()
 
     def _when_durable(self, then) -> None:
-        """Run ``then`` on the loop once the frontier and budget state committed so far are on disk."""
-        if self.budgets is not None:
-            self.syncer.request(self.budgets.sync)
-        self.syncer.request(self.frontier.flush, then)
+        """Run ``then`` on the loop once the frontier and budget state committed so far are on disk:
+        once the frontier's commits landed (written on the writer thread; the budget commits they
+        follow landed before them), after the sync thread's next sync."""
+        def synced() -> None:
+            if self.budgets is not None:
+                self._sync(self.budgets.sync)
+            self._sync(self.frontier.flush, then)
+        try:
+            self.frontier.when_written(synced)
+        except WriterError:         # the writer failed: nothing more is acknowledged
+            return
+
+    def _sync(self, flush, then=None) -> None:
+        """``flush`` on the sync thread, then ``then`` on the loop; once that thread stopped (a commit
+        that landed during the shutdown), both here."""
+        try:
+            self.syncer.request(flush, then)
+        except RuntimeError:
+            flush()
+            if then is not None:
+                then()
 
     def _archive(self, res: FetchResult) -> None:
         """A robots.txt or sitemap answer: archived by a worker in the background (no dedup, no links)."""
@@ -423,9 +440,9 @@ class Shard:
             self.recrawl.commit(flush=False, then=None if syncer is None else
                                 (lambda: syncer.request(self.recrawl.flush)))
             self.frontier.expire_leases(now)
-            self.frontier.commit(flush=False)
-            if syncer is not None:
-                syncer.request(self.frontier.flush)
+            # written on the writer thread too; synced once it is
+            self.frontier.commit(flush=False, then=None if syncer is None else
+                                 functools.partial(self._sync, self.frontier.flush))
             if self.dust is not None:
                 self.dust.commit_sliced()       # over the next loop iterations
             self.events.flush()
@@ -526,8 +543,8 @@ class Shard:
             self.writer.close()
             self.robots.attach_writer(None)
             self.digests.attach_writer(None)
-            self.frontier.attach_writer(None)
             await asyncio.sleep(0)      # its last callbacks (overlays emptied)
+            self._safely("frontier", functools.partial(self.frontier.attach_writer, None))
             self._safely("recrawl", functools.partial(self.recrawl.attach_writer, None))
             if self.dust is not None:
                 self._safely("dust", functools.partial(self.dust.attach_writer, None))

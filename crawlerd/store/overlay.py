@@ -278,6 +278,10 @@ class Overlay:
             ops.append((db, dels, puts))
         self.writer.submit(self._write, (ops, sync), functools.partial(self._landed, lid, then))
 
+    def land_first(self) -> None:
+        """In each writer group, write this overlay's layers before other stores' (``WriteThread.first``)."""
+        self.writer.first(self._write)
+
     def barrier(self, then: Callable[[], None]) -> None:
         """Run ``then`` on the loop once every commit made so far landed (now, if all did)."""
         if self._landing:

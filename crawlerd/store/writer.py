@@ -7,7 +7,10 @@ stall (hundreds of ms). So the loop only *hands over*: ``submit(sink, item, then
 list and returns (the thread is woken at most once per ``GROUP_DELAY_S`` by the loop, not per
 item: a thread wake-up and a commit cost more CPU than most items); this thread takes everything pending, calls each sink once with its items in
 submit order (``sink(items)``: one LMDB transaction begun and committed here, one ``writev``),
-and then runs the ``then`` callbacks on the loop. Items handed over while a group is written go
+and then runs the ``then`` callbacks on the loop. A group's sinks run in the order their first
+items came, except those named ``first(sink)``, which run before the others: the frontier's store,
+whose commits must land no later than those of a store (budgets, recrawl, DUST) that forgets a
+URL the frontier committed in the same loop callback. Items handed over while a group is written go
 in the next group, so a write waits at most ``GROUP_DELAY_S`` plus about two group writes, and
 the loop never waits.
 
@@ -62,6 +65,7 @@ class WriteThread:
         self._held = False
         self._loop_thread = threading.get_ident()   # made on the loop's thread
         self._kick_due = False
+        self._first: list[Sink] = []
         self._error: BaseException | None = None
         self.groups = 0
         self.items = 0
@@ -86,6 +90,10 @@ class WriteThread:
             self._kick_due = True
         # from the loop: one wake-up per group_delay_s at most, however many items it handed over
         self._loop.call_later(self._delay, self._kick)
+
+    def first(self, sink: Sink) -> None:
+        """Run ``sink`` before every other sink of a group (a store whose commits the others' follow)."""
+        self._first.append(sink)
 
     def _kick(self) -> None:
         with self._cv:
@@ -124,13 +132,15 @@ class WriteThread:
                     return
                 batch, self._pending = self._pending, []
             t0 = time.monotonic()
-            groups: dict[Sink, list[Any]] = {}        # by equality: a bound method is a new object per access
+            # by equality: a bound method is a new object per access
+            groups: dict[Sink, list[Any]] = {sink: [] for sink in self._first}
             for sink, item, _ in batch:
                 if sink is not None:
                     groups.setdefault(sink, []).append(item)
             try:
                 for sink, items in groups.items():
-                    sink(items)
+                    if items:
+                        sink(items)
             except BaseException as e:          # a failing disk: stop here, acknowledge nothing more
                 log.exception("background write failed")
                 with self._cv:

@@ -63,6 +63,36 @@ def test_groups_keep_order_and_then_runs_after_its_write():
     run(go())
 
 
+def test_a_sink_named_first_writes_before_the_others_of_its_group():
+    """The frontier's store is named ``first``: in a group its commit lands before a store's (budgets)
+    handed over earlier, so a URL the frontier committed and that store then forgot is never gone
+    from both after a crash between the two transactions."""
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer")
+        calls = []
+
+        def other(items):
+            calls.append(("other", items))
+
+        def frontier(items):
+            calls.append(("frontier", items))
+
+        w.first(frontier)
+        w.hold()
+        w.submit(other, 1)
+        w.submit(frontier, 2)
+        w.submit(other, 3)
+        w.release()
+        await written(w)
+        assert calls == [("frontier", [2]), ("other", [1, 3])]
+        calls.clear()
+        w.submit(other, 4)              # a group without it: the others as before
+        await written(w)
+        assert calls == [("other", [4])]
+        w.close()
+    run(go())
+
+
 def test_a_failed_write_stops_the_writer_and_acknowledges_nothing_after_it():
     async def go():
         errors, acked = [], []
