@@ -100,13 +100,19 @@ class Operations:
             self.frontier.block(pat)
         for pat in sorted((before - wanted) & current):
             self.frontier.unblock(pat)
-        self.frontier.commit()
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(sorted(wanted), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+        def remember() -> None:
+            # once the frontier's commit is on disk (on the writer thread during a crawl): a file
+            # written first would, after a kill -9 before that commit, forget an entry the frontier
+            # still blocks, which no later reload would then unblock
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(sorted(wanted), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+
+        self.frontier.commit(then=remember)
 
     def drain_frontier_drops(self) -> None:
         """URLs the frontier dropped (blocked host, dead letter, ...): counted and logged, one event each."""
