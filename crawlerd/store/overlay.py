@@ -52,8 +52,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from crawlerd.bytecache import ByteLRU
-from crawlerd.store.overlay_cursor import OverlayCursor
 from crawlerd.store.lmdb_reserve import WriteBudget, pages_changed
+from crawlerd.store.overlay_cursor import OverlayCursor
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
@@ -62,7 +62,7 @@ _PRUNE_SLACK = 4096     # a stale sorted list is pruned at a landing once more k
 _BYTES_BASE = 33        # sys.getsizeof(b""): a cached key or value costs this + its length
 # a write held until it lands, beside its key and value: its slot in the layer's dict and the view's
 # (value, layer) tuple and slot (tests/store/test_overlay.py checks the estimate against tracemalloc)
-_SLOT_BYTES = 150
+_SLOT_BYTES = 200
 _PEAK_WINDOW_S = 2.0    # ``memory``'s recent peak: the highest over the last 2-4 s
 _MISS = object()
 

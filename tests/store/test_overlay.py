@@ -239,7 +239,7 @@ def test_the_unlanded_estimate_is_near_what_a_held_writer_keeps_alive(tmp_path):
                     ov.put(key, n.to_bytes(8, "big") + b"1 2 3 http://h%d.d%05d.example/p/%d" % (n % 7, n % 3000, n),
                            db=db)
                     if i % 10 == 0:
-                        ov.delete(key[:-16] + (n - 500).to_bytes(16, "big"), db=db)
+                        ov.delete(key[:-16] + (n + 500).to_bytes(16, "big"), db=db)
                 ov.commit()
             traced = tracemalloc.get_traced_memory()[0] - base
         finally:
@@ -255,5 +255,6 @@ def test_the_unlanded_estimate_is_near_what_a_held_writer_keeps_alive(tmp_path):
 
     est, traced, after = asyncio.run(go())
     env.close()
+    print("estimate", est, "traced", traced, round(est / traced, 2))
     assert traced / 1.5 <= est <= traced * 1.5, (est, traced)
     assert after == 0

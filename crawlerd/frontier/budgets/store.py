@@ -128,9 +128,9 @@ class BudgetStore:
     included) follows the writer's backlog; ``unlanded_bytes`` (0: no bound) bounds it. The loop's
     steps that write here (an intake slice, a readmission slice, an edge slice) each ask ``crowded()``
     first and, when it says so, wait for a landing (``when_room``): backpressure, nothing dropped.
-    ``crowded`` keeps room for the most one step added so far (``headroom``) and for the records the
-    write-back hooks hold for the next commit, so the bytes stay within the bound unless a step adds
-    more than any before it, or more than half the bound.
+    ``crowded`` counts the records the write-back hooks hold for the next commit with them and says
+    so past half the bound: a step adds less than half (a slice of 512 answers: a few hundred KiB;
+    ``largest_step`` in stats), so the bytes stay within the bound.
     """
 
     def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0,
@@ -142,8 +142,9 @@ class BudgetStore:
         self.unlanded_bytes = unlanded_bytes
         self._waiters: list[Callable[[], None]] = []   # steps waiting for a landing (when_room)
         self._gate_open = True                          # False once closing: no step waits any more
-        self.headroom = 0           # the most bytes one step added (between two ``crowded`` calls)
+        self.largest_step = 0       # the most bytes one step added (between two ``crowded`` calls)
         self._added_mark = 0
+        self._hook_write_bytes = 320    # a hook's write, estimated (measured at each commit's flush)
         self.room_waits = 0         # steps that waited
         self.room_wait_s = 0.0      # time some step waited, in all
         self._waited_since = 0.0
@@ -206,28 +207,28 @@ class BudgetStore:
     # -- the bound on unlanded writes -----------------------------------------------------------
     def crowded(self) -> bool:
         """Whether a step that writes here must wait for a landing (``when_room``) before it runs:
-        the unlanded bytes plus ``headroom`` would pass ``unlanded_bytes``. Call it once per step:
-        what was added since the last call is one step's writes."""
+        the unlanded bytes (with the hooks' records) pass half of ``unlanded_bytes``. Called once
+        per step: what was added since the last call is one step's writes (``largest_step``)."""
         ov, cap = self._overlay, self.unlanded_bytes
         if ov is None or not cap or not self._gate_open:
             return False
-        added = ov.added_bytes
+        waiting = self._hooked_bytes()
+        added = ov.added_bytes + waiting        # a flush moves the hooks' records into the overlay
         step, self._added_mark = added - self._added_mark, added
-        if step > self.headroom:
-            self.headroom = min(step, cap // 2)
-        return self._over()
+        if step > self.largest_step:
+            self.largest_step = step
+        return self._over(waiting)
 
-    def _over(self) -> bool:
-        """The unlanded bytes, the records the hooks will write at the next commit (at the mean bytes
-        of a write so far) and ``headroom`` together pass the bound (nothing unlanded: never)."""
-        ov = self._overlay
-        held = ov.unlanded_bytes
-        if held <= 0:
-            return False
-        waiting = sum(fn() for fn in self._pending)
-        if waiting:
-            held += waiting * ov.added_bytes // max(1, ov.added_writes)
-        return held + self.headroom > self.unlanded_bytes
+    def _hooked_bytes(self) -> int:
+        """Estimated bytes the write-back hooks will write at the next commit (their records, at the
+        mean bytes of a write their last flushes made)."""
+        return sum(fn() for fn in self._pending) * self._hook_write_bytes
+
+    def _over(self, waiting: int) -> bool:
+        """The unlanded bytes and what the hooks will write at the next commit (``waiting``) pass
+        half the bound (nothing unlanded or waiting: never)."""
+        held = self._overlay.unlanded_bytes + waiting
+        return held > 0 and 2 * held > self.unlanded_bytes
 
     def when_room(self, step: Callable[[], None]) -> None:
         """Run ``step`` on the loop at the first landing that leaves room (after ``crowded`` said
@@ -242,7 +243,7 @@ class BudgetStore:
     def _on_landed(self) -> None:
         if not self._waiters or not self._gate_open:
             return
-        if self._over():
+        if self._over(self._hooked_bytes()):
             if not self._overlay.pending:
                 self.commit()
             return
@@ -262,7 +263,8 @@ class BudgetStore:
         ov = self._overlay
         out = ov.memory() if ov is not None else {"bytes": 0, "peak_bytes": 0, "high_water_bytes": 0,
                                                   "entries": 0, "layers": 0}
-        return out | {"cap_bytes": self.unlanded_bytes, "headroom_bytes": self.headroom,
+        return out | {"cap_bytes": self.unlanded_bytes, "largest_step_bytes": self.largest_step,
+                      "hooked_bytes": self._hooked_bytes(),
                       "waits": self.room_waits, "wait_s": round(self.room_wait_s, 3)}
 
     def add_hook(self, fn: Callable[[], None], pending: Callable[[], int] | None = None) -> None:
@@ -303,10 +305,15 @@ class BudgetStore:
         self.save_slow = self._closing or now - self._slow_saved_at >= 10.0
         if self.save_slow:
             self._slow_saved_at = now
+        ov = self._overlay
+        if ov is not None:
+            b0, w0 = ov.added_bytes, ov.added_writes
         for fn in self._hooks:
             fn()
         self.commits += 1
-        if self._overlay is not None:
+        if ov is not None:
+            if ov.added_writes > w0 + 100:      # the hooks' mean write, for ``crowded``
+                self._hook_write_bytes = (ov.added_bytes - b0) // (ov.added_writes - w0)
             self._overlay.commit(then)
             self.budget.committed()
             return
