@@ -68,3 +68,61 @@ def test_a_held_writer_holds_the_intake_at_the_bound_and_every_url_arrives_once_
         assert held["deferred"] == n - 2 * DOMAINS and most > CAP       # judged whole: past the bound
     # nothing lost, nothing twice
     assert queued == 2 * DOMAINS and waiting == deferred == n - 2 * DOMAINS
+
+
+@pytest.mark.parametrize("cap", [256 << 10, 0], ids=["bounded", "no-bound"])
+def test_a_readmission_waits_at_the_bound_under_a_held_writer_and_passes_every_url_once_released(tmp_path, cap):
+    n = 4 * DOMAINS
+    batch = n
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        p = Parts(str(tmp_path), f"budgets.readmit_batch={batch}")
+        b = _budgets(str(tmp_path / "budgets"), cap)
+        w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
+        b.attach_writer(w)
+        p.intake.budgets = b
+        p.seen.start(loop, p.intake.on_seen_results)
+        try:
+            p.intake.submit_urls([f"http://h{i % DOMAINS}.test/p{i}" for i in range(n)], depth=1)
+            await p.seen.flush()                # judged and landed: 2 per domain queued, the rest wait
+            before = (p.frontier.queued(), b.beast.waiting)
+            most, running = [0], [True]
+
+            def tick():
+                most[0] = max(most[0], b.store.overlay.unlanded_bytes)
+                if running[0]:
+                    loop.call_soon(tick)
+            tick()
+            counters = p.metrics.counters
+            w.hold()
+            p.intake.free_slots = lambda: 100       # the fetcher would idle: the reader moves on
+            now = p.clock() + 10.0
+            p.intake.step_budgets(now)
+            for _ in range(400):                # until the readmission is done, or waits for a landing
+                await asyncio.sleep(0)
+                if b.unlanded_memory()["waits"] or not p.intake._readmitting:
+                    break
+            for _ in range(50):
+                await asyncio.sleep(0)
+            held = dict(b.unlanded_memory(), readmitted=counters["budget_readmitted"])
+            w.release()
+            for _ in range(2000):               # the waiting slices run at the landings
+                await asyncio.sleep(0.002)
+                if not p.intake._readmitting:
+                    break
+            running[0] = False
+            return before, held, most[0], p.frontier.queued(), b.beast.waiting, counters["budget_readmitted"]
+        finally:
+            await p.close()
+            await b.close()
+            w.close()
+
+    before, held, most, queued, waiting, readmitted = run(go())
+    assert before == (2 * DOMAINS, n - 2 * DOMAINS)
+    if cap:
+        assert held["waits"] > 0 and held["readmitted"] < n - 2 * DOMAINS       # the reader stopped
+        assert most <= cap, (most, held)
+    else:
+        assert most > 256 << 10, most
+    assert queued + waiting == n and readmitted == queued - 2 * DOMAINS     # each URL queued or waiting, once
