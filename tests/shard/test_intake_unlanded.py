@@ -126,3 +126,52 @@ def test_a_readmission_waits_at_the_bound_under_a_held_writer_and_passes_every_u
     else:
         assert most > 256 << 10, most
     assert queued + waiting == n and readmitted == queued - 2 * DOMAINS     # each URL queued or waiting, once
+
+
+@pytest.mark.parametrize("cap", [128 << 10, 0], ids=["bounded", "no-bound"])
+def test_an_edge_delivery_waits_at_the_bound_under_a_held_writer_and_counts_every_edge_once(tmp_path, cap):
+    targets = 3000
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 26,
+                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, mode="all",
+                    unlanded_bytes=cap)
+        w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
+        b.attach_writer(w)
+        b.start(loop)
+        most, running = [0], [True]
+
+        def tick():
+            most[0] = max(most[0], b.store.overlay.unlanded_bytes)
+            if running[0]:
+                loop.call_soon(tick)
+        tick()
+        try:
+            b.record_pages_links([(f"http://s{i % 3}.org", {f"http://t{i}.com"}) for i in range(targets)])
+            w.hold()
+            flushed = asyncio.ensure_future(b.edges.flush())
+            for _ in range(2000):           # until applied, or waiting for a landing
+                await asyncio.sleep(0.005)
+                if b.unlanded_memory()["waits"] or b.store.overlay.pending:
+                    break
+            for _ in range(50):
+                await asyncio.sleep(0)
+            held = dict(b.unlanded_memory(), flushed=flushed.done())
+            w.release()
+            await flushed
+            running[0] = False
+            return held, most[0], [b.graph.indegree(f"t{i}.com") for i in range(targets)]
+        finally:
+            running[0] = False
+            await b.close()
+            w.close()
+
+    held, most, indegrees = run(go())
+    assert not held["flushed"]
+    if cap:
+        assert held["waits"] > 0
+        assert most <= cap, (most, held)
+    else:
+        assert most > 128 << 10, most
+    assert indegrees == [1] * targets           # every edge counted once
