@@ -172,9 +172,10 @@ def caps_full(samples: list[dict]) -> int:
     """Index of the first sample from which every bounded component that fills in this run (holds
     ``CAP_FULL`` of its cap at some sample: `crawlerd stats` memory) has filled: until then its
     growth is a cap filling, not growth without a cap. A component that never comes near its cap
-    in the run (a sawtooth, a cache the crawl does not need whole) does not hold the warm-up back."""
+    in the run (a sawtooth, a cache the crawl does not need whole) does not hold the warm-up back,
+    nor does a bound on a transient (one that reports ``peak_bytes``: it swings, it never fills)."""
     firsts = []
-    for name in {k for s in samples for k in s.get("components_full", {})}:
+    for name in {k for s in samples for k, c in s.get("components_full", {}).items() if "peak_bytes" not in c}:
         full = [i for i, s in enumerate(samples) if (c := s.get("components_full", {}).get(name))
                 and c.get("cap_bytes") and c["bytes"] >= CAP_FULL * c["cap_bytes"]]
         if full:

@@ -66,6 +66,9 @@ SMALL_CAPS = [
     "drum.max_age_s=5",
     "budgets.edge_max_age_s=5",
 ]
+# a transient bound's extra fields kept per sample: its peak over the last 2-4 s, its keys and layers,
+# the steps that waited for room (memory.budget_unlanded)
+TRANSIENT_FIELDS = ("peak_bytes", "entries", "layers", "waits", "wait_s")
 DIAG_ENV = "CRAWLERD_MEMDIAG"   # crawlerd/allocator.py: `stats` malloc.diag (both allocators' arenas)
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 
@@ -245,8 +248,12 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str, diag: bool 
             # measures a different crawl
             "process_errors": int(counters.get("process_process_error", 0)),
             "mem": {k: v for k, v in mem.items() if v is not None}, "malloc": st.get("malloc", {}),
-            "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0)}
+            # a bound on a transient (the budget store's unlanded writes) also gives its recent peak
+            "components_full": {k: {"bytes": v.get("bytes", 0), "cap_bytes": v.get("cap_bytes", 0),
+                                    **{f: v[f] for f in TRANSIENT_FIELDS if f in v}}
                                 for k, v in st.get("memory", {}).items()},
+            "unlanded": {k: {f: v[f] for f in ("bytes", "peak_bytes", "entries", "layers") if f in v}
+                         for k, v in st.get("unlanded", {}).items()},
             "crawl_maps": smaps_groups(crawl_pid, data_dir) or {},
             **({"crawl_blocks": anon_blocks(crawl_pid) or {}} if diag else {})}
 

@@ -232,6 +232,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "RAM for the host turns of deferring domains read during the crawl (one read per host and "
            "commit without it), bytes, estimated at ~270 B per host; least recently used go first. Exact "
            "(updated as commits land). 0: off. `crawlerd stats`: memory.budget_turns.", min=0, max=64 * GiB),
+        _k("unlanded_bytes", int, 2 * MiB,
+           "RAM for budget writes handed to the writer thread and not written yet (BEAST's deferred URLs "
+           "and domain records, the graph's records), bytes, estimated per write; they pile up while the "
+           "writer falls behind. At the bound the loop's next intake, readmission or edge slice waits for "
+           "a write to land (backpressure, nothing dropped). 0: no bound. `crawlerd stats`: "
+           "memory.budget_unlanded.", min=0, max=64 * GiB),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for budget state (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
         _k("edge_max_age_s", float, 5.0,

@@ -412,7 +412,7 @@ class Supervisor:
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
                 "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {}),
                 "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {}),
-                "malloc": sh.get("malloc", {}),
+                "malloc": sh.get("malloc", {}), "unlanded": sh.get("unlanded", {}),
                 **({"ip_turns": self.cluster.ips.snapshot()} if self.cluster and self.cluster.ips else {})}
 
     def _handlers(self) -> dict:

@@ -292,6 +292,10 @@ class DustStore:
                 "pending": sum(len(p) for p in self._pending), "entries": sum(self.meta["gen_count"]), "evictions": 0,
                 "reads": self.archived_reads, "reads_skipped": self.archived_skipped}
 
+    def unlanded(self) -> dict[str, int]:
+        """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
+        return self._overlay.memory() if self._overlay is not None else {}
+
     def _wrote(self, writes: int) -> None:
         """A top-level write is done (no cursor of this transaction is open): an early commit once
         the transaction's writes could fill the reserved page buffers (``WriteBudget``). It makes

@@ -492,6 +492,10 @@ class Recrawl:
         out["handed_out_now"] = out.pop("out")
         return out
 
+    def unlanded(self) -> dict[str, int]:
+        """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
+        return self._overlay.memory() if self._overlay is not None else {}
+
     def memory(self) -> dict[str, int]:
         """The read cache's estimated bytes against its cap (`crawlerd stats`; zeros without a writer)."""
         if self._overlay is None:

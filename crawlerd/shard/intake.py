@@ -245,7 +245,9 @@ class Intake:
         its last slice, each commit in a loop iteration of its own: one budget and one frontier
         commit per delivery when its writes fit, rather than per slice, as each commit writes every
         page its puts touched. The ack follows the
-        last commit. At most one delivery is outstanding, so slices never interleave. A crash
+        last commit. A slice waits for a budget commit to land while the budget writes not landed
+        are at ``budgets.unlanded_bytes`` (``Budgets.crowded``; what the delivery admitted so far is
+        committed first). At most one delivery is outstanding, so slices never interleave. A crash
         before a commit redelivers the answers after the last committed mark; a budget commit
         another caller makes meanwhile (readmission, edge answers) can only make such a URL be
         charged or kept twice.
@@ -253,6 +255,15 @@ class Intake:
         self._admit_slice(results, 0, [])
 
     def _admit_slice(self, results: list, start: int, added: list[QueuedURL], judged: int = 0) -> None:
+        b = self.budgets
+        if b is not None and b.crowded():
+            # the budget writes not landed are at their bound: what this delivery admitted so far is
+            # committed (the frontier gets it), the next slice waits for a landing
+            if added:
+                self._commit(results, start, added, False)
+                added, judged = [], 0
+            b.when_room(functools.partial(self._admit_slice, results, start, added, judged))
+            return
         end = start + SEEN_SLICE
         self._admit(results[start:end] if start or end < len(results) else results, added)
         judged += min(end, len(results)) - start
@@ -403,8 +414,13 @@ class Intake:
         a budget commit another caller makes (a delivery, edge answers) never holds a pass whose
         URLs the frontier has not committed, so a crash readmits a slice twice, never loses one
         (on the writer thread too: it writes the frontier's layers first in each group).
-        The rest follows in the next loop iteration."""
+        The rest follows in the next loop iteration, or at a landing while the budget writes not
+        landed are at their bound (``Budgets.crowded``)."""
         b = self.budgets
+        if b.crowded():         # the budget writes not landed are at their bound: after a landing
+            self._readmitting = True
+            b.when_room(functools.partial(self._readmit_slice, left, advance))
+            return
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)
         if recs:
             items = []

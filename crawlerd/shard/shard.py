@@ -126,7 +126,7 @@ class Shard:
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
                                    clock=clock, sync=False,     # fdatasync on the sync thread
                                    write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes, probation=bu.probation,
-                                   read_cache_bytes=bu.read_cache_bytes)
+                                   read_cache_bytes=bu.read_cache_bytes, unlanded_bytes=bu.unlanded_bytes)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
         self.seen = AsyncSeenSet(self._state("drum"), buckets=d.buckets, bucket_buffer_bytes=d.bucket_buffer_bytes,
@@ -263,6 +263,7 @@ class Shard:
             out["recrawl_reads"] = self.recrawl.memory()
         if self.budgets is not None:
             out["budget_turns"] = self.budgets.memory()
+            out["budget_unlanded"] = self.budgets.unlanded_memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
             slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
             out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,

@@ -45,8 +45,16 @@ def operator_view(shard, *, shard_id: str = "0", closed: bool = False, detail: b
     dedup = {"near": shard.near.stats()}
     if not closed:
         dedup["digests"] = len(shard.digests)
+    # the writer-thread stores' writes not landed yet (their overlays; bytes now, the most of the
+    # last 2-4 s): the budget store's are bounded (memory.budget_unlanded), these are for comparison
+    unlanded = {}
+    if not closed:
+        unlanded["recrawl"] = shard.recrawl.unlanded()
+        if shard.dust is not None:
+            unlanded["dust"] = shard.dust.learner.store.unlanded()
     return {
         **head,
+        "unlanded": unlanded,
         "hosts_backed_off": [] if closed else shard.frontier.backed_off(shard.clock(), 10),
         "seen": seen,
         "dedup": dedup,

@@ -30,6 +30,11 @@ hint: only this overlay writes the table while it is attached, and when a layer 
 keys the cache holds takes the value that layer wrote (the committed value from then on); a key
 written and not landed answers from the view first. RAM only: a new overlay starts empty.
 
+Unlanded bytes (``unlanded_bytes``, ``memory``): what the layers not landed hold, the open one
+included, estimated per write (key and value objects, ``_SLOT_BYTES`` for the layer's and view's
+slots). It follows the writer's backlog; a store that bounds it (the budget store) holds its
+writers back until a landing (``on_landed``).
+
 Durability: a commit survives ``kill -9`` once it landed (its ``then`` ran; the thread commits
 without fdatasync unless asked, ``commit(sync=True)``); a caller whose promise depends on it
 (an acknowledgement, a position committed elsewhere) waits for ``then``. A failed write stops
@@ -40,25 +45,36 @@ from __future__ import annotations
 
 import functools
 import threading
-from bisect import bisect_left, bisect_right, insort
+import time
+from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from crawlerd.bytecache import ByteLRU
 from crawlerd.store.lmdb_reserve import WriteBudget, pages_changed
+from crawlerd.store.overlay_cursor import OverlayCursor
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
 _PRUNE_SLACK = 4096     # a stale sorted list is pruned at a landing once more keys than its view's
                         # (plus this) landed since: bounded memory with no cursor, O(1) a landed key
 _BYTES_BASE = 33        # sys.getsizeof(b""): a cached key or value costs this + its length
+# a write held until it lands, beside its key and value: its slot in the layer's dict and the view's
+# (value, layer) tuple and slot (tests/store/test_overlay.py checks the estimate against tracemalloc)
+_SLOT_BYTES = 200
+_PEAK_WINDOW_S = 2.0    # ``memory``'s recent peak: the highest over the last 2-4 s
 _MISS = object()
 
 
 def _cost(key: bytes, value: bytes | None) -> int:
     """Estimated bytes of one read-cache entry (key and value objects; the map's own in ByteLRU)."""
     return _BYTES_BASE + len(key) + (0 if value is None else _BYTES_BASE + len(value))
+
+
+def _held(value: bytes | None) -> int:
+    """Estimated bytes of a value a layer holds (None: a delete holds none)."""
+    return 0 if value is None else _BYTES_BASE + len(value)
 
 
 class Overlay:
@@ -98,9 +114,18 @@ class Overlay:
         self._dropped: set = set()                    # tables the open layer emptied (before its writes)
         self._cleared: dict[Any, int] = {}            # table -> the last layer not landed that emptied it
         self._lid = 0
-        self._landing: deque[tuple[int, dict]] = deque()
+        self._landing: deque[tuple[int, dict, int]] = deque()     # (layer id, its writes, its bytes)
         self.layers = 0
         self.landed = 0
+        # "Unlanded bytes": the open layer's, the handed-over ones', every write's ever (monotonic,
+        # and the writes of a key new to its layer)
+        self._open_bytes = 0
+        self._pending_bytes = 0
+        self.added_bytes = self.added_writes = 0
+        self.high_water_bytes = 0
+        self._peak = self._peak_prev = 0
+        self._peak_t = time.monotonic()
+        self.on_landed: Callable[[], None] | None = None      # after each landing, on the loop
         # db -> committed value of keys read (None: absent), exact (see "Read cache")
         self._caches: dict[Any, ByteLRU] = {db: ByteLRU(cap) for db, cap in (read_cache or {}).items() if cap > 0}
         self.cache_hits = 0
@@ -139,7 +164,14 @@ class Overlay:
         lay = self._layer.get(db)
         if lay is None:
             lay = self._layer[db] = {}
+        old = lay.get(key, _MISS)
         lay[key] = value
+        if old is _MISS:
+            self.added_writes += 1
+        d = (_SLOT_BYTES + _BYTES_BASE + len(key) if old is _MISS else -_held(old)) + _held(value)
+        self._open_bytes += d
+        if d > 0:
+            self.added_bytes += d
         v = self._view.get(db)
         if v is None:
             v = self._view[db] = {}
@@ -160,13 +192,25 @@ class Overlay:
             v = self._view[db] = {}
         fresh = self._fresh.get(db)
         lid = self._lid
-        n = 0
+        n = total = added = new = 0
+        get = lay.get
         for key, value in items:
+            old = get(key, _MISS)
             lay[key] = value
+            if old is _MISS:
+                new += 1
+                d = _SLOT_BYTES + _BYTES_BASE + len(key) + _held(value)
+            else:
+                d = _held(value) - _held(old)
+            total += d
+            added += d if d > 0 else 0
             if fresh is not None and key not in v:
                 fresh.append(key)
             v[key] = (value, lid)
             n += 1
+        self._open_bytes += total
+        self.added_bytes += added
+        self.added_writes += new
         return n
 
     def delete(self, key: bytes, value: bytes = b"", db=None) -> bool:
@@ -177,7 +221,9 @@ class Overlay:
         """Empty ``db`` (it stays open; ``delete=True`` is not supported here)."""
         if delete:
             raise ValueError("an overlay empties a table, it does not delete it")
-        self._layer.pop(db, None)       # writes before the drop are moot
+        moot = self._layer.pop(db, None)       # writes before the drop are moot
+        if moot:
+            self._open_bytes -= sum(_SLOT_BYTES + _BYTES_BASE + len(k) + _held(v) for k, v in moot.items())
         self._dropped.add(db)
         self._cleared[db] = self._lid
         self._view[db] = {}
@@ -253,6 +299,32 @@ class Overlay:
         return sum(len(changes) for changes in self._layer.values())
 
     @property
+    def unlanded_bytes(self) -> int:
+        """Estimated bytes the layers not landed hold, the open one included (see "Unlanded bytes")."""
+        return self._open_bytes + self._pending_bytes
+
+    def _note_peak(self) -> None:
+        """The highest ``unlanded_bytes`` of this window and the last (checked before each landing
+        and at each read: it only grows between landings)."""
+        b = self._open_bytes + self._pending_bytes
+        now = time.monotonic()
+        if now - self._peak_t >= _PEAK_WINDOW_S:
+            self._peak_prev = self._peak if now - self._peak_t < 2 * _PEAK_WINDOW_S else 0
+            self._peak, self._peak_t = 0, now
+        if b > self._peak:
+            self._peak = b
+            if b > self.high_water_bytes:
+                self.high_water_bytes = b
+
+    def memory(self) -> dict[str, int]:
+        """What the layers not landed hold: bytes now, the most of the last 2-4 s and ever, keys (a
+        key two layers wrote once), layers (the open one when it holds writes)."""
+        self._note_peak()
+        return {"bytes": self.unlanded_bytes, "peak_bytes": max(self._peak, self._peak_prev),
+                "high_water_bytes": self.high_water_bytes, "entries": sum(len(v) for v in self._view.values()),
+                "layers": len(self._landing) + (1 if self.dirty else 0)}
+
+    @property
     def dirty(self) -> bool:
         """Writes since the last ``commit``."""
         return bool(self._layer) or bool(self._dropped)
@@ -267,7 +339,9 @@ class Overlay:
         self._layer = {}
         self._dropped = set()
         self._lid += 1
-        self._landing.append((lid, layer))
+        nbytes, self._open_bytes = self._open_bytes, 0
+        self._pending_bytes += nbytes
+        self._landing.append((lid, layer, nbytes))
         self.layers += 1
         # split and sorted here, so the writer thread runs C calls only (it holds the GIL the loop
         # wants for any Python work it does)
@@ -370,9 +444,11 @@ class Overlay:
         return total
 
     def _landed(self, lid: int, then: Callable[[], None] | None) -> None:
-        first, layer = self._landing.popleft()
+        self._note_peak()               # the most held since the last landing is held now
+        first, layer, nbytes = self._landing.popleft()
         if first != lid:
             raise AssertionError(f"overlay layers landed out of order: {first} != {lid}")
+        self._pending_bytes -= nbytes
         caches = self._caches
         for db in [db for db, cleared_by in self._cleared.items() if cleared_by == lid]:
             del self._cleared[db]       # the table's last commit is the emptied one from now on
@@ -381,7 +457,7 @@ class Overlay:
             c = caches.get(db) if caches else None
             if c:
                 c.replace_present(ops, _cost)           # the committed values from now on
-            if db not in self._layer and not any(db in later for _, later in self._landing):
+            if db not in self._layer and not any(db in later for _, later, _ in self._landing):
                 # no layer after this one wrote the table: every key left in its view is this one's
                 v.clear()
                 if db in self._sorted:
@@ -405,6 +481,8 @@ class Overlay:
         self.landed += 1
         if then is not None:
             then()
+        if self.on_landed is not None:
+            self.on_landed()
 
     def close(self) -> None:
         """Detach: everything must have been committed and landed (else WriterError: not written)."""
@@ -421,6 +499,7 @@ class Overlay:
         out = {"layers": self.layers, "landed": self.landed, "pending": self.pending,
                "view_keys": sum(len(v) for v in self._view.values()),
                "sorted_keys": sum(len(k) + len(self._fresh[db]) for db, k in self._sorted.items()),
+               "unlanded_bytes": self.unlanded_bytes,
                "written_by": sorted(self.written_by),
                "txns": self.txns}
         if self._caches:
@@ -435,99 +514,3 @@ class Overlay:
                 out[k] += n
         return out
 
-
-class OverlayCursor:
-    """A cursor over one table as the overlay sees it (the view merged with the last commit)."""
-
-    __slots__ = ("_o", "_db", "_bc", "_k", "_v")
-
-    def __init__(self, overlay: Overlay, db) -> None:
-        self._o, self._db = overlay, db
-        self._bc = None
-        self._k: bytes | None = None
-        self._v: bytes | None = b""     # None: the committed value under the base cursor, not read yet
-
-    def _seek(self, k: bytes, after: bool) -> bool:
-        """Move to the first key >= ``k`` (> ``k`` with ``after``); False (unpositioned) at the end."""
-        o, db = self._o, self._db
-        view = o.view(db)
-        bc = self._bc
-        if bc is None:
-            bc = self._bc = o.base().cursor(db=db)
-        bkey = None
-        found = not o.cleared(db) and bc.set_range(k)
-        while found:
-            key = bc.key()
-            if key in view or (after and key == k):     # the view decides for its keys
-                found = bc.next()
-                continue
-            bkey = key
-            break
-        okey = None
-        if view:
-            keys = o.sorted_keys(db)
-            i = bisect_right(keys, k) if after else bisect_left(keys, k)
-            n = len(keys)
-            while i < n:
-                if view[keys[i]][0] is not None:
-                    okey = keys[i]
-                    break
-                i += 1
-        if okey is not None and (bkey is None or okey < bkey):
-            self._k, self._v = okey, view[okey][0]
-        elif bkey is not None:
-            self._k, self._v = bkey, None       # read from the base cursor if asked (each read drops the GIL)
-        else:
-            self._k, self._v = None, b""
-            return False
-        return True
-
-    def first(self) -> bool:
-        return self._seek(b"", False)
-
-    def set_range(self, key: bytes) -> bool:
-        return self._seek(key, False)
-
-    def next(self) -> bool:
-        if self._k is None:
-            return self.first()
-        return self._seek(self._k, True)
-
-    def key(self) -> bytes:
-        return b"" if self._k is None else self._k
-
-    def value(self) -> bytes:
-        v = self._v
-        if v is None:                   # the base cursor still stands on the key (it moves only in _seek)
-            v = self._v = self._bc.value()
-        return v
-
-    def delete(self) -> bool:
-        """Delete the current key and move to the next (unpositioned past the end)."""
-        k = self._k
-        if k is None:
-            return False
-        self._o.delete(k, db=self._db)
-        self._seek(k, True)
-        return True
-
-    def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
-        n = self._o.put_many(items, db=self._db)
-        return n, n
-
-    def iternext(self, keys: bool = True, values: bool = True) -> Iterator:
-        """From the current key (the first when unpositioned) to the end, as py-lmdb's does."""
-        if self._k is None and not self.first():
-            return
-        while True:
-            if keys and values:
-                yield self._k, self.value()
-            elif keys:
-                yield self._k
-            else:
-                yield self.value()
-            if not self.next():
-                return
-
-    def __iter__(self) -> Iterator:
-        return self.iternext()

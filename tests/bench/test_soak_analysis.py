@@ -66,8 +66,11 @@ def test_the_warm_up_waits_for_the_caps_that_fill():
     cap = 4 * MIB
     for i, s in enumerate(ss):
         # a cache filling until sample 150, one that never comes near its cap (a sawtooth)
+        # and a bound on a transient (it reports its peak) at its bound once, late: it never fills
         s["components_full"] = {"reads": {"bytes": min(i, 150) * cap // 150, "cap_bytes": cap},
-                                "delta": {"bytes": (i % 10) * cap // 20, "cap_bytes": cap}}
+                                "delta": {"bytes": (i % 10) * cap // 20, "cap_bytes": cap},
+                                "unlanded": {"bytes": cap if i == 250 else 0, "cap_bytes": cap,
+                                             "peak_bytes": cap if i in (250, 251) else 0}}
     assert 0.85 * 150 < soak.caps_full(ss) <= 150                        # the filling one, once full
     a = soak.analyse(ss, 100, 0.1, 0.5)
     assert a["warmup_samples"] == soak.caps_full(ss)

@@ -109,12 +109,13 @@ class Budgets:
                  map_size_bytes: int = 16 << 30, edge_max_age_s: float = 5.0, edge_max_pending: int = 200_000,
                  edge_buckets: int = 16, edge_merge_bytes: int = 64 << 20, edge_cache_entries: int = 1 << 18,
                  clock: Callable[[], float] = time.monotonic, sync: bool = True, write_buffer_bytes: int = 0,
-                 probation: bool = False, read_cache_bytes: int = 0):
+                 probation: bool = False, read_cache_bytes: int = 0, unlanded_bytes: int = 0):
         self.clock = clock
         self.rule = BudgetRule(base_budget, per_inlink, max_budget)
         old = _set_aside_old_layout(path)
         self.store = BudgetStore(os.path.join(path, "state"), map_size_bytes=map_size_bytes, sync=sync,
-                                 write_buffer_bytes=write_buffer_bytes, read_cache_bytes=read_cache_bytes)
+                                 write_buffer_bytes=write_buffer_bytes, read_cache_bytes=read_cache_bytes,
+                                 unlanded_bytes=unlanded_bytes)
         try:
             self.graph = DomainGraph(self.store, mode=mode, vouch_ratio=vouch_ratio, cache_entries=cache_entries)
             self.beast = Beast(self.store, self.graph, self.rule, queues=queues, max_spread=max_spread,
@@ -228,7 +229,11 @@ class Budgets:
         # On the loop: apply EDGE_SLICE answers per iteration, then commit in an iteration of its
         # own, then acknowledge (a crash in between redelivers; applied_seq skips). A commit another
         # caller makes between slices holds the edges applied so far with their applied_seq, so
-        # one is made here once the writes could fill the store's reserved page buffers.
+        # one is made here once the writes could fill the store's reserved page buffers. A slice
+        # waits for a landing while the unlanded writes are at their bound (``crowded``).
+        if self.store.crowded():
+            self.store.when_room(functools.partial(self._on_edges, results, start))
+            return
         end = start + EDGE_SLICE
         self.graph.apply(results[start:end] if start or end < len(results) else results)
         loop = asyncio.get_running_loop()
@@ -258,6 +263,15 @@ class Budgets:
         next consistent point (``BudgetStore.full``)."""
         return self.store.full
 
+    def crowded(self) -> bool:
+        """The writes not landed yet are at ``budgets.unlanded_bytes``: a step that writes here
+        waits (``when_room``) before it runs (``BudgetStore.crowded``; once per step)."""
+        return self.store.crowded()
+
+    def when_room(self, step: Callable[[], None]) -> None:
+        """Run ``step`` on the loop once a landing leaves room under the bound."""
+        self.store.when_room(step)
+
     def sync(self) -> None:
         """fdatasync the committed state (thread-safe beside the loop's write transactions)."""
         self.store.flush()
@@ -271,6 +285,7 @@ class Budgets:
         try:
             await self.edges.close()
         finally:
+            self.store.close_gate()     # a step waiting for room is dropped: nothing after the last commit
             try:
                 await self._written()
             finally:
@@ -296,6 +311,10 @@ class Budgets:
         return {**self.beast.stats(top), **({"store_writer": ov.stats()} if ov is not None else {}),
                 "graph": {**self.graph.stats(top), **self.timing.stats(now), "pending": self.edges.pending,
                           "drum": self.edges.stats()}}
+
+    def unlanded_memory(self) -> dict[str, int]:
+        """The writes not landed yet against ``budgets.unlanded_bytes`` (`crawlerd stats`)."""
+        return self.store.unlanded_memory()
 
     def memory(self) -> dict[str, int]:
         """The host-turn read cache's estimated bytes against its cap (`crawlerd stats`)."""

@@ -1,0 +1,108 @@
+"""The cursor of :class:`~crawlerd.store.overlay.Overlay`: one table as the loop sees it, the
+overlay's view (writes not landed yet) merged in key order with the last commit that landed."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crawlerd.store.overlay import Overlay
+
+
+class OverlayCursor:
+    """A cursor over one table as the overlay sees it (the view merged with the last commit)."""
+
+    __slots__ = ("_o", "_db", "_bc", "_k", "_v")
+
+    def __init__(self, overlay: Overlay, db) -> None:
+        self._o, self._db = overlay, db
+        self._bc = None
+        self._k: bytes | None = None
+        self._v: bytes | None = b""     # None: the committed value under the base cursor, not read yet
+
+    def _seek(self, k: bytes, after: bool) -> bool:
+        """Move to the first key >= ``k`` (> ``k`` with ``after``); False (unpositioned) at the end."""
+        o, db = self._o, self._db
+        view = o.view(db)
+        bc = self._bc
+        if bc is None:
+            bc = self._bc = o.base().cursor(db=db)
+        bkey = None
+        found = not o.cleared(db) and bc.set_range(k)
+        while found:
+            key = bc.key()
+            if key in view or (after and key == k):     # the view decides for its keys
+                found = bc.next()
+                continue
+            bkey = key
+            break
+        okey = None
+        if view:
+            keys = o.sorted_keys(db)
+            i = bisect_right(keys, k) if after else bisect_left(keys, k)
+            n = len(keys)
+            while i < n:
+                if view[keys[i]][0] is not None:
+                    okey = keys[i]
+                    break
+                i += 1
+        if okey is not None and (bkey is None or okey < bkey):
+            self._k, self._v = okey, view[okey][0]
+        elif bkey is not None:
+            self._k, self._v = bkey, None       # read from the base cursor if asked (each read drops the GIL)
+        else:
+            self._k, self._v = None, b""
+            return False
+        return True
+
+    def first(self) -> bool:
+        return self._seek(b"", False)
+
+    def set_range(self, key: bytes) -> bool:
+        return self._seek(key, False)
+
+    def next(self) -> bool:
+        if self._k is None:
+            return self.first()
+        return self._seek(self._k, True)
+
+    def key(self) -> bytes:
+        return b"" if self._k is None else self._k
+
+    def value(self) -> bytes:
+        v = self._v
+        if v is None:                   # the base cursor still stands on the key (it moves only in _seek)
+            v = self._v = self._bc.value()
+        return v
+
+    def delete(self) -> bool:
+        """Delete the current key and move to the next (unpositioned past the end)."""
+        k = self._k
+        if k is None:
+            return False
+        self._o.delete(k, db=self._db)
+        self._seek(k, True)
+        return True
+
+    def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
+        n = self._o.put_many(items, db=self._db)
+        return n, n
+
+    def iternext(self, keys: bool = True, values: bool = True) -> Iterator:
+        """From the current key (the first when unpositioned) to the end, as py-lmdb's does."""
+        if self._k is None and not self.first():
+            return
+        while True:
+            if keys and values:
+                yield self._k, self.value()
+            elif keys:
+                yield self._k
+            else:
+                yield self.value()
+            if not self.next():
+                return
+
+    def __iter__(self) -> Iterator:
+        return self.iternext()
