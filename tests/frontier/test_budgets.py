@@ -20,6 +20,7 @@ from crawlerd.frontier.budgets import (
     EdgeDrum,
     domain_key,
 )
+from crawlerd.frontier.budgets.store import KeyMemo
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
 from crawlerd.url.hosts import registered_domain
@@ -177,6 +178,20 @@ def test_offer_many_charges_each_host_to_its_registered_domain_as_offer_does(tmp
     finally:
         for b in sides:
             asyncio.run(b.close())
+
+
+def test_a_key_memo_answers_what_its_function_does_and_holds_at_most_its_entries():
+    calls = []
+
+    def fn(k: str) -> bytes:
+        calls.append(k)
+        return k.encode()[::-1]
+
+    memo = KeyMemo(fn, 3)
+    for k in ["a", "b", "a", "c", "d", "e", "a", "e"]:
+        assert memo[k] == fn(k)
+        assert len(memo) <= 3
+    assert memo.get("zz") is None                # a plain look-up computes nothing
 
 
 # -- the edge DRUM's schedule -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore, domain_key
+from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, domain_key
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.hosts import host_key as host_key_of
@@ -96,11 +96,8 @@ def _pld_of_host_key(host_key: str) -> str:
     return registered_domain(host_of(host_key))
 
 
-@lru_cache(maxsize=1 << 16)
-def _domain_key_of_host_key(host_key: str) -> bytes:
-    """BEAST's domain key of a host key: one cached look-up per run of a host's URLs at intake
-    (the domain's name and its key were two, ~2.5x the time)."""
-    return domain_key(_pld_of_host_key(host_key))
+# host key -> BEAST's domain key (of its registered domain), read once per run of a host's URLs at intake
+_domain_keys = KeyMemo(lambda host_key: domain_key(_pld_of_host_key(host_key)), 1 << 16)
 
 
 class Budgets:
@@ -160,10 +157,10 @@ class Budgets:
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
         a host's domain key is looked up once per run of its URLs."""
         dks: list[bytes] = []
-        last, dk, key_of = None, b"", _domain_key_of_host_key
+        last, dk, keys = None, b"", _domain_keys
         for hk in host_keys:
             if hk != last:
-                last, dk = hk, key_of(hk)
+                last, dk = hk, keys[hk]
             dks.append(dk)
         return self.beast.offer_many(dks, records, fps, host_keys)
 
