@@ -8,6 +8,8 @@
   deferred (the shipped budget rule), so the FIFO entry and host turns are on the path.
 - ``edges``: ``Budgets.record_pages_links`` for a worker batch of pages (20 pages, 3 linked hosts
   each, the page given by its host key), the edge DRUM's intake record included.
+- ``answers``: a DRUM delivery's answers made into objects as the intake reads them (slices of 512
+  of a delivery of 8,192; crawl-shaped aux records, about half of the keys seen before), per answer.
 
 Runs on whichever crawlerd the interpreter imports, so a tree is compared with another by running
 this file with each tree's interpreter, alternated, inside the bench lock:
@@ -108,6 +110,30 @@ def bench_edges(hosts: int, batches: int) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def bench_answers(deliveries: int) -> float:
+    from crawlerd.seen.drum import Drum
+
+    d = tempfile.mkdtemp(prefix="adm-bench-")
+    rng = random.Random(4)
+    try:
+        with Drum(d, buckets=4) as dr:
+            keys = [rng.getrandbits(63) for _ in range(8192 * deliveries // 2)]
+            for i in range(0, len(keys) * 2, 32):       # a page's links per call, half of them repeats
+                ks = [keys[(i + j) % len(keys)] for j in range(32)]
+                dr.check_update(ks, [b"2 1 1 http://h%d.sim/p/%d.html" % (k % 20000, k) for k in ks])
+            dr.flush()
+            cpu = 0.0
+            for _ in range(deliveries):
+                dv = dr.delivery(8192)
+                t0 = time.process_time()
+                for start in range(0, len(dv), 512):
+                    dv[start:start + 512]
+                cpu += time.process_time() - t0
+            return cpu / (8192 * deliveries)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=5)
@@ -115,11 +141,12 @@ def main() -> None:
     p.add_argument("--slices", type=int, default=400, help="offer: slices timed (and as many for warm-up)")
     p.add_argument("--per-slice", type=int, default=256, help="offer: unique URLs per slice")
     p.add_argument("--batches", type=int, default=300, help="edges: worker batches of 20 pages")
-    p.add_argument("--only", choices=("lru", "offer", "edges"), help="one part (e.g. under callgrind)")
+    p.add_argument("--deliveries", type=int, default=8, help="answers: deliveries of 8,192 answers read")
+    p.add_argument("--only", choices=("lru", "offer", "edges", "answers"), help="one part (e.g. under callgrind)")
     a = p.parse_args()
     gc.disable()            # the collector's passes are the pacer's business, not the pieces'
     res: dict[str, list[float]] = {"lru get, hit": [], "lru get, miss": [], "offer_many per URL": [],
-                                   "record_pages_links per page": []}
+                                   "record_pages_links per page": [], "delivery's answers per answer": []}
     for _ in range(a.runs):
         if a.only in (None, "lru"):
             res["lru get, hit"].append(bench_lru(20_000, True))
@@ -128,6 +155,8 @@ def main() -> None:
             res["offer_many per URL"].append(bench_offer(a.hosts, a.slices, a.per_slice))
         if a.only in (None, "edges"):
             res["record_pages_links per page"].append(bench_edges(a.hosts, a.batches))
+        if a.only in (None, "answers"):
+            res["delivery's answers per answer"].append(bench_answers(a.deliveries))
         gc.collect()
     for name, xs in res.items():
         if not xs:

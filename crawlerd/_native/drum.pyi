@@ -22,6 +22,12 @@ def decode_blocks(buf: bytes, value_size: int, unique_in: npt.NDArray[np.uint8],
     """Answer whole journal blocks into the outputs: (bytes consumed, keys written, ordinals used)."""
     ...
 
+def make_results(keys: npt.NDArray[np.uint64], unique: npt.NDArray[np.uint8], op: object, seq: int, i0: int,
+                 i1: int, aux: bytes | None, ends: npt.NDArray[np.int64] | None,
+                 values: npt.NDArray[np.uint8] | None, value_size: int) -> list[Result]:
+    """Answers i0..i1-1 of one run of a delivery as ``Result`` (aux cut at ``ends``; a duplicate's value)."""
+    ...
+
 class Result:
     """One answer handed out, not tracked by the cyclic collector (ints, bytes, None, an Op)."""
     key: int

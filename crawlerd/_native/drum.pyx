@@ -34,7 +34,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset
 
-from crawlerd._native.drum_answers import Result, decode_blocks   # the kernel's answer side, re-exported
+from crawlerd._native.drum_answers import Result, decode_blocks, make_results   # the answer side, re-exported
 from crawlerd._native.drum_io cimport (
     BLOCK_HEADER, BLOCK_MAGIC, E_IO, E_NOMEM, E_OK, E_SHORT, E_SPILL, E_UNSORTED, Pair, Reader, Scratch, Writer,
     _copy_below,

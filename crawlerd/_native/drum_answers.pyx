@@ -2,12 +2,15 @@
 and the decoder that turns journal blocks plus a merge's answers into answer arrays.
 
 ``Result`` is one answer (``crawlerd.seen.drum_answers.DrumResult``). ``decode_blocks`` is the
-dispatch fast path of ``crawlerd/seen/drum_answers.py``. References: ``drum_ref.Result`` and
-``drum_ref.decode_blocks``; the journal block format is in ``crawlerd/seen/drum_files.py``.
+dispatch fast path of ``crawlerd/seen/drum_answers.py``; ``make_results`` makes a delivery's answers
+into ``Result`` objects when its consumer reads them. References: ``drum_ref.Result``,
+``drum_ref.decode_blocks`` and ``drum_ref.make_results``; the journal block format is in
+``crawlerd/seen/drum_files.py``.
 """
 
 cimport cython
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from crawlerd._native.drum_io cimport BLOCK_HEADER, BLOCK_MAGIC, _hash_words
@@ -54,6 +57,54 @@ cdef class Result:
 
     def __reduce__(self):
         return Result, self._fields()
+
+
+def make_results(const uint64_t[::1] keys not None, const uint8_t[::1] unique not None, object op, uint64_t seq,
+                 Py_ssize_t i0, Py_ssize_t i1, const uint8_t[::1] aux, const int64_t[::1] ends,
+                 const uint8_t[::1] values, Py_ssize_t value_size):
+    """Answers ``i0`` to ``i1 - 1`` of one run of a delivery (one journal block's answers: ``keys``,
+    ``unique`` flags, the run's first ``seq`` and ``op``) as a list of ``Result``.
+
+    ``aux``: the run's aux bytes one after another, ``ends[i]`` the offset just past answer i's
+    (both None: submitted without aux); ``values``: ``value_size`` bytes per answer, given to
+    the duplicates (None when ``value_size`` is 0). Every answer read from a delivery is made here
+    (a slice of up to ``SEEN_SLICE`` per loop iteration, duplicates included): one call instead of
+    a Python loop making each answer's key, aux slice and object.
+    """
+    cdef Py_ssize_t j, V = value_size
+    cdef int64_t prev = 0, end
+    cdef list out = []
+    cdef Result r
+    if i0 < 0 or i1 > keys.shape[0] or i1 > unique.shape[0]:
+        raise IndexError("answers out of range")
+    if (ends is None) != (aux is None):
+        raise ValueError("aux and ends go together")
+    if ends is not None:
+        if i1 > ends.shape[0]:
+            raise IndexError("answers out of range")
+        if i0 > 0:
+            prev = ends[i0 - 1]
+    if V and (values is None or values.shape[0] < i1 * V):
+        raise ValueError("values too short")
+    for j in range(i0, i1):
+        r = Result.__new__(Result)
+        r.key = keys[j]
+        r.op = op
+        r.unique = unique[j] != 0
+        r.value = None
+        if V and not r.unique:
+            r.value = PyBytes_FromStringAndSize(<const char *>&values[j * V], V)
+        if ends is None:
+            r.aux = None
+        else:
+            end = ends[j]
+            if end < prev or end > aux.shape[0]:
+                raise ValueError("aux ends out of order")
+            r.aux = PyBytes_FromStringAndSize(<const char *>&aux[prev], end - prev) if end > prev else b""
+            prev = end
+        r.seq = seq + <uint64_t>j
+        out.append(r)
+    return out
 
 
 def decode_blocks(const uint8_t[::1] buf not None, Py_ssize_t value_size, const uint8_t[::1] unique_in not None,

@@ -296,6 +296,33 @@ class Core:
         return len(state), hash_words(out)
 
 
+def make_results(keys, unique, op, seq, i0, i1, aux, ends, values, value_size):
+    """Answers ``i0`` to ``i1 - 1`` of one run of a delivery as ``Result``; see ``drum.make_results``."""
+    if i0 < 0 or i1 > len(keys) or i1 > len(unique):
+        raise IndexError("answers out of range")
+    if (ends is None) != (aux is None):
+        raise ValueError("aux and ends go together")
+    if ends is not None and i1 > len(ends):
+        raise IndexError("answers out of range")
+    V = value_size
+    if V and (values is None or len(values) < i1 * V):
+        raise ValueError("values too short")
+    out = []
+    prev = int(ends[i0 - 1]) if ends is not None and i0 else 0
+    for j in range(i0, i1):
+        a = None
+        if ends is not None:
+            end = int(ends[j])
+            if end < prev or end > len(aux):
+                raise ValueError("aux ends out of order")
+            a = bytes(aux[prev:end])
+            prev = end
+        u = bool(unique[j])
+        value = bytes(values[j * V:(j + 1) * V]) if V and not u else None
+        out.append(Result(int(keys[j]), op, u, value, a, seq + j))
+    return out
+
+
 def decode_blocks(buf, value_size, unique_in, values_in, ordinal, seq, keys_out, unique_out, values_out,
                   out_pos):
     """Answer whole journal blocks from ``buf`` into the output arrays; see ``drum.decode_blocks``."""

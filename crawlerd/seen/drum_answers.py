@@ -29,9 +29,9 @@ class Op(enum.IntEnum):
 
 # One answer: key; op (an ``Op``); unique (key absent just before this operation); value (stored
 # just before it, None if absent or value_size 0); aux (the caller's aux bytes, as submitted); seq
-# (global submission number, stable across restarts). The kernel's class (``AnswerQueue`` makes
-# ``kernels.Result``): the native one is not tracked by the cyclic collector (a delivery of 8,192
-# outlives several loop iterations), ``drum_ref.Result`` is its plain reference.
+# (global submission number, stable across restarts). The kernel's class (a ``Delivery`` makes
+# them with ``kernels.make_results``): the native one is not tracked by the cyclic collector (a
+# delivery of 8,192 outlives several loop iterations), ``drum_ref.Result`` is its plain reference.
 DrumResult = native_drum.Result
 
 
@@ -103,6 +103,7 @@ class Delivery(collections.abc.Sequence):
     __slots__ = ("_parts", "_starts", "_n", "_make", "_V")
 
     def __init__(self, parts: list[_Part], n: int, make, value_size: int):
+        """``make``: the kernel's ``make_results`` (one call per run of answers read)."""
         self._parts = parts
         self._starts = np.cumsum([0] + [len(p.keys) for p in parts[:-1]], dtype=np.int64).tolist()
         self._n = n
@@ -149,26 +150,8 @@ class Delivery(collections.abc.Sequence):
             p, base = self._parts[k], self._starts[k]
             i0 = start - base
             i1 = min(len(p.keys), stop - base)
-            n = i1 - i0
-            keys = p.keys[i0:i1].tolist()
-            uniq = p.unique[i0:i1].tolist()
-            if p.ends is not None:
-                ends = p.ends[i0:i1].tolist()
-                a = p.aux
-                prev = int(p.ends[i0 - 1]) if i0 else 0
-                auxs = []
-                for e in ends:
-                    auxs.append(a[prev:e])
-                    prev = e
-            else:
-                auxs = [None] * n
-            op, seq, vals = p.op, p.seq + i0, p.values
-            for j in range(n):
-                value = None
-                if V and not uniq[j]:
-                    value = vals[(i0 + j) * V:(i0 + j + 1) * V].tobytes()
-                out.append(make(keys[j], op, bool(uniq[j]), value, auxs[j], seq + j))
-            start += n
+            out += make(p.keys, p.unique, p.op, p.seq, i0, i1, p.aux, p.ends, p.values, V)
+            start += i1 - i0
             k += 1
         return out
 
@@ -230,7 +213,7 @@ class AnswerQueue:
                                vals[i0 * V:(i0 + n) * V].copy() if V else None, aux, ends))
             got += n
             self.advance(r, n)
-        return Delivery(parts, got, self.kern.Result, V)
+        return Delivery(parts, got, self.kern.make_results, V)
 
     def results_arrays(self, limit: int):
         V = self.value_size

@@ -20,6 +20,7 @@ from crawlerd.frontier.budgets import (
     EdgeDrum,
     domain_key,
 )
+from crawlerd.frontier.budgets.store import KeyMemo
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.seen.drum import Drum
 from crawlerd.url.hosts import registered_domain
@@ -140,6 +141,57 @@ def test_simweb_hosts_are_their_own_registered_domains():
     # The public suffix list's default rule ("*") makes an unknown TLD a suffix: hN.sim is a PLD.
     assert registered_domain("h3.sim") == "h3.sim"
     assert registered_domain("www.h3.sim") == "h3.sim"
+
+
+def test_offer_many_charges_each_host_to_its_registered_domain_as_offer_does(tmp_path):
+    """``Budgets.offer_many`` (a host's domain key looked up once per run of its URLs) and one
+    ``Budgets.offer`` per URL, fed the same stream: the same verdicts, and each host's URLs charged
+    to its registered domain (hosts of one domain share its budget; an IP host and a name too long
+    for a key are domains of their own)."""
+    long_name = "x" * 250 + ".com"
+    plds = {"http://a.example.co.uk": "example.co.uk", "https://b.example.co.uk:8443": "example.co.uk",
+            "http://c.example.co.uk": "example.co.uk", "http://www.h1.sim": "h1.sim", "http://h1.sim": "h1.sim",
+            "http://h2.sim": "h2.sim", "http://192.0.2.7:8080": "192.0.2.7", f"http://{long_name}": long_name}
+    rng = random.Random(5)
+    sides = [Budgets(str(tmp_path / name), base_budget=3, per_inlink=2, max_budget=100, map_size_bytes=1 << 24,
+                     sync=False, mode="all") for name in ("one", "many")]
+    try:
+        want, got, serial = [], [], 0
+        offered = collections.Counter()
+        for _ in range(40):
+            batch = []
+            for _ in range(rng.randrange(1, 5)):            # a page's links: runs of a few hosts
+                hk = rng.choice(list(plds))
+                for _ in range(rng.randrange(1, 6)):
+                    serial += 1
+                    batch.append((f"{hk}/p/{serial}".encode(), serial, hk))
+                    offered[plds[hk]] += 1
+            want += [sides[0].offer(rec.decode(), rec, fp, hk) for rec, fp, hk in batch]
+            got += sides[1].offer_many([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch])
+        assert got == want
+        assert True in got and False in got
+        assert sides[0].beast.stats() == sides[1].beast.stats()
+        for pld, n in offered.items():
+            one, many = (b.beast.domain(pld) for b in sides)
+            assert one == many
+            assert many["admitted"] + many["deferred_all"] == n, pld      # its hosts' URLs, no other
+    finally:
+        for b in sides:
+            asyncio.run(b.close())
+
+
+def test_a_key_memo_answers_what_its_function_does_and_holds_at_most_its_entries():
+    calls = []
+
+    def fn(k: str) -> bytes:
+        calls.append(k)
+        return k.encode()[::-1]
+
+    memo = KeyMemo(fn, 3)
+    for k in ["a", "b", "a", "c", "d", "e", "a", "e"]:
+        assert memo[k] == fn(k)
+        assert len(memo) <= 3
+    assert memo.get("zz") is None                # a plain look-up computes nothing
 
 
 # -- the edge DRUM's schedule -------------------------------------------------------------------

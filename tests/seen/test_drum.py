@@ -223,6 +223,25 @@ def test_radix_sort_is_stable_and_matches_reference(keys):
     assert native.sort_keys(arr) == ref.sort_keys(arr)
 
 
+@given(auxs=st.lists(st.binary(max_size=12), max_size=40), with_aux=st.booleans(), V=st.sampled_from([0, 2]),
+       cut=st.tuples(st.integers(0, 40), st.integers(0, 40)), seq=st.integers(0, 2**40), data=st.data())
+def test_a_run_of_answers_is_made_as_the_reference_makes_it(auxs, with_aux, V, cut, seq, data):
+    """``make_results`` (every answer read from a delivery): native and reference give equal answers
+    for any part of a run, with and without aux (empty aux included) and values."""
+    n = len(auxs)
+    keys = np.array(data.draw(st.lists(st.integers(0, 2**64 - 1), min_size=n, max_size=n)), dtype=np.uint64)
+    unique = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=np.uint8)
+    values = np.frombuffer(data.draw(st.binary(min_size=n * V, max_size=n * V)), np.uint8) if V else None
+    aux = b"".join(auxs) if with_aux else None
+    ends = np.cumsum([len(a) for a in auxs], dtype=np.int64) if with_aux else None
+    i0, i1 = min(cut[0], n), min(max(cut), n)
+    got = [kern.make_results(keys, unique, Op.CHECK_UPDATE, seq, i0, i1, aux, ends, values, V) for kern in (native, ref)]
+    assert _tuples(got[0]) == _tuples(got[1])
+    assert [r.seq for r in got[0]] == list(range(seq + i0, seq + i1))
+    assert [r.aux for r in got[0]] == (auxs[i0:i1] if with_aux else [None] * (i1 - i0))
+    assert all(type(r) is native.Result for r in got[0]) and all(type(r) is ref.Result for r in got[1])
+
+
 @given(key=st.integers(0, 2**64 - 1), other=st.integers(0, 2**64 - 1), k=st.integers(1, 4096))
 def test_buckets_are_key_ranges(key, other, k):
     b = native.bucket_of(key, k)

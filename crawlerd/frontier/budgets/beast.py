@@ -52,14 +52,13 @@ after the frontier has queued them: a crash loses nothing and at worst queues a 
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
 
 import xxhash
 
 from crawlerd.frontier.budgets import fifo
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
+from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.layout import StateFormatError
 
@@ -73,10 +72,12 @@ MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue 
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
 
-@lru_cache(maxsize=1 << 16)
-def _host_hash(host: str) -> bytes:
-    """A host key's part of its ``turns`` key (a page's links share hosts: cached)."""
+def _host_hash_of(host: str) -> bytes:
     return _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
+
+
+# a host key's part of its ``turns`` key (a page's links share hosts: memoised, read once per run)
+_host_hashes = KeyMemo(_host_hash_of, 1 << 16)
 
 
 class BeastCorrupt(Exception):
@@ -247,13 +248,13 @@ class Beast:
         if mine is None:
             mine = self._turns[dk] = {}
         head = dk + b"\0"
-        add, pack_fp = self._runs.add, _FP.pack
+        add, pack_fp, host_hashes = self._runs.add, _FP.pack, _host_hashes
         seq, deferred, floor = self._seq, d.deferred, d.turn
         host, hk = None, b""
         for x in range(i, j):
             if hosts[x] != host:
                 host = hosts[x]
-                hk = head + _host_hash(host)
+                hk = head + host_hashes[host]
             turn = mine.get(hk)
             if turn is None:
                 if deferred:
@@ -287,7 +288,7 @@ class Beast:
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
         # Buffered, written in key order before anything reads the table (and at commit): sorted
         # puts touch each B-tree page once instead of once per URL, a host's run as one entry.
-        hk = dk + b"\0" + _host_hash(host)
+        hk = dk + b"\0" + _host_hashes[host]
         mine = self._turns.get(dk)
         if mine is None:
             mine = self._turns[dk] = {}

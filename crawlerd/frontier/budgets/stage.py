@@ -24,7 +24,7 @@ from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore, domain_key
+from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, domain_key
 from crawlerd.seen import AsyncSeenSet
 from crawlerd.store.writer import WriterError, WriteThread
 from crawlerd.url.hosts import host_key as host_key_of
@@ -96,6 +96,10 @@ def _pld_of_host_key(host_key: str) -> str:
     return registered_domain(host_of(host_key))
 
 
+# host key -> BEAST's domain key (of its registered domain), read once per run of a host's URLs at intake
+_domain_keys = KeyMemo(lambda host_key: domain_key(_pld_of_host_key(host_key)), 1 << 16)
+
+
 class Budgets:
     """Per-domain crawl budgets for one shard (see the package docstring).
 
@@ -154,10 +158,10 @@ class Budgets:
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
         a host's domain key is looked up once per run of its URLs."""
         dks: list[bytes] = []
-        last, dk = None, b""
+        last, dk, keys = None, b"", _domain_keys
         for hk in host_keys:
             if hk != last:
-                last, dk = hk, domain_key(_pld_of_host_key(hk))
+                last, dk = hk, keys[hk]
             dks.append(dk)
         return self.beast.offer_many(dks, records, fps, host_keys)
 
