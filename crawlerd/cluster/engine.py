@@ -37,9 +37,11 @@ log = logging.getLogger("crawlerd.cluster")
 
 _CRAWL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # JetStream API error codes a caller waits out (the cluster is electing, or a stream's peers
-# are catching up): 10008 JetStream not enabled (yet), 10023 insufficient resources during
-# placement, 10074 cluster not available / no meta leader.
-_TRANSIENT_API = {10008, 10023, 10074}
+# are catching up): 10005 no suitable peers for placement (a peer not seen online yet while the
+# cluster forms; a replica count the cluster can never place fails after ``retry``'s timeout,
+# naming it), 10008 JetStream not enabled (yet), 10023 insufficient resources during placement,
+# 10074 cluster not available / no meta leader.
+_TRANSIENT_API = {10005, 10008, 10023, 10074}
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
 
