@@ -13,9 +13,26 @@ CAP = 1 << 20
 DOMAINS = 2000          # base budget 2: the first 2 URLs of each pass, the rest are deferred
 
 
-def _budgets(path: str, cap: int) -> Budgets:
+def _budgets(path: str, cap: int, **kw) -> Budgets:
     return Budgets(path, base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 26, edge_buckets=2,
-                   edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, unlanded_bytes=cap)
+                   edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, unlanded_bytes=cap, **kw)
+
+
+class MostUnlanded:
+    """The most the budget store's overlay held unlanded, read once per loop iteration (between
+    callbacks) from ``start()`` until ``stop()``."""
+
+    def __init__(self, b: Budgets):
+        self.b, self.most, self.running = b, 0, True
+
+    def start(self) -> None:
+        self.most = max(self.most, self.b.store.overlay.unlanded_bytes)
+        if self.running:
+            asyncio.get_running_loop().call_soon(self.start)
+
+    def stop(self) -> int:
+        self.running = False
+        return self.most
 
 
 @pytest.mark.parametrize("cap", [CAP, 0], ids=["bounded", "no-bound"])
@@ -29,13 +46,8 @@ def test_a_held_writer_holds_the_intake_at_the_bound_and_every_url_arrives_once_
         w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
         b.attach_writer(w)
         p.intake.budgets = b
-        most, running = [0], [True]
-
-        def tick():                         # once per loop iteration: the most held between callbacks
-            most[0] = max(most[0], b.store.overlay.unlanded_bytes)
-            if running[0]:
-                loop.call_soon(tick)
-        tick()
+        watch = MostUnlanded(b)
+        watch.start()
         p.seen.start(loop, p.intake.on_seen_results)
         try:
             w.hold()
@@ -51,10 +63,9 @@ def test_a_held_writer_holds_the_intake_at_the_bound_and_every_url_arrives_once_
             held = dict(b.unlanded_memory(), deferred=counters["budget_deferred"], flushed=flushed.done())
             w.release()
             await flushed
-            running[0] = False
-            return held, most[0], p.frontier.queued(), b.beast.waiting, counters["budget_deferred"]
+            return held, watch.stop(), p.frontier.queued(), b.beast.waiting, counters["budget_deferred"]
         finally:
-            running[0] = False
+            watch.stop()
             await p.close()
             await b.close()
             w.close()
@@ -87,13 +98,8 @@ def test_a_readmission_waits_at_the_bound_under_a_held_writer_and_passes_every_u
             p.intake.submit_urls([f"http://h{i % DOMAINS}.test/p{i}" for i in range(n)], depth=1)
             await p.seen.flush()                # judged and landed: 2 per domain queued, the rest wait
             before = (p.frontier.queued(), b.beast.waiting)
-            most, running = [0], [True]
-
-            def tick():
-                most[0] = max(most[0], b.store.overlay.unlanded_bytes)
-                if running[0]:
-                    loop.call_soon(tick)
-            tick()
+            watch = MostUnlanded(b)
+            watch.start()
             counters = p.metrics.counters
             w.hold()
             p.intake.free_slots = lambda: 100       # the fetcher would idle: the reader moves on
@@ -111,8 +117,7 @@ def test_a_readmission_waits_at_the_bound_under_a_held_writer_and_passes_every_u
                 await asyncio.sleep(0.002)
                 if not p.intake._readmitting:
                     break
-            running[0] = False
-            return before, held, most[0], p.frontier.queued(), b.beast.waiting, counters["budget_readmitted"]
+            return before, held, watch.stop(), p.frontier.queued(), b.beast.waiting, counters["budget_readmitted"]
         finally:
             await p.close()
             await b.close()
@@ -134,19 +139,12 @@ def test_an_edge_delivery_waits_at_the_bound_under_a_held_writer_and_counts_ever
 
     async def go():
         loop = asyncio.get_running_loop()
-        b = Budgets(str(tmp_path / "budgets"), base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 26,
-                    edge_buckets=2, edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, mode="all",
-                    unlanded_bytes=cap)
+        b = _budgets(str(tmp_path / "budgets"), cap, mode="all")
         w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
         b.attach_writer(w)
         b.start(loop)
-        most, running = [0], [True]
-
-        def tick():
-            most[0] = max(most[0], b.store.overlay.unlanded_bytes)
-            if running[0]:
-                loop.call_soon(tick)
-        tick()
+        watch = MostUnlanded(b)
+        watch.start()
         try:
             b.record_pages_links([(f"http://s{i % 3}.org", {f"http://t{i}.com"}) for i in range(targets)])
             w.hold()
@@ -160,10 +158,9 @@ def test_an_edge_delivery_waits_at_the_bound_under_a_held_writer_and_counts_ever
             held = dict(b.unlanded_memory(), flushed=flushed.done())
             w.release()
             await flushed
-            running[0] = False
-            return held, most[0], [b.graph.indegree(f"t{i}.com") for i in range(targets)]
+            return held, watch.stop(), [b.graph.indegree(f"t{i}.com") for i in range(targets)]
         finally:
-            running[0] = False
+            watch.stop()
             await b.close()
             w.close()
 
