@@ -61,7 +61,8 @@ Restarted
     OS crash) every host waits the grace of ``Politeness.restart_grace_s``.
 
 Modules: ``scheduler`` (the Frontier: add, the lease and release calls, DNS and robots
-answers, commits), ``schedule`` (where each active host waits, what a DNS answer changes,
+answers), ``durability`` (its commits: when, what they write, what follows a landing, the
+journal's rotation, close), ``schedule`` (where each active host waits, what a DNS answer changes,
 slots for waiting hosts), ``working`` (the working set and its sessions), ``leasing`` (one host's lease taken and given back), ``restart``
 (the last run's leases and dues back), ``operations`` (its operator side: blocklist, drops,
 stats, invariant checks), ``queues`` (LMDB tables and durability), ``journal`` (requests in

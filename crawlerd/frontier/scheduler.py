@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import time
@@ -11,6 +10,7 @@ from collections.abc import Callable, Iterable
 from crawlerd.frontier import hosts as hs
 from crawlerd.frontier import journal
 from crawlerd.frontier.blocklist import Blocklist
+from crawlerd.frontier.durability import Durability
 from crawlerd.frontier.hosts import HostRecord, HostTable, wall_of, wall_record
 from crawlerd.frontier.ips import IPTable
 from crawlerd.frontier.items import (
@@ -28,7 +28,6 @@ from crawlerd.frontier.restart import Restart
 from crawlerd.frontier.schedule import HostSchedule
 from crawlerd.frontier.working import WorkingSet
 from crawlerd.outcome import Outcome
-from crawlerd.store.writer import WriterError
 
 GiB = 1 << 30
 
@@ -111,9 +110,6 @@ class Frontier:
         self._lease_timeout_s = lease_timeout_s
         self._max_attempts = max_attempts
         self._host_conc = {k: max(1, min(int(v), 255)) for k, v in (host_concurrency or {}).items()}
-        self._group_ops = group_ops
-        self._commit_interval_s = commit_interval_s
-        self._last_commit = -math.inf
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync,
                                     write_buffer_bytes=write_buffer_bytes)
         self._hosts = HostTable(max_active_hosts)
@@ -126,9 +122,6 @@ class Frontier:
         self._need_dns: set[int] = set()
         self._dirty: set[int] = set()
         self._blocked_slots: set[int] = set()
-        self._ops = 0
-        self.commits = 0                 # write transactions committed: the durability watermark (a crash keeps what preceded it)
-        self.landed = 0                  # of those handed to a writer, landed (their ``then`` ran)
         self._c, self._dropped, patterns = self._store.load_meta()
         self._seen_mark = self._store.load_mark(b"seen")
         self._blocklist = Blocklist(patterns)
@@ -166,8 +159,12 @@ class Frontier:
                           levels=self._levels, lease_timeout_s=self._lease_timeout_s, pol=self._pol,
                           off=self._off, grace=self._grace)
         self._book.recovered = restart.recover(now, replay, crashed, last)
-        self._commit()
-        self._journal = journal.InflightJournal(
+        self._dur = Durability(store=self._store, counts=self._c, dropped=self._dropped, hosts=self._hosts,
+                               ips=self._ips, dirty=self._dirty, leases=self._leases, clock=self._clock,
+                               off=self._off, session=self._session, lease_timeout_s=lease_timeout_s,
+                               group_ops=group_ops, commit_interval_s=commit_interval_s)
+        self._dur.commit_open()
+        self._journal = self._dur.journal = journal.InflightJournal(
             path, self._session, {ip: wall_of(t - self._ips.delay_s, self._off) for ip, t in self._ip_floor.items()})
         self._leasing = Leasing(store=self._store, counts=self._c, hosts=self._hosts, ips=self._ips, heap=self._heap,
                                 leases=self._leases, need_dns=self._need_dns, dirty=self._dirty,
@@ -189,7 +186,7 @@ class Frontier:
         # a URL's queue entry and at most its host's record and waiting entry: committing what is open
         # first keeps this transaction within the reserved page buffers (the add itself stays one)
         if st.open and not st.budget.fits(_ADD_WRITES * len(items)):
-            self._commit()
+            self._dur.commit_open()
         st.budget.spend(_ADD_WRITES * len(items))
         if seen_mark is not None and seen_mark > self._seen_mark:
             self._seen_mark = seen_mark
@@ -254,7 +251,7 @@ class Frontier:
         self._c["seq"] = seq
         self._c["added"] += queued
         self._c["queued"] += queued
-        self._commit()
+        self._dur.commit_open()
         return queued
 
     # == lease ==================================================================
@@ -282,11 +279,10 @@ class Frontier:
             self._min_deadline = out[0].deadline
         # Group commit: an uncommitted lease is harmless (after a crash the URL is simply still
         # queued); completions wait at most commit_interval_s or group_ops operations.
-        self._ops += len(out)
+        self._dur.ops += len(out)
         self._store.budget.spend(_LEASE_WRITES * len(out))
-        if self._ops >= self._group_ops or now - self._last_commit >= self._commit_interval_s \
-                or self._store.budget.full:
-            self._commit()
+        if self._dur.due(now):
+            self._dur.commit_open()
         return out
 
 
@@ -315,11 +311,12 @@ class Frontier:
 
     def _released(self, gap: float) -> None:
         """A lease was given back with this gap before its host's next request."""
-        self._ops += 1
+        dur = self._dur
+        dur.ops += 1
         self._store.budget.spend(_RELEASE_WRITES)
         # a wait longer than the grace is committed at once: it must outlive even an OS crash
-        if gap > self._grace or self._ops >= self._group_ops or self._store.budget.full:
-            self._commit()
+        if gap > self._grace or dur.ops >= dur.group_ops or self._store.budget.full:
+            self._dur.commit_open()
 
     # == leases that never came back =================================================
     def expire_leases(self, now: float | None = None) -> int:
@@ -385,7 +382,7 @@ class Frontier:
             return
         # a wait longer than the grace is committed at once: it must outlive even an OS crash
         if self._sched.set_ip(s, ip, outcome, expires_at, self._clock()) > self._grace:
-            self._commit()
+            self._dur.commit_open()
 
     def needs_robots(self, host_key: str, now: float | None = None) -> bool:
         """Whether the host's robots.txt is unknown or expired (it gets a robots lease first)."""
@@ -416,12 +413,12 @@ class Frontier:
     def block(self, pattern: str) -> int:
         """Block a host or domain (covers subdomains) at once; drops its queued URLs. Returns URLs dropped."""
         n = self._book.block(pattern, self._sched.settle)
-        self._commit()
+        self._dur.commit_open()
         return n
 
     def unblock(self, pattern: str) -> None:
         self._book.unblock(pattern)
-        self._commit()
+        self._dur.commit_open()
 
     def blocked(self) -> list[str]:
         return self._book.blocked()
@@ -447,7 +444,7 @@ class Frontier:
         """Move deferred URLs of a host up: see ``FrontierOps.promote_deferred``. Committed."""
         n = self._book.promote_deferred(host_key, level_of, limit, max_scan)
         if n:
-            self._commit()
+            self._dur.commit_open()
         return n
 
     def deferred_count(self, host_key: str) -> int:
@@ -456,7 +453,7 @@ class Frontier:
     def drain_dropped(self, limit: int = 10000) -> list[tuple[QueuedURL, str]]:
         """Hand out (and forget) up to ``limit`` dropped or dead-lettered URLs with their reason."""
         out = self._book.drain_dropped(limit)
-        self._commit()
+        self._dur.commit_open()
         return out
 
     def dead_letters(self, limit: int = 1000) -> list[tuple[QueuedURL, str]]:
@@ -488,90 +485,23 @@ class Frontier:
         """The ``n`` hosts with the most consecutive failures: see ``FrontierOps.backed_off``."""
         return self._book.backed_off(now, n)
 
-    # == durability ========================================================================
-    def _commit(self, then: Callable[[], None] | None = None, sync: bool = False) -> None:
-        """Commit what is open (host records of dirty hosts, counters, clock). With a writer the
-        commit is handed over and ``then`` runs once it landed; without one, ``then`` runs here."""
-        st, H, ips = self._store, self._hosts, self._ips
-        if self._dirty:
-            txn, hdb, now = st.txn(), st.hosts, self._clock()
-            for s in self._dirty:
-                hk = H.keys[s]
-                if hk is not None:
-                    ip = H.ip[s]
-                    txn.put(hk.encode("utf-8", "surrogateescape"),
-                            H.record(s, self._session, now, ips.names[ip] if ip >= 0 else "", self._off).encode(),
-                            db=hdb)
-            self._dirty.clear()
-        if ips.idle:
-            ips.sweep(self._clock())
-        if st.open:
-            st.save_meta(self._c, self._dropped)
-            st.save_clock(self._clock() + self._off)
-            jr = self._journal
-            rotate = None
-            if st.overlay is not None and jr is not None and not jr.marked and jr.needs_rotation():
-                # the journal is rewritten once this commit landed: with the leases and IP gaps of
-                # now, and the lines written meanwhile (journal.py)
-                rotate = self._journal_state()
-                jr.mark()
-            if st.commit(self._landed if rotate is None and then is None else
-                         functools.partial(self._landed, rotate, then), sync=sync):
-                self.commits += 1
-                self._ops = 0
-                self._last_commit = self._clock()
-                return
-            self.commits += 1
-            if jr is not None and jr.needs_rotation():
-                self._rewrite_journal()
-        elif st.overlay is not None and (then is not None or sync):
-            st.commit(then, sync=sync)      # nothing new: runs once what was committed before landed
-            then = None
-        self._ops = 0
-        self._last_commit = self._clock()
-        if then is not None:
-            then()
+    # == durability (durability.py) ==========================================================
+    @property
+    def commits(self) -> int:
+        """Write transactions committed: the durability watermark (a crash keeps what preceded it)."""
+        return self._dur.commits
 
-    def _landed(self, rotate: tuple | None = None, then: Callable[[], None] | None = None) -> None:
-        """A commit handed to the writer landed (on the loop): the journal's pending rotation, ``then``."""
-        self.landed += 1
-        if rotate is not None and self._journal is not None:
-            self._journal.rewrite(*rotate, tail=self._journal.take_tail())
-        if then is not None:
-            then()
-
-    def _journal_state(self) -> tuple[list, dict]:
-        """The leases still out and the IP gaps still running: the journal's content after a commit."""
-        off, timeout = self._off, self._lease_timeout_s
-        out = [(lid, o.lease.deadline - timeout + off, o.lease.ip, o.lease.host_key) for lid, o in self._leases.items()]
-        ips, now = self._ips, self._clock()
-        ip_end = {}
-        if ips.delay_s > 0:
-            ip_end = {name: wall_of(ips.due[i] - ips.delay_s, off) for i, name in enumerate(ips.names)
-                      if name is not None and ips.due[i] > now}
-        return out, ip_end
-
-    def _rewrite_journal(self) -> None:
-        """The journal afresh (right after a commit): leases still out, IP gaps still running."""
-        self._journal.rewrite(*self._journal_state())
+    @property
+    def landed(self) -> int:
+        """Of the commits handed to a writer, those that landed (their ``then`` ran)."""
+        return self._dur.landed
 
     def commit(self, *, flush: bool = True, then: Callable[[], None] | None = None) -> None:
         """Make everything so far durable (fsync even when sync=False). ``flush=False``: commit
         only (``kill -9``-safe); ``flush()`` then makes it power-safe, from any thread. With a
         writer attached both happen there, and ``then`` runs on the loop once they did (without
         one: before this returns)."""
-        st = self._store
-        if st.lost:
-            raise WriterError("the frontier's writer failed: nothing more is committed")
-        st.txn()
-        if st.overlay is not None:
-            self._commit(then, sync=flush and not st.sync)
-            return
-        self._commit()
-        if flush and not st.sync:
-            st.flush()
-        if then is not None:
-            then()
+        self._dur.commit(flush=flush, then=then)
 
     def when_written(self, then: Callable[[], None]) -> None:
         """Run ``then`` on the loop once every commit made so far landed (now, without a writer)."""
@@ -582,9 +512,7 @@ class Frontier:
         transactions and the in-flight journal's end lines (``queues.py``, ``journal.py``). None:
         back on this thread, once the writer is closed and every commit handed over landed (else
         ``WriterError``: the store keeps what landed, as after a ``kill -9``, and commits nothing more)."""
-        if self._journal is not None:
-            self._journal.attach_writer(writer)
-        self._store.attach_writer(writer)
+        self._dur.attach_writer(writer)
 
     def flush(self) -> None:
         """fdatasync what is committed (thread-safe beside the loop's write transactions)."""
@@ -597,21 +525,4 @@ class Frontier:
         A writer still attached is detached first (its commits must have landed); after a writer
         failed nothing is committed: the store keeps what landed, as after a ``kill -9``.
         """
-        st = self._store
-        if st.overlay is not None:
-            try:
-                self.attach_writer(None)
-            except WriterError:
-                pass
-        if st.lost:
-            st.close()
-            self._journal.close()
-            return
-        self._c["clean"] = 1
-        self._dirty.update(s for s, k in enumerate(self._hosts.keys) if k is not None)
-        self._store.txn()
-        self._commit()
-        self._store.flush()
-        self._store.close()
-        self._rewrite_journal()
-        self._journal.close()
+        self._dur.close()

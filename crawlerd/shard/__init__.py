@@ -42,6 +42,7 @@ Modules: ``shard`` (the Shard: wiring, the loop, the ordered shutdown), ``intake
 """
 
 from crawlerd.shard.intake import decode_aux, encode_aux
-from crawlerd.shard.shard import Shard, data_dir_problem, free_space_problem
+from crawlerd.shard.shard import Shard
+from crawlerd.shard.storage import data_dir_problem, free_space_problem
 
 __all__ = ["Shard", "data_dir_problem", "decode_aux", "encode_aux", "free_space_problem"]

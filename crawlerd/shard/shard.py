@@ -41,7 +41,7 @@ from crawlerd.shard.intake import Intake
 from crawlerd.shard.leases import LeaseRunner, LeaseTable, LeaseWindow
 from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
-from crawlerd.shard.storage import StorageHealth, free_bytes
+from crawlerd.shard.storage import StorageHealth
 from crawlerd.shard.tasks import Tasks, Wake
 from crawlerd.shard.view import operator_view
 from crawlerd.store.digest_set import DigestSet
@@ -579,29 +579,6 @@ class Shard:
             step()
         except STORE_ERRORS as e:
             self.storage.fatal(e, what)
-
-
-def free_space_problem(path: str, min_free_bytes: int) -> str | None:
-    """Why a crawl cannot start on this file system (less free space than storage.min_free_bytes), or None."""
-    try:
-        free = free_bytes(path)
-    except OSError as e:
-        return f"cannot read the free space of {path}: {e.strerror}"
-    if free < min_free_bytes:
-        return (f"disk full: {path} has {free} bytes free, storage.min_free_bytes is {min_free_bytes}; "
-                "free some space (or lower storage.min_free_bytes) and start again")
-    return None
-
-
-def data_dir_problem(path: str) -> str | None:
-    """Why the data dir cannot be used, or None."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        return f"cannot create data dir {path}: {e.strerror}"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"data dir {path} is not writable"
-    return None
 
 
 def _write_dns(path: str, snap) -> None:

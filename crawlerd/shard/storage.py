@@ -47,6 +47,29 @@ def free_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def free_space_problem(path: str, min_free_bytes: int) -> str | None:
+    """Why a crawl cannot start on this file system (less free space than storage.min_free_bytes), or None."""
+    try:
+        free = free_bytes(path)
+    except OSError as e:
+        return f"cannot read the free space of {path}: {e.strerror}"
+    if free < min_free_bytes:
+        return (f"disk full: {path} has {free} bytes free, storage.min_free_bytes is {min_free_bytes}; "
+                "free some space (or lower storage.min_free_bytes) and start again")
+    return None
+
+
+def data_dir_problem(path: str) -> str | None:
+    """Why the data dir cannot be used, or None."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"cannot create data dir {path}: {e.strerror}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"data dir {path} is not writable"
+    return None
+
+
 class StorageHealth:
     """Whether the crawl may fetch, as far as storage goes. Key of ``_failed``: directory that
     failed a write. Invariant: ``reason`` is None exactly when nothing failed and the free space

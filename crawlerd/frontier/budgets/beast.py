@@ -55,15 +55,20 @@ import struct
 
 import xxhash
 
-from crawlerd.frontier.budgets import fifo
+from crawlerd.frontier.budgets import audit, fifo
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
-from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, RecordCache, domain_key, domain_name
+from crawlerd.frontier.budgets.store import (
+    BudgetStore,
+    DomainRecord,
+    KeyMemo,
+    RecordCache,
+    domain_key,
+    domain_name,
+)
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.layout import StateFormatError
 
-_REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
-_REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
 _TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
@@ -82,33 +87,6 @@ _host_hashes = KeyMemo(_host_hash_of, 1 << 16)
 
 class BeastCorrupt(Exception):
     """The BEAST tables disagree with each other (a damaged LMDB file)."""
-
-
-class DomainRecord:
-    """Value of the ``domains`` table. Key: domain key.
-
-    ``spent`` URLs passed while the reader stood on queue ``at``; ``deferred`` URLs waiting in its
-    FIFO; ``queue`` the BEAST queue it passes next in, +1 (0: none; invariant: non-zero iff
-    ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
-    its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
-    (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts;
-    ``turn``: the host turn of the last URL passed (0 when nothing waits).
-    """
-
-    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn")
-
-    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0):
-        self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
-        self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
-        self.turn = turn
-
-    def encode(self) -> bytes:
-        return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
-                         self.admitted, self.deferred_all, self.turn)
-
-    @classmethod
-    def decode(cls, raw: bytes) -> DomainRecord:
-        return cls(*(_REC_V1.unpack(raw) if len(raw) == _REC_V1.size else _REC.unpack(raw)))
 
 
 class Beast:
@@ -540,34 +518,9 @@ class Beast:
                 "queues": self.queues, "max_spread": self.max_spread}
 
     def check_invariants(self) -> None:
-        """Scan every table and raise AssertionError naming the first broken invariant."""
+        """Commit, scan every table and raise AssertionError naming the first broken invariant."""
         self.store.commit()
-        st = self.store
-        txn = st.txn()
-        counts: dict[bytes, int] = {}
-        for k, v in txn.cursor(db=st.deferred):
-            at = k.index(b"\0") + 1
-            dk = bytes(k[:at - 1])
-            counts[dk] = counts.get(dk, 0) + fifo.count(k, v, at)
-        assert sum(counts.values()) == self._waiting, f"{sum(counts.values())} deferred URLs stored, {self._waiting} counted"
-        turned = {bytes(k[:-1 - _FP.size]) for k in txn.cursor(db=st.turns).iternext(values=False)}
-        listed: dict[bytes, int] = {}
-        for k in txn.cursor(db=st.queues).iternext(values=False):
-            q, dk = _U64BE.unpack_from(k)[0], bytes(k[8:])
-            assert dk not in listed, f"{domain_name(dk)} listed in queues {listed[dk]} and {q}"
-            assert q >= self._r, f"{domain_name(dk)} listed in queue {q}, behind the reader at {self._r}"
-            listed[dk] = q
-        for dk, raw in txn.cursor(db=st.domains):
-            d = DomainRecord.decode(raw)
-            name = domain_name(dk)
-            assert d.deferred or (d.turn == 0 and dk not in turned), f"{name}: host turns kept with nothing deferred"
-            assert d.deferred == counts.pop(dk, 0), f"{name}: deferred count {d.deferred} != stored"
-            if d.deferred:
-                assert listed.pop(dk, None) == d.queue - 1, f"{name}: not listed in its queue {d.queue - 1}"
-            else:
-                assert d.queue == 0 and dk not in listed, f"{name}: listed with nothing deferred"
-        assert not counts, f"deferred URLs of domains without a record: {sorted(counts)[:3]}"
-        assert not listed, f"queues list domains without a record: {sorted(listed)[:3]}"
+        audit.check_tables(self.store, waiting=self._waiting, reader=self._r)
 
     # -- records ------------------------------------------------------------------------------
     @property

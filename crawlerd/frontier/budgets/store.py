@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -63,6 +64,37 @@ class KeyMemo(dict):
 def domain_name(dk: bytes) -> str:
     """The name behind a domain key (a hashed key reads as ``#<hash>``)."""
     return dk.decode("utf-8", "surrogateescape")
+
+
+_REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
+_REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
+
+
+class DomainRecord:
+    """Value of the ``domains`` table. Key: domain key.
+
+    ``spent`` URLs passed while the reader stood on queue ``at``; ``deferred`` URLs waiting in its
+    FIFO; ``queue`` the BEAST queue it passes next in, +1 (0: none; invariant: non-zero iff
+    ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
+    its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
+    (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts;
+    ``turn``: the host turn of the last URL passed (0 when nothing waits).
+    """
+
+    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn")
+
+    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0):
+        self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
+        self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
+        self.turn = turn
+
+    def encode(self) -> bytes:
+        return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
+                         self.admitted, self.deferred_all, self.turn)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DomainRecord:
+        return cls(*(_REC_V1.unpack(raw) if len(raw) == _REC_V1.size else _REC.unpack(raw)))
 
 
 class RecordCache:
@@ -128,7 +160,7 @@ class BudgetStore:
     ``graph``     domain key -> STAR record (``graph.GraphRecord``).
     ``votes``     source domain key | NUL | seq -> target domain key: cross-domain links not yet
                   counted (their source cannot vouch for more domains yet), oldest first.
-    ``domains``   domain key -> BEAST record (``beast.DomainRecord``).
+    ``domains``   domain key -> BEAST record (``DomainRecord``).
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
                   deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
                   run of them is one entry (key suffix ``RUN``, ``fifo``).
