@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from crawlerd.config import Config
@@ -53,7 +54,7 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
                        admission_probes=not cfg.budgets.enabled,
                        write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
-                       archived_filter_bytes=d.archived_filter_bytes)
+                       archived_filter_bytes=d.archived_filter_bytes, unlanded_bytes=d.unlanded_bytes)
 
 
 class DustGate:
@@ -166,22 +167,40 @@ class DustGate:
 
     # -- the rest ----------------------------------------------------------------------------------
     def commit(self) -> None:
-        """Write every changed host and commit, now (checkpoint, close)."""
+        """Write every changed host and commit, now (checkpoint, close; past the gate: a sliced
+        commit waiting for room is moot)."""
         self._committing = None
         self.learner.commit()
+
+    def close_gate(self) -> None:
+        """Closing: a sliced commit waiting for room is dropped (the final ``commit`` writes its
+        hosts), none waits again."""
+        self._committing = None
+        self.learner.store.gate.close()
+
+    def unlanded_memory(self) -> dict[str, int]:
+        """The store's writes not landed against ``dust.unlanded_bytes`` (`crawlerd stats`)."""
+        return self.learner.store.gate.memory()
 
     def commit_sliced(self) -> None:
         """``commit`` spread over loop iterations: the changed hosts (about 1,000 in 2 s of a fast
         crawl, ~20-40 ms to encode and write) ``WRITE_SLICE`` per iteration, then the commit in an
-        iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot."""
+        iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot. While the
+        store's writes not landed are at ``dust.unlanded_bytes`` (``DustStore.gate``) the next
+        slice waits for a landing (what the slices wrote so far is handed over first, unsynced:
+        the round's last commit syncs it all); the hosts not written yet stay changed in the cache."""
         if self._committing is not None:
             return
         token = self._committing = object()
         hosts = self.learner.dirty_hosts()
         loop = asyncio.get_running_loop()
+        gate = self.learner.store.gate
 
         def part(start: int) -> None:
             if self._committing is not token:
+                return
+            if gate.crowded():
+                gate.when_room(functools.partial(part, start))
                 return
             if start < len(hosts):
                 self.learner.write_hosts(hosts[start:start + WRITE_SLICE])

@@ -100,6 +100,15 @@ class UnlandedGate:
         if not self._pending():
             self._commit()          # the open layers hold it all: a landing needs them handed over
 
+    def crowded_wake(self, wake: Callable[[], None]) -> bool:
+        """``crowded``; if so, ``wake`` runs at the landing that leaves room (registered once however
+        often this is asked meanwhile): for a step the loop retries by itself, such as leasing."""
+        if not self.crowded():
+            return False
+        if wake not in self._waiters:
+            self.when_room(wake)
+        return True
+
     @property
     def waiting(self) -> int:
         """Steps waiting for room."""
