@@ -56,7 +56,8 @@ SEEN_SLICE = 512        # DRUM answers judged per loop iteration (~5 ms; 1,024 t
 COMMIT_ANSWERS = 8192
 
 # a URL admitted and not added yet, as the frontier's overlay will hold it (its queue entry, a share
-# of its host's record and waiting entry: 320-490 B measured, 1,000 and 100 hosts per 2,000 URLs)
+# of its host's record and waiting entry: 320-490 B measured, 1,000 and 100 hosts per 2,000 URLs; up
+# to ~650 B when most are new hosts), until a delivery's add measures it
 ADDED_URL_BYTES = 512
 
 # deferred URLs readmitted per loop iteration (read from BEAST, queued, both committed): a whole
@@ -119,6 +120,7 @@ class Intake:
         self._last_recrawl = 0.0
         # the bound on the frontier's and recrawl's writes not landed (``bound_writes``)
         self.frontier_gate = UnlandedGate(0, self._commit_fetch_stores)
+        self._added_url_bytes = ADDED_URL_BYTES
 
     # -- into the seen-set ----------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -249,8 +251,8 @@ class Intake:
         iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it, and
         committed every ``COMMIT_ANSWERS`` answers judged, after a slice that left the budget
         writes able to fill the budget store's reserved page buffers (``Budgets.full``), and after
-        its last slice, and after a slice whose URLs would take the frontier's writes not landed past
-        half of ``frontier.unlanded_bytes``, each commit in a loop iteration of its own: one budget and one frontier
+        its last slice, and after a slice when one more could take the frontier's writes not landed
+        past half of ``frontier.unlanded_bytes`` (``_frontier_full``), each commit in a loop iteration of its own: one budget and one frontier
         commit per delivery when its writes fit, rather than per slice, as each commit writes every
         page its puts touched. The ack follows the
         last commit. A slice waits for a commit to land while the budget writes not landed
@@ -288,10 +290,11 @@ class Intake:
         return None
 
     def _frontier_full(self, admitted: int) -> bool:
-        """``admitted`` URLs not added yet would take the frontier's writes not landed past half
-        their bound: the intake commits them now."""
+        """The URLs ``admitted`` and not added yet and those of one more slice would take the
+        frontier's writes not landed past half their bound (at what the last delivery's URLs cost
+        each): the intake commits them now, so one commit adds less than half the bound."""
         g = self.frontier_gate
-        return g.active and 2 * (g.held_bytes() + admitted * ADDED_URL_BYTES) > g.cap_bytes
+        return g.active and 2 * (g.held_bytes() + (admitted + SEEN_SLICE) * self._added_url_bytes) > g.cap_bytes
 
     def _admit_slice(self, results: list, start: int, added: list[QueuedURL], judged: int = 0) -> None:
         gate = self._crowded()
@@ -334,7 +337,11 @@ class Intake:
     def _commit_frontier(self, results: list, end: int, added: list[QueuedURL], last: bool) -> None:
         if end:
             # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            ov = self.frontier.overlay
+            b0 = ov.added_bytes if ov is not None else 0
             self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
+            if ov is not None and len(added) >= 100:    # what an added URL costs the overlay (``_frontier_full``)
+                self._added_url_bytes = (ov.added_bytes - b0) // len(added)
         if added:
             self.wake()
         if not last:
