@@ -56,9 +56,9 @@ SEEN_SLICE = 512        # DRUM answers judged per loop iteration (~5 ms; 1,024 t
 COMMIT_ANSWERS = 8192
 
 # a URL admitted and not added yet, as the frontier's overlay will hold it (its queue entry, a share
-# of its host's record and waiting entry: 320-490 B measured, 1,000 and 100 hosts per 2,000 URLs; up
-# to ~650 B when most are new hosts), until a delivery's add measures it
-ADDED_URL_BYTES = 512
+# of its host's record and waiting entry: 320-490 B measured, 1,000 and 100 hosts per 2,000 URLs, ~650 B
+# when each is a new host): at least this, more when the last delivery's add measured more
+ADDED_URL_BYTES = 768
 
 # deferred URLs readmitted per loop iteration (read from BEAST, queued, both committed): a whole
 # readmit_batch (1,000) at once held the loop 25-35 ms in the frontier's add and commit
@@ -341,7 +341,7 @@ class Intake:
             b0 = ov.added_bytes if ov is not None else 0
             self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
             if ov is not None and len(added) >= 100:    # what an added URL costs the overlay (``_frontier_full``)
-                self._added_url_bytes = (ov.added_bytes - b0) // len(added)
+                self._added_url_bytes = max(ADDED_URL_BYTES, (ov.added_bytes - b0) // len(added))
         if added:
             self.wake()
         if not last:
