@@ -37,6 +37,7 @@ log = logging.getLogger("crawlerd.shard")
 
 PROBE_SCAN = 64             # deferred URLs looked at for one probe
 WRITE_SLICE = 128           # changed host states written per loop iteration by ``commit_sliced``
+MORE_PASSES = 4             # passes of ``commit_sliced`` over the hosts changed during its round
 _AS_IS = Decision(NORMAL)   # a URL to queue as it came
 
 
@@ -188,27 +189,34 @@ class DustGate:
         iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot. While the
         store's writes not landed are at ``dust.unlanded_bytes`` (``DustStore.gate``) the next
         slice waits for a landing (what the slices wrote so far is handed over first, unsynced:
-        the round's last commit syncs it all); the hosts not written yet stay changed in the cache."""
+        the round's last commit syncs it all); the hosts not written yet stay changed in the cache.
+        Hosts changed during the round are sliced too, in a pass of their own (at most
+        ``MORE_PASSES``; a round that waited would otherwise write them all in its last step),
+        until no more than a slice is left for the commit."""
         if self._committing is not None:
             return
         token = self._committing = object()
-        hosts = self.learner.dirty_hosts()
         loop = asyncio.get_running_loop()
         gate = self.learner.store.gate
 
-        def part(start: int) -> None:
+        def part(hosts: list[str], start: int, passes: int) -> None:
             if self._committing is not token:
                 return
             if gate.crowded():
-                gate.when_room(functools.partial(part, start))
+                gate.when_room(functools.partial(part, hosts, start, passes))
                 return
             if start < len(hosts):
                 self.learner.write_hosts(hosts[start:start + WRITE_SLICE])
-                loop.call_soon(part, start + WRITE_SLICE)
+                loop.call_soon(part, hosts, start + WRITE_SLICE, passes)
                 return
+            if passes < MORE_PASSES:
+                more = self.learner.dirty_hosts()
+                if len(more) > WRITE_SLICE:
+                    loop.call_soon(part, more, 0, passes + 1)
+                    return
             self._committing = None
             self.learner.commit()       # writes what changed since, then commits
-        part(0)
+        part(self.learner.dirty_hosts(), 0, 0)
 
     def attach_writer(self, writer) -> None:
         """The learner's store commits on ``writer`` (a ``WriteThread``) from now on; None: detach
