@@ -67,8 +67,8 @@ SMALL_CAPS = [
     "budgets.edge_max_age_s=5",
 ]
 # a transient bound's extra fields kept per sample: its peak over the last 2-4 s, its keys and layers,
-# the steps that waited for room (memory.budget_unlanded)
-TRANSIENT_FIELDS = ("peak_bytes", "entries", "layers", "waits", "wait_s")
+# the steps that waited for room and the largest one (memory.budget_unlanded, dust_unlanded, frontier_unlanded)
+TRANSIENT_FIELDS = ("peak_bytes", "entries", "layers", "waits", "wait_s", "largest_step_bytes")
 DIAG_ENV = "CRAWLERD_MEMDIAG"   # crawlerd/allocator.py: `stats` malloc.diag (both allocators' arenas)
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 

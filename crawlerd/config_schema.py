@@ -158,6 +158,13 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "gets a session in turn).", min=0.1, max=DAY),
         _k("map_size_bytes", int, 64 * GiB, "LMDB map size for the frontier (address space, not RAM).",
            min=16 * MiB, max=MAX_MAP_BYTES),
+        _k("unlanded_bytes", int, 2 * MiB,
+           "RAM for frontier and recrawl writes handed to the writer thread and not written yet (queued "
+           "URLs, host records, recrawl states), bytes, estimated per write; they pile up while the writer "
+           "falls behind. At half the bound leasing, the intake's next slice (after committing what it "
+           "admitted so far) and the recrawl feed wait for a write to land (backpressure, nothing dropped); "
+           "the answers of the transfers in flight still write. 0: no bound. `crawlerd stats`: "
+           "memory.frontier_unlanded.", min=0, max=64 * GiB),
     ]),
     "recrawl": ("Recrawl with conditional GETs: adaptive per-URL revisit intervals (Cho & Garcia-Molina).", [
         _k("enabled", bool, True, "Refetch fetched URLs with If-None-Match / If-Modified-Since."),
@@ -408,6 +415,13 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "per archived entry keeps false positives (a read that finds nothing) near 1%; the default "
            "suits dust.max_bytes = 256 MiB. 0: off (every look-up reads LMDB). `crawlerd stats`: "
            "memory.dust_archived_filter.", min=0, max=1 * GiB),
+        _k("unlanded_bytes", int, 1 * MiB,
+           "RAM for DUST writes handed to the writer thread and not written yet (the host records a "
+           "commit writes, the archived fingerprints and skip log since the last one), bytes, estimated "
+           "per write; they pile up while the writer falls behind (a DUST commit waits for its fsync). At "
+           "half the bound the commit's next slice of host records waits for a write to land "
+           "(backpressure: the hosts stay changed in dust.cache_bytes' cache until written, nothing "
+           "dropped). 0: no bound. `crawlerd stats`: memory.dust_unlanded.", min=0, max=64 * GiB),
     ]),
     "url_filter": ("URL filters and trap defences (each drop is counted by reason in `crawlerd stats`).", [
         _k("max_path_depth", int, 32, "Paths with more segments are dropped (path_too_deep).", min=1, max=4096),

@@ -48,6 +48,7 @@ import orjson
 
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
+from crawlerd.store.unlanded import UnlandedGate
 from crawlerd.store.writer import WriterError, WriteThread
 
 __all__ = ["DustStore", "Archived", "URL", "CANON", "SKEL", "HOSTS_SHARE", "SKIP_LOG_PER_RULE"]
@@ -64,16 +65,23 @@ URL, CANON, SKEL = 1, 2, 3
 HOSTS_SHARE = 0.5                # of max_bytes: host records; the rest: archived set and skip log
 ARCHIVED_ENTRY_BYTES = 64        # key + value + LMDB node and page overhead
 SKIP_LOG_PER_RULE = 256
+# an archived entry not written yet, as the overlay will hold it at the commit: its key and value
+# objects (8 and 18 bytes, 33 each) and the write's slots (store/overlay.py, _SLOT_BYTES)
+PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 200
 _ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
 
 
 class DustStore:
     """Single-threaded; call from the shard's loop. ``commit()`` is the durability point (with a
-    writer attached: once the commit landed, ``commit(then)``)."""
+    writer attached: once the commit landed, ``commit(then)``).
+
+    Unlanded writes (with a writer): ``gate`` (``store/unlanded.py``) bounds the overlay's layers
+    not landed plus the archived entries not written yet by ``unlanded_bytes`` (0: no bound); the
+    shard's sliced commit asks it before each slice of host records (``DustGate.commit_sliced``)."""
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
-                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20):
+                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
@@ -104,6 +112,9 @@ class DustStore:
         self.meta.setdefault("evicted_hosts", 0)
         # archived entries not written yet, per generation: fp -> packed value (see the tables)
         self._pending: list[dict[int, bytes]] = [{}, {}]
+        # a step handing more over waits at the bound: an unsynced commit (the next synced one covers it)
+        self.gate = UnlandedGate(unlanded_bytes, lambda: self.commit(sync=False),
+                                 lambda: (len(self._pending[0]) + len(self._pending[1])) * PENDING_ARCHIVED_BYTES)
         self.archived_reads = 0          # archived() calls that read LMDB (the filter could not answer)
         self.archived_skipped = 0        # ... that the filter answered "never archived"
         self._filters: list[bytearray] | None = None
@@ -354,14 +365,15 @@ class DustStore:
         return rules
 
     # -- durability ----------------------------------------------------------------------------
-    def commit(self, then=None) -> None:
-        """Commit (durable: fsync'd). With a writer attached the commit is handed over and
-        ``then`` runs on the loop once it landed; without one, ``then`` runs now."""
+    def commit(self, then=None, *, sync: bool = True) -> None:
+        """Commit (durable: fsync'd; ``sync=False`` with a writer: not synced, a step the next
+        synced commit covers). With a writer attached the commit is handed over and ``then`` runs
+        on the loop once it landed; without one, ``then`` runs now."""
         self._write_archived()
         txn = self.txn()
         txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
         if self._overlay is not None:
-            self._overlay.commit(then, sync=True)
+            self._overlay.commit(then, sync=sync)
             self._budget.committed()
             return
         txn.commit()
@@ -377,7 +389,9 @@ class DustStore:
             if self._overlay is None:
                 self.commit()
                 self._overlay = Overlay(self.env, writer, self._budget)
+                self.gate.attach(self._overlay)
         elif self._overlay is not None:
+            self.gate.detach(self._overlay)
             self._overlay.close()
             self._overlay = None
 

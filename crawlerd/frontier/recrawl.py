@@ -492,6 +492,10 @@ class Recrawl:
         out["handed_out_now"] = out.pop("out")
         return out
 
+    @property
+    def overlay(self) -> Overlay | None:
+        return self._overlay
+
     def unlanded(self) -> dict[str, int]:
         """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
         return self._overlay.memory() if self._overlay is not None else {}

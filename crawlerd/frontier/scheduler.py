@@ -507,6 +507,11 @@ class Frontier:
         """Run ``then`` on the loop once every commit made so far landed (now, without a writer)."""
         self._store.when_written(then)
 
+    @property
+    def overlay(self):
+        """The store's overlay while a writer is attached (``queues.py``), else None."""
+        return self._store.overlay
+
     def attach_writer(self, writer) -> None:
         """Commit on ``writer`` (a ``store.writer.WriteThread``) from now on: the store's write
         transactions and the in-flight journal's end lines (``queues.py``, ``journal.py``). None:

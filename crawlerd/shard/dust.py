@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from crawlerd.config import Config
@@ -36,6 +37,7 @@ log = logging.getLogger("crawlerd.shard")
 
 PROBE_SCAN = 64             # deferred URLs looked at for one probe
 WRITE_SLICE = 128           # changed host states written per loop iteration by ``commit_sliced``
+MORE_PASSES = 4             # passes of ``commit_sliced`` over the hosts changed during its round
 _AS_IS = Decision(NORMAL)   # a URL to queue as it came
 
 
@@ -53,7 +55,7 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
                        admission_probes=not cfg.budgets.enabled,
                        write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
-                       archived_filter_bytes=d.archived_filter_bytes)
+                       archived_filter_bytes=d.archived_filter_bytes, unlanded_bytes=d.unlanded_bytes)
 
 
 class DustGate:
@@ -166,30 +168,55 @@ class DustGate:
 
     # -- the rest ----------------------------------------------------------------------------------
     def commit(self) -> None:
-        """Write every changed host and commit, now (checkpoint, close)."""
+        """Write every changed host and commit, now (checkpoint, close; past the gate: a sliced
+        commit waiting for room is moot)."""
         self._committing = None
         self.learner.commit()
+
+    def close_gate(self) -> None:
+        """Closing: a sliced commit waiting for room is dropped (the final ``commit`` writes its
+        hosts), none waits again."""
+        self._committing = None
+        self.learner.store.gate.close()
+
+    def unlanded_memory(self) -> dict[str, int]:
+        """The store's writes not landed against ``dust.unlanded_bytes`` (`crawlerd stats`)."""
+        return self.learner.store.gate.memory()
 
     def commit_sliced(self) -> None:
         """``commit`` spread over loop iterations: the changed hosts (about 1,000 in 2 s of a fast
         crawl, ~20-40 ms to encode and write) ``WRITE_SLICE`` per iteration, then the commit in an
-        iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot."""
+        iteration of its own. One at a time; a ``commit`` meanwhile makes the rest moot. While the
+        store's writes not landed are at ``dust.unlanded_bytes`` (``DustStore.gate``) the next
+        slice waits for a landing (what the slices wrote so far is handed over first, unsynced:
+        the round's last commit syncs it all); the hosts not written yet stay changed in the cache.
+        Hosts changed during the round are sliced too, in a pass of their own (at most
+        ``MORE_PASSES``; a round that waited would otherwise write them all in its last step),
+        until no more than a slice is left for the commit."""
         if self._committing is not None:
             return
         token = self._committing = object()
-        hosts = self.learner.dirty_hosts()
         loop = asyncio.get_running_loop()
+        gate = self.learner.store.gate
 
-        def part(start: int) -> None:
+        def part(hosts: list[str], start: int, passes: int) -> None:
             if self._committing is not token:
+                return
+            if gate.crowded():
+                gate.when_room(functools.partial(part, hosts, start, passes))
                 return
             if start < len(hosts):
                 self.learner.write_hosts(hosts[start:start + WRITE_SLICE])
-                loop.call_soon(part, start + WRITE_SLICE)
+                loop.call_soon(part, hosts, start + WRITE_SLICE, passes)
                 return
+            if passes < MORE_PASSES:
+                more = self.learner.dirty_hosts()
+                if len(more) > WRITE_SLICE:
+                    loop.call_soon(part, more, 0, passes + 1)
+                    return
             self._committing = None
             self.learner.commit()       # writes what changed since, then commits
-        part(0)
+        part(self.learner.dirty_hosts(), 0, 0)
 
     def attach_writer(self, writer) -> None:
         """The learner's store commits on ``writer`` (a ``WriteThread``) from now on; None: detach

@@ -44,6 +44,7 @@ from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.records import Link
 from crawlerd.seen import AsyncSeenSet
+from crawlerd.store.unlanded import UnlandedGate
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
 from crawlerd.url.hosts import host_key, host_of, shard_of
@@ -53,6 +54,11 @@ SEEN_SLICE = 512        # DRUM answers judged per loop iteration (~5 ms; 1,024 t
 # sooner once the budget writes could change more pages than the budget store reserved buffers
 # for (``Budgets.full``; ARCHITECTURE.md, "Memory bounds").
 COMMIT_ANSWERS = 8192
+
+# a URL admitted and not added yet, as the frontier's overlay will hold it (its queue entry, a share
+# of its host's record and waiting entry: 320-490 B measured, 1,000 and 100 hosts per 2,000 URLs, ~650 B
+# when each is a new host): at least this, more when the last delivery's add measured more
+ADDED_URL_BYTES = 768
 
 # deferred URLs readmitted per loop iteration (read from BEAST, queued, both committed): a whole
 # readmit_batch (1,000) at once held the loop 25-35 ms in the frontier's add and commit
@@ -112,6 +118,9 @@ class Intake:
         self._last_readmit = 0.0
         self._readmitting = False       # a readmission's next slice is scheduled
         self._last_recrawl = 0.0
+        # the bound on the frontier's and recrawl's writes not landed (``bound_writes``)
+        self.frontier_gate = UnlandedGate(0, self._commit_fetch_stores)
+        self._added_url_bytes = ADDED_URL_BYTES
 
     # -- into the seen-set ----------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -242,11 +251,13 @@ class Intake:
         iteration (robots, DUST, BEAST), so no iteration holds the loop for all of it, and
         committed every ``COMMIT_ANSWERS`` answers judged, after a slice that left the budget
         writes able to fill the budget store's reserved page buffers (``Budgets.full``), and after
-        its last slice, each commit in a loop iteration of its own: one budget and one frontier
+        its last slice, and after a slice when one more could take the frontier's writes not landed
+        past half of ``frontier.unlanded_bytes`` (``_frontier_full``), each commit in a loop iteration of its own: one budget and one frontier
         commit per delivery when its writes fit, rather than per slice, as each commit writes every
         page its puts touched. The ack follows the
-        last commit. A slice waits for a budget commit to land while the budget writes not landed
-        are at ``budgets.unlanded_bytes`` (``Budgets.crowded``; what the delivery admitted so far is
+        last commit. A slice waits for a commit to land while the budget writes not landed
+        are at ``budgets.unlanded_bytes`` (``Budgets.crowded``), or the frontier's and recrawl's at
+        ``frontier.unlanded_bytes`` (``frontier_gate``; what the delivery admitted so far is
         committed first). At most one delivery is outstanding, so slices never interleave. A crash
         before a commit redelivers the answers after the last committed mark; a budget commit
         another caller makes meanwhile (readmission, edge answers) can only make such a URL be
@@ -254,15 +265,46 @@ class Intake:
         """
         self._admit_slice(results, 0, [])
 
+    # -- the bound on writes not landed ---------------------------------------------------------
+    def bound_writes(self, cap_bytes: int) -> None:
+        """Bound the frontier's and recrawl's writes not landed by ``cap_bytes`` (0: none), once
+        both write on the writer thread: leasing (the shard), the intake's slices and the recrawl feed
+        wait at half of it (``frontier_gate``)."""
+        gate = self.frontier_gate
+        gate.cap_bytes = cap_bytes
+        for ov in (self.frontier.overlay, self.recrawl.overlay):
+            if ov is not None:
+                gate.attach(ov)
+
+    def _commit_fetch_stores(self) -> None:
+        """Hand the frontier's and recrawl's open layers over (the gate's wait needs a landing)."""
+        self.frontier.commit(flush=False)
+        self.recrawl.commit(flush=False)
+
+    def _crowded(self):
+        """The bound a slice's writes must wait on (its ``when_room``), or None: the budget store's,
+        then the frontier's and recrawl's."""
+        for gate in (self.budgets, self.frontier_gate):
+            if gate is not None and gate.crowded():
+                return gate
+        return None
+
+    def _frontier_full(self, admitted: int) -> bool:
+        """The URLs ``admitted`` and not added yet and those of one more slice would take the
+        frontier's writes not landed past half their bound (at what the last delivery's URLs cost
+        each): the intake commits them now, so one commit adds less than half the bound."""
+        g = self.frontier_gate
+        return g.active and 2 * (g.held_bytes() + (admitted + SEEN_SLICE) * self._added_url_bytes) > g.cap_bytes
+
     def _admit_slice(self, results: list, start: int, added: list[QueuedURL], judged: int = 0) -> None:
-        b = self.budgets
-        if b is not None and b.crowded():
-            # the budget writes not landed are at their bound: what this delivery admitted so far is
+        gate = self._crowded()
+        if gate is not None:
+            # the writes not landed are at their bound: what this delivery admitted so far is
             # committed (the frontier gets it), the next slice waits for a landing
             if added:
                 self._commit(results, start, added, False)
                 added, judged = [], 0
-            b.when_room(functools.partial(self._admit_slice, results, start, added, judged))
+            gate.when_room(functools.partial(self._admit_slice, results, start, added, judged))
             return
         end = start + SEEN_SLICE
         self._admit(results[start:end] if start or end < len(results) else results, added)
@@ -273,7 +315,8 @@ class Intake:
                 loop.call_soon(self._commit, results, len(results), added, True)    # an iteration of its own
             else:
                 self._commit(results, len(results), added, True)
-        elif judged >= COMMIT_ANSWERS or (self.budgets is not None and self.budgets.full):
+        elif judged >= COMMIT_ANSWERS or (self.budgets is not None and self.budgets.full) \
+                or self._frontier_full(len(added)):
             # a whole delivery, or as many budget writes as its store reserved page buffers for
             loop.call_soon(self._commit, results, end, added, False)
             loop.call_soon(self._admit_slice, results, end, [], 0)
@@ -294,7 +337,11 @@ class Intake:
     def _commit_frontier(self, results: list, end: int, added: list[QueuedURL], last: bool) -> None:
         if end:
             # committed with the position after these answers; new hosts show up in hosts_needing_dns()
+            ov = self.frontier.overlay
+            b0 = ov.added_bytes if ov is not None else 0
             self.frontier.add(added, seen_mark=results[end - 1].seq + 1)
+            if ov is not None and len(added) >= 100:    # what an added URL costs the overlay (``_frontier_full``)
+                self._added_url_bytes = max(ADDED_URL_BYTES, (ov.added_bytes - b0) // len(added))
         if added:
             self.wake()
         if not last:
@@ -415,11 +462,12 @@ class Intake:
         URLs the frontier has not committed, so a crash readmits a slice twice, never loses one
         (on the writer thread too: it writes the frontier's layers first in each group).
         The rest follows in the next loop iteration, or at a landing while the budget writes not
-        landed are at their bound (``Budgets.crowded``)."""
+        landed are at their bound (``Budgets.crowded``, ``frontier_gate``)."""
         b = self.budgets
-        if b.crowded():         # the budget writes not landed are at their bound: after a landing
+        gate = self._crowded()
+        if gate is not None:    # the writes not landed are at their bound: after a landing
             self._readmitting = True
-            b.when_room(functools.partial(self._readmit_slice, left, advance))
+            gate.when_room(functools.partial(self._readmit_slice, left, advance))
             return
         recs = b.readmit(min(left, READMIT_SLICE), advance=advance)
         if recs:
@@ -458,6 +506,8 @@ class Intake:
         if now - self._last_recrawl < 1.0:
             return
         self._last_recrawl = now
+        if self.frontier_gate.crowded():     # the writes not landed are at their bound: next second
+            return
         rc = self.cfg.recrawl
         room = rc.max_queued - self.frontier.queued()
         if room <= 0:

@@ -259,11 +259,13 @@ class Shard:
         if self.dust is not None:
             out["dust_hosts"] = self.dust.memory()
             out["dust_archived_filter"] = self.dust.learner.store.memory()
+            out["dust_unlanded"] = self.dust.unlanded_memory()
         if self.recrawl.enabled:
             out["recrawl_reads"] = self.recrawl.memory()
         if self.budgets is not None:
             out["budget_turns"] = self.budgets.memory()
             out["budget_unlanded"] = self.budgets.unlanded_memory()
+        out["frontier_unlanded"] = self.intake.frontier_gate.memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
             slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
             out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,
@@ -341,6 +343,7 @@ class Shard:
         if self.dust is not None:
             self.dust.attach_writer(self.writer)
         self.near.attach_writer(self.writer)
+        self.intake.bound_writes(self.cfg.frontier.unlanded_bytes)
         await self.pool.start()
         self.seen.start(loop, self.intake.on_seen_results)
         if self.outbox is not None:
@@ -421,7 +424,9 @@ class Shard:
         owned = self.ownership is None or self.ownership.held(now)
         halted = self.paused or self.storage.paused or not owned
         # processing behind: more fetches would only wait, unarchived, for a worker
-        if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind:
+        # nor while the frontier's and recrawl's writes not landed are at their bound (until a landing)
+        if free > 0 and not halted and not self.seen.backpressure and not self.pool.behind \
+                and not self.intake.frontier_gate.crowded_wake(self._wake.set):
             runner.start(now, free)
         # a fenced shard takes no hand-off: what it does not acknowledge goes to the lease's next owner
         if self.inbox is not None and owned and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
@@ -524,6 +529,7 @@ class Shard:
             await self.seen.close()     # before the frontier closes: no delivery after this
         except STORE_ERRORS as e:
             self.storage.fatal(e, "seen-set")
+        self.intake.frontier_gate.close()   # a slice waiting for room: not acknowledged, delivered again
         if self.syncer is not None:
             self.syncer.close()     # after the seen-set: its last acks wait for a sync
             await asyncio.sleep(0)  # run the acks it queued on the loop
@@ -540,6 +546,7 @@ class Shard:
             # nothing hands over after this point: write everything, then the stores close here
             self._safely("recrawl", functools.partial(self.recrawl.commit, flush=False))
             if self.dust is not None:
+                self.dust.close_gate()          # a sliced commit waiting for room: this one writes its hosts
                 self._safely("dust", self.dust.commit)
             self.writer.close()
             self.robots.attach_writer(None)

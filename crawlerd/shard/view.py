@@ -45,11 +45,12 @@ def operator_view(shard, *, shard_id: str = "0", closed: bool = False, detail: b
     dedup = {"near": shard.near.stats()}
     if not closed:
         dedup["digests"] = len(shard.digests)
-    # the writer-thread stores' writes not landed yet (their overlays; bytes now, the most of the
-    # last 2-4 s): the budget store's are bounded (memory.budget_unlanded), these are for comparison
+    # the writer-thread stores' writes not landed yet, each overlay alone (bytes now, the most of the
+    # last 2-4 s; their bounds: memory.budget_unlanded, frontier_unlanded with recrawl's, dust_unlanded)
     unlanded = {}
     if not closed:
         unlanded["recrawl"] = shard.recrawl.unlanded()
+        unlanded["frontier"] = shard.frontier.overlay.memory() if shard.frontier.overlay is not None else {}
         if shard.dust is not None:
             unlanded["dust"] = shard.dust.learner.store.unlanded()
     return {

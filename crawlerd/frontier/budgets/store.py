@@ -21,6 +21,7 @@ import xxhash
 
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
+from crawlerd.store.unlanded import UnlandedGate
 from crawlerd.store.writer import WriteThread
 
 _MAX_KEY = 200          # LMDB keys are at most 511 bytes; a domain key is at most this long
@@ -194,14 +195,9 @@ class BudgetStore:
         self.sync = sync
         self.read_cache_bytes = read_cache_bytes
         self.unlanded_bytes = unlanded_bytes
-        self._waiters: list[Callable[[], None]] = []   # steps waiting for a landing (when_room)
-        self._gate_open = True                          # False once closing: no step waits any more
-        self.largest_step = 0       # the most bytes one step added (between two ``crowded`` calls)
-        self._added_mark = 0
+        # the bound on the overlay's unlanded writes, with the records the hooks hold for the commit
+        self.gate = UnlandedGate(unlanded_bytes, self.commit, self._hooked_bytes)
         self._hook_write_bytes = 320    # a hook's write, estimated (measured at each commit's flush)
-        self.room_waits = 0         # steps that waited
-        self.room_wait_s = 0.0      # time some step waited, in all
-        self._waited_since = 0.0
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
                              readahead=False, meminit=False)
         # the reserved page buffers: callers commit once ``full`` (the intake after a slice, an edge
@@ -241,9 +237,9 @@ class BudgetStore:
             self.commit()
             # the host turns are read per URL deferred (once per host and commit): cached, exact
             self._overlay = Overlay(self.env, writer, self.budget, read_cache={self.turns: self.read_cache_bytes})
-            if self.unlanded_bytes:
-                self._overlay.on_landed = self._on_landed
+            self.gate.attach(self._overlay)
         elif self._overlay is not None:
+            self.gate.detach(self._overlay)
             self._overlay.close()
             self._overlay = None
 
@@ -262,64 +258,29 @@ class BudgetStore:
     def crowded(self) -> bool:
         """Whether a step that writes here must wait for a landing (``when_room``) before it runs:
         the unlanded bytes (with the hooks' records) pass half of ``unlanded_bytes``. Called once
-        per step: what was added since the last call is one step's writes (``largest_step``)."""
-        ov, cap = self._overlay, self.unlanded_bytes
-        if ov is None or not cap or not self._gate_open:
-            return False
-        waiting = self._hooked_bytes()
-        added = ov.added_bytes + waiting        # a flush moves the hooks' records into the overlay
-        step, self._added_mark = added - self._added_mark, added
-        if step > self.largest_step:
-            self.largest_step = step
-        return self._over(waiting)
+        per step (``UnlandedGate.crowded``)."""
+        return self.gate.crowded()
 
     def _hooked_bytes(self) -> int:
         """Estimated bytes the write-back hooks will write at the next commit (their records, at the
         mean bytes of a write their last flushes made)."""
         return sum(fn() for fn in self._pending) * self._hook_write_bytes
 
-    def _over(self, waiting: int) -> bool:
-        """The unlanded bytes and what the hooks will write at the next commit (``waiting``) pass
-        half the bound (nothing unlanded or waiting: never)."""
-        held = self._overlay.unlanded_bytes + waiting
-        return held > 0 and 2 * held > self.unlanded_bytes
-
     def when_room(self, step: Callable[[], None]) -> None:
         """Run ``step`` on the loop at the first landing that leaves room (after ``crowded`` said
         True; it asks again then). The open layer is handed over now if nothing else is pending."""
-        if not self._waiters:
-            self._waited_since = time.monotonic()
-        self._waiters.append(step)
-        self.room_waits += 1
-        if not self._overlay.pending:
-            self.commit()           # the open layer holds it all: a landing needs it handed over
-
-    def _on_landed(self) -> None:
-        if not self._waiters or not self._gate_open:
-            return
-        if self._over(self._hooked_bytes()):
-            if not self._overlay.pending:
-                self.commit()
-            return
-        self.room_wait_s += time.monotonic() - self._waited_since
-        waiters, self._waiters = self._waiters, []
-        for step in waiters:
-            step()
+        self.gate.when_room(step)
 
     def close_gate(self) -> None:
         """Closing: steps waiting for room are dropped (a readmission's records stay deferred; an
         intake or edge delivery not acknowledged comes again at the next start), none waits again."""
-        self._gate_open = False
-        self._waiters = []
+        self.gate.close()
 
     def unlanded_memory(self) -> dict[str, int]:
         """The unlanded writes against their bound (`crawlerd stats` memory.budget_unlanded)."""
-        ov = self._overlay
-        out = ov.memory() if ov is not None else {"bytes": 0, "peak_bytes": 0, "high_water_bytes": 0,
-                                                  "entries": 0, "layers": 0}
-        return out | {"cap_bytes": self.unlanded_bytes, "largest_step_bytes": self.largest_step,
-                      "hooked_bytes": self._hooked_bytes(),
-                      "waits": self.room_waits, "wait_s": round(self.room_wait_s, 3)}
+        out = self.gate.memory()
+        out["hooked_bytes"] = out.pop("extra_bytes")
+        return out
 
     def add_hook(self, fn: Callable[[], None], pending: Callable[[], int] | None = None) -> None:
         """Run ``fn`` at each commit, before it; ``pending``: how many puts it would write now."""
