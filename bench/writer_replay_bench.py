@@ -50,7 +50,7 @@ def _load(path: str):
     return head, groups
 
 
-def _replay(path: str, tmp: str) -> dict:
+def _replay(path: str, tmp: str, reserve: dict[str, int]) -> dict:
     import lmdb
 
     from crawlerd.store import overlay as ov
@@ -60,7 +60,7 @@ def _replay(path: str, tmp: str) -> dict:
     names = sorted({t for g in groups for layer in g for t, _, _ in layer} | set(head["budget_dbs"]))
     env = lmdb.open(os.path.join(tmp, store), map_size=4 << 30, max_dbs=16, sync=False, metasync=False,
                     readahead=False, meminit=False)
-    budget = WriteBudget(env, head["pages"] * env.stat()["psize"])
+    budget = WriteBudget(env, reserve.get(store, head["pages"] * env.stat()["psize"]))
     dbs = {n: env.open_db(n.split(".", 1)[1].encode()) for n in names}
     budget.dbs = tuple(dbs[n] for n in head["budget_dbs"] if n in dbs)
 
@@ -110,7 +110,8 @@ def _replay(path: str, tmp: str) -> dict:
 def _child(args) -> None:
     tmp = tempfile.mkdtemp(prefix="writer-replay-")
     try:
-        rows = [_replay(p, tmp) for p in sorted(glob.glob(os.path.join(args.dir, "*.rec")))]
+        reserve = {k: int(v) << 20 for k, v in (x.split("=") for x in args.reserve_mib)}
+        rows = [_replay(p, tmp, reserve) for p in sorted(glob.glob(os.path.join(args.dir, "*.rec")))]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(rows))
@@ -122,6 +123,8 @@ def main() -> None:
     ap.add_argument("--pages", type=int, required=True, help="pages the recorded crawl fetched while recording")
     ap.add_argument("--tree", help="import crawlerd from this tree (default: this script's)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--reserve-mib", action="append", default=[], metavar="STORE=MIB",
+                    help="a store's page reservation (default: as recorded), e.g. BudgetStore=16")
     ap.add_argument("--json")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -132,7 +135,8 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=tree)
     runs = []
     for _ in range(args.runs):
-        cmd = [sys.executable, "-P", os.path.abspath(__file__), args.dir, "--pages", str(args.pages), "--child"]
+        cmd = [sys.executable, "-P", os.path.abspath(__file__), args.dir, "--pages", str(args.pages), "--child",
+               *(f"--reserve-mib={x}" for x in args.reserve_mib)]
         rows = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
         runs.append(rows)
         tot = {k: sum(r[k] for r in rows) for k in ("writes", "lmdb_writes", "merged", "txns", "cpu_s", "wchar")}

@@ -54,7 +54,6 @@ from typing import Any
 from crawlerd.bytecache import ByteLRU
 from crawlerd.store.lmdb_reserve import WriteBudget, pages_changed
 from crawlerd.store.overlay_cursor import OverlayCursor
-from crawlerd.store.overlay_write import GroupWriter
 from crawlerd.store.writer import WriterError, WriteThread
 
 _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: appended and re-sorted
@@ -103,7 +102,6 @@ class Overlay:
         if budget is not None:
             budget.source = self
         self.txns = 0                   # write transactions the writer committed
-        self._group = GroupWriter()     # the writer thread's merge of a transaction's layers
         self.loop_thread = threading.get_ident()      # attached on the loop's thread
         self.write_threads: set[int] = set()          # threads that began a write transaction here
         self.written_by: set[str] = set()             # their names
@@ -352,7 +350,7 @@ class Overlay:
             dels = [k for k, v in changes.items() if v is None]
             puts = sorted((k, v) for k, v in changes.items() if v is not None)
             ops.append((db, dels, puts))
-        self.writer.submit(self._write, (ops, sync, layer), functools.partial(self._landed, lid, then))
+        self.writer.submit(self._write, (ops, sync), functools.partial(self._landed, lid, then))
 
     def land_first(self) -> None:
         """In each writer group, write this overlay's layers before other stores' (``WriteThread.first``)."""
@@ -365,11 +363,13 @@ class Overlay:
         else:
             then()
 
-    def _write(self, items: list[tuple[list, bool, dict]]) -> None:
+    def _write(self, items: list[tuple[dict, bool]]) -> None:
         # On the writer thread: the group's layers, in order, in one write transaction, or, once
-        # the next layer's writes could change more pages than the store reserved (WriteBudget,
-        # pages_changed), in a new one; within a transaction the layers are merged per table, last
-        # write wins (overlay_write.GroupWriter: what is written and why that is the same).
+        # the next layer's writes could change more pages than the store reserved (a put or a
+        # delete changes at most depth + 1 pages: WriteBudget), in a new one. Each layer is a
+        # consistent state and the layers land in order, so a commit between two of them is one
+        # the loop could have made; a layer is never split (a single layer past the reservation
+        # is one transaction).
         me = threading.get_ident()
         if me == self.loop_thread:
             raise AssertionError("an overlay's write transaction on the loop thread")
@@ -378,21 +378,33 @@ class Overlay:
             self.written_by.add(threading.current_thread().name)
         sync = False
         limit = self._limit
-        group = self._group
-        group.reset()
         txn = self._begin()
         try:
-            for ops, want_sync, layer in items:
+            writes: dict[Any, int] = {}         # table -> puts and deletes in this transaction so far
+            for ops, want_sync in items:
                 sync = sync or want_sync
-                if limit and not group.empty and self._charge(group.charged(group.more(ops, layer))) > limit:
-                    group.flush(txn)
-                    txn.commit()
-                    self.txns += 1
-                    txn = None
-                    group.reset()
-                    txn = self._begin()
-                group.add(ops, layer, txn)
-            group.flush(txn)
+                if limit:
+                    more = {}
+                    for db, dels, puts in ops:
+                        if dels is not None:
+                            more[db] = more.get(db, 0) + len(dels) + len(puts)
+                    if writes and self._charge(writes, more) > limit:
+                        txn.commit()
+                        self.txns += 1
+                        txn = None
+                        txn = self._begin()
+                        writes = {}
+                    for db, n in more.items():
+                        writes[db] = writes.get(db, 0) + n
+                for db, dels, puts in ops:
+                    if dels is None:
+                        txn.drop(db, delete=False)
+                        continue
+                    delete = txn.delete
+                    for k in dels:
+                        delete(k, db=db)
+                    if puts:
+                        txn.cursor(db=db).putmulti(puts)
             txn.commit()
             self.txns += 1
         except BaseException:
@@ -419,12 +431,14 @@ class Overlay:
             self.per_write = max(1, max(d for d, _ in shape.values())) + 1
         return txn
 
-    def _charge(self, writes: dict[Any, int]) -> int:
-        """Most pages a transaction with ``writes`` (per table) changes: ``pages_changed`` of each
-        table the store's budget names, depth + 1 a write in any other (as WriteBudget charges)."""
+    def _charge(self, writes: dict[Any, int], more: dict[Any, int]) -> int:
+        """Most pages the open transaction changes with ``more`` writes added to ``writes`` (per
+        table): ``pages_changed`` of each table the store's budget names, depth + 1 a write in any
+        other (as WriteBudget charges)."""
         shape, per_write = self._shape, self.per_write
         total = 0
-        for db, n in writes.items():
+        for db in writes.keys() | more.keys():
+            n = writes.get(db, 0) + more.get(db, 0)
             s = shape.get(db)
             total += n * per_write if s is None else pages_changed(n, s[0], s[1])
         return total
@@ -487,7 +501,7 @@ class Overlay:
                "sorted_keys": sum(len(k) + len(self._fresh[db]) for db, k in self._sorted.items()),
                "unlanded_bytes": self.unlanded_bytes,
                "written_by": sorted(self.written_by),
-               "txns": self.txns, "writes": self._group.writes, "merged_writes": self._group.merged}
+               "txns": self.txns}
         if self._caches:
             out["read_cache"] = {**self.cache_memory(), "hits": self.cache_hits, "misses": self.cache_misses}
         return out
