@@ -87,6 +87,25 @@ def _replay(path: str, tmp: str, reserve: dict[str, int]) -> dict:
             items.append((ops, False, changes) if three else (ops, False))
         items_of.append(items)
     out = {}
+    pages = []          # per committed transaction: the pages its commit wrote
+
+    class _Measured:
+        """A write transaction whose commit counts the pages it wrote (the thread's wchar)."""
+
+        def __init__(self, txn):
+            self._txn = txn
+
+        def __getattr__(self, name):
+            return getattr(self._txn, name)
+
+        def commit(self):
+            w = _wchar()
+            self._txn.commit()
+            pages.append((_wchar() - w) // psize)
+
+    psize = env.stat()["psize"]
+    begin = o._begin
+    o._begin = lambda: _Measured(begin())
 
     def run() -> None:
         o.loop_thread = -1
@@ -104,7 +123,9 @@ def _replay(path: str, tmp: str, reserve: dict[str, int]) -> dict:
     env.close()
     return {"store": store, "groups": len(groups), "layers": sum(len(g) for g in groups), "writes": writes,
             "lmdb_writes": st.get("writes", writes), "merged": st.get("merged_writes", 0),
-            "txns": o.txns, "cpu_s": out["cpu_s"], "wchar": out["wchar"]}
+            "txns": o.txns, "cpu_s": out["cpu_s"], "wchar": out["wchar"], "limit": budget.limit,
+            "pages_mean": sum(pages) / max(1, len(pages)), "pages_p99": sorted(pages)[int(0.99 * len(pages))] if pages else 0,
+            "pages_max": max(pages, default=0)}
 
 
 def _child(args) -> None:
@@ -146,7 +167,8 @@ def main() -> None:
         for r in rows:
             print(f"   {r['store']}: {r['groups']} groups, {r['layers']} layers, {r['txns']} transactions, "
                   f"µs/page {1e6 * r['cpu_s'] / args.pages:.1f}, KiB/page {r['wchar'] / 1024 / args.pages:.2f}, "
-                  f"merged away {r['merged']}")
+                  f"merged away {r['merged']}; pages a commit wrote: mean {r['pages_mean']:.0f}, p99 "
+                  f"{r['pages_p99']}, max {r['pages_max']} (charge limit {r['limit']})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tree": tree, "pages": args.pages, "runs": runs}, f, indent=1)
