@@ -5,8 +5,12 @@ set (a path prefix); does nothing otherwise. It wraps ``Overlay._write`` (the wr
 sink of the budget, recrawl and DUST stores): before each group is written it reads, in a read
 transaction on the last commit, the value every put and delete replaces, and counts per table
 puts, deletes, key and value bytes, new keys, puts of the value already stored, keys written in
-two layers of one group, and deletes of absent keys; and counts every sink's items handed to the
-``WriteThread``. Every 2 s and at exit the counts go to ``<prefix>.<pid>.json``. The reads make
+two layers of one group, puts then deleted in one group of a key the last commit did not hold,
+deletes of absent keys, and the writes a last-write-wins merge of the group's layers would leave;
+per store its groups, layers and write transactions; and every sink's items handed to the
+``WriteThread``. With ``CRAWLERD_WRITE_RECORD=DIR`` it also records each group (see ``_record``) for
+``bench/writer_replay_bench.py``; put this directory on ``PYTHONPATH`` by its absolute path (the
+crawl process starts in another directory). Every 2 s and at exit the counts go to ``<prefix>.<pid>.json``. The reads make
 the writer slower: for counting runs, never for timing.
 
     CRAWLERD_WRITE_COUNTS=/tmp/wc PYTHONPATH=bench/write_counts unshare -n sh -c 'ip link set lo up;
