@@ -446,7 +446,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("lmdb_write_buffer_bytes", int, 8 * MiB,
            "Page buffers each LMDB store with large write transactions (frontier, recrawl, budgets, DUST, "
            "digest set) "
-           "reserves when it opens, bytes. LMDB (opened without writemap, so a full disk is an error, not "
+           "reserves when it opens, bytes (the budget store, which writes most, twice this). LMDB (opened without writemap, so a full disk is an error, not "
            "a crash) copies each page a transaction changes into such a buffer and keeps them for the "
            "next one: a store's private memory is the most pages one of its transactions changed, which "
            "climbs while its B-trees grow. Reserved at open it is a fixed cost, and each of the five stores "

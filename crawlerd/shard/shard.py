@@ -54,6 +54,7 @@ log = logging.getLogger("crawlerd.shard")
 # What a failed write of an LMDB store or the seen-set raises: the crawl stops in order (storage.py)
 STORE_ERRORS = (OSError, lmdb.Error, DrumError, WriterError)   # WriterError: a write handed over failed
 COMMIT_INTERVAL_S = 2.0         # frontier/recrawl commits, lease expiry, event flush
+BUDGETS_WRITE_BUFFERS = 2      # × storage.lmdb_write_buffer_bytes the budget store reserves (it writes most)
 DNS_SAVE_INTERVAL_S = 60.0      # the DNS cache is written this often (and at stop) for the next run
 DNS_CACHE_FILE = "dns-cache.jsonl"
 IDLE_TICK_S = 0.25              # longest sleep of the loop when nothing is due
@@ -125,7 +126,8 @@ class Shard:
                                    edge_max_pending=bu.edge_max_pending, edge_buckets=min(cfg.drum.buckets, 16),
                                    edge_merge_bytes=bu.edge_merge_bytes, edge_cache_entries=bu.edge_cache_entries,
                                    clock=clock, sync=False,     # fdatasync on the sync thread
-                                   write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes, probation=bu.probation,
+                                   write_buffer_bytes=BUDGETS_WRITE_BUFFERS * cfg.storage.lmdb_write_buffer_bytes,
+                                   probation=bu.probation,
                                    read_cache_bytes=bu.read_cache_bytes, unlanded_bytes=bu.unlanded_bytes)
         d = cfg.drum
         # DRUM runs on its own thread: a merge (seconds at 10^9 keys) never stalls this loop
