@@ -31,7 +31,7 @@ class QueueHeads:
 
     __slots__ = ("depth", "max_queues", "_q", "_bytes", "fills", "hits")
 
-    def __init__(self, depth: int = 8, max_queues: int = 8192) -> None:
+    def __init__(self, depth: int = 4, max_queues: int = 8192) -> None:
         if depth < 1 or max_queues < 1:
             raise ValueError(f"queue heads: depth {depth}, max_queues {max_queues} (both >= 1)")
         self.depth = depth
@@ -101,12 +101,20 @@ class QueueHeads:
         q = self._q
         if not q:
             return
-        get, put = q.get, self.put
+        get, depth = q.get, self.depth
         for key, value in items:
             e = get(key[:5])
-            # only a queue known whole, or a key before its last cached one, changes what is cached
-            if e is not None and (e[1] or (e[0] and key <= e[0][-1][0])):
-                put(key, value)
+            if e is None:
+                continue
+            entries = e[0]
+            if entries and key <= entries[-1][0]:
+                self.put(key, value)
+            elif e[1]:                  # after the cached entries of a queue known whole (a new URL)
+                if len(entries) < depth:
+                    entries.append((key, value))
+                    self._bytes += _ENTRY_BYTES + len(key) + len(value)
+                else:
+                    e[1] = False
 
     def delete(self, key: bytes) -> None:
         """``key`` was deleted from the queues table (whether or not it was there)."""
