@@ -8,7 +8,8 @@ and again during its session (``working.py``), so :class:`QueueHeads` keeps, per
 queue, its first few entries, read in one ranged read when a pop finds none, and a pop is a list
 pop plus the delete. Every write to the ``queues`` table goes through the store, which tells the
 heads (``put``, ``delete``, ``forget``): a URL put back or moved in sorts into the cached entries,
-a new URL (``seq`` only grows: after them) extends a queue known whole, a host's queue taken is
+a new URL (``seq`` only grows: after them) extends a queue known whole (only those are looked
+up for an add's URLs), a host's queue taken is
 forgotten.
 
 Bounded: at most ``max_queues`` queues (the oldest filled is forgotten first), ``depth`` entries
@@ -29,7 +30,7 @@ class QueueHeads:
     store holds them (every queued key up to the last cached one is among them); ``whole``: no
     other entry is queued under the prefix. A queue not cached is read from the store."""
 
-    __slots__ = ("depth", "max_queues", "_q", "_bytes", "fills", "hits")
+    __slots__ = ("depth", "max_queues", "_q", "_whole", "_bytes", "fills", "hits")
 
     def __init__(self, depth: int = 4, max_queues: int = 8192) -> None:
         if depth < 1 or max_queues < 1:
@@ -37,6 +38,7 @@ class QueueHeads:
         self.depth = depth
         self.max_queues = max_queues
         self._q: dict[bytes, list] = {}
+        self._whole: dict[bytes, list] = {}     # the cached queues known whole (what a new URL extends)
         self._bytes = 0
         self.fills = 0              # ranged reads (a pop found nothing cached)
         self.hits = 0               # pops answered from here
@@ -63,9 +65,12 @@ class QueueHeads:
         if old is not None:
             self._bytes -= self._cost(old[0])
         elif len(q) >= self.max_queues:
-            del_key = next(iter(q))
-            self._bytes -= self._cost(q.pop(del_key)[0])
-        q[prefix] = [entries, whole]
+            self._drop(next(iter(q)))
+        e = q[prefix] = [entries, whole]
+        if whole:
+            self._whole[prefix] = e
+        else:
+            self._whole.pop(prefix, None)
         self._bytes += self._cost(entries)
         self.fills += 1
 
@@ -87,34 +92,35 @@ class QueueHeads:
                 if len(entries) > self.depth:
                     k, v = entries.pop()
                     self._bytes -= _ENTRY_BYTES + len(k) + len(v)
-                    e[1] = False
+                    self._not_whole(e, key[:5])
         elif e[1]:
             if len(entries) < self.depth:
                 entries.append((key, value))
                 self._bytes += _ENTRY_BYTES + len(key) + len(value)
             else:
-                e[1] = False            # more after the cached entries now
+                self._not_whole(e, key[:5])     # more after the cached entries now
         # else: after the cached entries of a queue not known whole: nothing cached changes
 
-    def put_sorted(self, items: list[tuple[bytes, bytes]]) -> None:
-        """``put`` of each (key, value) of a batch."""
-        q = self._q
-        if not q:
+    def _not_whole(self, e: list, prefix: bytes) -> None:
+        e[1] = False
+        self._whole.pop(prefix, None)
+
+    def put_new(self, items: list[tuple[bytes, bytes]]) -> None:
+        """``put`` of each (key, value) of a batch of new entries: each key after every key queued
+        under its prefix (a new ``seq``, which only grows), so only a queue known whole changes."""
+        whole = self._whole
+        if not whole:
             return
-        get, depth = q.get, self.depth
+        get, depth = whole.get, self.depth
         for key, value in items:
             e = get(key[:5])
-            if e is None:
-                continue
-            entries = e[0]
-            if entries and key <= entries[-1][0]:
-                self.put(key, value)
-            elif e[1]:                  # after the cached entries of a queue known whole (a new URL)
+            if e is not None:
+                entries = e[0]
                 if len(entries) < depth:
                     entries.append((key, value))
                     self._bytes += _ENTRY_BYTES + len(key) + len(value)
                 else:
-                    e[1] = False
+                    self._not_whole(e, key[:5])
 
     def delete(self, key: bytes) -> None:
         """``key`` was deleted from the queues table (whether or not it was there)."""
@@ -129,12 +135,16 @@ class QueueHeads:
 
     def forget(self, hprefix: bytes) -> None:
         """Forget every cached queue of one host (its queue was taken or rewritten elsewhere)."""
-        q = self._q
-        for p in [p for p in q if p[:4] == hprefix]:
-            self._bytes -= self._cost(q.pop(p)[0])
+        for p in [p for p in self._q if p[:4] == hprefix]:
+            self._drop(p)
+
+    def _drop(self, prefix: bytes) -> None:
+        self._bytes -= self._cost(self._q.pop(prefix)[0])
+        self._whole.pop(prefix, None)
 
     def clear(self) -> None:
         self._q.clear()
+        self._whole.clear()
         self._bytes = 0
 
     @staticmethod

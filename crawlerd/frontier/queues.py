@@ -326,11 +326,12 @@ class FrontierStore:
         return mask
 
     def put_sorted(self, items: list[tuple[bytes, bytes]]) -> None:
-        """Insert many queue entries in key order (fewer page visits, one call into C)."""
+        """Insert many new queue entries in key order (fewer page visits, one call into C). New:
+        each key's ``seq`` drawn from the ``seq`` counter, so after every key queued before it."""
         items.sort()
         self.qcursor().putmulti(items)
         if self.heads is not None:
-            self.heads.put_sorted(items)
+            self.heads.put_new(items)
 
     def put_queued(self, key: bytes, urec: bytes) -> None:
         """Put one queue entry (a URL back in its queue)."""
