@@ -148,7 +148,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Most hosts leased from at once (the working set): a ready host joins when a free transfer slot "
            "finds no member due, and stays for a session, so its connection is reused across its politeness "
            "gap instead of reopened (and TLS renegotiated) every turn. The set sizes itself to what the "
-           "crawl's rate needs below this cap; 0: off (every ready host in due-time order).", min=0,
+           "crawl's rate needs below this cap; 0: off (every ready host in due-time order). Also bounds the "
+           "queue heads kept in RAM (four URLs of each of at most twice this many queues).", min=0,
            max=1 << 24),
         _k("session_fetches", int, 20,
            "Leases a working-set host makes before it goes to the back of the ready hosts (its last "

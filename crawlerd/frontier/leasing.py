@@ -196,7 +196,7 @@ class Leasing:
 
     def _put_back(self, s: int, key: bytes, urec: bytes) -> None:
         H = self._hosts
-        self._store.txn().put(key, urec, db=self._store.queues)
+        self._store.put_queued(key, urec)
         H.mask[s] |= 1 << qkey_level(key)
         self._c["queued"] += 1
 

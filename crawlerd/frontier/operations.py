@@ -236,7 +236,7 @@ class FrontierOps:
             return 0
         puts = []
         for key, urec, level in moves:
-            st.txn().delete(key, db=st.queues)
+            st.delete_queued(key)
             self._c["seq"] += 1
             puts.append((qkey(hid, level, self._c["seq"]), urec))
             mask |= 1 << level

@@ -33,7 +33,9 @@ out for politeness (requests in flight, ends since the last commit) is in ``jour
 With a writer attached (``attach_writer``: the shard's ``WriteThread``, during the crawl) no
 write transaction runs on the loop: ``txn()`` is an :class:`~crawlerd.store.overlay.Overlay`
 (the loop reads its own writes, the queues through an overlay cursor, from RAM until they
-land) and ``commit(then)`` hands the changes over; a commit survives ``kill -9`` once its
+land) and ``commit(then)`` hands the changes over; a lease pops its queue's head from the
+:class:`~crawlerd.frontier.heads.QueueHeads` (the first entries of the queues leased from, kept
+exact by every write to ``queues``, which goes through this class); a commit survives ``kill -9`` once its
 ``then`` ran on the loop (``when_written``). Without one (offline, the CLI, tests) the
 transaction is LMDB's, on the caller's thread, as above.
 """
@@ -47,6 +49,7 @@ import struct
 
 import lmdb
 
+from crawlerd.frontier.heads import QueueHeads
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.writer import WriteThread
@@ -65,10 +68,16 @@ def u64(n: int) -> bytes:
     return _U64.pack(n)
 
 
+def _after(prefix: bytes) -> bytes:
+    """The least key above every key that starts with ``prefix`` (a queue prefix is never all 0xff)."""
+    return (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix), "big")
+
+
 class FrontierStore:
     """One LMDB environment. Key/invariants per table: see the module docstring."""
 
-    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0):
+    def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0,
+                 head_queues: int = 8192):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
@@ -92,6 +101,9 @@ class FrontierStore:
         self._overlay: Overlay | None = None
         self._ov_open = False
         self._qcur_at = -1
+        # with a writer attached: the first entries of the queues leased from (see heads.py)
+        self.heads: QueueHeads | None = None
+        self._head_queues = head_queues
         self.lost = False           # a commit handed over was not written: what is on disk is the last that was
         # the ``leases`` table's changes since the last commit, applied at the commit (one sorted
         # putmulti; a lease that ends before the commit costs no write at all): lease id -> value
@@ -140,9 +152,11 @@ class FrontierStore:
             self._overlay = Overlay(self.env, writer, self.budget)
             self._overlay.land_first()      # lands no later than what a source forgets after it
             self._qcur, self._qcur_at = None, -1
+            self.heads = QueueHeads(max_queues=self._head_queues) if self._head_queues > 0 else None
         elif self._overlay is not None:
             ov, self._overlay = self._overlay, None
             self._qcur, self._ov_open = None, False
+            self.heads = None
             try:
                 ov.close()
             except BaseException:
@@ -215,6 +229,7 @@ class FrontierStore:
         if self._overlay is not None:                   # detach first to keep what it holds
             self._overlay = None
             self.lost = True
+        self.heads = None
         self._qcur, self._ov_open = None, False
         if self._txn is not None:
             self._txn.abort()
@@ -271,6 +286,22 @@ class FrontierStore:
     # -- back queues ---------------------------------------------------------
     def pop_head(self, prefix: bytes) -> tuple[bytes, bytes, bool] | None:
         """Remove the head of one (host, level) queue: (key, record, level still non-empty)."""
+        heads = self.heads
+        if heads is not None:
+            head = heads.pop(prefix)
+            if head is False:
+                entries, whole = self.qcursor().read_range(prefix, _after(prefix), heads.depth + 1)
+                if not entries:
+                    heads.fill(prefix, entries, True)
+                    return None
+                key, value = entries.pop(0)
+                heads.fill(prefix, entries, whole)
+                head = key, value, bool(entries) or not whole
+            elif head is None:
+                return None
+            self._ov_open = True
+            self._overlay.put(head[0], None, db=self.queues)
+            return head
         cur = self.qcursor()
         if not cur.set_range(prefix):
             return None
@@ -295,14 +326,31 @@ class FrontierStore:
         return mask
 
     def put_sorted(self, items: list[tuple[bytes, bytes]]) -> None:
-        """Insert many queue entries in key order (fewer page visits, one call into C)."""
+        """Insert many new queue entries in key order (fewer page visits, one call into C). New:
+        each key's ``seq`` drawn from the ``seq`` counter, so after every key queued before it."""
         items.sort()
         self.qcursor().putmulti(items)
+        if self.heads is not None:
+            self.heads.put_new(items)
+
+    def put_queued(self, key: bytes, urec: bytes) -> None:
+        """Put one queue entry (a URL back in its queue)."""
+        self.txn().put(key, urec, db=self.queues)
+        if self.heads is not None:
+            self.heads.put(key, urec)
+
+    def delete_queued(self, key: bytes) -> None:
+        """Delete one queue entry (present or not)."""
+        self.txn().delete(key, db=self.queues)
+        if self.heads is not None:
+            self.heads.delete(key)
 
     def take_host(self, hprefix: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Remove and return up to ``limit`` queued entries of one host, in key order."""
         cur = self.qcursor()
         out = []
+        if self.heads is not None:
+            self.heads.forget(hprefix)
         if not cur.set_range(hprefix):
             return out
         while len(out) < limit:

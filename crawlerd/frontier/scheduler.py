@@ -110,8 +110,11 @@ class Frontier:
         self._lease_timeout_s = lease_timeout_s
         self._max_attempts = max_attempts
         self._host_conc = {k: max(1, min(int(v), 255)) for k, v in (host_concurrency or {}).items()}
+        # the queue heads cached while a writer is attached: the working set's queues (two levels
+        # a host), or as many as a working set of the default size's with it off
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync,
-                                    write_buffer_bytes=write_buffer_bytes)
+                                    write_buffer_bytes=write_buffer_bytes,
+                                    head_queues=2 * (working_set_max or 4096))
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
         self._shared = shared_ips
@@ -480,6 +483,11 @@ class Frontier:
 
     def stats(self) -> dict:
         return self._book.stats()
+
+    def memory(self) -> dict[str, int]:
+        """The queue heads cached in RAM (with a writer attached; else nothing)."""
+        heads = self._store.heads
+        return heads.memory() if heads is not None else {}
 
     def backed_off(self, now: float, n: int = 10) -> list[dict]:
         """The ``n`` hosts with the most consecutive failures: see ``FrontierOps.backed_off``."""

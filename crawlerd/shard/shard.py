@@ -258,6 +258,8 @@ class Shard:
                                   "entries": self.pool.calls}}
         if self.resolver is not None:
             out["dns_cache"] = self.resolver.memory()
+        if heads := self.frontier.memory():
+            out["frontier_heads"] = heads
         if self.dust is not None:
             out["dust_hosts"] = self.dust.memory()
             out["dust_archived_filter"] = self.dust.learner.store.memory()

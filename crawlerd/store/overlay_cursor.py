@@ -86,6 +86,41 @@ class OverlayCursor:
         self._seek(k, True)
         return True
 
+    def read_range(self, lo: bytes, hi: bytes, limit: int) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """The first ``limit`` (key, value) with ``lo <= key < hi`` in key order, and whether they
+        are all of them: one base seek, not one per key. Leaves the cursor unpositioned."""
+        o, db = self._o, self._db
+        view = o.view(db)
+        self._k, self._v = None, b""
+        out: list[tuple[bytes, bytes]] = []
+        stop = hi                   # the view's keys count below this (the first base key not read)
+        whole = True
+        if not o.cleared(db):
+            bc = self._bc
+            if bc is None:
+                bc = self._bc = o.base().cursor(db=db)
+            if bc.set_range(lo):
+                for k, v in bc.iternext():
+                    if k >= hi:
+                        break
+                    if k in view:               # the view decides for its keys
+                        continue
+                    if len(out) == limit:
+                        stop, whole = k, False
+                        break
+                    out.append((k, v))
+        if view:
+            keys = o.sorted_keys(db)
+            i, j = bisect_left(keys, lo), bisect_left(keys, stop)
+            if i < j:
+                mine = [(k, v) for k in keys[i:j] if (v := view[k][0]) is not None]
+                if mine:
+                    out = sorted(out + mine) if out else mine
+                    if len(out) > limit:
+                        del out[limit:]
+                        whole = False
+        return out, whole
+
     def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, int]:
         n = self._o.put_many(items, db=self._db)
         return n, n

@@ -398,3 +398,20 @@ def test_an_edge_delivery_is_applied_in_slices_committed_once_then_acknowledged(
     assert all(e[0] == "apply" for e in events[first:last + 1])  # nothing committed between slices
     assert [e[0] for e in events[last + 1:last + 3]] == ["commit", "ack"]    # then commit, then ack
     assert events[last + 1][2] > applies[-1][2]                  # the commit in an iteration of its own
+
+
+def test_edge_keys_by_domain_key_are_the_edge_keys_by_name(tmp_path):
+    """``domain_edge_keys`` (what ``record_pages_links`` calls with the memo's domain keys) gives the
+    same edges as ``edge_keys`` on the names: links to the page's own domain, to the empty name
+    and repeats left out, a name too long or unusable for a key hashed alike."""
+    store = BudgetStore(str(tmp_path / "s"), map_size_bytes=1 << 26, sync=False)
+    g = DomainGraph(store, mode="all")
+    names = ["a.org", "b.org", "", "x" * 300 + ".org", "#odd", "nul\0.org", "c.net"]
+    rng = random.Random(5)
+    for _ in range(300):
+        src = rng.choice(names)
+        targets = {rng.choice(names) for _ in range(rng.randrange(6))}
+        want = sorted(zip(*g.edge_keys(src, targets), strict=True))
+        got = sorted(zip(*g.domain_edge_keys(domain_key(src), {domain_key(t) for t in targets}), strict=True))
+        assert got == want, (src, targets)
+    store.close()

@@ -33,6 +33,8 @@ import xxhash
 from crawlerd.frontier.budgets.store import BudgetStore, RecordCache, domain_key, domain_name
 from crawlerd.frontier.budgets.topk import TopK
 
+_EMPTY_KEY = domain_key("")      # an empty registered domain (edge_keys leaves its links out)
+
 MODE_VOUCHED = "vouched"
 MODE_ALL = "all"
 MODES = (MODE_VOUCHED, MODE_ALL)
@@ -118,6 +120,20 @@ class DomainGraph:
                 continue
             dk = domain_key(dst)
             if dk == src:
+                continue
+            a = src + b"\0" + dk
+            keys.append(h(a))
+            aux.append(a)
+        self._c["edges_submitted"] += len(keys)
+        return keys, aux
+
+    def domain_edge_keys(self, src: bytes, targets: set[bytes]) -> tuple[list[int], list[bytes]]:
+        """``edge_keys`` with the page's domain and the linked ones given by their domain keys
+        (``domain_key``; a set): the links to the page's own domain and to the empty name left out."""
+        keys, aux = [], []
+        h = xxhash.xxh3_64_intdigest
+        for dk in targets:
+            if dk == src or dk == _EMPTY_KEY:
                 continue
             a = src + b"\0" + dk
             keys.append(h(a))

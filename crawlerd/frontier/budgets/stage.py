@@ -183,10 +183,10 @@ class Budgets:
         kept once ``edges_logged`` says so."""
         keys: list[int] = []
         aux: list[bytes] = []
-        edge_keys = self.graph.edge_keys
+        edge_keys, dks = self.graph.domain_edge_keys, _domain_keys
         for page_url, host_keys in pages:
-            # the worker gave each link's host key: its domain is one cached look-up, no parse
-            k, a = edge_keys(pld_of(page_url), {_pld_of_host_key(h) for h in host_keys})
+            # the worker gave each link's host key: its domain key is one dict look-up, no parse
+            k, a = edge_keys(dks[host_key_of(page_url)], {dks[h] for h in host_keys})
             keys += k
             aux += a
         if keys:

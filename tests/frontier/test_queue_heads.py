@@ -1,0 +1,122 @@
+"""The queue heads a lease pops from (``frontier/heads.py``): with a writer attached, ``pop_head``
+answers from the first entries cached per (host, level) queue, and every write to the queues
+table keeps them exact, so the store answers exactly as one that reads its own LMDB cursor."""
+
+import asyncio
+import random
+
+import pytest
+
+from crawlerd.frontier.heads import QueueHeads
+from crawlerd.frontier.items import hprefix, qkey, qprefix
+from crawlerd.frontier.queues import FrontierStore
+from crawlerd.store.writer import WriteThread
+
+HIDS = range(1, 7)
+LEVELS = 3
+
+
+def store(path) -> FrontierStore:
+    return FrontierStore(str(path), map_size_bytes=1 << 26, sync=False)
+
+
+def queued(st: FrontierStore) -> list[tuple[bytes, bytes]]:
+    """Every queue entry as the store's loop reads it."""
+    cur = st.qcursor()
+    return list(cur) if cur.first() else []
+
+
+async def run(tmp_path, seed: int, heads: QueueHeads, steps: int) -> QueueHeads:
+    """The same random operations on a store with its own transaction (the plain cursor) and on one
+    written on a held-back-at-random writer thread (the heads): the same answers at every step and
+    the same queues throughout."""
+    rng = random.Random(seed)
+    plain, threaded = store(tmp_path / "plain"), store(tmp_path / "threaded")
+    writer = WriteThread(asyncio.get_running_loop(), group_delay_s=0.0005)
+    threaded.attach_writer(writer)
+    threaded.heads = heads
+    both = (plain, threaded)
+    seq = 0
+    popped: list[tuple[bytes, bytes]] = []
+    held = False
+    for i in range(steps):
+        op = rng.random()
+        if op < 0.25:                            # an add: new keys, after every key queued so far
+            items = []
+            for _ in range(rng.randrange(1, 12)):
+                seq += 1
+                items.append((qkey(rng.choice(HIDS), rng.randrange(LEVELS), seq), b"u%d" % seq))
+            for st in both:
+                st.put_sorted(list(items))
+        elif op < 0.6:
+            p = qprefix(rng.choice(HIDS), rng.randrange(LEVELS))
+            got = [st.pop_head(p) for st in both]
+            assert got[0] == got[1], (i, p)
+            if got[0] is not None and rng.random() < 0.5:
+                popped.append(got[0][:2])
+        elif op < 0.7 and popped:                # a URL back in its queue (before its head), or retried
+            key, value = popped.pop(rng.randrange(len(popped)))
+            value = value + b"!" if rng.random() < 0.5 else value
+            for st in both:
+                st.put_queued(key, value)
+        elif op < 0.75:                          # a key moved out (present or not)
+            key = qkey(rng.choice(HIDS), rng.randrange(LEVELS), rng.randrange(seq + 2))
+            for st in both:
+                st.delete_queued(key)
+        elif op < 0.78:                          # a host's queue taken (a drop)
+            h, limit = rng.choice(HIDS), rng.randrange(1, 20)
+            got = [st.take_host(hprefix(h), limit) for st in both]
+            assert got[0] == got[1], i
+        elif op < 0.81:
+            h = rng.choice(HIDS)
+            assert len({st.level_mask(hprefix(h), LEVELS) for st in both}) == 1, i
+        elif op < 0.9:
+            for st in both:
+                st.commit()
+        elif op < 0.95:                          # the writer held back: the loop reads from the overlay
+            held = not held
+            writer.hold() if held else writer.release()
+        else:
+            await asyncio.sleep(0.002 * rng.random())      # landings run meanwhile, or not
+        if i % 97 == 0:
+            assert queued(plain) == queued(threaded), i
+    writer.release()
+    plain.commit()
+    done = asyncio.get_running_loop().create_future()
+    threaded.commit(lambda: done.set_result(None))
+    await done
+    assert queued(plain) == queued(threaded)
+    threaded.attach_writer(None)
+    writer.close()
+    with plain.env.begin() as a, threaded.env.begin() as b:
+        assert list(a.cursor(db=plain.queues)) == list(b.cursor(db=threaded.queues))
+    plain.close()
+    threaded.close()
+    return heads
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_pops_from_the_cached_heads_answer_as_the_plain_cursor_over_random_operations(tmp_path, seed):
+    """Adds, pops, put-backs, deletes, takes and commits landing at random moments (the writer held
+    back for stretches): the same heads, level masks and queues as a store reading its own cursor,
+    with the heads shallow and few (evicted, refilled) and at the defaults."""
+    small = asyncio.run(run(tmp_path / "small", seed, QueueHeads(depth=2, max_queues=3), 3000))
+    assert small.hits > 100 and small.fills > 100
+    full = asyncio.run(run(tmp_path / "full", seed, QueueHeads(), 3000))
+    assert full.hits > small.hits
+
+
+def test_the_heads_hold_at_most_their_queues_and_depth_and_count_what_they_hold():
+    heads = QueueHeads(depth=3, max_queues=2)
+    for h in (1, 2, 3):
+        heads.fill(qprefix(h, 0), [(qkey(h, 0, s), b"x" * 50) for s in (1, 2, 3)], False)
+    m = heads.memory()
+    assert m["queues"] == 2 and m["entries"] == 6 and 0 < m["bytes"] <= m["cap_bytes"]
+    assert heads.pop(qprefix(1, 0)) is False            # the oldest filled was forgotten
+    heads.put(qkey(2, 0, 1), b"y")                      # the same key: replaced, not added
+    heads.put(qkey(3, 0, 0), b"z")                      # before the head: in, the last one out
+    assert heads.memory()["entries"] == 6
+    assert heads.pop(qprefix(3, 0)) == (qkey(3, 0, 0), b"z", True)
+    assert heads.pop(qprefix(2, 0)) == (qkey(2, 0, 1), b"y", True)
+    heads.clear()
+    assert heads.memory()["bytes"] == 0
