@@ -113,8 +113,7 @@ class DustStore:
         # archived entries not written yet, per generation: fp -> packed value (see the tables)
         self._pending: list[dict[int, bytes]] = [{}, {}]
         # a step handing more over waits at the bound: an unsynced commit (the next synced one covers it)
-        self.gate = UnlandedGate(unlanded_bytes, lambda: self.commit(sync=False),
-                                 lambda: (len(self._pending[0]) + len(self._pending[1])) * PENDING_ARCHIVED_BYTES)
+        self.gate = UnlandedGate(unlanded_bytes, self._commit_unsynced, self._pending_bytes)
         self.archived_reads = 0          # archived() calls that read LMDB (the filter could not answer)
         self.archived_skipped = 0        # ... that the filter answered "never archived"
         self._filters: list[bytearray] | None = None
@@ -365,6 +364,12 @@ class DustStore:
         return rules
 
     # -- durability ----------------------------------------------------------------------------
+    def _commit_unsynced(self) -> None:
+        self.commit(sync=False)
+
+    def _pending_bytes(self) -> int:
+        return (len(self._pending[0]) + len(self._pending[1])) * PENDING_ARCHIVED_BYTES
+
     def commit(self, then=None, *, sync: bool = True) -> None:
         """Commit (durable: fsync'd; ``sync=False`` with a writer: not synced, a step the next
         synced commit covers). With a writer attached the commit is handed over and ``then`` runs

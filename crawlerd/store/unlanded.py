@@ -19,6 +19,7 @@ delivered again; left for the final commit).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 
 from crawlerd.store.overlay import Overlay
@@ -33,8 +34,12 @@ class UnlandedGate:
 
     def __init__(self, cap_bytes: int, commit: Callable[[], None], extra: Callable[[], int] | None = None):
         self.cap_bytes = cap_bytes
-        self._commit = commit
-        self._extra = extra
+        # weakly held: the store that owns the gate (and its LMDB environment) is freed as soon as
+        # it is dropped, never later by the cyclic collector in the middle of another store's work
+        self._commit = _weak(commit)
+        self._extra = _weak(extra) if extra is not None else None
+        landed = weakref.WeakMethod(self._on_landed)
+        self._hook = lambda: (f := landed()) is not None and f()      # an overlay's on_landed
         self._overlays: list[Overlay] = []
         self._waiters: list[Callable[[], None]] = []
         self._open = True               # False once closing: no step waits any more
@@ -48,12 +53,12 @@ class UnlandedGate:
         """Gate ``overlay`` too (from now until ``detach``); its landings end waits."""
         self._overlays.append(overlay)
         if self.cap_bytes:
-            overlay.on_landed = self._on_landed
+            overlay.on_landed = self._hook
 
     def detach(self, overlay: Overlay) -> None:
         if overlay in self._overlays:
             self._overlays.remove(overlay)
-            if overlay.on_landed == self._on_landed:
+            if overlay.on_landed is self._hook:
                 overlay.on_landed = None
 
     @property
@@ -61,7 +66,7 @@ class UnlandedGate:
         return bool(self.cap_bytes and self._overlays and self._open)
 
     def extra_bytes(self) -> int:
-        return self._extra() if self._extra is not None else 0
+        return self._extra()() if self._extra is not None else 0
 
     def held_bytes(self, extra: int | None = None) -> int:
         """The overlays' unlanded bytes plus ``extra`` (read now when not given)."""
@@ -98,7 +103,7 @@ class UnlandedGate:
         self._waiters.append(step)
         self.waits += 1
         if not self._pending():
-            self._commit()          # the open layers hold it all: a landing needs them handed over
+            self._commit()()          # the open layers hold it all: a landing needs them handed over
 
     def crowded_wake(self, wake: Callable[[], None]) -> bool:
         """``crowded``; if so, ``wake`` runs at the landing that leaves room (registered once however
@@ -119,7 +124,7 @@ class UnlandedGate:
             return
         if self._over(self.extra_bytes()):
             if not self._pending():
-                self._commit()
+                self._commit()()
             return
         self.wait_s += time.monotonic() - self._waited_since
         waiters, self._waiters = self._waiters, []
@@ -144,3 +149,11 @@ class UnlandedGate:
                 "entries": sum(m["entries"] for m in ms), "layers": sum(m["layers"] for m in ms),
                 "extra_bytes": extra, "largest_step_bytes": self.largest_step,
                 "waits": self.waits, "wait_s": round(self.wait_s, 3)}
+
+
+def _weak(f: Callable) -> Callable[[], Callable]:
+    """A reference to ``f`` that does not keep its object alive: call it for ``f`` (a bound method
+    held weakly; any other callable as it is)."""
+    if hasattr(f, "__self__") and hasattr(f, "__func__"):
+        return weakref.WeakMethod(f)
+    return lambda: f
