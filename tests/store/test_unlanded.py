@@ -98,3 +98,29 @@ def test_no_bound_never_waits(tmp_path):
 
     asyncio.run(go())
     env.close()
+
+
+def test_a_store_dropped_without_close_is_freed_at_once_not_by_the_cyclic_collector(tmp_path):
+    """The gate holds its store's callbacks and its overlays' landing hook weakly: a store (and its
+    LMDB environment) dropped without ``close`` goes with its last reference, as one without a gate
+    does, never at a later collection in the middle of another store's LMDB work."""
+    import gc
+    import weakref
+
+    from crawlerd.frontier.dust_store import DustStore
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer", group_delay_s=0.0)
+        s = DustStore(str(tmp_path / "d"), max_bytes=8 << 20, max_host_bytes=16 << 10, sync=False,
+                      unlanded_bytes=1 << 20)
+        s.attach_writer(w)
+        ref = weakref.ref(s)
+        gc.disable()
+        try:
+            del s
+            assert ref() is None
+        finally:
+            gc.enable()
+        w.close()
+
+    asyncio.run(go())
