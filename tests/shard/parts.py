@@ -73,3 +73,20 @@ def answer(url: str, body: bytes, *, status: int = 200, headers=(), ctype: str =
 
 def run(coro):
     return asyncio.run(coro)
+
+
+class MostUnlanded:
+    """The most the given overlays held unlanded together, read once per loop iteration (between
+    callbacks) from ``start()`` until ``stop()``."""
+
+    def __init__(self, *overlays):
+        self.overlays, self.most, self.running = [ov for ov in overlays if ov is not None], 0, True
+
+    def start(self) -> None:
+        self.most = max(self.most, sum(ov.unlanded_bytes for ov in self.overlays))
+        if self.running:
+            asyncio.get_running_loop().call_soon(self.start)
+
+    def stop(self) -> int:
+        self.running = False
+        return self.most

@@ -7,7 +7,7 @@ import pytest
 
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.store.writer import WriteThread
-from tests.shard.parts import Parts, run
+from tests.shard.parts import MostUnlanded, Parts, run
 
 CAP = 1 << 20
 DOMAINS = 2000          # base budget 2: the first 2 URLs of each pass, the rest are deferred
@@ -16,23 +16,6 @@ DOMAINS = 2000          # base budget 2: the first 2 URLs of each pass, the rest
 def _budgets(path: str, cap: int, **kw) -> Budgets:
     return Budgets(path, base_budget=2, per_inlink=2, max_budget=100, map_size_bytes=1 << 26, edge_buckets=2,
                    edge_merge_bytes=1 << 20, edge_cache_entries=1 << 10, sync=False, unlanded_bytes=cap, **kw)
-
-
-class MostUnlanded:
-    """The most the budget store's overlay held unlanded, read once per loop iteration (between
-    callbacks) from ``start()`` until ``stop()``."""
-
-    def __init__(self, b: Budgets):
-        self.b, self.most, self.running = b, 0, True
-
-    def start(self) -> None:
-        self.most = max(self.most, self.b.store.overlay.unlanded_bytes)
-        if self.running:
-            asyncio.get_running_loop().call_soon(self.start)
-
-    def stop(self) -> int:
-        self.running = False
-        return self.most
 
 
 @pytest.mark.parametrize("cap", [CAP, 0], ids=["bounded", "no-bound"])
@@ -46,7 +29,7 @@ def test_a_held_writer_holds_the_intake_at_the_bound_and_every_url_arrives_once_
         w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
         b.attach_writer(w)
         p.intake.budgets = b
-        watch = MostUnlanded(b)
+        watch = MostUnlanded(b.store.overlay)
         watch.start()
         p.seen.start(loop, p.intake.on_seen_results)
         try:
@@ -98,7 +81,7 @@ def test_a_readmission_waits_at_the_bound_under_a_held_writer_and_passes_every_u
             p.intake.submit_urls([f"http://h{i % DOMAINS}.test/p{i}" for i in range(n)], depth=1)
             await p.seen.flush()                # judged and landed: 2 per domain queued, the rest wait
             before = (p.frontier.queued(), b.beast.waiting)
-            watch = MostUnlanded(b)
+            watch = MostUnlanded(b.store.overlay)
             watch.start()
             counters = p.metrics.counters
             w.hold()
@@ -143,7 +126,7 @@ def test_an_edge_delivery_waits_at_the_bound_under_a_held_writer_and_counts_ever
         w = WriteThread(loop, name="test-writer", group_delay_s=0.001)
         b.attach_writer(w)
         b.start(loop)
-        watch = MostUnlanded(b)
+        watch = MostUnlanded(b.store.overlay)
         watch.start()
         try:
             b.record_pages_links([(f"http://s{i % 3}.org", {f"http://t{i}.com"}) for i in range(targets)])

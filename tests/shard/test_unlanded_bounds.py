@@ -15,29 +15,12 @@ from crawlerd.shard.dust import DustGate
 from crawlerd.shard.events import FetchEvents
 from crawlerd.store.writer import WriteThread
 from crawlerd.url.canonical import fingerprint
-from tests.shard.parts import Parts, run
+from tests.shard.parts import MostUnlanded, Parts, run
 
 HOSTS = 3000
 LATE_HOSTS = 600
 DUST_CAP = 512 << 10
 FRONTIER_CAP = 1 << 20
-
-
-class MostUnlanded:
-    """The most the given overlays held unlanded together, read once per loop iteration (between
-    callbacks) from ``start()`` until ``stop()``."""
-
-    def __init__(self, *overlays):
-        self.overlays, self.most, self.running = [ov for ov in overlays if ov is not None], 0, True
-
-    def start(self) -> None:
-        self.most = max(self.most, sum(ov.unlanded_bytes for ov in self.overlays))
-        if self.running:
-            asyncio.get_running_loop().call_soon(self.start)
-
-    def stop(self) -> int:
-        self.running = False
-        return self.most
 
 
 @pytest.mark.parametrize("cap", [DUST_CAP, 0], ids=["bounded", "no-bound"])
