@@ -72,16 +72,18 @@ from crawlerd.layout import StateFormatError
 _TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
-FIFO_FORMAT = 3                        # 3: a host's run is one entry (``fifo``); 2: one key per URL; 1: no turn
+FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record; 3: a host's run is one
+#                                        entry (``fifo``); 2: one key per URL; 1: no turn
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
 
-def _host_hash_of(host: str) -> bytes:
-    return _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
+def _host_hash_of(host: str) -> tuple[int, bytes]:
+    h = xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape"))
+    return h, _FP.pack(h)
 
 
-# a host key's part of its ``turns`` key (a page's links share hosts: memoised, read once per run)
+# a host key's hash and its part of its ``turns`` key (a page's links share hosts: memoised, read once per run)
 _host_hashes = KeyMemo(_host_hash_of, 1 << 16)
 
 
@@ -220,32 +222,45 @@ class Beast:
 
     def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
                      i: int, j: int) -> None:
-        # ``_append`` for URLs i..j-1 of domain ``dk``, one after the other (the same entries, turns
-        # and reads), with the domain's and each host's keys built once per run of them.
+        # URLs i..j-1 of domain ``dk`` into its FIFO, one after the other, buffered (written in key
+        # order before anything reads the table, and at commit: sorted puts touch each B-tree page
+        # once, a host's run as one entry). A host's next turn is in the domain record if that host
+        # started the backlog (``DomainRecord.host``), else in ``turns``; keys built once per host.
         mine = self._turns.get(dk)
-        if mine is None:
-            mine = self._turns[dk] = {}
         head = dk + b"\0"
         add, pack_fp, host_hashes = self._runs.add, _FP.pack, _host_hashes
         seq, deferred, floor = self._seq, d.deferred, d.turn
-        host, hk = None, b""
-        for x in range(i, j):
-            if hosts[x] != host:
-                host = hosts[x]
-                hk = head + host_hashes[host]
-            turn = mine.get(hk)
-            if turn is None:
-                if deferred:
+        x = i
+        while x < j:
+            host = hosts[x]
+            hh, hb = host_hashes[host]
+            hk = head + hb
+            if not deferred:            # a new backlog: its first host's turns go in the record
+                d.host, d.host_next = hh, 0
+            if d.host_next and d.host == hh or not deferred:
+                turn, own = d.host_next, True
+            else:
+                own = False
+                if mine is None:
+                    mine = self._turns[dk] = {}
+                turn = mine.get(hk)
+                if turn is None:
                     raw = self.store.txn().get(hk, db=self.store.turns)
                     turn = _U64BE.unpack(raw)[0] if raw else 0
-                else:
-                    turn = 0    # a new backlog: the domain keeps no host turns (``_forget_turns``)
             if turn < floor:
                 turn = floor
-            mine[hk] = turn + 1
-            add(hk, turn, seq, pack_fp(fps[x]) + records[x])
-            seq += 1
-            deferred += 1
+            while True:                 # this host's URLs in a row take consecutive turns
+                add(hk, turn, seq, pack_fp(fps[x]) + records[x])
+                turn += 1
+                seq += 1
+                deferred += 1
+                x += 1
+                if x == j or hosts[x] != host:
+                    break
+            if own:
+                d.host_next = turn
+            else:
+                mine[hk] = turn
         n = j - i
         self._seq = seq
         self._waiting += n
@@ -264,30 +279,7 @@ class Beast:
         self._append(dk, d, record, fp, "")
 
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
-        # Buffered, written in key order before anything reads the table (and at commit): sorted
-        # puts touch each B-tree page once instead of once per URL, a host's run as one entry.
-        hk = dk + b"\0" + _host_hashes[host]
-        mine = self._turns.get(dk)
-        if mine is None:
-            mine = self._turns[dk] = {}
-        turn = mine.get(hk)
-        if turn is None:
-            if d.deferred:
-                raw = self.store.txn().get(hk, db=self.store.turns)
-                turn = _U64BE.unpack(raw)[0] if raw else 0
-            else:
-                turn = 0        # a new backlog: the domain keeps no host turns (``_forget_turns``)
-        if turn < d.turn:
-            turn = d.turn
-        mine[hk] = turn + 1
-        self._runs.add(hk, turn, self._seq, _FP.pack(fp) + record)
-        self._seq += 1
-        self._waiting += 1
-        d.deferred += 1
-        d.deferred_all += 1
-        self._records.changed(dk, d)
-        self._c["deferred"] += 1
-        self._top_deferred.note(dk, d.deferred_all)
+        self._append_many(dk, d, [record], [fp], [host], 0, 1)
 
     def refund(self, pld: str, n: int = 1) -> int:
         """Give back the charge of ``n`` URLs of ``pld`` the frontier dropped; returns URLs refunded.
@@ -410,7 +402,7 @@ class Beast:
     def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
         # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to
         # the hosts of domains with a backlog).
-        d.turn = 0
+        d.turn = d.host_next = 0
         self._turns.pop(dk, None)
         prefix = dk + b"\0"
         cur = self.store.txn().cursor(db=self.store.turns)

@@ -67,8 +67,10 @@ def domain_name(dk: bytes) -> str:
     return dk.decode("utf-8", "surrogateescape")
 
 
-_REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
-_REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
+_REC = struct.Struct("<QQQQIIQQQQQ")   # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn,
+#                                        the first host's hash and next turn (FIFO format 4)
+_REC_V3 = struct.Struct("<QQQQIIQQQ")   # the same without the first host (FIFO format 3: every host in ``turns``)
+_REC_V1 = struct.Struct("<QQQQIIQQ")    # the same without turn (state written before hosts took turns)
 
 
 class DomainRecord:
@@ -79,23 +81,30 @@ class DomainRecord:
     ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
     its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
     (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts;
-    ``turn``: the host turn of the last URL passed (0 when nothing waits).
+    ``turn``: the host turn of the last URL passed (0 when nothing waits). ``host``/``host_next``:
+    the host hash and next turn of the host that started the backlog (``host_next`` 0: none), kept
+    here instead of in ``turns`` (the record is written whenever that host defers anyway; most
+    domains' backlogs are one host's); invariant: ``host_next`` is 0 when nothing waits.
     """
 
-    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn")
+    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn", "host",
+                 "host_next")
 
-    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0):
+    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0,
+                 host=0, host_next=0):
         self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
         self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
-        self.turn = turn
+        self.turn, self.host, self.host_next = turn, host, host_next
 
     def encode(self) -> bytes:
         return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
-                         self.admitted, self.deferred_all, self.turn)
+                         self.admitted, self.deferred_all, self.turn, self.host, self.host_next)
 
     @classmethod
     def decode(cls, raw: bytes) -> DomainRecord:
-        return cls(*(_REC_V1.unpack(raw) if len(raw) == _REC_V1.size else _REC.unpack(raw)))
+        n = len(raw)
+        return cls(*(_REC.unpack(raw) if n == _REC.size else _REC_V3.unpack(raw) if n == _REC_V3.size
+                     else _REC_V1.unpack(raw)))
 
 
 class RecordCache:
@@ -165,7 +174,8 @@ class BudgetStore:
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
                   deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
                   run of them is one entry (key suffix ``RUN``, ``fifo``).
-    ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog).
+    ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog;
+                  not the host that started it, whose next turn is in its ``domains`` record).
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
                   pass their next budget of URLs when the reader reaches it.
     ``meta``      JSON state of the graph and of BEAST.
