@@ -72,8 +72,9 @@ from crawlerd.layout import StateFormatError
 _TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
-FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record; 3: a host's run is one
-#                                        entry (``fifo``); 2: one key per URL; 1: no turn
+FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record, a delivery's votes of
+#                                        a source one entry (``graph``); 3: a host's run is one entry
+#                                        (``fifo``); 2: one key per URL; 1: no turn
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 

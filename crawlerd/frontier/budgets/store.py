@@ -168,8 +168,9 @@ class BudgetStore:
     Tables (domain key = :func:`domain_key`; integers big-endian where they order keys):
 
     ``graph``     domain key -> STAR record (``graph.GraphRecord``).
-    ``votes``     source domain key | NUL | seq -> target domain key: cross-domain links not yet
-                  counted (their source cannot vouch for more domains yet), oldest first.
+    ``votes``     source domain key | NUL | seq -> target domain keys joined by NUL: cross-domain links
+                  not yet counted (their source cannot vouch for more domains yet), oldest first;
+                  one entry per source and edge delivery (``graph.GraphRecord``).
     ``domains``   domain key -> BEAST record (``DomainRecord``).
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
                   deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
