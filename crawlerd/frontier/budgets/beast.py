@@ -46,7 +46,13 @@ graph's listener).
 
 Durability: everything is written into the shared store's transaction. The shard commits
 deferrals before the seen-set acknowledges the answers they came from, and commits readmissions
-after the frontier has queued them: a crash loses nothing and at worst queues a URL twice.
+after the frontier has queued them: a crash loses nothing and at worst queues a URL twice. The
+charges of a domain that deferred nothing (it passed URLs at intake, or got a refund) are written
+``store.SOFT_COMMITS`` commits later rather than at the next one (``RecordCache.changed_soft``; at
+close, all): a domain passing URLs at every commit costs one record write per few seconds, not one
+per commit. A kill -9 may thus forget the last few seconds of such charges, so such a domain may
+pass up to one budget more in the reader's queue after a restart; a deferral, a pass from the FIFO
+and a domain's place in the queues are written at the next commit, as before.
 """
 
 from __future__ import annotations
@@ -162,7 +168,7 @@ class Beast:
             if not (self.probation and self.graph.unvouched_key(dk)):
                 d.spent += 1
                 d.admitted += 1
-                self._records.changed(dk, d)
+                self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
                 self._c["admitted"] += 1
                 self._top_admitted.note(dk, d.admitted)
                 return True
@@ -208,7 +214,7 @@ class Beast:
                 k = i + passed
                 d.spent += passed
                 d.admitted += passed
-                self._records.changed(dk, d)
+                self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
                 self._c["admitted"] += passed
                 self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
                 out += [True] * passed
@@ -293,10 +299,12 @@ class Beast:
             return 0
         k = min(n, d.spent)
         d.spent -= k
-        self._records.changed(dk, d)
         self._c["refunded"] += k
         if d.deferred and d.queue - 1 > self._r:
             self._schedule(dk, d, self._r)      # room again in this queue: pass at once
+            self._records.changed(dk, d)
+        else:
+            self._records.changed_soft(dk, d)
         return k
 
     # -- the reader ---------------------------------------------------------------------------
@@ -539,7 +547,7 @@ class Beast:
     def _flush(self) -> None:
         self._write_puts()
         self._write_turns()
-        self._records.flush()
+        self._records.flush(everything=self.store.closing)
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
         self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window, "end": self._end,
