@@ -238,7 +238,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=16, max=1 << 30),
         _k("read_cache_bytes", int, 16 * MiB,
            "RAM for the host turns of deferring domains read during the crawl (one read per host and "
-           "commit without it), bytes, estimated at ~270 B per host; least recently used go first. Exact "
+           "commit without it; not the host that started a domain's backlog, whose turn is in the "
+           "domain's record), bytes, estimated at ~270 B per host; least recently used go first. Exact "
            "(updated as commits land). 0: off. `crawlerd stats`: memory.budget_turns.", min=0, max=64 * GiB),
         _k("unlanded_bytes", int, 2 * MiB,
            "RAM for budget writes handed to the writer thread and not written yet (BEAST's deferred URLs "

@@ -144,3 +144,80 @@ def test_a_fifo_of_a_newer_format_is_refused_by_name(tmp_path):
     env.close()
     with pytest.raises(StateFormatError, match="format 99, written by a newer crawlerd"):
         Parts(tmp_path / "b", mode="all")
+
+
+# -- format 4: the host that started a domain's backlog keeps its turn in the domain record ----------
+
+def _offer_pages(p, rng, pages):
+    """``pages`` pages' worth of deferrals: a few domains, mostly one host each, some with several."""
+    for step in range(pages):
+        d = f"d{rng.randrange(5)}.com"
+        hosts = [f"http://{d}"] if d < "d3" else [f"http://h{rng.randrange(4)}.{d}" for _ in range(3)]
+        for h in hosts:
+            for k in range(rng.randrange(1, 6)):
+                p.beast.offer(d, f"{h}/{step}/{k}".encode(), step * 10 + k, h)
+        if rng.random() < 0.3:
+            p.beast.readmit(4, advance=rng.random() < 0.5)
+        if rng.random() < 0.4:
+            p.store.commit()
+
+
+def test_a_backlog_of_one_host_keeps_no_host_turns_table_entry(tmp_path):
+    """Format 4: a domain whose backlog is one host's writes its turns into its record only (the
+    ``turns`` table stays empty), and still hands out in turn order through a reopen."""
+    p = Parts(tmp_path / "b", mode="all")
+    for i in range(12):
+        p.beast.offer("x.com", f"a{i}".encode(), host="http://x.com")
+        if i % 4 == 3:
+            p.store.commit()
+    p.close()
+    p = Parts(tmp_path / "b", mode="all")
+    p.beast.offer("x.com", b"b0", host="http://b.x.com")       # a second host: in the table
+    p.store.commit()
+    with p.store.env.begin() as txn:
+        assert [bytes(k[-8:]) for k in txn.cursor(db=p.store.turns).iternext(values=False)] == \
+            [fifo_host_hash("http://b.x.com")]
+    p.check()
+    assert drain(p.beast) == [b"a2", b"b0"] + [f"a{i}".encode() for i in range(3, 12)]
+    p.check()
+    p.close()
+
+
+def fifo_host_hash(host):
+    from crawlerd.frontier.budgets.beast import _host_hashes
+    return _host_hashes[host][1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out_the_same(tmp_path, seed):
+    """A state of format 3 (every host's next turn in ``turns``, records without the first host)
+    opens as it is: a backlog it holds keeps its host turns from the table, new deferrals follow in
+    turn order, and every URL comes out in the order of a store that never changed format."""
+    import struct
+    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
+    for p in (plain, old):
+        _offer_pages(p, random.Random(seed), 40)
+        p.close()
+    env = lmdb.open(os.path.join(str(tmp_path / "old"), "state"), max_dbs=8, map_size=1 << 26)
+    domains, turns, meta = (env.open_db(n) for n in (b"domains", b"turns", b"meta"))
+    moved = 0
+    with env.begin(write=True) as txn:
+        for dk, raw in list(txn.cursor(db=domains)):
+            host, host_next = struct.unpack_from("<QQ", raw, 64)
+            if host_next:
+                txn.put(bytes(dk) + b"\0" + struct.pack("<Q", host), struct.pack(">Q", host_next), db=turns)
+                moved += 1
+            txn.put(bytes(dk), bytes(raw[:64]), db=domains)          # the format 3 record
+        m = json.loads(txn.get(b"beast", db=meta))
+        m["fifo"] = 3
+        txn.put(b"beast", json.dumps(m).encode(), db=meta)
+    env.close()
+    assert moved > 0
+    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
+    for p in (plain, old):
+        _offer_pages(p, random.Random(seed + 50), 40)
+        p.check()
+    assert drain(old.beast) == drain(plain.beast)
+    old.check()
+    plain.close()
+    old.close()

@@ -415,3 +415,58 @@ def test_edge_keys_by_domain_key_are_the_edge_keys_by_name(tmp_path):
         got = sorted(zip(*g.domain_edge_keys(domain_key(src), {domain_key(t) for t in targets}), strict=True))
         assert got == want, (src, targets)
     store.close()
+
+
+def _vouched_model(roots, links, ratio):
+    """In-degrees by the vouching rule on plain containers: each source counts its first
+    min(its links, limit) distinct targets, limit = floor(ratio x in-degree) (roots: all), to the
+    least fixed point (counting only raises limits, so it is unique)."""
+    indeg = collections.Counter()
+    cast = collections.Counter()
+    while True:
+        moved = False
+        for src, targets in links.items():
+            limit = len(targets) if src in roots else int(ratio * indeg[src])
+            while cast[src] < min(limit, len(targets)):
+                indeg[targets[cast[src]]] += 1
+                cast[src] += 1
+                moved = True
+        if not moved:
+            return indeg
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_waiting_votes_stored_a_delivery_per_entry_count_as_one_link_per_entry_did(tmp_path, seed, monkeypatch):
+    """Votes that wait are written one entry per source and delivery (FIFO format 4; entries split at
+    ``VOTES_BYTES``, made small here): over random deliveries of links between a few domains, some
+    roots, with commits and reopens between deliveries, the in-degrees are the vouching rule's at
+    every step, the pending counts match the stored votes, and fewer entries are stored than votes."""
+    from crawlerd.frontier.budgets import graph as graph_mod
+    monkeypatch.setattr(graph_mod, "VOTES_BYTES", 40, raising=False)
+    rng = random.Random(seed)
+    doms = [f"d{i}.com" for i in range(14)]
+    roots = {"d0.com", "d1.com"}
+    links: dict[str, list[str]] = collections.defaultdict(list)
+    p = Parts(tmp_path / "b")
+    for r in sorted(roots):
+        p.graph.add_root(r)
+    multi = False
+    for step in range(30):
+        for _ in range(rng.randrange(1, 5)):
+            src = rng.choice(doms)
+            targets = [t for t in rng.sample(doms, rng.randrange(1, 8)) if t != src and t not in links[src]]
+            links[src] += targets
+            for t in targets:           # one call per link: a call's links reach the DRUM as a set
+                p.edges.add(src, [t])
+        p.edges.flush()
+        model = _vouched_model(roots, links, 0.5)
+        assert {d: p.graph.indegree(d) for d in doms} == {d: model[d] for d in doms}, step
+        with p.store.env.begin() as txn:
+            multi |= any(b"\0" in bytes(v) for v in txn.cursor(db=p.store.votes).iternext(keys=False))
+        p.check()
+        if rng.random() < 0.3:
+            p.close()
+            p = Parts(tmp_path / "b")
+    assert multi
+    assert p.graph.stats()["votes_waiting"] == sum(len(t) for t in links.values()) - sum(model.values())
+    p.close()

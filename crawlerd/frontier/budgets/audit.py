@@ -35,7 +35,8 @@ def check_tables(store: BudgetStore, *, waiting: int, reader: int) -> None:
     for dk, raw in txn.cursor(db=st.domains):
         d = DomainRecord.decode(raw)
         name = domain_name(dk)
-        assert d.deferred or (d.turn == 0 and dk not in turned), f"{name}: host turns kept with nothing deferred"
+        assert d.deferred or (d.turn == 0 and d.host_next == 0 and dk not in turned), \
+            f"{name}: host turns kept with nothing deferred"
         assert d.deferred == counts.pop(dk, 0), f"{name}: deferred count {d.deferred} != stored"
         if d.deferred:
             assert listed.pop(dk, None) == d.queue - 1, f"{name}: not listed in its queue {d.queue - 1}"

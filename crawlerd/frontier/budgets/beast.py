@@ -46,7 +46,13 @@ graph's listener).
 
 Durability: everything is written into the shared store's transaction. The shard commits
 deferrals before the seen-set acknowledges the answers they came from, and commits readmissions
-after the frontier has queued them: a crash loses nothing and at worst queues a URL twice.
+after the frontier has queued them: a crash loses nothing and at worst queues a URL twice. The
+charges of a domain that deferred nothing (it passed URLs at intake, or got a refund) are written
+``store.SOFT_COMMITS`` commits later rather than at the next one (``RecordCache.changed_soft``; at
+close, all): a domain passing URLs at every commit costs one record write per few seconds, not one
+per commit. A kill -9 may thus forget the last few seconds of such charges, so such a domain may
+pass up to one budget more in the reader's queue after a restart; a deferral, a pass from the FIFO
+and a domain's place in the queues are written at the next commit, as before.
 """
 
 from __future__ import annotations
@@ -72,16 +78,19 @@ from crawlerd.layout import StateFormatError
 _TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
-FIFO_FORMAT = 3                        # 3: a host's run is one entry (``fifo``); 2: one key per URL; 1: no turn
+FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record, a delivery's votes of
+#                                        a source one entry (``graph``); 3: a host's run is one entry
+#                                        (``fifo``); 2: one key per URL; 1: no turn
 MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
 
-def _host_hash_of(host: str) -> bytes:
-    return _FP.pack(xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape")))
+def _host_hash_of(host: str) -> tuple[int, bytes]:
+    h = xxhash.xxh3_64_intdigest(host.encode("utf-8", "surrogateescape"))
+    return h, _FP.pack(h)
 
 
-# a host key's part of its ``turns`` key (a page's links share hosts: memoised, read once per run)
+# a host key's hash and its part of its ``turns`` key (a page's links share hosts: memoised, read once per run)
 _host_hashes = KeyMemo(_host_hash_of, 1 << 16)
 
 
@@ -159,7 +168,7 @@ class Beast:
             if not (self.probation and self.graph.unvouched_key(dk)):
                 d.spent += 1
                 d.admitted += 1
-                self._records.changed(dk, d)
+                self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
                 self._c["admitted"] += 1
                 self._top_admitted.note(dk, d.admitted)
                 return True
@@ -205,7 +214,7 @@ class Beast:
                 k = i + passed
                 d.spent += passed
                 d.admitted += passed
-                self._records.changed(dk, d)
+                self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
                 self._c["admitted"] += passed
                 self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
                 out += [True] * passed
@@ -220,32 +229,45 @@ class Beast:
 
     def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
                      i: int, j: int) -> None:
-        # ``_append`` for URLs i..j-1 of domain ``dk``, one after the other (the same entries, turns
-        # and reads), with the domain's and each host's keys built once per run of them.
+        # URLs i..j-1 of domain ``dk`` into its FIFO, one after the other, buffered (written in key
+        # order before anything reads the table, and at commit: sorted puts touch each B-tree page
+        # once, a host's run as one entry). A host's next turn is in the domain record if that host
+        # started the backlog (``DomainRecord.host``), else in ``turns``; keys built once per host.
         mine = self._turns.get(dk)
-        if mine is None:
-            mine = self._turns[dk] = {}
         head = dk + b"\0"
         add, pack_fp, host_hashes = self._runs.add, _FP.pack, _host_hashes
         seq, deferred, floor = self._seq, d.deferred, d.turn
-        host, hk = None, b""
-        for x in range(i, j):
-            if hosts[x] != host:
-                host = hosts[x]
-                hk = head + host_hashes[host]
-            turn = mine.get(hk)
-            if turn is None:
-                if deferred:
+        x = i
+        while x < j:
+            host = hosts[x]
+            hh, hb = host_hashes[host]
+            hk = head + hb
+            if not deferred:            # a new backlog: its first host's turns go in the record
+                d.host, d.host_next = hh, 0
+            if d.host_next and d.host == hh or not deferred:
+                turn, own = d.host_next, True
+            else:
+                own = False
+                if mine is None:
+                    mine = self._turns[dk] = {}
+                turn = mine.get(hk)
+                if turn is None:
                     raw = self.store.txn().get(hk, db=self.store.turns)
                     turn = _U64BE.unpack(raw)[0] if raw else 0
-                else:
-                    turn = 0    # a new backlog: the domain keeps no host turns (``_forget_turns``)
             if turn < floor:
                 turn = floor
-            mine[hk] = turn + 1
-            add(hk, turn, seq, pack_fp(fps[x]) + records[x])
-            seq += 1
-            deferred += 1
+            while True:                 # this host's URLs in a row take consecutive turns
+                add(hk, turn, seq, pack_fp(fps[x]) + records[x])
+                turn += 1
+                seq += 1
+                deferred += 1
+                x += 1
+                if x == j or hosts[x] != host:
+                    break
+            if own:
+                d.host_next = turn
+            else:
+                mine[hk] = turn
         n = j - i
         self._seq = seq
         self._waiting += n
@@ -264,30 +286,7 @@ class Beast:
         self._append(dk, d, record, fp, "")
 
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
-        # Buffered, written in key order before anything reads the table (and at commit): sorted
-        # puts touch each B-tree page once instead of once per URL, a host's run as one entry.
-        hk = dk + b"\0" + _host_hashes[host]
-        mine = self._turns.get(dk)
-        if mine is None:
-            mine = self._turns[dk] = {}
-        turn = mine.get(hk)
-        if turn is None:
-            if d.deferred:
-                raw = self.store.txn().get(hk, db=self.store.turns)
-                turn = _U64BE.unpack(raw)[0] if raw else 0
-            else:
-                turn = 0        # a new backlog: the domain keeps no host turns (``_forget_turns``)
-        if turn < d.turn:
-            turn = d.turn
-        mine[hk] = turn + 1
-        self._runs.add(hk, turn, self._seq, _FP.pack(fp) + record)
-        self._seq += 1
-        self._waiting += 1
-        d.deferred += 1
-        d.deferred_all += 1
-        self._records.changed(dk, d)
-        self._c["deferred"] += 1
-        self._top_deferred.note(dk, d.deferred_all)
+        self._append_many(dk, d, [record], [fp], [host], 0, 1)
 
     def refund(self, pld: str, n: int = 1) -> int:
         """Give back the charge of ``n`` URLs of ``pld`` the frontier dropped; returns URLs refunded.
@@ -300,10 +299,12 @@ class Beast:
             return 0
         k = min(n, d.spent)
         d.spent -= k
-        self._records.changed(dk, d)
         self._c["refunded"] += k
         if d.deferred and d.queue - 1 > self._r:
             self._schedule(dk, d, self._r)      # room again in this queue: pass at once
+            self._records.changed(dk, d)
+        else:
+            self._records.changed_soft(dk, d)
         return k
 
     # -- the reader ---------------------------------------------------------------------------
@@ -410,7 +411,7 @@ class Beast:
     def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
         # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to
         # the hosts of domains with a backlog).
-        d.turn = 0
+        d.turn = d.host_next = 0
         self._turns.pop(dk, None)
         prefix = dk + b"\0"
         cur = self.store.txn().cursor(db=self.store.turns)
@@ -546,7 +547,7 @@ class Beast:
     def _flush(self) -> None:
         self._write_puts()
         self._write_turns()
-        self._records.flush()
+        self._records.flush(everything=self.store.closing)
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
         self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window, "end": self._end,

@@ -42,6 +42,7 @@ ROOT = 1                                   # GraphRecord.flags: a trust root (do
 _REC = struct.Struct("<QQQI")              # in-degree, vouches cast, votes pending, flags
 _SEQ = struct.Struct(">Q")
 _NO_LIMIT = 1 << 62
+VOTES_BYTES = 1536                         # a ``votes`` entry is closed before its value passes this
 VOUCH = b"\x01"                            # edge DRUM aux of a vouch another shard handed over
 
 
@@ -55,6 +56,11 @@ class GraphRecord:
     ``indeg``: distinct other domains whose vouch for it was counted. ``cast``: vouches it has
     given. ``pending``: its links waiting in ``votes`` (invariant: > 0 only while ``cast`` has
     reached its vouching limit).
+
+    ``votes`` entries: key source domain key | NUL | seq u64 (of its first link) -> the target
+    domain keys joined by NUL, in arrival order: the links of one source that one delivery leaves
+    waiting are one entry (at most ``VOTES_BYTES``), not one put each (FIFO format 4; before it,
+    one target per entry, which reads the same).
     """
 
     __slots__ = ("indeg", "cast", "pending", "flags")
@@ -94,6 +100,8 @@ class DomainGraph:
         meta = store.get_meta(b"graph")
         self._applied_seq: int = meta.get("applied_seq", 0)
         self._vseq: int = meta.get("vseq", 0)
+        self._votes: int = meta["votes"] if "votes" in meta else store.count(store.votes)   # links waiting
+        self._vbuf: dict[bytes, list] = {}    # source -> [first seq, targets, bytes]: one delivery's votes
         self._c = dict.fromkeys(("edges_submitted", "edges_unique", "edges_duplicate", "redelivered_skipped",
                                  "vouches", "roots", "vouches_handed", "vouches_received"), 0)
         self._c.update(meta.get("counters", {}))
@@ -195,6 +203,7 @@ class DomainGraph:
                 self._edge(src, dst, changed, work)
         self._applied_seq = applied
         self._c["edges_unique"] += unique
+        self._write_votes()
         self._vouch_all(work, changed)
         self._tell(changed)
         return unique
@@ -204,10 +213,26 @@ class DomainGraph:
         if s.pending == 0 and s.cast < self._limit(s):
             self._count(src, s, dst, changed, work)
             return
-        self.store.txn().put(src + b"\0" + _SEQ.pack(self._vseq), dst, db=self.store.votes)
+        b = self._vbuf.get(src)
+        if b is None or b[2] + len(dst) >= VOTES_BYTES:
+            if b is not None:
+                self._put_votes(src, b)
+            b = self._vbuf[src] = [self._vseq, [], 0]
+        b[1].append(dst)
+        b[2] += len(dst) + 1
         self._vseq += 1
+        self._votes += 1
         s.pending += 1
         self._records.changed(src, s)
+
+    def _put_votes(self, src: bytes, b: list) -> None:
+        self.store.txn().put(src + b"\0" + _SEQ.pack(b[0]), b"\0".join(b[1]), db=self.store.votes)
+
+    def _write_votes(self) -> None:
+        # a delivery's waiting links, one entry per source (its first link's seq keeps the order)
+        for src, b in self._vbuf.items():
+            self._put_votes(src, b)
+        self._vbuf = {}
 
     def _count(self, src: bytes, s: GraphRecord, dst: bytes, changed: dict, work: list[bytes]) -> None:
         s.cast += 1
@@ -241,12 +266,20 @@ class DomainGraph:
             if not cur.set_range(prefix):
                 raise GraphCorrupt(f"{domain_name(y)}: {r.pending} pending votes counted, none stored")
             while r.pending and r.cast < self._limit(r):
-                if not cur.key().startswith(prefix):
+                key = cur.key()
+                if not key.startswith(prefix):
                     raise GraphCorrupt(f"{domain_name(y)}: fewer pending votes stored than counted")
-                dst = cur.value()
-                cur.delete()
-                r.pending -= 1
-                self._count(y, r, dst, changed, work)
+                key, targets = bytes(key), bytes(cur.value()).split(b"\0")
+                cur.delete()                # moves to the source's next entry, if any
+                i = 0
+                while i < len(targets) and r.cast < self._limit(r):
+                    r.pending -= 1
+                    self._votes -= 1
+                    self._count(y, r, targets[i], changed, work)
+                    i += 1
+                if i < len(targets):        # its limit is reached: the rest waits under the same key
+                    st.txn().put(key, b"\0".join(targets[i:]), db=st.votes)
+                    break
 
     def _limit(self, r: GraphRecord) -> int:
         if self.mode == MODE_ALL or r.flags & ROOT:
@@ -304,7 +337,7 @@ class DomainGraph:
     def stats(self, top: int = 10) -> dict:
         st = self.store
         return {**self._c, "mode": self.mode, "vouch_ratio": self.vouch_ratio,
-                "domains": st.count(st.graph), "votes_waiting": st.count(st.votes),
+                "domains": st.count(st.graph), "votes_waiting": self._votes,
                 "top_indegree": [{"domain": domain_name(dk), "indegree": v} for dk, v in self._top.top(top)]}
 
     def top(self, n: int) -> list[bytes]:
@@ -316,9 +349,10 @@ class DomainGraph:
         st = self.store
         txn = st.txn()
         waiting: dict[bytes, int] = {}
-        for k in txn.cursor(db=st.votes).iternext(values=False):
-            src = k[:-9]
-            waiting[src] = waiting.get(src, 0) + 1
+        for k, v in txn.cursor(db=st.votes):
+            src = bytes(k[:-9])
+            waiting[src] = waiting.get(src, 0) + bytes(v).count(b"\0") + 1
+        assert sum(waiting.values()) == self._votes, f"{sum(waiting.values())} votes stored, {self._votes} counted"
         indeg = cast = 0
         for dk, raw in txn.cursor(db=st.graph):
             r = GraphRecord(*_REC.unpack(raw))
@@ -338,5 +372,6 @@ class DomainGraph:
         self._records.flush()
         if self.store.save_slow or self._saved_top is None:
             self._saved_top = self._top.saved()
-        self.store.put_meta(b"graph", {"applied_seq": self._applied_seq, "vseq": self._vseq, "counters": self._c,
+        self.store.put_meta(b"graph", {"applied_seq": self._applied_seq, "vseq": self._vseq, "votes": self._votes,
+                                       "counters": self._c,
                                        "top": self._saved_top, "params": self._params})

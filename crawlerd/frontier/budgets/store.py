@@ -67,8 +67,10 @@ def domain_name(dk: bytes) -> str:
     return dk.decode("utf-8", "surrogateescape")
 
 
-_REC = struct.Struct("<QQQQIIQQQ")     # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn
-_REC_V1 = struct.Struct("<QQQQIIQQ")   # the same without turn (state written before hosts took turns)
+_REC = struct.Struct("<QQQQIIQQQQQ")   # spent, at, deferred, queue+1, level, wrap, admitted, deferred in all, turn,
+#                                        the first host's hash and next turn (FIFO format 4)
+_REC_V3 = struct.Struct("<QQQQIIQQQ")   # the same without the first host (FIFO format 3: every host in ``turns``)
+_REC_V1 = struct.Struct("<QQQQIIQQ")    # the same without turn (state written before hosts took turns)
 
 
 class DomainRecord:
@@ -79,23 +81,34 @@ class DomainRecord:
     ``deferred`` > 0, and then the ``queues`` table lists it there and nowhere else); ``level``:
     its passes are ``2**level`` queues apart, raised at each wrap-around it spent over budget
     (``wrap``: the wrap count it was last raised at); ``admitted``/``deferred_all``: lifetime counts;
-    ``turn``: the host turn of the last URL passed (0 when nothing waits).
+    ``turn``: the host turn of the last URL passed (0 when nothing waits). ``host``/``host_next``:
+    the host hash and next turn of the host that started the backlog (``host_next`` 0: none), kept
+    here instead of in ``turns`` (the record is written whenever that host defers anyway; most
+    domains' backlogs are one host's); invariant: ``host_next`` is 0 when nothing waits.
     """
 
-    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn")
+    __slots__ = ("spent", "at", "deferred", "queue", "level", "wrap", "admitted", "deferred_all", "turn", "host",
+                 "host_next")
 
-    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0):
+    def __init__(self, spent=0, at=0, deferred=0, queue=0, level=0, wrap=0, admitted=0, deferred_all=0, turn=0,
+                 host=0, host_next=0):
         self.spent, self.at, self.deferred, self.queue = spent, at, deferred, queue
         self.level, self.wrap, self.admitted, self.deferred_all = level, wrap, admitted, deferred_all
-        self.turn = turn
+        self.turn, self.host, self.host_next = turn, host, host_next
 
     def encode(self) -> bytes:
         return _REC.pack(self.spent, self.at, self.deferred, self.queue, self.level, self.wrap,
-                         self.admitted, self.deferred_all, self.turn)
+                         self.admitted, self.deferred_all, self.turn, self.host, self.host_next)
 
     @classmethod
     def decode(cls, raw: bytes) -> DomainRecord:
-        return cls(*(_REC_V1.unpack(raw) if len(raw) == _REC_V1.size else _REC.unpack(raw)))
+        n = len(raw)
+        return cls(*(_REC.unpack(raw) if n == _REC.size else _REC_V3.unpack(raw) if n == _REC_V3.size
+                     else _REC_V1.unpack(raw)))
+
+
+SOFT_COMMITS = 32       # a record changed only in what a crash may lose is written this many commits later
+SOFT_MAX = 1 << 16      # at most this many such records wait; past it the oldest are written
 
 
 class RecordCache:
@@ -103,8 +116,17 @@ class RecordCache:
 
     Key: domain key -> record (a mutable object with ``encode()``). The ``cap`` most recently
     used records are held in an LRU; a changed record is also in ``dirty`` until ``flush`` writes
-    it. Invariant: every change since the last flush is in ``dirty`` (an evicted changed record
-    is read back from there, never from the table), so eviction loses nothing.
+    it. Invariant: every change since the last flush is in ``dirty`` or ``soft`` (an evicted changed
+    record is read back from there, never from the table), so eviction loses nothing.
+
+    ``soft`` (``changed_soft``): records changed only in fields whose loss at a crash the owner
+    allows (BEAST: a domain's charges in the reader's queue and its lifetime count, when it passed
+    URLs and deferred none). They are written ``SOFT_COMMITS`` flushes after their first such change (or with a
+    hard change, or at close), not at every commit: a domain that passes URLs at every commit is
+    written once per ``SOFT_COMMITS`` commits (a few seconds of a crawl; counted in commits, so the
+    writes are a function of the calls, as every other write here). ``soft_order``: (flush count at
+    the first soft change, key), oldest first, from ``soft_head`` on; keys no longer in ``soft``
+    (written since) are skipped.
     """
 
     def __init__(self, store: BudgetStore, db, decode: Callable[[bytes], object], new: Callable[[], object],
@@ -112,6 +134,11 @@ class RecordCache:
         self.store, self.db, self.decode, self.new, self.cap = store, db, decode, new, cap
         self.lru: OrderedDict[bytes, object] = OrderedDict()
         self.dirty: dict[bytes, object] = {}
+        self.soft: dict[bytes, object] = {}
+        self.soft_order: list[tuple[int, bytes]] = []
+        self.soft_head = 0
+        self.soft_due = 0           # soft_order[soft_head:soft_due] are due (an estimate: written ones count)
+        self.flushes = 0
 
     def get(self, dk: bytes):
         """The record of ``dk`` (a new one when the table has none), now the most recently used."""
@@ -122,8 +149,10 @@ class RecordCache:
             return r
         r = self.dirty.get(dk)
         if r is None:
-            raw = self.store.txn().get(dk, db=self.db)
-            r = self.decode(raw) if raw else self.new()
+            r = self.soft.get(dk)
+            if r is None:
+                raw = self.store.txn().get(dk, db=self.db)
+                r = self.decode(raw) if raw else self.new()
         c[dk] = r
         if len(c) > self.cap:
             c.popitem(last=False)        # a changed record stays in dirty until the flush
@@ -131,26 +160,64 @@ class RecordCache:
 
     def peek(self, dk: bytes):
         """The record of ``dk`` if it is held here (cached or changed), else None; reads no table."""
-        return self.lru.get(dk) or self.dirty.get(dk)
+        return self.lru.get(dk) or self.dirty.get(dk) or self.soft.get(dk)
 
     def changed(self, dk: bytes, r) -> None:
         self.dirty[dk] = r
+        if self.soft:
+            self.soft.pop(dk, None)
 
-    def flush(self) -> None:
-        """Write the changed records into the store's transaction, in key order."""
+    def changed_soft(self, dk: bytes, r) -> None:
+        """``r`` changed only in fields a crash may lose: written within ``SOFT_COMMITS`` (see the class)."""
+        if dk not in self.dirty and dk not in self.soft:
+            self.soft[dk] = r
+            self.soft_order.append((self.flushes, dk))
+
+    def _due(self) -> int:
+        """Soft records the next flush writes (at most; advances ``soft_due``)."""
+        order, i = self.soft_order, self.soft_due
+        if i < len(order):
+            old = self.flushes - SOFT_COMMITS + 1     # the SOFT_COMMITS-th flush after its first change
+            n = len(order) - SOFT_MAX
+            while i < len(order) and (order[i][0] <= old or i - self.soft_head < n):
+                i += 1
+            self.soft_due = i
+        return i - self.soft_head
+
+    def flush(self, everything: bool = False) -> None:
+        """Write the changed records into the store's transaction, in key order: the hard ones, and
+        the soft ones that are due (``everything``: all of them)."""
+        soft = self.soft
+        if not soft:
+            if self.soft_order:
+                self.soft_order.clear()
+                self.soft_head = self.soft_due = 0
+        else:
+            end = len(self.soft_order) if everything else self.soft_head + self._due()
+            if end > self.soft_head:
+                dirty = self.dirty
+                for _, dk in self.soft_order[self.soft_head:end]:
+                    r = soft.pop(dk, None)
+                    if r is not None:
+                        dirty[dk] = r
+                self.soft_head = self.soft_due = end
+                if end == len(self.soft_order) or end > 4096 and 2 * end > len(self.soft_order):
+                    del self.soft_order[:end]
+                    self.soft_head = self.soft_due = 0
         if self.dirty:
             puts = [(dk, r.encode()) for dk, r in self.dirty.items()]
             puts.sort()
             self.store.txn().cursor(db=self.db).putmulti(puts)
             self.dirty.clear()
+        self.flushes += 1
 
     def __len__(self) -> int:
         return len(self.lru)
 
     @property
     def changed_count(self) -> int:
-        """Records the next ``flush`` writes."""
-        return len(self.dirty)
+        """Records the next ``flush`` writes (at most)."""
+        return len(self.dirty) + (self._due() if self.soft else 0)
 
 
 class BudgetStore:
@@ -159,13 +226,15 @@ class BudgetStore:
     Tables (domain key = :func:`domain_key`; integers big-endian where they order keys):
 
     ``graph``     domain key -> STAR record (``graph.GraphRecord``).
-    ``votes``     source domain key | NUL | seq -> target domain key: cross-domain links not yet
-                  counted (their source cannot vouch for more domains yet), oldest first.
+    ``votes``     source domain key | NUL | seq -> target domain keys joined by NUL: cross-domain links
+                  not yet counted (their source cannot vouch for more domains yet), oldest first;
+                  one entry per source and edge delivery (``graph.GraphRecord``).
     ``domains``   domain key -> BEAST record (``DomainRecord``).
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
                   deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
                   run of them is one entry (key suffix ``RUN``, ``fifo``).
-    ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog).
+    ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog;
+                  not the host that started it, whose next turn is in its ``domains`` record).
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
                   pass their next budget of URLs when the reader reaches it.
     ``meta``      JSON state of the graph and of BEAST.
@@ -242,6 +311,11 @@ class BudgetStore:
             self.gate.detach(self._overlay)
             self._overlay.close()
             self._overlay = None
+
+    @property
+    def closing(self) -> bool:
+        """The commit being made is the last before close (write-back hooks write everything)."""
+        return self._closing
 
     @property
     def overlay(self) -> Overlay | None:
