@@ -69,9 +69,12 @@ class ReadyEpoch:
         return self.journal_file().fileno()
 
     def close(self) -> None:
+        """Handed out entirely (or shutting down): its file and answers leave RAM."""
         if self._f is not None:
             self._f.close()
             self._f = None
+        self.unique = self.values = None
+        self.block = None
 
 
 class _Part:
@@ -185,6 +188,10 @@ class AnswerQueue:
     def available(self) -> int:
         """Results dispatched by merges and not yet handed out."""
         return sum(r.end_seq - r.seq for r in self.ready)
+
+    def ram_bytes(self) -> int:
+        """Bytes of answers held in RAM (the epochs' ``unique`` and ``values`` arrays loaded)."""
+        return sum(a.nbytes for r in self.ready for a in (r.unique, r.values) if a is not None)
 
     def results(self, limit: int) -> list[DrumResult]:
         return self.delivery(limit)[:]

@@ -83,6 +83,10 @@ log = logging.getLogger("crawlerd.seen")
 # and a flush takes every key submitted before it without waiting for the gap, so a longer gap makes the
 # batches larger, not the answers later (at 20 ms the crawl's seen-set ran ~35 jobs a second).
 JOB_GAP_S = 0.1
+# What a key waiting in RAM costs beyond its aux bytes (``memory``): 8 B in the batch's key array, a
+# bytes object's header (33 B, rounded up by pymalloc) and the aux list's slot (8 B). Estimated, as the
+# other components of `crawlerd stats` memory are; the aux bytes are counted exactly.
+KEY_RAM_BYTES = 56
 
 
 class SeenSetError(DrumError):
@@ -111,6 +115,10 @@ class _Done:
     next_seq: int
     pending: int
     ready: int
+    unmerged: int              # keys in DRUM's buckets waiting for a merge
+    answers_ram: int           # bytes of merged answers DRUM holds in RAM (the epoch being handed out)
+    merge_s: float             # the last merge's duration (any trigger), seconds
+    merges: int
     busy_s: float
     flush_s: float | None      # duration of this job's flush(), if it ran one
 
@@ -157,7 +165,20 @@ class AsyncSeenSet:
             collections.deque()
         self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
         self._batch_keys = 0
+        self._batch_bytes = 0                  # the batch's estimated RAM (KEY_RAM_BYTES + aux per key)
         self._inflight_keys = 0
+        self._inflight_bytes = 0
+        self._ram_peak = 0                     # the most of batch and in-flight bytes this window and the last
+        self._ram_peak_prev = 0
+        self._peak_at = 0.0
+        self._unmerged = d.unmerged
+        self._answers_ram = d.answers_ram_bytes
+        self._merges = 0
+        self._last_merge_s = 0.0
+        self._max_merge_s = 0.0
+        # keys that work already started can still submit (the shard: leases in flight times the links
+        # a page gave so far): counted by ``backpressure``, so the bound holds for what they add
+        self.reserve: Callable[[], int] | None = None
         self._outstanding = False              # a delivery awaits the consumer's ack()
         self._ack_due = False                  # ack() called; DRUM's ack not yet run
         self._flush_asked = False
@@ -220,6 +241,8 @@ class AsyncSeenSet:
             self._logged_seq = self._next_seq + n
         self._batch.append((karr, auxl))
         self._batch_keys += n
+        self._batch_bytes += n * KEY_RAM_BYTES + (sum(map(len, auxl)) if auxl is not None else 0)
+        self._note_ram()
         self._next_seq += n
         self._poke()
 
@@ -332,8 +355,40 @@ class AsyncSeenSet:
 
     @property
     def backpressure(self) -> bool:
-        """True while more than ``max_pending_keys`` keys wait in RAM for the DRUM thread: stop leasing."""
-        return self._batch_keys + self._inflight_keys > self.max_pending_keys
+        """True while the keys waiting in RAM for the DRUM thread, with those the work in flight can
+        still submit (``reserve``), pass ``max_pending_keys``: stop leasing and taking hand-offs."""
+        return self.room <= 0
+
+    @property
+    def room(self) -> int:
+        """Keys that may still be submitted before ``backpressure`` (0 at or past the bound): the keys
+        waiting in RAM and the ``reserve`` taken from ``max_pending_keys``."""
+        held = self._batch_keys + self._inflight_keys + (self.reserve() if self.reserve is not None else 0)
+        return max(0, self.max_pending_keys - held)
+
+    def memory(self) -> dict:
+        """The keys waiting in RAM (the batch, and the one the DRUM thread is taking) and DRUM's merged
+        answers held in RAM, against the bound: bytes now and the most of the last 2-4 s
+        (``peak_bytes``), keys; the keys waiting in DRUM's files (for a merge, or merged and not handed
+        out) cost no private memory beyond its fixed buffers and are given as counts."""
+        self._note_ram()
+        ram = self._batch_bytes + self._inflight_bytes
+        keys = self._batch_keys + self._inflight_keys
+        per_key = ram / keys if keys else KEY_RAM_BYTES + 100
+        return {"bytes": ram + self._answers_ram, "cap_bytes": int(self.max_pending_keys * per_key),
+                "peak_bytes": max(self._ram_peak, self._ram_peak_prev) + self._answers_ram,
+                "entries": keys, "cap_keys": self.max_pending_keys,
+                "reserve_keys": self.reserve() if self.reserve is not None else 0,
+                "answers_bytes": self._answers_ram, "unmerged_keys": self._unmerged,
+                "ready_keys": self._ready}
+
+    def _note_ram(self) -> None:
+        # the window's most of the keys' RAM: it only grows between hand-overs, so it is taken at each
+        # submit; a window is 2 s and the previous one is kept (peak_bytes: the most of the last 2-4 s)
+        now = time.monotonic()
+        if now - self._peak_at >= 2.0:
+            self._ram_peak_prev, self._ram_peak, self._peak_at = self._ram_peak, 0, now
+        self._ram_peak = max(self._ram_peak, self._batch_bytes + self._inflight_bytes)
 
     @property
     def flushing(self) -> bool:
@@ -358,6 +413,9 @@ class AsyncSeenSet:
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
                 "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
+                "inflight_keys": self._inflight_keys, "unmerged": self._unmerged,
+                "outstanding": self._outstanding, "merges": self._merges,
+                "last_merge_s": round(self._last_merge_s, 3), "max_merge_s": round(self._max_merge_s, 3),
                 "last_flush_s": round(self._last_flush_s, 3),
                 "pending": self.pending, "backpressure": self.backpressure,
                 **({"intake_writer": self._intake.thread.stats()} if self._intake.thread is not None else {})}
@@ -469,12 +527,17 @@ class AsyncSeenSet:
         self._flush_asked = False
         self._flush_new = []
         self._batch = []
-        self._inflight_keys = self._batch_keys
-        self._batch_keys = 0
+        self._inflight_keys, self._inflight_bytes = self._batch_keys, self._batch_bytes
+        self._batch_keys = self._batch_bytes = 0
         return job
 
     def _finish(self, job: _Job, done: _Done) -> None:
-        self._inflight_keys = 0
+        self._inflight_keys = self._inflight_bytes = 0
+        self._unmerged, self._answers_ram = done.unmerged, done.answers_ram
+        self._merges += done.merges
+        if done.merges:
+            self._last_merge_s = done.merge_s
+            self._max_merge_s = max(self._max_merge_s, done.merge_s)
         self._flush_running = False
         if done.flush_s is not None:
             self._last_flush_s = done.flush_s
@@ -524,6 +587,7 @@ class AsyncSeenSet:
     def _run(self, job: _Job) -> _Done:
         d = self._drum
         t0 = time.perf_counter()
+        merges0 = d.merges
         acked = None
         if job.ack:
             d.ack()
@@ -538,7 +602,8 @@ class AsyncSeenSet:
             d.poll()
         handed = d.next_seq - d.pending
         results = d.delivery() if job.fetch else []     # arrays: objects made slice by slice
-        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0, flush_s)
+        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, d.unmerged, d.answers_ram_bytes,
+                     d.last_merge_s, d.merges - merges0, time.perf_counter() - t0, flush_s)
 
     def _hand_over(self, job: _Job) -> None:
         if not job.chunks:
