@@ -73,7 +73,7 @@ TRANSIENT_FIELDS = ("peak_bytes", "entries", "layers", "waits", "wait_s", "large
 # the one the DRUM thread is taking, DRUM's buckets (waiting for a merge), merged and not handed out;
 # a delivery outstanding; the merges (count, last and longest, s) and the DRUM thread's busy time
 SEEN_FIELDS = ("pending", "queued_keys", "inflight_keys", "unmerged", "ready", "outstanding", "merges",
-               "last_merge_s", "max_merge_s", "busy_s", "jobs", "delivered")
+               "last_merge_s", "max_merge_s", "last_flush_s", "backpressure", "busy_s", "jobs", "delivered")
 DIAG_ENV = "CRAWLERD_MEMDIAG"   # crawlerd/allocator.py: `stats` malloc.diag (both allocators' arenas)
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 

@@ -190,15 +190,21 @@ class Drum:
         self._usable()
         os.fsync(self._jfd)
 
-    def ack(self) -> None:
-        """Acknowledge every result handed out so far: they are not delivered again after a crash.
+    def ack(self, upto: int | None = None) -> None:
+        """Acknowledge every result handed out so far (or those before seq ``upto``, where a
+        ``delivery``/``results`` call's answers ended): they are not delivered again after a crash.
 
         With ``auto_ack=False`` call it once the consumer has made them durable
         (the shard: right after its frontier commit); until then a crash
         redelivers them.
         """
         self._usable()
-        self._answers.ack()
+        self._answers.ack(upto)
+
+    @property
+    def acked_seq(self) -> int:
+        """Seq of the first result not acknowledged (handed out or not)."""
+        return self._answers.acked_seq
 
     def contains(self, keys) -> list[bool]:
         """Whether each key is in the key file (merged). Keys waiting for the next merge are not looked at.
@@ -495,7 +501,7 @@ class Drum:
         self._start_epoch(merged + 1)
         self._replay()
         if not ready:
-            self._answers.handed_seq = self._epoch_seq
+            self._answers.handed_seq = self._answers.acked_seq = self._epoch_seq
 
     def _replay(self) -> None:
         # Re-check every call of the open epoch that had returned before the crash (recovery rule 2).

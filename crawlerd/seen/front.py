@@ -87,6 +87,11 @@ JOB_GAP_S = 0.1
 # bytes object's header (33 B, rounded up by pymalloc) and the aux list's slot (8 B). Estimated, as the
 # other components of `crawlerd stats` memory are; the aux bytes are counted exactly.
 KEY_RAM_BYTES = 56
+# Deliveries handed out and not yet acknowledged, at most. A consumer that ``release``s a delivery once
+# its commits are handed over reads the next while that commit lands and syncs (the shard's ack waits
+# for the writer thread and an fdatasync): answers reach admission at the rate it judges them, not one
+# delivery per commit-and-sync round trip. Each is redelivered after a crash until acknowledged.
+UNACKED_DELIVERIES = 4
 
 
 class SeenSetError(DrumError):
@@ -96,7 +101,7 @@ class SeenSetError(DrumError):
 @dataclass(slots=True)
 class _Job:
     """One trip to the DRUM thread; its steps run in this order."""
-    ack: bool
+    ack: int | None            # acknowledge the answers before this seq
     chunks: list[tuple[np.ndarray, list[bytes] | None]]
     nkeys: int
     first_seq: int
@@ -179,8 +184,9 @@ class AsyncSeenSet:
         # keys that work already started can still submit (the shard: leases in flight times the links
         # a page gave so far): counted by ``backpressure``, so the bound holds for what they add
         self.reserve: Callable[[], int] | None = None
-        self._outstanding = False              # a delivery awaits the consumer's ack()
-        self._ack_due = False                  # ack() called; DRUM's ack not yet run
+        self._outstanding = False              # a delivery is being read (until release() or ack())
+        self._ack_to: int | None = None        # ack() called up to this seq; DRUM's ack not yet run
+        self._unacked: collections.deque[int] = collections.deque()   # end seqs of deliveries not acked
         self._flush_asked = False
         self._flush_new: list[asyncio.Future] = []
         self._flush_wait: list[tuple[int, asyncio.Future]] = []
@@ -286,12 +292,25 @@ class AsyncSeenSet:
         self._fail_waiters(SeenSetError(f"seen-set stopped: {err!r}"))
         self._poke()
 
-    def ack(self) -> None:
-        """The consumer committed the last delivery: acknowledge it in DRUM before the next results()."""
+    def release(self) -> None:
+        """The consumer has read the outstanding delivery and handed its commits over: the next one may
+        come before this one's ``ack`` (at most ``UNACKED_DELIVERIES`` handed out and not acked)."""
         if self._outstanding:
             self._outstanding = False
-            self._ack_due = True
             self._poke()
+
+    def ack(self, upto: int | None = None) -> None:
+        """The consumer committed the answers before seq ``upto`` (the end of a delivery; default:
+        every delivery so far, the outstanding one released): acknowledge them in DRUM at the next job."""
+        if upto is None:
+            upto = self._handed_seq
+            self._outstanding = False
+        if upto <= max(self._acked_seq, self._ack_to or 0):
+            return
+        self._ack_to = upto
+        while self._unacked and self._unacked[0] <= upto:
+            self._unacked.popleft()
+        self._poke()
 
     async def contains(self, keys: Sequence[int]) -> list[bool]:
         """Whether each key is in DRUM's merged key file, looked up on the DRUM thread (between its jobs).
@@ -435,8 +454,8 @@ class AsyncSeenSet:
         loop = self._loop
         now = loop.time()
         poll = now >= self._next_poll
-        fetch = not self._outstanding
-        if not (self._ack_due or self._batch or self._flush_new or self._flush_asked or poll
+        fetch = not self._outstanding and len(self._unacked) < UNACKED_DELIVERIES
+        if not (self._ack_to is not None or self._batch or self._flush_new or self._flush_asked or poll
                 or (fetch and self._ready)):
             self._arm(self._next_poll)
             return
@@ -518,11 +537,11 @@ class AsyncSeenSet:
 
     def _take(self, *, poll: bool, fetch: bool) -> _Job:
         # Hand the batch and its intake segment over; later submits start a new segment.
-        job = _Job(ack=self._ack_due, chunks=self._batch, nkeys=self._batch_keys,
+        job = _Job(ack=self._ack_to, chunks=self._batch, nkeys=self._batch_keys,
                    first_seq=self._next_seq - self._batch_keys, segment=self._intake.take_segment(),
                    flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
                    waiters=self._flush_new)
-        self._ack_due = False
+        self._ack_to = None
         self._flush_running = job.flush
         self._flush_asked = False
         self._flush_new = []
@@ -558,6 +577,7 @@ class AsyncSeenSet:
         if done.results and not self._stopping:
             # Not acknowledged: a stop here (close() during the job) redelivers them at the next start.
             self._outstanding = True
+            self._unacked.append(self._handed_seq)
             self._delivered += len(done.results)
             self._on_results(done.results)
 
@@ -589,9 +609,9 @@ class AsyncSeenSet:
         t0 = time.perf_counter()
         merges0 = d.merges
         acked = None
-        if job.ack:
-            d.ack()
-            acked = d.next_seq - d.pending
+        if job.ack is not None:
+            d.ack(job.ack)
+            acked = d.acked_seq
         self._hand_over(job)
         flush_s = None
         if job.flush:
@@ -619,8 +639,8 @@ class AsyncSeenSet:
     def _close_drum(self, job: _Job | None) -> None:
         try:
             if job is not None:
-                if job.ack:
-                    self._drum.ack()
+                if job.ack is not None:
+                    self._drum.ack(job.ack)
                 self._hand_over(job)
         finally:
             self._drum.close()

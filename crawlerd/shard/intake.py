@@ -359,10 +359,14 @@ class Intake:
             self.wake()
         if not last:
             return
+        # the next delivery is judged while this one's commits land and sync; its answers are
+        # acknowledged, up to its end, once they are on disk
+        self.seen.release()
+        ack = functools.partial(self.seen.ack, results[len(results) - 1].seq + 1)
         if self.durable is not None:
-            self.durable(self.seen.ack)         # acknowledged once the commits are on disk
+            self.durable(ack)                   # acknowledged once the commits are on disk
             return
-        self.seen.ack()
+        ack()
 
     def _admit(self, results: list, added: list[QueuedURL]) -> None:
         """Judge one slice of answers: the unique ones that pass robots, DUST and BEAST go to
