@@ -64,15 +64,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
 from crawlerd.seen.drum_files import DrumCorrupt, DrumError
-from crawlerd.seen.drum_thread import DrumThread, drum_calls
+from crawlerd.seen.drum_thread import Done, DrumThread, Job, drum_calls
 from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
+from crawlerd.seen.waiting import KEY_RAM_BYTES, WaitingKeys
 from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.seen")
@@ -83,10 +83,6 @@ log = logging.getLogger("crawlerd.seen")
 # and a flush takes every key submitted before it without waiting for the gap, so a longer gap makes the
 # batches larger, not the answers later (at 20 ms the crawl's seen-set ran ~35 jobs a second).
 JOB_GAP_S = 0.1
-# What a key waiting in RAM costs beyond its aux bytes (``memory``): 8 B in the batch's key array, a
-# bytes object's header (33 B, rounded up by pymalloc) and the aux list's slot (8 B). Estimated, as the
-# other components of `crawlerd stats` memory are; the aux bytes are counted exactly.
-KEY_RAM_BYTES = 56
 # Deliveries handed out and not yet acknowledged, at most. A consumer that ``release``s a delivery once
 # its commits are handed over reads the next while that commit lands and syncs (the shard's ack waits
 # for the writer thread and an fdatasync): answers reach admission at the rate it judges them, not one
@@ -98,43 +94,14 @@ class SeenSetError(DrumError):
     """The seen-set stopped (a DRUM call or the consumer failed, or it is closed); reopen to recover."""
 
 
-@dataclass(slots=True)
-class _Job:
-    """One trip to the DRUM thread; its steps run in this order."""
-    ack: int | None            # acknowledge the answers before this seq
-    chunks: list[tuple[np.ndarray, list[bytes] | None]]
-    nkeys: int
-    first_seq: int
-    segment: str | None        # intake segment holding exactly ``chunks``; deleted once DRUM has them
-    flush: bool
-    poll: bool
-    fetch: bool
-    waiters: list[asyncio.Future] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Done:
-    results: Sequence[DrumResult]   # a Delivery (or [] when the job fetched nothing)
-    acked_seq: int | None      # DRUM's handed-out position right after the ack, if the job acked
-    handed_seq: int            # first seq not handed out, before this job's results() call
-    next_seq: int
-    pending: int
-    ready: int
-    unmerged: int              # keys in DRUM's buckets waiting for a merge
-    answers_ram: int           # bytes of merged answers DRUM holds in RAM (the epoch being handed out)
-    merge_s: float             # the last merge's duration (any trigger), seconds
-    merges: int
-    busy_s: float
-    flush_s: float | None      # duration of this job's flush(), if it ran one
-
-
 class AsyncSeenSet:
     """A ``Drum`` (``auto_ack=False``) owned by one thread, fed and drained by a pump on the loop.
 
     Key: the 8-byte URL fingerprint, as in ``Drum``. Invariant: submissions
     reach DRUM in ``submit`` order with the seq numbers predicted at submit
-    time (``_next_seq``); at most one delivery is unacknowledged; a DRUM
-    ``results()`` call never runs while a delivery awaits its ``ack()``.
+    time (``_next_seq``); at most one delivery is being read (until ``release``
+    or ``ack``) and at most ``UNACKED_DELIVERIES`` are unacknowledged; DRUM
+    acknowledges only up to where a delivery ended.
     """
 
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
@@ -168,14 +135,7 @@ class AsyncSeenSet:
         self._logged_seq = self._next_seq      # every key before it is in the intake log (or DRUM)
         self._log_waiters: collections.deque[tuple[int, asyncio.Future | None, Callable[[], None] | None]] = \
             collections.deque()
-        self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
-        self._batch_keys = 0
-        self._batch_bytes = 0                  # the batch's estimated RAM (KEY_RAM_BYTES + aux per key)
-        self._inflight_keys = 0
-        self._inflight_bytes = 0
-        self._ram_peak = 0                     # the most of batch and in-flight bytes this window and the last
-        self._ram_peak_prev = 0
-        self._peak_at = 0.0
+        self._waiting = WaitingKeys()          # the batch, and the one the job on the DRUM thread takes
         self._unmerged = d.unmerged
         self._answers_ram = d.answers_ram_bytes
         self._merges = 0
@@ -192,7 +152,7 @@ class AsyncSeenSet:
         self._flush_wait: list[tuple[int, asyncio.Future]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_results: Callable[[Sequence[DrumResult]], None] | None = None
-        self._job: _Job | None = None          # the job on the DRUM thread (one at most)
+        self._job: Job | None = None          # the job on the DRUM thread (one at most)
         self._step_due = False                 # a pump step is scheduled for the loop's next iteration
         self._timer: asyncio.TimerHandle | None = None   # the next poll, or the end of the job gap
         self._next_poll = 0.0
@@ -245,10 +205,7 @@ class AsyncSeenSet:
         self._intake.append(self._next_seq, karr, auxl, then)
         if then is None:
             self._logged_seq = self._next_seq + n
-        self._batch.append((karr, auxl))
-        self._batch_keys += n
-        self._batch_bytes += n * KEY_RAM_BYTES + (sum(map(len, auxl)) if auxl is not None else 0)
-        self._note_ram()
+        self._waiting.add(karr, auxl)
         self._next_seq += n
         self._poke()
 
@@ -382,7 +339,7 @@ class AsyncSeenSet:
     def room(self) -> int:
         """Keys that may still be submitted before ``backpressure`` (0 at or past the bound): the keys
         waiting in RAM and the ``reserve`` taken from ``max_pending_keys``."""
-        held = self._batch_keys + self._inflight_keys + (self.reserve() if self.reserve is not None else 0)
+        held = self._waiting.held_keys + (self.reserve() if self.reserve is not None else 0)
         return max(0, self.max_pending_keys - held)
 
     def memory(self) -> dict:
@@ -390,24 +347,16 @@ class AsyncSeenSet:
         answers held in RAM, against the bound: bytes now and the most of the last 2-4 s
         (``peak_bytes``), keys; the keys waiting in DRUM's files (for a merge, or merged and not handed
         out) cost no private memory beyond its fixed buffers and are given as counts."""
-        self._note_ram()
-        ram = self._batch_bytes + self._inflight_bytes
-        keys = self._batch_keys + self._inflight_keys
+        w = self._waiting
+        ram, keys = w.held_bytes, w.held_keys
         per_key = ram / keys if keys else KEY_RAM_BYTES + 100
         return {"bytes": ram + self._answers_ram, "cap_bytes": int(self.max_pending_keys * per_key),
-                "peak_bytes": max(self._ram_peak, self._ram_peak_prev) + self._answers_ram,
+                "peak_bytes": w.peak_bytes() + self._answers_ram,
                 "entries": keys, "cap_keys": self.max_pending_keys,
                 "reserve_keys": self.reserve() if self.reserve is not None else 0,
                 "answers_bytes": self._answers_ram, "unmerged_keys": self._unmerged,
                 "ready_keys": self._ready}
 
-    def _note_ram(self) -> None:
-        # the window's most of the keys' RAM: it only grows between hand-overs, so it is taken at each
-        # submit; a window is 2 s and the previous one is kept (peak_bytes: the most of the last 2-4 s)
-        now = time.monotonic()
-        if now - self._peak_at >= 2.0:
-            self._ram_peak_prev, self._ram_peak, self._peak_at = self._ram_peak, 0, now
-        self._ram_peak = max(self._ram_peak, self._batch_bytes + self._inflight_bytes)
 
     @property
     def flushing(self) -> bool:
@@ -422,7 +371,7 @@ class AsyncSeenSet:
     @property
     def pending(self) -> int:
         """Keys submitted and not yet answered (delivered to on_results)."""
-        return self._batch_keys + self._inflight_keys + self._drum_pending
+        return self._waiting.held_keys + self._drum_pending
 
     @property
     def next_seq(self) -> int:
@@ -431,8 +380,8 @@ class AsyncSeenSet:
 
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
-                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
-                "inflight_keys": self._inflight_keys, "unmerged": self._unmerged,
+                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._waiting.keys,
+                "inflight_keys": self._waiting.inflight_keys, "unmerged": self._unmerged,
                 "outstanding": self._outstanding, "merges": self._merges,
                 "last_merge_s": round(self._last_merge_s, 3), "max_merge_s": round(self._max_merge_s, 3),
                 "last_flush_s": round(self._last_flush_s, 3),
@@ -455,7 +404,7 @@ class AsyncSeenSet:
         now = loop.time()
         poll = now >= self._next_poll
         fetch = not self._outstanding and len(self._unacked) < UNACKED_DELIVERIES
-        if not (self._ack_to is not None or self._batch or self._flush_new or self._flush_asked or poll
+        if not (self._ack_to is not None or self._waiting.batch or self._flush_new or self._flush_asked or poll
                 or (fetch and self._ready)):
             self._arm(self._next_poll)
             return
@@ -494,7 +443,7 @@ class AsyncSeenSet:
         except RuntimeError:                    # the loop closed under us (shutdown)
             pass
 
-    def _job_done(self, job: _Job, done: _Done | None, err: BaseException | None) -> None:
+    def _job_done(self, job: Job, done: Done | None, err: BaseException | None) -> None:
         self._job = None
         try:
             if err is not None:
@@ -535,23 +484,22 @@ class AsyncSeenSet:
         self._thread.call(fn, arg, reply)
         return fut
 
-    def _take(self, *, poll: bool, fetch: bool) -> _Job:
+    def _take(self, *, poll: bool, fetch: bool) -> Job:
         # Hand the batch and its intake segment over; later submits start a new segment.
-        job = _Job(ack=self._ack_to, chunks=self._batch, nkeys=self._batch_keys,
-                   first_seq=self._next_seq - self._batch_keys, segment=self._intake.take_segment(),
+        w = self._waiting
+        first_seq = self._next_seq - w.keys
+        job = Job(ack=self._ack_to, chunks=w.take(), nkeys=w.inflight_keys,
+                   first_seq=first_seq, segment=self._intake.take_segment(),
                    flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
                    waiters=self._flush_new)
         self._ack_to = None
         self._flush_running = job.flush
         self._flush_asked = False
         self._flush_new = []
-        self._batch = []
-        self._inflight_keys, self._inflight_bytes = self._batch_keys, self._batch_bytes
-        self._batch_keys = self._batch_bytes = 0
         return job
 
-    def _finish(self, job: _Job, done: _Done) -> None:
-        self._inflight_keys = self._inflight_bytes = 0
+    def _finish(self, job: Job, done: Done) -> None:
+        self._waiting.landed()
         self._unmerged, self._answers_ram = done.unmerged, done.answers_ram
         self._merges += done.merges
         if done.merges:
@@ -604,7 +552,7 @@ class AsyncSeenSet:
 
     # -- DRUM thread ---------------------------------------------------------------------------------
 
-    def _run(self, job: _Job) -> _Done:
+    def _run(self, job: Job) -> Done:
         d = self._drum
         t0 = time.perf_counter()
         merges0 = d.merges
@@ -622,10 +570,10 @@ class AsyncSeenSet:
             d.poll()
         handed = d.next_seq - d.pending
         results = d.delivery() if job.fetch else []     # arrays: objects made slice by slice
-        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, d.unmerged, d.answers_ram_bytes,
+        return Done(results, acked, handed, d.next_seq, d.pending, d.ready, d.unmerged, d.answers_ram_bytes,
                      d.last_merge_s, d.merges - merges0, time.perf_counter() - t0, flush_s)
 
-    def _hand_over(self, job: _Job) -> None:
+    def _hand_over(self, job: Job) -> None:
         if not job.chunks:
             return
         d = self._drum
@@ -636,7 +584,7 @@ class AsyncSeenSet:
         if job.segment is not None:
             self._intake.unlink(job.segment)     # after its records, if a writer thread has them
 
-    def _close_drum(self, job: _Job | None) -> None:
+    def _close_drum(self, job: Job | None) -> None:
         try:
             if job is not None:
                 if job.ack is not None:
