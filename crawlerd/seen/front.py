@@ -10,11 +10,12 @@ Data flow::
 
     submit(keys, aux)  (loop)  -> intake log (one write) + pending batch
     pump step          (loop)  -> one job at a time on the DRUM thread:
-        ack() of the last delivery, if the consumer acknowledged it
+        ack up to where the consumer acknowledged (the end of a delivery)
         check_update(batch) in calls of at most CALL_KEYS keys (drum_thread.py)
         flush() if asked, else poll() every poll_interval_s
         delivery() if no delivery is awaiting its ack (answers as arrays: ``Delivery``)
-    on_results(delivery) (loop) -> consumer reads it slice by slice, commits (frontier.add) -> ack()
+    on_results(delivery) (loop) -> consumer reads it slice by slice, commits (frontier.add), release()
+                                   -> the next delivery; ack(its end) once that commit is durable
 
 The pump is callbacks, not a task: a submit or an ack schedules one step for the
 loop's next iteration (however many came in this one), and a job's end schedules
@@ -32,10 +33,17 @@ is behind it (a lease waits for the intake log).
 Invariant: every key submitted is answered exactly once to the consumer per
 process lifetime, in submission order (``seq`` consecutive), and nothing is
 acknowledged to DRUM before the consumer called ``ack()`` after its commit.
-One delivery is outstanding at most; its ``ack()`` runs as the first DRUM
-call of the next job, so before any later ``results()`` (DRUM's ack covers
-everything handed out so far). A crash before the ack redelivers from the
-first unacknowledged answer (at-least-once across restarts).
+One delivery is being read at most (until ``release()`` or ``ack()``); at most
+``UNACKED_DELIVERIES`` are handed out and not acknowledged, and DRUM's ack stops
+where the acknowledged delivery ended (a delivery's commit made durable says
+nothing of the next one's). A crash before the ack redelivers from the first
+unacknowledged answer (at-least-once across restarts).
+
+Where the pending keys wait: in RAM only the batch and the one a job takes
+(``waiting.py``; ``backpressure`` bounds them with the ``reserve`` the work in
+flight can still add); DRUM's buckets and files hold the keys waiting for a
+merge and the merged answers not handed out (only the epoch being handed out
+keeps its answers in RAM). ``memory()`` gives the bytes, ``stats()`` the counts.
 
 Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
 is in RAM only, and a merge can hold the thread for tens of seconds; so
@@ -69,9 +77,9 @@ import numpy as np
 
 from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
-from crawlerd.seen.drum_files import DrumCorrupt, DrumError
+from crawlerd.seen.drum_files import DrumError
 from crawlerd.seen.drum_thread import Done, DrumThread, Job, drum_calls
-from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
+from crawlerd.seen.intake_log import IntakeWriter, replay_intake
 from crawlerd.seen.waiting import KEY_RAM_BYTES, WaitingKeys
 from crawlerd.store.writer import WriteThread
 
@@ -597,26 +605,8 @@ class AsyncSeenSet:
         # Open DRUM (its own recovery), then replay the intake records it has not journalled.
         d = Drum(self.path, auto_ack=False, **kw)
         try:
-            segs = segments(self.path)
-            replayed = 0
-            for s in segs:
-                seg = segment_path(self.path, s)
-                for first, keys, aux in read_intake(seg):
-                    skip = d.next_seq - first
-                    if skip < 0:
-                        raise DrumCorrupt(f"{seg}: intake starts at seq {first}, DRUM ends at {d.next_seq}")
-                    if skip >= len(keys):
-                        continue
-                    rest = (keys[skip:], None if aux is None else aux[skip:])
-                    for k, a in drum_calls([rest]):
-                        d.check_update(k, aux=a)
-                    replayed += len(keys) - skip
-            if replayed:
-                d.sync()
-                log.warning("seen-set %s: %d submitted keys replayed from the intake log", self.path, replayed)
-            for s in segs:
-                os.unlink(segment_path(self.path, s))
+            last = replay_intake(d, self.path, drum_calls)
         except BaseException:
             d.close()
             raise
-        return d, max(segs, default=0)
+        return d, last
