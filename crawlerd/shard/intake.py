@@ -267,8 +267,9 @@ class Intake:
         its last slice, and after a slice when one more could take the frontier's writes not landed
         past half of ``frontier.unlanded_bytes`` (``_frontier_full``), each commit in a loop iteration of its own: one budget and one frontier
         commit per delivery when its writes fit, rather than per slice, as each commit writes every
-        page its puts touched. The ack follows the
-        last commit. A slice waits for a commit to land while the budget writes not landed
+        page its puts touched. After its
+        last commit is handed over the delivery is released (the next one is judged while that
+        commit lands and syncs) and acknowledged up to its end once the commit is on disk. A slice waits for a commit to land while the budget writes not landed
         are at ``budgets.unlanded_bytes`` (``Budgets.crowded``), or the frontier's and recrawl's at
         ``frontier.unlanded_bytes`` (``frontier_gate``; what the delivery admitted so far is
         committed first). At most one delivery is outstanding, so slices never interleave. A crash
