@@ -345,7 +345,7 @@ class AnswerQueue:
     def ack(self, upto: int | None = None) -> None:
         """Persist the cursor past everything handed out so far, or only past the answers before seq
         ``upto`` (where one hand-out ended); drop the epochs acknowledged whole."""
-        if upto is None or upto == self.handed_seq:
+        if upto is None or upto >= self.handed_seq:        # nothing past what was handed out
             upto, pos = self.handed_seq, self.handed
             self.marks.clear()
         else:

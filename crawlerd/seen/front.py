@@ -268,8 +268,8 @@ class AsyncSeenSet:
         """The consumer committed the answers before seq ``upto`` (the end of a delivery; default:
         every delivery so far, the outstanding one released): acknowledge them in DRUM at the next job."""
         if upto is None:
-            upto = self._handed_seq
             self._outstanding = False
+        upto = self._handed_seq if upto is None else min(upto, self._handed_seq)
         if upto <= max(self._acked_seq, self._ack_to or 0):
             return
         self._ack_to = upto

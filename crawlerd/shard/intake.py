@@ -363,7 +363,7 @@ class Intake:
         # the next delivery is judged while this one's commits land and sync; its answers are
         # acknowledged, up to its end, once they are on disk
         self.seen.release()
-        ack = functools.partial(self.seen.ack, results[len(results) - 1].seq + 1)
+        ack = functools.partial(self.seen.ack, results[len(results) - 1].seq + 1) if len(results) else self.seen.ack
         if self.durable is not None:
             self.durable(ack)                   # acknowledged once the commits are on disk
             return
