@@ -69,6 +69,11 @@ SMALL_CAPS = [
 # a transient bound's extra fields kept per sample: its peak over the last 2-4 s, its keys and layers,
 # the steps that waited for room and the largest one (memory.budget_unlanded, dust_unlanded, frontier_unlanded)
 TRANSIENT_FIELDS = ("peak_bytes", "entries", "layers", "waits", "wait_s", "largest_step_bytes")
+# the seen-set's pending keys by where they wait (`crawlerd stats` shards[].seen): the batch in RAM and
+# the one the DRUM thread is taking, DRUM's buckets (waiting for a merge), merged and not handed out;
+# a delivery outstanding; the merges (count, last and longest, s) and the DRUM thread's busy time
+SEEN_FIELDS = ("pending", "queued_keys", "inflight_keys", "unmerged", "ready", "outstanding", "merges",
+               "last_merge_s", "max_merge_s", "last_flush_s", "backpressure", "busy_s", "jobs", "delivered")
 DIAG_ENV = "CRAWLERD_MEMDIAG"   # crawlerd/allocator.py: `stats` malloc.diag (both allocators' arenas)
 STOP_GRACE_S = 120.0        # drain + checkpoint after --duration, before the soak gives up on the daemon
 
@@ -236,6 +241,7 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str, diag: bool 
     fr = st.get("frontier", {})
     counters = st.get("counters", {})
     seen = seen_unique(st)
+    seen_view = (st.get("shards") or [{}])[0].get("seen", {})
     mem = {"crawl": proc_mem(crawl_pid)}
     for pid in workers:
         mem[f"worker-{pid}"] = proc_mem(pid)
@@ -244,6 +250,7 @@ def take_sample(t_s: float, crawl_pid: int, st: dict, data_dir: str, diag: bool 
             "queued": st.get("queued", 0), "deferred": int(counters.get("budget_deferred", 0)),
             "hosts_active": fr.get("hosts_active", st.get("hosts_active", 0)),
             "hosts_total": fr.get("hosts_total", 0), "seen_pending": st.get("seen_pending", 0),
+            "seen_parts": {f: seen_view[f] for f in SEEN_FIELDS if f in seen_view},
             # pages a worker failed to process (a bug: archived raw, no links): a soak with them
             # measures a different crawl
             "process_errors": int(counters.get("process_process_error", 0)),

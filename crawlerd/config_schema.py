@@ -334,7 +334,9 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("cache_entries", int, 1 << 20, "Recently seen fingerprints kept in RAM in front of DRUM (0: off).",
            min=0, max=1 << 30),
         _k("max_pending_keys", int, 1 << 18,
-           "Keys waiting in RAM for the DRUM thread (during a merge) before leasing pauses; never dropped.",
+           "Keys waiting in RAM for the DRUM thread (during a merge), with those the fetches in flight can "
+           "still submit (leases x the links a page gave so far), before leasing and hand-offs pause; never "
+           "dropped. `crawlerd stats`: memory.seen_pending.",
            min=1, max=1 << 30),
     ]),
     "dedup": ("Content de-duplication.", [

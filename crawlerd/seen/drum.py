@@ -108,6 +108,8 @@ class Drum:
         self._bucket_limit = max(1, merge_bytes // buckets)
         self._closed = True
         self._broken: str | None = None
+        self.merges = 0                 # merges run by this object (any trigger), and their time, seconds
+        self.merge_s = self.last_merge_s = self.max_merge_s = 0.0
         os.makedirs(self.path, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -188,15 +190,21 @@ class Drum:
         self._usable()
         os.fsync(self._jfd)
 
-    def ack(self) -> None:
-        """Acknowledge every result handed out so far: they are not delivered again after a crash.
+    def ack(self, upto: int | None = None) -> None:
+        """Acknowledge every result handed out so far (or those before seq ``upto``, where a
+        ``delivery``/``results`` call's answers ended): they are not delivered again after a crash.
 
         With ``auto_ack=False`` call it once the consumer has made them durable
         (the shard: right after its frontier commit); until then a crash
         redelivers them.
         """
         self._usable()
-        self._answers.ack()
+        self._answers.ack(upto)
+
+    @property
+    def acked_seq(self) -> int:
+        """Seq of the first result not acknowledged (handed out or not)."""
+        return self._answers.acked_seq
 
     def contains(self, keys) -> list[bool]:
         """Whether each key is in the key file (merged). Keys waiting for the next merge are not looked at.
@@ -223,6 +231,17 @@ class Drum:
     def ready(self) -> int:
         """Results dispatched by merges and not yet handed out."""
         return self._answers.available
+
+    @property
+    def unmerged(self) -> int:
+        """Keys submitted since the last merge (in the buckets and their files, waiting for the next)."""
+        return self._next_seq - self._epoch_seq
+
+    @property
+    def answers_ram_bytes(self) -> int:
+        """Bytes of merged answers (unique flags, values) held in RAM for handing out: the epoch being
+        handed out's, not one per epoch waiting behind it."""
+        return self._answers.ram_bytes()
 
     @property
     def next_seq(self) -> int:
@@ -334,6 +353,7 @@ class Drum:
     def _merge(self) -> None:
         if self._t0 is None:
             return
+        t0 = time.perf_counter()
         try:
             self._merge_epoch()
         except DrumCorrupt as e:
@@ -342,6 +362,11 @@ class Drum:
         except OSError as e:
             self._broken = f"I/O error in merge: {e}"
             raise
+        dt = time.perf_counter() - t0
+        self.merges += 1
+        self.merge_s += dt
+        self.last_merge_s = dt
+        self.max_merge_s = max(self.max_merge_s, dt)
 
     def _merge_epoch(self) -> None:
         core, V, e = self._core, self.value_size, self._epoch
@@ -387,7 +412,11 @@ class Drum:
         core.reset_epoch()
         r = ReadyEpoch(e, self._files.name("journal", e), self._files.name("results", e), self._epoch_seq,
                        self._next_seq)
-        r.unique, r.values = unique, vals
+        if not self._answers.ready:
+            # the next to be handed out: its answers stay in RAM. An epoch queued behind others reads
+            # its results file back when its turn comes (AnswerQueue.next_block), so a backlog of merged
+            # answers waiting for the consumer costs the page cache, not 1 B of private memory per key.
+            r.unique, r.values = unique, vals
         self._answers.add(r)
         self._start_epoch(e + 1)
 
@@ -472,7 +501,7 @@ class Drum:
         self._start_epoch(merged + 1)
         self._replay()
         if not ready:
-            self._answers.handed_seq = self._epoch_seq
+            self._answers.handed_seq = self._answers.acked_seq = self._epoch_seq
 
     def _replay(self) -> None:
         # Re-check every call of the open epoch that had returned before the crash (recovery rule 2).

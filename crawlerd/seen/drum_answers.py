@@ -69,9 +69,12 @@ class ReadyEpoch:
         return self.journal_file().fileno()
 
     def close(self) -> None:
+        """Handed out entirely (or shutting down): its file and answers leave RAM."""
         if self._f is not None:
             self._f.close()
             self._f = None
+        self.unique = self.values = None
+        self.block = None
 
 
 class _Part:
@@ -161,9 +164,10 @@ class AnswerQueue:
 
     Key: seq. Invariant: ``ready`` holds consecutive epochs in order;
     ``handed_seq`` is the seq of the next result to hand out and ``handed``
-    its (epoch, seq) position; ``acked`` is what the cursor file holds, never
-    past ``handed``. ``done`` epochs were handed out entirely and lose their
-    files at the next ack.
+    its (epoch, seq) position; ``acked`` is what the cursor file holds (``acked_seq``
+    its seq), never past ``handed``; ``marks`` are the positions where the
+    hand-outs not yet acknowledged ended (an ack may stop at one). ``done``
+    epochs were handed out entirely and lose their files once acknowledged.
     """
 
     def __init__(self, files: DrumFiles, kernels, cursor_fd: int, ready: list[ReadyEpoch],
@@ -174,8 +178,14 @@ class AnswerQueue:
         self.cursor_fd = cursor_fd
         self.ready = ready
         self.done: list[ReadyEpoch] = []
-        self.handed_seq = handed_seq
+        self.handed_seq = self.acked_seq = handed_seq
         self.handed = self.acked = cursor
+        self.marks: collections.deque[tuple[int, tuple[int, int]]] = collections.deque()
+
+    def _mark(self) -> None:
+        # where this hand-out ended: an ack may stop here (``ack(upto)``)
+        if self.handed_seq > (self.marks[-1][0] if self.marks else self.acked_seq):
+            self.marks.append((self.handed_seq, self.handed))
 
     def add(self, r: ReadyEpoch) -> None:
         """A freshly merged epoch (its answers already in ``r.unique``/``r.values``)."""
@@ -185,6 +195,10 @@ class AnswerQueue:
     def available(self) -> int:
         """Results dispatched by merges and not yet handed out."""
         return sum(r.end_seq - r.seq for r in self.ready)
+
+    def ram_bytes(self) -> int:
+        """Bytes of answers held in RAM (the epochs' ``unique`` and ``values`` arrays loaded)."""
+        return sum(a.nbytes for r in self.ready for a in (r.unique, r.values) if a is not None)
 
     def results(self, limit: int) -> list[DrumResult]:
         return self.delivery(limit)[:]
@@ -213,6 +227,7 @@ class AnswerQueue:
                                vals[i0 * V:(i0 + n) * V].copy() if V else None, aux, ends))
             got += n
             self.advance(r, n)
+        self._mark()
         return Delivery(parts, got, self.kern.make_results, V)
 
     def results_arrays(self, limit: int):
@@ -263,6 +278,7 @@ class AnswerQueue:
             if r.seq < r.end_seq and got < avail:
                 r.block = self.read_block(r)
                 r.offset_in_block = 0
+        self._mark()
         return first_seq, keys[:got], unique[:got].view(bool), values[:got * V].reshape(got, V)
 
     def next_block(self) -> ReadyEpoch | None:
@@ -326,24 +342,39 @@ class AnswerQueue:
         self.handed_seq += n
         self.handed = (r.epoch, r.seq)
 
-    def ack(self) -> None:
-        """Persist the cursor past everything handed out so far; drop fully delivered epochs."""
-        if self.handed == self.acked:
+    def ack(self, upto: int | None = None) -> None:
+        """Persist the cursor past everything handed out so far, or only past the answers before seq
+        ``upto`` (where one hand-out ended); drop the epochs acknowledged whole."""
+        if upto is None or upto >= self.handed_seq:        # nothing past what was handed out
+            upto, pos = self.handed_seq, self.handed
+            self.marks.clear()
+        else:
+            pos = None
+            while self.marks and self.marks[0][0] <= upto:
+                seq, pos = self.marks.popleft()
+            if pos is None or seq != upto:
+                raise ValueError(f"ack({upto}): no hand-out ended there (acked {self.acked_seq}, "
+                                 f"handed {self.handed_seq})")
+        if pos == self.acked or upto <= self.acked_seq:
             return
-        e, s = self.handed
+        e, s = pos
         self.files.write_cursor(self.cursor_fd, e, s)
-        self.acked = self.handed
+        self.acked, self.acked_seq = pos, upto
         while self.ready and self.ready[0].seq >= self.ready[0].end_seq:
             r = self.ready.pop(0)
             r.close()
             self.done.append(r)
+        keep = []
         for r in self.done:
+            if r.epoch > e or (r.epoch == e and s < r.end_seq):
+                keep.append(r)          # handed out whole, not yet acknowledged whole
+                continue
             for p in (r.journal, r.results):
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
                     pass
-        self.done = []
+        self.done = keep
 
     def close(self) -> None:
         for r in self.ready:

@@ -2,20 +2,55 @@
 
 ``DrumThread`` is one plain thread that runs every call handed to it, in order, and replies from
 there (the seen-set posts its replies back to the loop in one ``call_soon_threadsafe``).
+``Job`` is one trip there and ``Done`` what it brings back.
 ``drum_calls`` cuts a job's submitted chunks into DRUM calls of at most ``CALL_KEYS`` keys: DRUM's
 journal and bucket code holds the GIL for one call, so the loop waits at most one call's time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from crawlerd.seen.drum_answers import DrumResult
+
 CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
+
+
+@dataclass(slots=True)
+class Job:
+    """One trip to the DRUM thread; its steps run in this order."""
+    ack: int | None            # acknowledge the answers before this seq
+    chunks: list[tuple[np.ndarray, list[bytes] | None]]
+    nkeys: int
+    first_seq: int
+    segment: str | None        # intake segment holding exactly ``chunks``; deleted once DRUM has them
+    flush: bool
+    poll: bool
+    fetch: bool
+    waiters: list[asyncio.Future] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Done:
+    results: Sequence[DrumResult]   # a Delivery (or [] when the job fetched nothing)
+    acked_seq: int | None      # DRUM's acknowledged position right after the ack, if the job acked
+    handed_seq: int            # first seq not handed out, before this job's results() call
+    next_seq: int
+    pending: int
+    ready: int
+    unmerged: int              # keys in DRUM's buckets waiting for a merge
+    answers_ram: int           # bytes of merged answers DRUM holds in RAM (the epoch being handed out)
+    merge_s: float             # the last merge's duration (any trigger), seconds
+    merges: int
+    busy_s: float
+    flush_s: float | None      # duration of this job's flush(), if it ran one
 
 
 class DrumThread:

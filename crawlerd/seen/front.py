@@ -10,11 +10,12 @@ Data flow::
 
     submit(keys, aux)  (loop)  -> intake log (one write) + pending batch
     pump step          (loop)  -> one job at a time on the DRUM thread:
-        ack() of the last delivery, if the consumer acknowledged it
+        ack up to where the consumer acknowledged (the end of a delivery)
         check_update(batch) in calls of at most CALL_KEYS keys (drum_thread.py)
         flush() if asked, else poll() every poll_interval_s
         delivery() if no delivery is awaiting its ack (answers as arrays: ``Delivery``)
-    on_results(delivery) (loop) -> consumer reads it slice by slice, commits (frontier.add) -> ack()
+    on_results(delivery) (loop) -> consumer reads it slice by slice, commits (frontier.add), release()
+                                   -> the next delivery; ack(its end) once that commit is durable
 
 The pump is callbacks, not a task: a submit or an ack schedules one step for the
 loop's next iteration (however many came in this one), and a job's end schedules
@@ -32,10 +33,17 @@ is behind it (a lease waits for the intake log).
 Invariant: every key submitted is answered exactly once to the consumer per
 process lifetime, in submission order (``seq`` consecutive), and nothing is
 acknowledged to DRUM before the consumer called ``ack()`` after its commit.
-One delivery is outstanding at most; its ``ack()`` runs as the first DRUM
-call of the next job, so before any later ``results()`` (DRUM's ack covers
-everything handed out so far). A crash before the ack redelivers from the
-first unacknowledged answer (at-least-once across restarts).
+One delivery is being read at most (until ``release()`` or ``ack()``); at most
+``UNACKED_DELIVERIES`` are handed out and not acknowledged, and DRUM's ack stops
+where the acknowledged delivery ended (a delivery's commit made durable says
+nothing of the next one's). A crash before the ack redelivers from the first
+unacknowledged answer (at-least-once across restarts).
+
+Where the pending keys wait: in RAM only the batch and the one a job takes
+(``waiting.py``; ``backpressure`` bounds them with the ``reserve`` the work in
+flight can still add); DRUM's buckets and files hold the keys waiting for a
+merge and the merged answers not handed out (only the epoch being handed out
+keeps its answers in RAM). ``memory()`` gives the bytes, ``stats()`` the counts.
 
 Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
 is in RAM only, and a merge can hold the thread for tens of seconds; so
@@ -64,15 +72,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
-from crawlerd.seen.drum_files import DrumCorrupt, DrumError
-from crawlerd.seen.drum_thread import DrumThread, drum_calls
-from crawlerd.seen.intake_log import IntakeWriter, read_intake, segment_path, segments
+from crawlerd.seen.drum_files import DrumError
+from crawlerd.seen.drum_thread import Done, DrumThread, Job, drum_calls
+from crawlerd.seen.intake_log import IntakeWriter, replay_intake
+from crawlerd.seen.waiting import KEY_RAM_BYTES, WaitingKeys
 from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.seen")
@@ -83,36 +91,15 @@ log = logging.getLogger("crawlerd.seen")
 # and a flush takes every key submitted before it without waiting for the gap, so a longer gap makes the
 # batches larger, not the answers later (at 20 ms the crawl's seen-set ran ~35 jobs a second).
 JOB_GAP_S = 0.1
+# Deliveries handed out and not yet acknowledged, at most. A consumer that ``release``s a delivery once
+# its commits are handed over reads the next while that commit lands and syncs (the shard's ack waits
+# for the writer thread and an fdatasync): answers reach admission at the rate it judges them, not one
+# delivery per commit-and-sync round trip. Each is redelivered after a crash until acknowledged.
+UNACKED_DELIVERIES = 4
 
 
 class SeenSetError(DrumError):
     """The seen-set stopped (a DRUM call or the consumer failed, or it is closed); reopen to recover."""
-
-
-@dataclass(slots=True)
-class _Job:
-    """One trip to the DRUM thread; its steps run in this order."""
-    ack: bool
-    chunks: list[tuple[np.ndarray, list[bytes] | None]]
-    nkeys: int
-    first_seq: int
-    segment: str | None        # intake segment holding exactly ``chunks``; deleted once DRUM has them
-    flush: bool
-    poll: bool
-    fetch: bool
-    waiters: list[asyncio.Future] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Done:
-    results: Sequence[DrumResult]   # a Delivery (or [] when the job fetched nothing)
-    acked_seq: int | None      # DRUM's handed-out position right after the ack, if the job acked
-    handed_seq: int            # first seq not handed out, before this job's results() call
-    next_seq: int
-    pending: int
-    ready: int
-    busy_s: float
-    flush_s: float | None      # duration of this job's flush(), if it ran one
 
 
 class AsyncSeenSet:
@@ -120,8 +107,9 @@ class AsyncSeenSet:
 
     Key: the 8-byte URL fingerprint, as in ``Drum``. Invariant: submissions
     reach DRUM in ``submit`` order with the seq numbers predicted at submit
-    time (``_next_seq``); at most one delivery is unacknowledged; a DRUM
-    ``results()`` call never runs while a delivery awaits its ``ack()``.
+    time (``_next_seq``); at most one delivery is being read (until ``release``
+    or ``ack``) and at most ``UNACKED_DELIVERIES`` are unacknowledged; DRUM
+    acknowledges only up to where a delivery ended.
     """
 
     def __init__(self, path: str, *, buckets: int = 64, bucket_buffer_bytes: int = 1 << 20,
@@ -155,17 +143,24 @@ class AsyncSeenSet:
         self._logged_seq = self._next_seq      # every key before it is in the intake log (or DRUM)
         self._log_waiters: collections.deque[tuple[int, asyncio.Future | None, Callable[[], None] | None]] = \
             collections.deque()
-        self._batch: list[tuple[np.ndarray, list[bytes] | None]] = []
-        self._batch_keys = 0
-        self._inflight_keys = 0
-        self._outstanding = False              # a delivery awaits the consumer's ack()
-        self._ack_due = False                  # ack() called; DRUM's ack not yet run
+        self._waiting = WaitingKeys()          # the batch, and the one the job on the DRUM thread takes
+        self._unmerged = d.unmerged
+        self._answers_ram = d.answers_ram_bytes
+        self._merges = 0
+        self._last_merge_s = 0.0
+        self._max_merge_s = 0.0
+        # keys that work already started can still submit (the shard: leases in flight times the links
+        # a page gave so far): counted by ``backpressure``, so the bound holds for what they add
+        self.reserve: Callable[[], int] | None = None
+        self._outstanding = False              # a delivery is being read (until release() or ack())
+        self._ack_to: int | None = None        # ack() called up to this seq; DRUM's ack not yet run
+        self._unacked: collections.deque[int] = collections.deque()   # end seqs of deliveries not acked
         self._flush_asked = False
         self._flush_new: list[asyncio.Future] = []
         self._flush_wait: list[tuple[int, asyncio.Future]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_results: Callable[[Sequence[DrumResult]], None] | None = None
-        self._job: _Job | None = None          # the job on the DRUM thread (one at most)
+        self._job: Job | None = None          # the job on the DRUM thread (one at most)
         self._step_due = False                 # a pump step is scheduled for the loop's next iteration
         self._timer: asyncio.TimerHandle | None = None   # the next poll, or the end of the job gap
         self._next_poll = 0.0
@@ -218,8 +213,7 @@ class AsyncSeenSet:
         self._intake.append(self._next_seq, karr, auxl, then)
         if then is None:
             self._logged_seq = self._next_seq + n
-        self._batch.append((karr, auxl))
-        self._batch_keys += n
+        self._waiting.add(karr, auxl)
         self._next_seq += n
         self._poke()
 
@@ -263,12 +257,25 @@ class AsyncSeenSet:
         self._fail_waiters(SeenSetError(f"seen-set stopped: {err!r}"))
         self._poke()
 
-    def ack(self) -> None:
-        """The consumer committed the last delivery: acknowledge it in DRUM before the next results()."""
+    def release(self) -> None:
+        """The consumer has read the outstanding delivery and handed its commits over: the next one may
+        come before this one's ``ack`` (at most ``UNACKED_DELIVERIES`` handed out and not acked)."""
         if self._outstanding:
             self._outstanding = False
-            self._ack_due = True
             self._poke()
+
+    def ack(self, upto: int | None = None) -> None:
+        """The consumer committed the answers before seq ``upto`` (the end of a delivery; default:
+        every delivery so far, the outstanding one released): acknowledge them in DRUM at the next job."""
+        if upto is None:
+            self._outstanding = False
+        upto = self._handed_seq if upto is None else min(upto, self._handed_seq)
+        if upto <= max(self._acked_seq, self._ack_to or 0):
+            return
+        self._ack_to = upto
+        while self._unacked and self._unacked[0] <= upto:
+            self._unacked.popleft()
+        self._poke()
 
     async def contains(self, keys: Sequence[int]) -> list[bool]:
         """Whether each key is in DRUM's merged key file, looked up on the DRUM thread (between its jobs).
@@ -332,8 +339,32 @@ class AsyncSeenSet:
 
     @property
     def backpressure(self) -> bool:
-        """True while more than ``max_pending_keys`` keys wait in RAM for the DRUM thread: stop leasing."""
-        return self._batch_keys + self._inflight_keys > self.max_pending_keys
+        """True while the keys waiting in RAM for the DRUM thread, with those the work in flight can
+        still submit (``reserve``), pass ``max_pending_keys``: stop leasing and taking hand-offs."""
+        return self.room <= 0
+
+    @property
+    def room(self) -> int:
+        """Keys that may still be submitted before ``backpressure`` (0 at or past the bound): the keys
+        waiting in RAM and the ``reserve`` taken from ``max_pending_keys``."""
+        held = self._waiting.held_keys + (self.reserve() if self.reserve is not None else 0)
+        return max(0, self.max_pending_keys - held)
+
+    def memory(self) -> dict:
+        """The keys waiting in RAM (the batch, and the one the DRUM thread is taking) and DRUM's merged
+        answers held in RAM, against the bound: bytes now and the most of the last 2-4 s
+        (``peak_bytes``), keys; the keys waiting in DRUM's files (for a merge, or merged and not handed
+        out) cost no private memory beyond its fixed buffers and are given as counts."""
+        w = self._waiting
+        ram, keys = w.held_bytes, w.held_keys
+        per_key = ram / keys if keys else KEY_RAM_BYTES + 100
+        return {"bytes": ram + self._answers_ram, "cap_bytes": int(self.max_pending_keys * per_key),
+                "peak_bytes": w.peak_bytes() + self._answers_ram,
+                "entries": keys, "cap_keys": self.max_pending_keys,
+                "reserve_keys": self.reserve() if self.reserve is not None else 0,
+                "answers_bytes": self._answers_ram, "unmerged_keys": self._unmerged,
+                "ready_keys": self._ready}
+
 
     @property
     def flushing(self) -> bool:
@@ -348,7 +379,7 @@ class AsyncSeenSet:
     @property
     def pending(self) -> int:
         """Keys submitted and not yet answered (delivered to on_results)."""
-        return self._batch_keys + self._inflight_keys + self._drum_pending
+        return self._waiting.held_keys + self._drum_pending
 
     @property
     def next_seq(self) -> int:
@@ -357,7 +388,10 @@ class AsyncSeenSet:
 
     def stats(self) -> dict:
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
-                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._batch_keys,
+                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._waiting.keys,
+                "inflight_keys": self._waiting.inflight_keys, "unmerged": self._unmerged,
+                "outstanding": self._outstanding, "merges": self._merges,
+                "last_merge_s": round(self._last_merge_s, 3), "max_merge_s": round(self._max_merge_s, 3),
                 "last_flush_s": round(self._last_flush_s, 3),
                 "pending": self.pending, "backpressure": self.backpressure,
                 **({"intake_writer": self._intake.thread.stats()} if self._intake.thread is not None else {})}
@@ -377,8 +411,8 @@ class AsyncSeenSet:
         loop = self._loop
         now = loop.time()
         poll = now >= self._next_poll
-        fetch = not self._outstanding
-        if not (self._ack_due or self._batch or self._flush_new or self._flush_asked or poll
+        fetch = not self._outstanding and len(self._unacked) < UNACKED_DELIVERIES
+        if not (self._ack_to is not None or self._waiting.batch or self._flush_new or self._flush_asked or poll
                 or (fetch and self._ready)):
             self._arm(self._next_poll)
             return
@@ -417,7 +451,7 @@ class AsyncSeenSet:
         except RuntimeError:                    # the loop closed under us (shutdown)
             pass
 
-    def _job_done(self, job: _Job, done: _Done | None, err: BaseException | None) -> None:
+    def _job_done(self, job: Job, done: Done | None, err: BaseException | None) -> None:
         self._job = None
         try:
             if err is not None:
@@ -458,23 +492,27 @@ class AsyncSeenSet:
         self._thread.call(fn, arg, reply)
         return fut
 
-    def _take(self, *, poll: bool, fetch: bool) -> _Job:
+    def _take(self, *, poll: bool, fetch: bool) -> Job:
         # Hand the batch and its intake segment over; later submits start a new segment.
-        job = _Job(ack=self._ack_due, chunks=self._batch, nkeys=self._batch_keys,
-                   first_seq=self._next_seq - self._batch_keys, segment=self._intake.take_segment(),
+        w = self._waiting
+        first_seq = self._next_seq - w.keys
+        job = Job(ack=self._ack_to, chunks=w.take(), nkeys=w.inflight_keys,
+                   first_seq=first_seq, segment=self._intake.take_segment(),
                    flush=bool(self._flush_new) or self._flush_asked, poll=poll, fetch=fetch,
                    waiters=self._flush_new)
-        self._ack_due = False
+        self._ack_to = None
         self._flush_running = job.flush
         self._flush_asked = False
         self._flush_new = []
-        self._batch = []
-        self._inflight_keys = self._batch_keys
-        self._batch_keys = 0
         return job
 
-    def _finish(self, job: _Job, done: _Done) -> None:
-        self._inflight_keys = 0
+    def _finish(self, job: Job, done: Done) -> None:
+        self._waiting.landed()
+        self._unmerged, self._answers_ram = done.unmerged, done.answers_ram
+        self._merges += done.merges
+        if done.merges:
+            self._last_merge_s = done.merge_s
+            self._max_merge_s = max(self._max_merge_s, done.merge_s)
         self._flush_running = False
         if done.flush_s is not None:
             self._last_flush_s = done.flush_s
@@ -495,6 +533,7 @@ class AsyncSeenSet:
         if done.results and not self._stopping:
             # Not acknowledged: a stop here (close() during the job) redelivers them at the next start.
             self._outstanding = True
+            self._unacked.append(self._handed_seq)
             self._delivered += len(done.results)
             self._on_results(done.results)
 
@@ -521,13 +560,14 @@ class AsyncSeenSet:
 
     # -- DRUM thread ---------------------------------------------------------------------------------
 
-    def _run(self, job: _Job) -> _Done:
+    def _run(self, job: Job) -> Done:
         d = self._drum
         t0 = time.perf_counter()
+        merges0 = d.merges
         acked = None
-        if job.ack:
-            d.ack()
-            acked = d.next_seq - d.pending
+        if job.ack is not None:
+            d.ack(job.ack)
+            acked = d.acked_seq
         self._hand_over(job)
         flush_s = None
         if job.flush:
@@ -538,9 +578,10 @@ class AsyncSeenSet:
             d.poll()
         handed = d.next_seq - d.pending
         results = d.delivery() if job.fetch else []     # arrays: objects made slice by slice
-        return _Done(results, acked, handed, d.next_seq, d.pending, d.ready, time.perf_counter() - t0, flush_s)
+        return Done(results, acked, handed, d.next_seq, d.pending, d.ready, d.unmerged, d.answers_ram_bytes,
+                     d.last_merge_s, d.merges - merges0, time.perf_counter() - t0, flush_s)
 
-    def _hand_over(self, job: _Job) -> None:
+    def _hand_over(self, job: Job) -> None:
         if not job.chunks:
             return
         d = self._drum
@@ -551,11 +592,11 @@ class AsyncSeenSet:
         if job.segment is not None:
             self._intake.unlink(job.segment)     # after its records, if a writer thread has them
 
-    def _close_drum(self, job: _Job | None) -> None:
+    def _close_drum(self, job: Job | None) -> None:
         try:
             if job is not None:
-                if job.ack:
-                    self._drum.ack()
+                if job.ack is not None:
+                    self._drum.ack(job.ack)
                 self._hand_over(job)
         finally:
             self._drum.close()
@@ -564,26 +605,8 @@ class AsyncSeenSet:
         # Open DRUM (its own recovery), then replay the intake records it has not journalled.
         d = Drum(self.path, auto_ack=False, **kw)
         try:
-            segs = segments(self.path)
-            replayed = 0
-            for s in segs:
-                seg = segment_path(self.path, s)
-                for first, keys, aux in read_intake(seg):
-                    skip = d.next_seq - first
-                    if skip < 0:
-                        raise DrumCorrupt(f"{seg}: intake starts at seq {first}, DRUM ends at {d.next_seq}")
-                    if skip >= len(keys):
-                        continue
-                    rest = (keys[skip:], None if aux is None else aux[skip:])
-                    for k, a in drum_calls([rest]):
-                        d.check_update(k, aux=a)
-                    replayed += len(keys) - skip
-            if replayed:
-                d.sync()
-                log.warning("seen-set %s: %d submitted keys replayed from the intake log", self.path, replayed)
-            for s in segs:
-                os.unlink(segment_path(self.path, s))
+            last = replay_intake(d, self.path, drum_calls)
         except BaseException:
             d.close()
             raise
-        return d, max(segs, default=0)
+        return d, last

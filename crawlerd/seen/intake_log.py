@@ -217,3 +217,29 @@ def read_intake(path: str) -> Iterator[tuple[int, np.ndarray, list[bytes] | None
                 p += ln
         yield first, keys, aux
         off = end
+
+
+def replay_intake(drum, path: str, calls: Callable) -> int:
+    """Submit to ``drum`` the records of the intake log under ``path`` it has not journalled (a crash
+    between ``submit`` and the DRUM thread's hand-over), in ``calls`` (``drum_calls``) of bounded size,
+    make them durable, and delete the segments. Returns the highest segment number there was (0: none)."""
+    segs = segments(path)
+    replayed = 0
+    for s in segs:
+        seg = segment_path(path, s)
+        for first, keys, aux in read_intake(seg):
+            skip = drum.next_seq - first
+            if skip < 0:
+                raise DrumCorrupt(f"{seg}: intake starts at seq {first}, DRUM ends at {drum.next_seq}")
+            if skip >= len(keys):
+                continue
+            rest = (keys[skip:], None if aux is None else aux[skip:])
+            for k, a in calls([rest]):
+                drum.check_update(k, aux=a)
+            replayed += len(keys) - skip
+    if replayed:
+        drum.sync()
+        log.warning("seen-set %s: %d submitted keys replayed from the intake log", path, replayed)
+    for s in segs:
+        os.unlink(segment_path(path, s))
+    return max(segs, default=0)

@@ -140,7 +140,7 @@ class Answers:
         elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
             follow = [ln for ln in pr.links if not ln.nofollow]
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
-            self.intake.submit_links(follow, depth=depth + 1)
+            self.intake.submit_links(follow, depth=depth + 1, page=True)
             if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
                 edges = self._record_links_soon(host_key, {ln.host_key for ln in follow})

@@ -121,6 +121,8 @@ class Intake:
         # the bound on the frontier's and recrawl's writes not landed (``bound_writes``)
         self.frontier_gate = UnlandedGate(0, self._commit_fetch_stores)
         self._added_url_bytes = ADDED_URL_BYTES
+        self._pages_linked = 0          # pages whose links were submitted, and those links
+        self._page_links = 0
 
     # -- into the seen-set ----------------------------------------------------------
     def submit_urls(self, urls: list[str], *, depth: int, hops: int = 0, priority: int | None = None,
@@ -135,8 +137,13 @@ class Intake:
                 links.append(Link(norm, fingerprint(norm), ""))
         return self.submit_links(links, depth=depth, hops=hops, priority=priority)
 
-    def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None) -> int:
-        """Filter already normalised, fingerprinted links (from a worker) and send them to the seen-set."""
+    def submit_links(self, links: list[Link], *, depth: int, hops: int = 0, priority: int | None = None,
+                     page: bool = False) -> int:
+        """Filter already normalised, fingerprinted links (from a worker) and send them to the seen-set;
+        ``page``: they are a fetched page's (counted for ``page_links``)."""
+        if page:
+            self._pages_linked += 1
+            self._page_links += len(links)
         keys, aux = [], []
         if priority is None:
             priority = self.priority_for_depth(depth)
@@ -154,6 +161,12 @@ class Intake:
         if keys:
             self.seen.submit(keys, aux)
         return len(keys)
+
+    def page_links(self) -> int:
+        """Links a page with links gave so far, on average (rounded up; 0 before the first): what a
+        lease in flight is expected to submit (the seen-set's ``reserve``)."""
+        n = self._pages_linked
+        return -(-self._page_links // n) if n else 0
 
     def _route(self, links: list[Link], depth: int, hops: int, priority: int) -> list[Link]:
         """Stage the links other shards own in the outbox; return this shard's own."""
@@ -254,8 +267,9 @@ class Intake:
         its last slice, and after a slice when one more could take the frontier's writes not landed
         past half of ``frontier.unlanded_bytes`` (``_frontier_full``), each commit in a loop iteration of its own: one budget and one frontier
         commit per delivery when its writes fit, rather than per slice, as each commit writes every
-        page its puts touched. The ack follows the
-        last commit. A slice waits for a commit to land while the budget writes not landed
+        page its puts touched. After its
+        last commit is handed over the delivery is released (the next one is judged while that
+        commit lands and syncs) and acknowledged up to its end once the commit is on disk. A slice waits for a commit to land while the budget writes not landed
         are at ``budgets.unlanded_bytes`` (``Budgets.crowded``), or the frontier's and recrawl's at
         ``frontier.unlanded_bytes`` (``frontier_gate``; what the delivery admitted so far is
         committed first). At most one delivery is outstanding, so slices never interleave. A crash
@@ -346,10 +360,14 @@ class Intake:
             self.wake()
         if not last:
             return
+        # the next delivery is judged while this one's commits land and sync; its answers are
+        # acknowledged, up to its end, once they are on disk
+        self.seen.release()
+        ack = functools.partial(self.seen.ack, results[len(results) - 1].seq + 1) if len(results) else self.seen.ack
         if self.durable is not None:
-            self.durable(self.seen.ack)         # acknowledged once the commits are on disk
+            self.durable(ack)                   # acknowledged once the commits are on disk
             return
-        self.seen.ack()
+        ack()
 
     def _admit(self, results: list, added: list[QueuedURL]) -> None:
         """Judge one slice of answers: the unique ones that pass robots, DUST and BEAST go to

@@ -270,6 +270,7 @@ class Shard:
             out["budget_turns"] = self.budgets.memory()
             out["budget_unlanded"] = self.budgets.unlanded_memory()
         out["frontier_unlanded"] = self.intake.frontier_gate.memory()
+        out["seen_pending"] = self.seen.memory()
         if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
             slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
             out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,
@@ -331,6 +332,8 @@ class Shard:
         # acknowledged only once the frontier holding them is on disk
         self.syncer = SyncThread(loop)
         self.intake.durable = self._when_durable
+        # the seen-set's bound counts the links the leases in flight can still submit
+        self.seen.reserve = lambda: len(self.leases) * self.intake.page_links()
         # the robots copies and first-capture digests are written on this thread; the loop hands
         # them over (each store answers from a RAM overlay until its write lands)
         self.writer = WriteThread(loop, name="crawlerd-writer",
@@ -435,7 +438,7 @@ class Shard:
         # a fenced shard takes no hand-off: what it does not acknowledge goes to the lease's next owner
         if self.inbox is not None and owned and now - self._last_inbox >= INBOX_POLL_S and not self.seen.backpressure:
             self._last_inbox = now
-            batches = self.inbox.receive(self.cfg.drum.max_pending_keys // 4)
+            batches = self.inbox.receive(min(self.cfg.drum.max_pending_keys // 4, self.seen.room))
             if batches:
                 self.intake.take_handoff(batches, self._ack_handoff)
         self.intake.pace_seen_flush(now)

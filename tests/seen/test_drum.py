@@ -436,3 +436,42 @@ def test_a_delivery_holds_its_answers_as_arrays_until_a_slice_is_read(kern, tmp_
         assert [(r.key, r.aux, r.seq, r.unique) for r in part] == [
             (k, a, 100 + j, True) for j, (k, a) in enumerate(zip(keys[100:612], aux[100:612], strict=True))]
         assert sys.getallocatedblocks() - before > held + 512     # the slice's answers are objects
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_merged_answers_waiting_for_the_consumer_stay_on_disk(kern, tmp_path):
+    # A consumer slower than the merges leaves merged epochs waiting to be handed out. Their answers
+    # are in their results files; only the epoch being handed out holds its answers in RAM, so a
+    # backlog of merged keys does not grow private memory with its length. Nothing is lost or
+    # reordered: every answer comes out once, in submission order, against a set.
+    rng = random.Random(5)
+    pool = [rng.getrandbits(64) for _ in range(20_000)]
+    seen: set[int] = set()
+    expected = []
+    with Drum(str(tmp_path), buckets=8, merge_bytes=64 << 20, cache_entries=0, max_results=1000,
+              auto_ack=False, _kernels=kern) as dr:
+        epochs = []
+        for _ in range(10):                         # ten merged epochs, none handed out yet
+            keys = [rng.choice(pool) for _ in range(3000)]
+            aux = [b"%x" % k for k in keys]
+            dr.check_update(keys, aux=aux)
+            dr.flush()
+            epochs.append(len(keys))
+            for k in keys:
+                expected.append((k, k not in seen))
+                seen.add(k)
+        assert dr.ready == sum(epochs)
+        assert dr.unmerged == 0
+        assert dr.answers_ram_bytes == epochs[0]    # the head epoch's unique flags, 1 B a key
+        got = []
+        while True:
+            dv = dr.delivery()
+            if not len(dv):
+                break
+            got += [(r.key, r.unique) for r in dv]
+            assert dr.answers_ram_bytes <= max(epochs)
+            dr.ack()
+        assert got == expected
+        assert dr.answers_ram_bytes == 0 and dr.pending == 0
+        dr.check_update([1, 2, 3])
+        assert dr.unmerged == 3 and dr.pending == 3

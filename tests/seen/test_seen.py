@@ -447,3 +447,119 @@ def test_answers_ready_behind_a_delivery_come_after_its_ack_without_waiting_for_
     check_answers(col.results, [list(range(45))])
     assert deliveries == 5
     assert queued == 1
+
+
+class _HeldDrum:
+    """Holds the DRUM thread inside its next hand-over until released (a merge that takes long)."""
+
+    def __init__(self, monkeypatch):
+        import threading
+
+        from crawlerd.seen.drum import Drum
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        real = Drum.check_update
+
+        def check_update(drum, keys, aux=None, values=None):
+            self.entered.set()
+            self.release.wait(60)
+            return real(drum, keys, aux=aux, values=values)
+
+        monkeypatch.setattr(Drum, "check_update", check_update)
+
+
+@pytest.mark.parametrize("with_reserve", [True, False])
+def test_the_bound_holds_for_what_work_in_flight_still_submits(tmp_path, monkeypatch, with_reserve):
+    # A shard-shaped producer: a lease started while there is no backpressure submits its page's
+    # links one loop tick later, whatever the backpressure is then. With the DRUM thread held, the
+    # keys waiting in RAM stay within max_pending_keys only if backpressure counts what the leases
+    # in flight can still submit (``reserve``); without it they pass the bound by up to the leases'
+    # links. After the release every key is answered once, in order.
+    cap, links, max_leases = 1000, 50, 100
+    held = _HeldDrum(monkeypatch)
+
+    async def main():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "max_pending_keys": cap, "job_gap_s": 0})
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        leases: list[int] = []
+        if with_reserve:
+            s.reserve = lambda: len(leases) * links
+        batches, most, nxt, ticks = [], 0, 0, 0
+        while ticks < 200:                          # 200 ticks once the DRUM thread is held
+            ticks += held.entered.is_set()
+            for _ in leases:                        # the pages of last tick's leases give their links
+                batches.append(list(range(nxt, nxt + links)))
+                s.submit(batches[-1], aux=[aux_of(k) for k in batches[-1]])
+                nxt += links
+            leases = []
+            while not s.backpressure and len(leases) < max_leases:
+                leases.append(1)
+            if s.backpressure:
+                assert s.room == 0
+            most = max(most, s.memory()["entries"])
+            await asyncio.sleep(0.001)
+            assert len(batches) < 10_000, "the DRUM thread never took a batch"
+        held.release.set()
+        await bounded(s.flush())
+        await s.close()
+        return col, batches, most
+
+    col, batches, most = uvloop.run(main())
+    print(f"reserve {with_reserve}: at most {most} keys waiting in RAM (bound {cap})")
+    check_answers(col.results, batches)
+    if with_reserve:
+        assert most <= cap, most
+    else:
+        assert most > cap, most                     # the scenario passes the bound without the reserve
+
+
+def test_a_released_delivery_lets_the_next_come_before_its_ack(tmp_path, run):
+    # A consumer that releases each delivery once read and acknowledges it later (the shard: once its
+    # commit is on disk) gets the next ones meanwhile, at most UNACKED_DELIVERIES of them; an ack
+    # covers the answers before its seq only; after a restart the answers not acknowledged come again,
+    # from the first of them, and nothing is lost.
+    from crawlerd.seen.front import UNACKED_DELIVERIES
+
+    keys = list(range(1000))
+    got, ends = [], []
+
+    async def first():
+        s = AsyncSeenSet(str(tmp_path), **{**SMALL, "job_gap_s": 0})
+
+        def consume(results):
+            got.extend(results)
+            ends.append(results[len(results) - 1].seq + 1)
+            s.release()
+
+        s.start(asyncio.get_running_loop(), consume)
+        s.submit(keys, aux=[aux_of(k) for k in keys])
+        s.request_flush()
+        while len(ends) < UNACKED_DELIVERIES:
+            await asyncio.sleep(0.001)
+        jobs = s.stats()["jobs"]
+        while s.stats()["jobs"] < jobs + 5:          # more trips to the DRUM thread bring no delivery
+            s.request_flush()
+            await asyncio.sleep(0.001)
+        assert len(ends) == UNACKED_DELIVERIES
+        s.ack(ends[1])                               # the first two deliveries are on disk
+        while len(ends) < UNACKED_DELIVERIES + 2:
+            await asyncio.sleep(0.001)
+        acked = ends[1]
+        await s.close()                              # the rest not acknowledged
+        return acked
+
+    acked = run(first())
+    assert [r.seq for r in got] == list(range(len(got)))
+
+    async def second():
+        s = AsyncSeenSet(str(tmp_path), **SMALL)
+        col = Collector(s)
+        s.start(asyncio.get_running_loop(), col)
+        await bounded(s.flush())
+        await s.close()
+        return col.results
+
+    again = run(second())
+    assert again[0].seq == acked
+    check_answers(got[:acked] + again, [keys])

@@ -64,9 +64,9 @@ def test_a_large_delivery_is_judged_in_slices_committed_once_and_acknowledged_af
             adds.append((len(items), kw.get("seen_mark")))
             return real_add(items, **kw)
 
-        def ack():
+        def ack(*upto):
             acks.append((p.frontier.queued(), p.frontier.seen_mark, len(adds)))
-            real_ack()
+            real_ack(*upto)
 
         p.intake.admission = admission
         p.frontier.add, p.seen.ack = add, ack
@@ -106,9 +106,9 @@ def test_a_delivery_longer_than_a_commit_group_commits_each_group_with_its_mark_
             events.append(("add", len(items), kw.get("seen_mark")))
             return real_add(items, **kw)
 
-        def ack():
+        def ack(*upto):
             events.append(("ack", p.frontier.queued(), p.frontier.seen_mark))
-            real_ack()
+            real_ack(*upto)
 
         p.frontier.add, p.seen.ack = add, ack
         p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)
@@ -152,9 +152,9 @@ def test_a_delivery_commits_its_budget_deferrals_before_the_frontier_and_acks_af
             iterations["frontier"] = ticks[0]
             return real_add(items, **kw)
 
-        def ack():
+        def ack(*upto):
             order.append(("ack", None))
-            real_ack()
+            real_ack(*upto)
 
         b.commit, p.frontier.add, p.seen.ack = commit, add, ack
         p.seen.start(asyncio.get_running_loop(), p.intake.on_seen_results)

@@ -1,0 +1,75 @@
+"""The seen-set's keys waiting in RAM for the DRUM thread, and what they cost (``front.py``).
+
+Keys submitted go into a batch on the loop; a job takes the whole batch over to the DRUM thread,
+which journals them (DRUM's buckets and files) while the loop starts the next batch. Until that job
+ends both are in RAM: the key arrays and each key's aux bytes (its URL record). A merge on the DRUM
+thread holds the next job back, so the batch grows by the keys submitted meanwhile; the seen-set's
+backpressure bounds it (``max_pending_keys``). Keys DRUM holds (waiting for a merge, or merged and
+not handed out) are in its files, not here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+# What a key waiting in RAM costs beyond its aux bytes: 8 B in the batch's key array, a bytes
+# object's header (33 B, rounded up by pymalloc) and the aux list's slot (8 B). An estimate, as the
+# other components of `crawlerd stats` memory are; the aux bytes are counted exactly.
+KEY_RAM_BYTES = 56
+PEAK_WINDOW_S = 2.0            # peak_bytes: the most of this window and the one before
+
+
+class WaitingKeys:
+    """The batch being filled and the one a job is taking to DRUM, with their keys and estimated bytes.
+
+    Invariant: ``keys``/``bytes`` describe ``batch`` exactly; ``inflight_*`` the batch handed to the
+    job on the DRUM thread (0 once it ended); the window's peak only grows between hand-overs, so it
+    is taken at each ``add`` and is exact, not sampled.
+    """
+
+    __slots__ = ("batch", "keys", "bytes", "inflight_keys", "inflight_bytes", "_peak", "_peak_prev", "_peak_at")
+
+    def __init__(self) -> None:
+        self.batch: list[tuple[np.ndarray, list[bytes] | None]] = []
+        self.keys = self.bytes = 0
+        self.inflight_keys = self.inflight_bytes = 0
+        self._peak = self._peak_prev = 0
+        self._peak_at = 0.0
+
+    def add(self, keys: np.ndarray, aux: list[bytes] | None) -> None:
+        self.batch.append((keys, aux))
+        self.keys += len(keys)
+        self.bytes += len(keys) * KEY_RAM_BYTES + (sum(map(len, aux)) if aux is not None else 0)
+        self._note()
+
+    def take(self) -> list[tuple[np.ndarray, list[bytes] | None]]:
+        """The batch, handed to a job: it counts as in flight until ``landed``."""
+        chunks, self.batch = self.batch, []
+        self.inflight_keys, self.inflight_bytes = self.keys, self.bytes
+        self.keys = self.bytes = 0
+        return chunks
+
+    def landed(self) -> None:
+        """The job ended: DRUM holds the batch it took."""
+        self.inflight_keys = self.inflight_bytes = 0
+
+    @property
+    def held_keys(self) -> int:
+        return self.keys + self.inflight_keys
+
+    @property
+    def held_bytes(self) -> int:
+        return self.bytes + self.inflight_bytes
+
+    def peak_bytes(self) -> int:
+        """The most ``held_bytes`` reached in the last 2-4 s."""
+        self._note()
+        return max(self._peak, self._peak_prev)
+
+    def _note(self) -> None:
+        now = time.monotonic()
+        if now - self._peak_at >= PEAK_WINDOW_S:
+            self._peak_prev, self._peak, self._peak_at = self._peak, 0, now
+        self._peak = max(self._peak, self.held_bytes)
