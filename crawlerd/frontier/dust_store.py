@@ -15,11 +15,19 @@ handed over).
 
 Tables (key -> value):
 
-``hosts``     host key -> JSON host record (rules with their counts, the evidence window,
-              parameters known to change content). Invariant: a record is at most
-              ``max_host_bytes``; all records together at most ``max_bytes`` x HOSTS_SHARE:
-              the least recently written hosts are evicted first (``lru``).
-``lru``       u64 write sequence -> host key (oldest first); ``meta["seq:" + host]`` is its key.
+``hosts``     host key -> u64 write sequence (big-endian) + JSON host record (rules with their
+              counts, the evidence window, parameters known to change content). Invariant: a
+              record is at most ``max_host_bytes`` (plus its 8-byte sequence); all values
+              together at most ``max_bytes`` x HOSTS_SHARE: the least recently written hosts are
+              evicted first (``lru``). A value that starts with ``{`` is a record written before
+              the sequence was kept in it: its sequence is ``meta["seq:" + host]`` (moved into the
+              record, and that key deleted, at its next write).
+``lru``       u64 write sequence -> host key (oldest first), the sequence the host's value holds.
+              A write moves the host to the newest end only when its sequence is more than
+              ``touch_slack`` behind the newest (a host written again soon after keeps its place;
+              3 of the 4 writes per host write saved): the eviction order is the write order up
+              to ``touch_slack`` sequence numbers (1/64 of the host records the bound holds at
+              512 B each; 0 for small stores: exact). The byte bound is exact either way.
 ``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32, digest u32, simhash u64
               (of the archived page, to re-validate a rule by a sample): what was archived
               (``URL``: this URL; ``CANON``: a page whose rewrite under the host's trusted
@@ -70,6 +78,16 @@ SKIP_LOG_PER_RULE = 256
 PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 200
 _ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
+_SEQ = 8                          # a host value: its u64 write sequence, then its JSON record
+TOUCH_SLACK_SHARE = 64            # touch_slack: the host records max_hosts_bytes holds at 512 B, / this
+
+
+def _split(raw: bytes) -> tuple[bytes | None, bytes]:
+    """A stored host value -> (its write sequence, None for a record from before sequences were
+    kept in it (``meta["seq:" + host]`` holds it), its JSON record)."""
+    if raw[:1] == b"{":
+        return None, raw
+    return raw[:_SEQ], raw[_SEQ:]
 
 
 class DustStore:
@@ -85,6 +103,7 @@ class DustStore:
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
+        self.touch_slack = self.max_hosts_bytes // 512 // TOUCH_SLACK_SHARE
         self.max_archived = max(1024, int(max_bytes * (1 - HOSTS_SHARE) * 0.8) // ARCHIVED_ENTRY_BYTES)
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
@@ -98,9 +117,9 @@ class DustStore:
         self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
-        # host -> (its record's size, its write sequence: None unknown, b"" none) for the hosts the
-        # caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of a
-        # host record or sequence is made here, in this transaction
+        # host -> (its value's size, its write sequence: None unknown (in meta), b"" none) for the hosts
+        # the caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of
+        # a host record or sequence is made here, in this transaction
         self._held: dict[str, tuple[int, bytes | None]] = {}
         raw = self.txn().get(b"counters", db=self._meta)
         self.meta: dict = json.loads(raw) if raw else {}
@@ -145,9 +164,14 @@ class DustStore:
         keep its size (and, once written, its write sequence) until ``forget``, so that writing it
         back reads nothing (the caller holds its state cached)."""
         raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        if not raw:
+            if remember:
+                self._held[host] = (0, b"")
+            return None, 0
+        seq, body = _split(raw)
         if remember:
-            self._held[host] = (len(raw), None) if raw else (0, b"")
-        return (orjson.loads(raw), len(raw)) if raw else (None, 0)
+            self._held[host] = (len(raw), seq)
+        return orjson.loads(body), len(raw)
 
     def forget(self, host: str) -> None:
         """The caller no longer holds ``host`` (see ``get_host_sized``)."""
@@ -161,16 +185,17 @@ class DustStore:
         held = self._held.get(host)
         if held is None:
             old = txn.get(hk, db=self._hosts)
-            old_size, old_seq = (len(old), None) if old else (0, b"")
+            old_size, old_seq = (len(old), _split(old)[0]) if old else (0, b"")
         else:
             old_size, old_seq = held
-        self.meta["host_bytes"] += len(raw) - old_size
-        txn.put(hk, raw, db=self._hosts)
-        seq = self._touch(hk, old_seq)
+        seq, writes = self._touch(hk, old_seq)
+        value = seq + raw
+        self.meta["host_bytes"] += len(value) - old_size
+        txn.put(hk, value, db=self._hosts)
         if held is not None:
-            self._held[host] = (len(raw), seq)
+            self._held[host] = (len(value), seq)
         evicted = self._evict_hosts(keep=host)
-        self._wrote(4 + 4 * len(evicted))
+        self._wrote(1 + writes + 4 * len(evicted))
         return evicted
 
     def encoded_size(self, record: dict) -> int:
@@ -181,19 +206,27 @@ class DustStore:
         """A host record as ``put_host`` stores it (encode once to size and write it)."""
         return _dumps(record)
 
-    def _touch(self, hk: bytes, old: bytes | None) -> bytes:
-        """Make ``hk`` the most recently written host; ``old``: its write sequence (b"": none; None:
-        unknown, read it). Returns the new one."""
-        txn, mkey = self.txn(), b"seq:" + hk
+    def _touch(self, hk: bytes, old: bytes | None) -> tuple[bytes, int]:
+        """Make ``hk`` the most recently written host, unless its write sequence ``old`` is within
+        ``touch_slack`` of the newest (b"": none; None: in meta, a record from before sequences
+        were kept in it, moved into the record now). Returns (the sequence its value keeps, the
+        writes made)."""
+        if old and self.meta["seq"] - _U64.unpack(old)[0] < self.touch_slack:
+            return old, 0
+        txn, writes = self.txn(), 1
         if old is None:
+            mkey = b"seq:" + hk
             old = txn.get(mkey, db=self._meta)
+            if old is not None:
+                txn.delete(mkey, db=self._meta)
+                writes += 1
         if old:
             txn.delete(old, db=self._lru)
+            writes += 1
         self.meta["seq"] += 1
         seq = _U64.pack(self.meta["seq"])
         txn.put(seq, hk, db=self._lru)
-        txn.put(mkey, seq, db=self._meta)
-        return seq
+        return seq, writes
 
     def _evict_hosts(self, keep: str) -> list[str]:
         if self.meta["host_bytes"] <= self.max_hosts_bytes:
@@ -220,21 +253,25 @@ class DustStore:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         self._held.pop(host, None)
         raw = txn.get(hk, db=self._hosts)
+        seq = None
         if raw is not None:
+            seq = _split(raw)[0]
             self.meta["host_bytes"] -= len(raw)
             txn.delete(hk, db=self._hosts)
             self.meta["evicted_hosts"] += 1
-        seq = txn.get(b"seq:" + hk, db=self._meta)
-        if seq is not None:
+        if seq is None:                     # a record from before sequences were kept in it
+            seq = txn.get(b"seq:" + hk, db=self._meta)
+            if seq is not None:
+                txn.delete(b"seq:" + hk, db=self._meta)
+        if seq:
             txn.delete(seq, db=self._lru)
-            txn.delete(b"seq:" + hk, db=self._meta)
         for rule_key in self._skip_rules(hk):
             self.pop_skips(host, rule_key)
 
     def hosts(self):
         """(host, record) for every stored host (a scan: for stats and start-up)."""
         for k, v in self.txn().cursor(db=self._hosts):
-            yield k.decode("utf-8", "surrogateescape"), orjson.loads(v)
+            yield k.decode("utf-8", "surrogateescape"), orjson.loads(_split(v)[1])
 
     # -- archived set ----------------------------------------------------------------------
     def _fset(self, g: int, fp: int) -> None:
