@@ -39,6 +39,9 @@ Tables (key -> value):
               that was never archived (nearly every one) is answered without an LMDB read; and the
               entries added since the last commit, written in key order at the commit (one sorted
               ``putmulti`` per generation instead of a put per page).
+              In RAM in front of ``hosts``: a Bloom filter over the host keys ever written (filled by
+              a scan at open; an evicted host stays in it), so loading a host never written (a
+              host's first archived page) reads nothing.
 ``skips``     host key NUL rule NUL u64 seq -> the skipped URL's seen-set record: what
               re-queues a rule's skips when it is retired (at most SKIP_LOG_PER_RULE each).
 ``meta``      counters (JSON values).
@@ -53,6 +56,7 @@ from typing import NamedTuple
 
 import lmdb
 import orjson
+from xxhash import xxh3_64_intdigest
 
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
@@ -104,6 +108,10 @@ class DustStore:
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
         self.touch_slack = self.max_hosts_bytes // 512 // TOUCH_SLACK_SHARE
+        # the host keys' filter: 16 bits per host record the bound holds at 512 B, a power of two
+        self._hmask = (1 << max(9, (self.max_hosts_bytes // 512 * 16).bit_length())) - 1
+        self._hfilter = bytearray((self._hmask + 1) // 8)
+        self.host_reads_skipped = 0      # host loads the filter answered "never written"
         self.max_archived = max(1024, int(max_bytes * (1 - HOSTS_SHARE) * 0.8) // ARCHIVED_ENTRY_BYTES)
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
@@ -147,6 +155,8 @@ class DustStore:
             for g in (0, 1):
                 for key in self.txn().cursor(db=self._arch[g]).iternext(values=False):
                     self._fset(g, _U64.unpack(key)[0])
+        for key in self.txn().cursor(db=self._hosts).iternext(values=False):
+            self._hset(key)
 
     def txn(self) -> lmdb.Transaction | Overlay:
         if self._overlay is not None:
@@ -159,11 +169,30 @@ class DustStore:
     def get_host(self, host: str) -> dict | None:
         return self.get_host_sized(host)[0]
 
+    def _hset(self, hk: bytes) -> None:
+        h, m = xxh3_64_intdigest(hk), self._hmask
+        a, b = h & m, (h >> 32) & m
+        f = self._hfilter
+        f[a >> 3] |= 1 << (a & 7)
+        f[b >> 3] |= 1 << (b & 7)
+
+    def _hin(self, hk: bytes) -> bool:
+        """True if ``hk`` may have a record (False: it was never written, since the store opened or before)."""
+        h, m = xxh3_64_intdigest(hk), self._hmask
+        a, b = h & m, (h >> 32) & m
+        f = self._hfilter
+        return bool(f[a >> 3] >> (a & 7) & 1 and f[b >> 3] >> (b & 7) & 1)
+
     def get_host_sized(self, host: str, remember: bool = False) -> tuple[dict | None, int]:
-        """A host's record and its encoded size, bytes ((None, 0) when there is none). ``remember``:
-        keep its size (and, once written, its write sequence) until ``forget``, so that writing it
-        back reads nothing (the caller holds its state cached)."""
-        raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        """A host's record and its stored size, bytes ((None, 0) when there is none). ``remember``:
+        keep its size and write sequence until ``forget``, so that writing it back reads nothing
+        (the caller holds its state cached)."""
+        hk = host.encode("utf-8", "surrogateescape")
+        if self._hin(hk):
+            raw = self.txn().get(hk, db=self._hosts)
+        else:
+            raw = None
+            self.host_reads_skipped += 1
         if not raw:
             if remember:
                 self._held[host] = (0, b"")
@@ -184,11 +213,12 @@ class DustStore:
         raw = record if isinstance(record, bytes) else _dumps(record)
         held = self._held.get(host)
         if held is None:
-            old = txn.get(hk, db=self._hosts)
+            old = txn.get(hk, db=self._hosts) if self._hin(hk) else None
             old_size, old_seq = (len(old), _split(old)[0]) if old else (0, b"")
         else:
             old_size, old_seq = held
         seq, writes = self._touch(hk, old_seq)
+        self._hset(hk)
         value = seq + raw
         self.meta["host_bytes"] += len(value) - old_size
         txn.put(hk, value, db=self._hosts)
@@ -333,11 +363,14 @@ class DustStore:
                 pending.clear()
 
     def memory(self) -> dict[str, int]:
-        """The archived-set filters against their cap (`crawlerd stats`); ``pending``: entries added
+        """The archived-set filters (and the host keys' filter, sized by ``max_bytes``) against their
+        cap (`crawlerd stats`); ``pending``: entries added
         since the last commit (bounded by the commit cadence and the write budget, not by this cap)."""
-        return {"bytes": self.filter_bytes, "cap_bytes": self.filter_bytes,
+        nbytes = self.filter_bytes + len(self._hfilter)       # and the host keys' filter
+        return {"bytes": nbytes, "cap_bytes": nbytes,
                 "pending": sum(len(p) for p in self._pending), "entries": sum(self.meta["gen_count"]), "evictions": 0,
-                "reads": self.archived_reads, "reads_skipped": self.archived_skipped}
+                "reads": self.archived_reads, "reads_skipped": self.archived_skipped,
+                "host_reads_skipped": self.host_reads_skipped}
 
     def unlanded(self) -> dict[str, int]:
         """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
