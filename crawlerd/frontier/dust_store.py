@@ -41,7 +41,11 @@ Tables (key -> value):
               ``putmulti`` per generation instead of a put per page).
               In RAM in front of ``hosts``: a Bloom filter over the host keys ever written (filled by
               a scan at open; an evicted host stays in it), so loading a host never written (a
-              host's first archived page) reads nothing.
+              host's first archived page) reads nothing; and the values read or written last
+              (``read_cache_bytes``, a byte-bounded LRU; a host's absence too), so loading a host
+              again after the decoded cache dropped it reads no LMDB (on the loop each read is a
+              GIL hand-off with the writer thread). Exact: every write of the table is made
+              here and goes through it.
 ``skips``     host key NUL rule NUL u64 seq -> the skipped URL's seen-set record: what
               re-queues a rule's skips when it is retired (at most SKIP_LOG_PER_RULE each).
 ``meta``      counters (JSON values).
@@ -58,6 +62,7 @@ import lmdb
 import orjson
 from xxhash import xxh3_64_intdigest
 
+from crawlerd.bytecache import ByteLRU
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.unlanded import UnlandedGate
@@ -103,7 +108,8 @@ class DustStore:
     shard's sliced commit asks it before each slice of host records (``DustGate.commit_sliced``)."""
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
-                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0):
+                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0,
+                 read_cache_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
@@ -112,6 +118,9 @@ class DustStore:
         self._hmask = (1 << max(9, (self.max_hosts_bytes // 512 * 16).bit_length())) - 1
         self._hfilter = bytearray((self._hmask + 1) // 8)
         self.host_reads_skipped = 0      # host loads the filter answered "never written"
+        # host key -> its stored value (None: none), as the open transaction has it
+        self._reads = ByteLRU(read_cache_bytes) if read_cache_bytes > 0 else None
+        self.read_cache_bytes = max(0, read_cache_bytes)
         self.max_archived = max(1024, int(max_bytes * (1 - HOSTS_SHARE) * 0.8) // ARCHIVED_ENTRY_BYTES)
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
@@ -183,16 +192,25 @@ class DustStore:
         f = self._hfilter
         return bool(f[a >> 3] >> (a & 7) & 1 and f[b >> 3] >> (b & 7) & 1)
 
+    def _host_value(self, hk: bytes) -> bytes | None:
+        """A host's stored value (None: none): the filter, the read cache, then the table."""
+        if not self._hin(hk):
+            self.host_reads_skipped += 1
+            return None
+        c = self._reads
+        if c is None:
+            return self.txn().get(hk, db=self._hosts)
+        raw = c.get(hk, _MISS)
+        if raw is _MISS:
+            raw = self.txn().get(hk, db=self._hosts)
+            c.put(hk, raw, _read_cost(hk, raw))
+        return raw
+
     def get_host_sized(self, host: str, remember: bool = False) -> tuple[dict | None, int]:
         """A host's record and its stored size, bytes ((None, 0) when there is none). ``remember``:
         keep its size and write sequence until ``forget``, so that writing it back reads nothing
         (the caller holds its state cached)."""
-        hk = host.encode("utf-8", "surrogateescape")
-        if self._hin(hk):
-            raw = self.txn().get(hk, db=self._hosts)
-        else:
-            raw = None
-            self.host_reads_skipped += 1
+        raw = self._host_value(host.encode("utf-8", "surrogateescape"))
         if not raw:
             if remember:
                 self._held[host] = (0, b"")
@@ -213,7 +231,7 @@ class DustStore:
         raw = record if isinstance(record, bytes) else _dumps(record)
         held = self._held.get(host)
         if held is None:
-            old = txn.get(hk, db=self._hosts) if self._hin(hk) else None
+            old = self._host_value(hk)
             old_size, old_seq = (len(old), _split(old)[0]) if old else (0, b"")
         else:
             old_size, old_seq = held
@@ -222,6 +240,8 @@ class DustStore:
         value = seq + raw
         self.meta["host_bytes"] += len(value) - old_size
         txn.put(hk, value, db=self._hosts)
+        if self._reads is not None:
+            self._reads.put(hk, value, _read_cost(hk, value))
         if held is not None:
             self._held[host] = (len(value), seq)
         evicted = self._evict_hosts(keep=host)
@@ -271,7 +291,7 @@ class DustStore:
                 break
             if hk == keep_b:
                 continue
-            raw = txn.get(hk, db=self._hosts)
+            raw = self._host_value(hk)
             over -= len(raw) if raw else 0
             victims.append((seq, hk))
         out = [hk.decode("utf-8", "surrogateescape") for _seq, hk in victims]
@@ -282,7 +302,9 @@ class DustStore:
     def delete_host(self, host: str) -> None:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         self._held.pop(host, None)
-        raw = txn.get(hk, db=self._hosts)
+        raw = self._host_value(hk)
+        if self._reads is not None:
+            self._reads.pop(hk)
         seq = None
         if raw is not None:
             seq = _split(raw)[0]
@@ -363,14 +385,19 @@ class DustStore:
                 pending.clear()
 
     def memory(self) -> dict[str, int]:
-        """The archived-set filters (and the host keys' filter, sized by ``max_bytes``) against their
-        cap (`crawlerd stats`); ``pending``: entries added
+        """The archived-set filters against their cap (`crawlerd stats`; beside them the host keys'
+        filter, ``host_filter_bytes``: 16 bits per 512 B of the hosts' share of ``max_bytes``); ``pending``: entries added
         since the last commit (bounded by the commit cadence and the write budget, not by this cap)."""
-        nbytes = self.filter_bytes + len(self._hfilter)       # and the host keys' filter
-        return {"bytes": nbytes, "cap_bytes": nbytes,
+        return {"bytes": self.filter_bytes, "cap_bytes": self.filter_bytes, "host_filter_bytes": len(self._hfilter),
                 "pending": sum(len(p) for p in self._pending), "entries": sum(self.meta["gen_count"]), "evictions": 0,
                 "reads": self.archived_reads, "reads_skipped": self.archived_skipped,
                 "host_reads_skipped": self.host_reads_skipped}
+
+    def read_cache_memory(self) -> dict[str, int]:
+        """The host values' read cache against ``read_cache_bytes`` (`crawlerd stats`)."""
+        if self._reads is None:
+            return {"bytes": 0, "cap_bytes": 0, "entries": 0, "evictions": 0}
+        return self._reads.memory()
 
     def unlanded(self) -> dict[str, int]:
         """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
@@ -492,6 +519,14 @@ class DustStore:
         self.commit()
         self.env.close()
         self.env = None
+
+
+_MISS = object()
+
+
+def _read_cost(hk: bytes, raw: bytes | None) -> int:
+    """Estimated bytes of a read-cache entry: its key and value objects (the map's own in ByteLRU)."""
+    return 33 + len(hk) + (0 if raw is None else 33 + len(raw))
 
 
 def _dumps(record: dict) -> bytes:

@@ -236,6 +236,8 @@ def check_host_tables(store):
     assert set(legacy) <= set(hosts) and len(lru) == len(hosts)
     assert all(lru[seq] == hk for hk, seq in seqs.items())
     assert all(int.from_bytes(seq, "big") <= store.meta["seq"] for seq in seqs.values())
+    if store._reads is not None:                         # the read cache holds the stored values
+        assert all(v == hosts.get(hk) for hk, v in store._reads.items())
     for host, (size, seq) in store._held.items():        # what it notes of the hosts held cached
         hk = host.encode()
         assert size == len(hosts.get(hk, b"")) and seq in (None, seqs.get(hk, b""))
