@@ -24,10 +24,13 @@ Tables (key -> value):
               record, and that key deleted, at its next write).
 ``lru``       u64 write sequence -> host key (oldest first), the sequence the host's value holds.
               A write moves the host to the newest end only when its sequence is more than
-              ``touch_slack`` behind the newest (a host written again soon after keeps its place;
-              3 of the 4 writes per host write saved): the eviction order is the write order up
-              to ``touch_slack`` sequence numbers (1/64 of the host records the bound holds at
-              512 B each; 0 for small stores: exact). The byte bound is exact either way.
+              ``touch_slack`` behind the newest (a host written again within that keeps its
+              place: the 2 LRU writes of a host write saved, the 4th, ``meta["seq:" + host]``,
+              is gone with the sequence in the record): the eviction order is the write order up
+              to ``touch_slack`` sequence numbers (1/8 of the host records the bound holds at 512
+              B each: 32,768 at the default ``dust.max_bytes``, ~50 s of host writes of a fast
+              crawl; exact, 0 or 1, only in a store under 16 KiB). The byte bound is exact
+              either way.
 ``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32, digest u32, simhash u64
               (of the archived page, to re-validate a rule by a sample): what was archived
               (``URL``: this URL; ``CANON``: a page whose rewrite under the host's trusted
@@ -88,7 +91,7 @@ PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 200
 _ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
 _SEQ = 8                          # a host value: its u64 write sequence, then its JSON record
-TOUCH_SLACK_SHARE = 64            # touch_slack: the host records max_hosts_bytes holds at 512 B, / this
+TOUCH_SLACK_SHARE = 8             # touch_slack: the host records max_hosts_bytes holds at 512 B, / this
 
 
 def _split(raw: bytes) -> tuple[bytes | None, bytes]:
