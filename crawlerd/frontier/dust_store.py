@@ -118,7 +118,7 @@ class DustStore:
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
         self.touch_slack = self.max_hosts_bytes // 512 // TOUCH_SLACK_SHARE
         # the host keys' filter: 16 bits per host record the bound holds at 512 B, a power of two
-        self._hmask = (1 << max(9, (self.max_hosts_bytes // 512 * 16).bit_length())) - 1
+        self._hmask = (1 << max(9, (self.max_hosts_bytes // 512 * 16 - 1).bit_length())) - 1
         self._hfilter = bytearray((self._hmask + 1) // 8)
         self.host_reads_skipped = 0      # host loads the filter answered "never written"
         # host key -> its stored value (None: none), as the open transaction has it
