@@ -170,3 +170,63 @@ def test_learner_host_records_stay_exact_through_evictions_a_crash_and_a_reopen(
     s.reopen()
     check_host_tables(s.learner.store)
     s.learner.close()
+
+
+def test_the_read_cache_changes_no_decision_and_no_table_through_evictions_a_crash_and_a_reopen(tmp_path):
+    """The same stream of pages, admissions, skips and commits on a learner without the read cache
+    and on one with a small one (its entries evicted too), host states dropped from a 16-entry
+    decoded cache and loaded again, host records evicted by the store's bound, both killed (-9)
+    and reopened midway: the same changes and decisions at every step, and the same tables."""
+    from crawlerd.frontier.dust import SKIP
+    from tests.frontier.dust_site import tracking_content
+    from tests.frontier.test_dust_store import dump_store
+
+    changed = set()
+
+    def content(url):
+        return url if url in changed else tracking_content(url)
+
+    kw = dict(confirmations=2, sample_share=0.05, window=8, max_bytes=128 << 10, max_host_bytes=4 << 10,
+              cache_hosts=16, cache_bytes=48 << 10, clock=lambda: 1.7e9)
+    sites = [Site(str(tmp_path / "plain"), content, read_cache_bytes=0, **kw),
+             Site(str(tmp_path / "cached"), content, read_cache_bytes=8 << 10, **kw)]
+    assert sites[0].learner.store._reads is None and sites[1].learner.store._reads is not None
+    rng = random.Random(11)
+    hosts = [f"http://h{i}.example" for i in range(300)]
+    for step in range(4000):
+        op = rng.random()
+        h = rng.choice(hosts[:20] if rng.random() < 0.6 else hosts)
+        page = f"{h}/p/{rng.randrange(30)}.html"
+        if op < 0.55:
+            url = page if rng.random() < 0.5 else f"{page}?utm_source=s{step}"
+            if rng.random() < 0.01:
+                changed.add(url)                    # the site answers differently: a rule retired
+            got = [s.fetch(url) for s in sites]
+            assert got[0] == got[1], step
+        elif op < 0.85:
+            url = f"{page}?utm_source=a{step}"
+            d = [s.admit(url) for s in sites]
+            assert d[0] == d[1], step
+            if d[0].action == SKIP:
+                for s in sites:
+                    s.learner.skipped(h, d[0], f"rec-{step}".encode())
+        elif op < 0.99:
+            for s in sites:
+                s.learner.commit()
+                check_host_tables(s.learner.store)
+        if step == 2500:                            # kill -9 both: their open transactions are lost
+            for s in sites:
+                s.learner.store.env.close()         # the process dies with it, nothing written
+                s.learner.store.env = None
+                s.learner = DustLearner(s.path, **s.kw)
+    assert sites[1].learner.store._reads.evictions > 0
+    assert sites[0].learner.store.meta["evicted_hosts"] > 0
+    assert sites[0].learner.stats() == sites[1].learner.stats()
+    assert sites[0].learner.stats()["rules_learned_total"] > 0 and sites[0].learner.stats()["skipped_total"] > 0
+    for s in sites:
+        s.learner.commit()
+    assert dump_store(sites[0].learner.store) == dump_store(sites[1].learner.store)
+    for s in sites:
+        s.reopen()
+        check_host_tables(s.learner.store)
+        s.learner.close()
