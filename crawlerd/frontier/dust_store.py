@@ -23,8 +23,9 @@ Tables (key -> value):
               the sequence was kept in it: its sequence is ``meta["seq:" + host]`` (moved into the
               record, and that key deleted, at its next write).
 ``lru``       u64 write sequence -> host key (oldest first), the sequence the host's value holds.
+              ``meta["seq"]`` is the write clock (one tick per host write, and per skip logged).
               A write moves the host to the newest end only when its sequence is more than
-              ``touch_slack`` behind the newest (a host written again within that keeps its
+              ``touch_slack`` ticks behind the clock (a host written again within that keeps its
               place: the 2 LRU writes of a host write saved, the 4th, ``meta["seq:" + host]``,
               is gone with the sequence in the record): the eviction order is the write order up
               to ``touch_slack`` sequence numbers (1/8 of the host records the bound holds at 512
@@ -260,11 +261,12 @@ class DustStore:
         return _dumps(record)
 
     def _touch(self, hk: bytes, old: bytes | None) -> tuple[bytes, int]:
-        """Make ``hk`` the most recently written host, unless its write sequence ``old`` is within
-        ``touch_slack`` of the newest (b"": none; None: in meta, a record from before sequences
-        were kept in it, moved into the record now). Returns (the sequence its value keeps, the
-        writes made)."""
-        if old and self.meta["seq"] - _U64.unpack(old)[0] < self.touch_slack:
+        """A write of ``hk``: the write clock (``meta["seq"]``) ticks, and the host becomes the most
+        recently written unless its write sequence ``old`` is within ``touch_slack`` ticks of it
+        (b"": none; None: in meta, a record from before sequences were kept in it, moved into
+        the record now). Returns (the sequence its value keeps, the writes made)."""
+        self.meta["seq"] += 1           # the write clock: one tick per host write
+        if old and self.meta["seq"] - _U64.unpack(old)[0] <= self.touch_slack:
             return old, 0
         txn, writes = self.txn(), 1
         if old is None:
@@ -276,7 +278,6 @@ class DustStore:
         if old:
             txn.delete(old, db=self._lru)
             writes += 1
-        self.meta["seq"] += 1
         seq = _U64.pack(self.meta["seq"])
         txn.put(seq, hk, db=self._lru)
         return seq, writes
