@@ -4,8 +4,8 @@ import pytest
 
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.outcome import Outcome
+from tests.frontier import dust_site  # the module the tests import (its OPEN list)
 
-from . import dust_site
 from .server_ledger import FakeClock
 
 
