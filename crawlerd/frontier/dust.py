@@ -89,7 +89,7 @@ class DustLearner:
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
                  initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
                  clock=time.time, write_buffer_bytes: int = 0, cache_bytes: int = 32 << 20,
-                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0):
+                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0, read_cache_bytes: int = 8 << 20):
         """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
         admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there
         spends the budget on nothing, so probes are then only taken from the frontier's deferred
@@ -113,7 +113,7 @@ class DustLearner:
         self._clock = clock
         self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync,
                                write_buffer_bytes=write_buffer_bytes, filter_bytes=archived_filter_bytes,
-                               unlanded_bytes=unlanded_bytes)
+                               unlanded_bytes=unlanded_bytes, read_cache_bytes=read_cache_bytes)
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
         self.counters: Counter[str] = Counter()

@@ -15,11 +15,23 @@ handed over).
 
 Tables (key -> value):
 
-``hosts``     host key -> JSON host record (rules with their counts, the evidence window,
-              parameters known to change content). Invariant: a record is at most
-              ``max_host_bytes``; all records together at most ``max_bytes`` x HOSTS_SHARE:
-              the least recently written hosts are evicted first (``lru``).
-``lru``       u64 write sequence -> host key (oldest first); ``meta["seq:" + host]`` is its key.
+``hosts``     host key -> u64 write sequence (big-endian) + JSON host record (rules with their
+              counts, the evidence window, parameters known to change content). Invariant: a
+              record is at most ``max_host_bytes`` (plus its 8-byte sequence); all values
+              together at most ``max_bytes`` x HOSTS_SHARE: the least recently written hosts are
+              evicted first (``lru``). A value that starts with ``{`` is a record written before
+              the sequence was kept in it: its sequence is ``meta["seq:" + host]`` (moved into the
+              record, and that key deleted, at its next write).
+``lru``       u64 write sequence -> host key (oldest first), the sequence the host's value holds.
+              ``meta["seq"]`` is the write clock (one tick per host write, and per skip logged).
+              A write moves the host to the newest end only when its sequence is more than
+              ``touch_slack`` ticks behind the clock (a host written again within that keeps its
+              place: the 2 LRU writes of a host write saved, the 4th, ``meta["seq:" + host]``,
+              is gone with the sequence in the record): the eviction order is the write order up
+              to ``touch_slack`` sequence numbers (1/8 of the host records the bound holds at 512
+              B each: 32,768 at the default ``dust.max_bytes``, ~50 s of host writes of a fast
+              crawl; exact, 0 or 1, only in a store under 16 KiB). The byte bound is exact
+              either way.
 ``arch0/1``   u64 URL fingerprint -> kind u8, rule slot u8, epoch u32, digest u32, simhash u64
               (of the archived page, to re-validate a rule by a sample): what was archived
               (``URL``: this URL; ``CANON``: a page whose rewrite under the host's trusted
@@ -31,6 +43,13 @@ Tables (key -> value):
               that was never archived (nearly every one) is answered without an LMDB read; and the
               entries added since the last commit, written in key order at the commit (one sorted
               ``putmulti`` per generation instead of a put per page).
+              In RAM in front of ``hosts``: a Bloom filter over the host keys ever written (filled by
+              a scan at open; an evicted host stays in it), so loading a host never written (a
+              host's first archived page) reads nothing; and the values read or written last
+              (``read_cache_bytes``, a byte-bounded LRU; a host's absence too), so loading a host
+              again after the decoded cache dropped it reads no LMDB (on the loop each read is a
+              GIL hand-off with the writer thread). Exact: every write of the table is made
+              here and goes through it.
 ``skips``     host key NUL rule NUL u64 seq -> the skipped URL's seen-set record: what
               re-queues a rule's skips when it is retired (at most SKIP_LOG_PER_RULE each).
 ``meta``      counters (JSON values).
@@ -45,7 +64,9 @@ from typing import NamedTuple
 
 import lmdb
 import orjson
+from xxhash import xxh3_64_intdigest
 
+from crawlerd.bytecache import ByteLRU
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.unlanded import UnlandedGate
@@ -70,6 +91,16 @@ SKIP_LOG_PER_RULE = 256
 PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 200
 _ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
+_SEQ = 8                          # a host value: its u64 write sequence, then its JSON record
+TOUCH_SLACK_SHARE = 8             # touch_slack: the host records max_hosts_bytes holds at 512 B, / this
+
+
+def _split(raw: bytes) -> tuple[bytes | None, bytes]:
+    """A stored host value -> (its write sequence, None for a record from before sequences were
+    kept in it (``meta["seq:" + host]`` holds it), its JSON record)."""
+    if raw[:1] == b"{":
+        return None, raw
+    return raw[:_SEQ], raw[_SEQ:]
 
 
 class DustStore:
@@ -81,10 +112,19 @@ class DustStore:
     shard's sliced commit asks it before each slice of host records (``DustGate.commit_sliced``)."""
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
-                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0):
+                 write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0,
+                 read_cache_bytes: int = 0):
         os.makedirs(path, exist_ok=True)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
+        self.touch_slack = self.max_hosts_bytes // 512 // TOUCH_SLACK_SHARE
+        # the host keys' filter: 16 bits per host record the bound holds at 512 B, a power of two
+        self._hmask = (1 << max(9, (self.max_hosts_bytes // 512 * 16 - 1).bit_length())) - 1
+        self._hfilter = bytearray((self._hmask + 1) // 8)
+        self.host_reads_skipped = 0      # host loads the filter answered "never written"
+        # host key -> its stored value (None: none), as the open transaction has it
+        self._reads = ByteLRU(read_cache_bytes) if read_cache_bytes > 0 else None
+        self.read_cache_bytes = max(0, read_cache_bytes)
         self.max_archived = max(1024, int(max_bytes * (1 - HOSTS_SHARE) * 0.8) // ARCHIVED_ENTRY_BYTES)
         self.max_skip_bytes = max(64 << 10, int(max_bytes * (1 - HOSTS_SHARE) * 0.2))
         self.env = lmdb.open(path, map_size=max(64 << 20, 4 * max_bytes), max_dbs=8, subdir=True,
@@ -98,9 +138,9 @@ class DustStore:
         self._budget.dbs = (self._hosts, self._lru, *self._arch, self._skips, self._meta)
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
-        # host -> (its record's size, its write sequence: None unknown, b"" none) for the hosts the
-        # caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of a
-        # host record or sequence is made here, in this transaction
+        # host -> (its value's size, its write sequence: None unknown (in meta), b"" none) for the hosts
+        # the caller holds (``get_host_sized(remember=True)`` to ``forget``): exact, as every write of
+        # a host record or sequence is made here, in this transaction
         self._held: dict[str, tuple[int, bytes | None]] = {}
         raw = self.txn().get(b"counters", db=self._meta)
         self.meta: dict = json.loads(raw) if raw else {}
@@ -128,6 +168,8 @@ class DustStore:
             for g in (0, 1):
                 for key in self.txn().cursor(db=self._arch[g]).iternext(values=False):
                     self._fset(g, _U64.unpack(key)[0])
+        for key in self.txn().cursor(db=self._hosts).iternext(values=False):
+            self._hset(key)
 
     def txn(self) -> lmdb.Transaction | Overlay:
         if self._overlay is not None:
@@ -140,14 +182,47 @@ class DustStore:
     def get_host(self, host: str) -> dict | None:
         return self.get_host_sized(host)[0]
 
+    def _hset(self, hk: bytes) -> None:
+        h, m = xxh3_64_intdigest(hk), self._hmask
+        a, b = h & m, (h >> 32) & m
+        f = self._hfilter
+        f[a >> 3] |= 1 << (a & 7)
+        f[b >> 3] |= 1 << (b & 7)
+
+    def _hin(self, hk: bytes) -> bool:
+        """True if ``hk`` may have a record (False: it was never written, since the store opened or before)."""
+        h, m = xxh3_64_intdigest(hk), self._hmask
+        a, b = h & m, (h >> 32) & m
+        f = self._hfilter
+        return bool(f[a >> 3] >> (a & 7) & 1 and f[b >> 3] >> (b & 7) & 1)
+
+    def _host_value(self, hk: bytes) -> bytes | None:
+        """A host's stored value (None: none): the filter, the read cache, then the table."""
+        if not self._hin(hk):
+            self.host_reads_skipped += 1
+            return None
+        c = self._reads
+        if c is None:
+            return self.txn().get(hk, db=self._hosts)
+        raw = c.get(hk, _MISS)
+        if raw is _MISS:
+            raw = self.txn().get(hk, db=self._hosts)
+            c.put(hk, raw, _read_cost(hk, raw))
+        return raw
+
     def get_host_sized(self, host: str, remember: bool = False) -> tuple[dict | None, int]:
-        """A host's record and its encoded size, bytes ((None, 0) when there is none). ``remember``:
-        keep its size (and, once written, its write sequence) until ``forget``, so that writing it
-        back reads nothing (the caller holds its state cached)."""
-        raw = self.txn().get(host.encode("utf-8", "surrogateescape"), db=self._hosts)
+        """A host's record and its stored size, bytes ((None, 0) when there is none). ``remember``:
+        keep its size and write sequence until ``forget``, so that writing it back reads nothing
+        (the caller holds its state cached)."""
+        raw = self._host_value(host.encode("utf-8", "surrogateescape"))
+        if not raw:
+            if remember:
+                self._held[host] = (0, b"")
+            return None, 0
+        seq, body = _split(raw)
         if remember:
-            self._held[host] = (len(raw), None) if raw else (0, b"")
-        return (orjson.loads(raw), len(raw)) if raw else (None, 0)
+            self._held[host] = (len(raw), seq)
+        return orjson.loads(body), len(raw)
 
     def forget(self, host: str) -> None:
         """The caller no longer holds ``host`` (see ``get_host_sized``)."""
@@ -160,17 +235,21 @@ class DustStore:
         raw = record if isinstance(record, bytes) else _dumps(record)
         held = self._held.get(host)
         if held is None:
-            old = txn.get(hk, db=self._hosts)
-            old_size, old_seq = (len(old), None) if old else (0, b"")
+            old = self._host_value(hk)
+            old_size, old_seq = (len(old), _split(old)[0]) if old else (0, b"")
         else:
             old_size, old_seq = held
-        self.meta["host_bytes"] += len(raw) - old_size
-        txn.put(hk, raw, db=self._hosts)
-        seq = self._touch(hk, old_seq)
+        seq, writes = self._touch(hk, old_seq)
+        self._hset(hk)
+        value = seq + raw
+        self.meta["host_bytes"] += len(value) - old_size
+        txn.put(hk, value, db=self._hosts)
+        if self._reads is not None:
+            self._reads.put(hk, value, _read_cost(hk, value))
         if held is not None:
-            self._held[host] = (len(raw), seq)
+            self._held[host] = (len(value), seq)
         evicted = self._evict_hosts(keep=host)
-        self._wrote(4 + 4 * len(evicted))
+        self._wrote(1 + writes + 4 * len(evicted))
         return evicted
 
     def encoded_size(self, record: dict) -> int:
@@ -181,19 +260,27 @@ class DustStore:
         """A host record as ``put_host`` stores it (encode once to size and write it)."""
         return _dumps(record)
 
-    def _touch(self, hk: bytes, old: bytes | None) -> bytes:
-        """Make ``hk`` the most recently written host; ``old``: its write sequence (b"": none; None:
-        unknown, read it). Returns the new one."""
-        txn, mkey = self.txn(), b"seq:" + hk
+    def _touch(self, hk: bytes, old: bytes | None) -> tuple[bytes, int]:
+        """A write of ``hk``: the write clock (``meta["seq"]``) ticks, and the host becomes the most
+        recently written unless its write sequence ``old`` is within ``touch_slack`` ticks of it
+        (b"": none; None: in meta, a record from before sequences were kept in it, moved into
+        the record now). Returns (the sequence its value keeps, the writes made)."""
+        self.meta["seq"] += 1           # the write clock: one tick per host write
+        if old and self.meta["seq"] - _U64.unpack(old)[0] <= self.touch_slack:
+            return old, 0
+        txn, writes = self.txn(), 1
         if old is None:
+            mkey = b"seq:" + hk
             old = txn.get(mkey, db=self._meta)
+            if old is not None:
+                txn.delete(mkey, db=self._meta)
+                writes += 1
         if old:
             txn.delete(old, db=self._lru)
-        self.meta["seq"] += 1
+            writes += 1
         seq = _U64.pack(self.meta["seq"])
         txn.put(seq, hk, db=self._lru)
-        txn.put(mkey, seq, db=self._meta)
-        return seq
+        return seq, writes
 
     def _evict_hosts(self, keep: str) -> list[str]:
         if self.meta["host_bytes"] <= self.max_hosts_bytes:
@@ -208,7 +295,7 @@ class DustStore:
                 break
             if hk == keep_b:
                 continue
-            raw = txn.get(hk, db=self._hosts)
+            raw = self._host_value(hk)
             over -= len(raw) if raw else 0
             victims.append((seq, hk))
         out = [hk.decode("utf-8", "surrogateescape") for _seq, hk in victims]
@@ -219,22 +306,28 @@ class DustStore:
     def delete_host(self, host: str) -> None:
         txn, hk = self.txn(), host.encode("utf-8", "surrogateescape")
         self._held.pop(host, None)
-        raw = txn.get(hk, db=self._hosts)
+        raw = self._host_value(hk)
+        if self._reads is not None:
+            self._reads.pop(hk)
+        seq = None
         if raw is not None:
+            seq = _split(raw)[0]
             self.meta["host_bytes"] -= len(raw)
             txn.delete(hk, db=self._hosts)
             self.meta["evicted_hosts"] += 1
-        seq = txn.get(b"seq:" + hk, db=self._meta)
-        if seq is not None:
+        if seq is None:                     # a record from before sequences were kept in it
+            seq = txn.get(b"seq:" + hk, db=self._meta)
+            if seq is not None:
+                txn.delete(b"seq:" + hk, db=self._meta)
+        if seq:
             txn.delete(seq, db=self._lru)
-            txn.delete(b"seq:" + hk, db=self._meta)
         for rule_key in self._skip_rules(hk):
             self.pop_skips(host, rule_key)
 
     def hosts(self):
         """(host, record) for every stored host (a scan: for stats and start-up)."""
         for k, v in self.txn().cursor(db=self._hosts):
-            yield k.decode("utf-8", "surrogateescape"), orjson.loads(v)
+            yield k.decode("utf-8", "surrogateescape"), orjson.loads(_split(v)[1])
 
     # -- archived set ----------------------------------------------------------------------
     def _fset(self, g: int, fp: int) -> None:
@@ -296,11 +389,19 @@ class DustStore:
                 pending.clear()
 
     def memory(self) -> dict[str, int]:
-        """The archived-set filters against their cap (`crawlerd stats`); ``pending``: entries added
+        """The archived-set filters against their cap (`crawlerd stats`; beside them the host keys'
+        filter, ``host_filter_bytes``: 16 bits per 512 B of the hosts' share of ``max_bytes``); ``pending``: entries added
         since the last commit (bounded by the commit cadence and the write budget, not by this cap)."""
-        return {"bytes": self.filter_bytes, "cap_bytes": self.filter_bytes,
+        return {"bytes": self.filter_bytes, "cap_bytes": self.filter_bytes, "host_filter_bytes": len(self._hfilter),
                 "pending": sum(len(p) for p in self._pending), "entries": sum(self.meta["gen_count"]), "evictions": 0,
-                "reads": self.archived_reads, "reads_skipped": self.archived_skipped}
+                "reads": self.archived_reads, "reads_skipped": self.archived_skipped,
+                "host_reads_skipped": self.host_reads_skipped}
+
+    def read_cache_memory(self) -> dict[str, int]:
+        """The host values' read cache against ``read_cache_bytes`` (`crawlerd stats`)."""
+        if self._reads is None:
+            return {"bytes": 0, "cap_bytes": 0, "entries": 0, "evictions": 0}
+        return self._reads.memory()
 
     def unlanded(self) -> dict[str, int]:
         """Its overlay's writes not landed yet (``Overlay.memory``; empty without a writer)."""
@@ -422,6 +523,14 @@ class DustStore:
         self.commit()
         self.env.close()
         self.env = None
+
+
+_MISS = object()
+
+
+def _read_cost(hk: bytes, raw: bytes | None) -> int:
+    """Estimated bytes of a read-cache entry: its key and value objects (the map's own in ByteLRU)."""
+    return 33 + len(hk) + (0 if raw is None else 33 + len(raw))
 
 
 def _dumps(record: dict) -> bytes:

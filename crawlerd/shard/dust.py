@@ -55,7 +55,8 @@ def open_learner(cfg: Config, directory: str | None = None) -> DustLearner | Non
                        min_sample_share=d.min_sample_share, initial_probes=d.initial_probes,
                        admission_probes=not cfg.budgets.enabled,
                        write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
-                       archived_filter_bytes=d.archived_filter_bytes, unlanded_bytes=d.unlanded_bytes)
+                       archived_filter_bytes=d.archived_filter_bytes, unlanded_bytes=d.unlanded_bytes,
+                       read_cache_bytes=d.read_cache_bytes)
 
 
 class DustGate:

@@ -263,6 +263,7 @@ class Shard:
         if self.dust is not None:
             out["dust_hosts"] = self.dust.memory()
             out["dust_archived_filter"] = self.dust.learner.store.memory()
+            out["dust_reads"] = self.dust.learner.store.read_cache_memory()
             out["dust_unlanded"] = self.dust.unlanded_memory()
         if self.recrawl.enabled:
             out["recrawl_reads"] = self.recrawl.memory()

@@ -4,8 +4,16 @@ import pytest
 
 from crawlerd.frontier import KIND_ROBOTS, Frontier, QueuedURL
 from crawlerd.outcome import Outcome
+from tests.frontier import dust_site  # the module the tests import (its OPEN list)
 
 from .server_ledger import FakeClock
+
+
+@pytest.fixture(autouse=True)
+def _close_dust_sites():
+    """The DUST learners a test's sites opened are closed after it (``dust_site.close_all``)."""
+    yield
+    dust_site.close_all()
 
 
 class Harness:

@@ -1,12 +1,15 @@
 """A DUST learner over synthetic hosts whose pages an oracle function gives (tests/frontier/test_dust*.py)."""
 
+import gc
 import hashlib
 
 from crawlerd.frontier import dust_rules as R
 from crawlerd.frontier.dust import DustLearner
+from crawlerd.store.writer import WriterError
 from crawlerd.url.canonical import fingerprint
 
 H = "http://shop.example"
+OPEN: list = []         # the sites the running test made: their learners closed after it (``close_all``)
 
 
 def digest(content: str) -> bytes:
@@ -21,6 +24,7 @@ class Site:
         self.kw.setdefault("confirmations", 3)
         self.kw.setdefault("sync", False)
         self.learner = DustLearner(path, **self.kw)
+        OPEN.append(self)
 
     def reopen(self):
         self.learner.close()
@@ -34,6 +38,21 @@ class Site:
 
     def admit(self, url: str, depth: int = 1):
         return self.learner.admit(url, fingerprint(url), depth)
+
+
+def close_all() -> None:
+    """Close the learners of the sites the test made (tests/frontier/conftest.py, after each test). A
+    store dropped unclosed is freed by the cyclic collector at some later allocation, possibly in
+    the middle of another store's LMDB calls (a segfault in a later test's write transaction)."""
+    while OPEN:
+        site = OPEN.pop()
+        learner, site.learner = site.learner, None
+        if learner is not None and learner.store.env is not None:
+            try:
+                learner.close()
+            except WriterError:         # commits handed to a writer that stopped: closed all the same
+                pass
+    gc.collect()
 
 
 def tracking_content(url: str) -> str:
