@@ -34,6 +34,15 @@ and its share shrinks geometrically from its first pass, instead of ``base_budge
 every queue the reader reads. The crawl stays work-conserving: the reader moves on as soon as the
 frontier runs short and skips empty queues, so a web nobody vouches for is read window by window.
 
+Due now. A waiting domain listed in a later queue that gets room in the reader's queue (its
+in-degree rose: the graph's listener; a refund) passes at once, in the reader's queue. It is held
+in RAM (``_due``) and keeps its place in the ``queues`` table: ``readmit`` reads the reader's queue
+as the table's entries and the due domains merged in domain-key order (the order one table would
+give), and a pass that lists the domain again where it was listed writes no queue entry. So a
+rise in in-degree costs no write (it was a delete and a put, then the pass's delete and put back,
+44 % of the queue writes of a crawl), and readmission does not walk the reader's queue's
+entries deleted in RAM. The set is saved at close; a kill -9 forgets it (see "Durability").
+
 Work-conserving. The reader does not move on a timer: the caller moves it
 (``readmit(advance=True)``) as soon as the frontier runs short of ready hosts, and empty queues
 are skipped, so a crawl with one domain (every host under one PLD) runs at the politeness limit.
@@ -52,7 +61,10 @@ charges of a domain that deferred nothing (it passed URLs at intake, or got a re
 close, all): a domain passing URLs at every commit costs one record write per few seconds, not one
 per commit. A kill -9 may thus forget the last few seconds of such charges, so such a domain may
 pass up to one budget more in the reader's queue after a restart; a deferral, a pass from the FIFO
-and a domain's place in the queues are written at the next commit, as before.
+and a domain's place in the queues are written at the next commit, as before. A kill -9 also
+forgets which domains were due now: such a domain passes in the queue it is listed in (at most its
+spread later) instead of at once; no URL is lost, and the reader still moves on as soon as the
+frontier runs short.
 """
 
 from __future__ import annotations
@@ -134,6 +146,7 @@ class Beast:
         self._saved_tops: tuple[list, list] | None = None
         self._runs = fifo.RunBuffer()                     # deferred URLs not yet in the table
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
+        self._due: set[bytes] = set()                     # waiting domains that pass in the reader's queue (see "Due now")
         if meta.get("fifo", 1) > FIFO_FORMAT:     # its entries may not mean what this code reads
             raise StateFormatError(f"{store.path}: BEAST's deferred FIFOs are of format {meta['fifo']}, written by a "
                                    f"newer crawlerd (this one reads formats 1 to {FIFO_FORMAT})")
@@ -142,6 +155,11 @@ class Beast:
         if meta.get("fifo", 1) < 2:
             fifo.upgrade_v1(store.txn(), store.deferred)
             self._flush()
+        for name in meta.get("due", ()):             # saved at close (see "Due now")
+            dk = name.encode("utf-8", "surrogateescape")
+            d = self._records.get(dk)
+            if d.deferred and d.queue - 1 > self._r:
+                self._due.add(dk)
         store.add_hook(self._flush, self._unwritten)
         graph.add_listener(self._grew)
 
@@ -301,10 +319,8 @@ class Beast:
         d.spent -= k
         self._c["refunded"] += k
         if d.deferred and d.queue - 1 > self._r:
-            self._schedule(dk, d, self._r)      # room again in this queue: pass at once
-            self._records.changed(dk, d)
-        else:
-            self._records.changed_soft(dk, d)
+            self._due.add(dk)                   # room again in this queue: pass at once ("Due now")
+        self._records.changed_soft(dk, d)
         return k
 
     # -- the reader ---------------------------------------------------------------------------
@@ -321,16 +337,27 @@ class Beast:
         st = self.store
         txn = st.txn()
         after = b""
+        due = sorted(self._due) if self._due else ()   # the reader's queue's other part, by domain key
+        i = 0
         while len(out) < limit:
             # the queues table ahead of the last key passed: a pass moves its domain to a later
             # queue or out, never behind the reader, so this is its first entry (and a cursor over
             # the writer's overlay does not walk the entries passed, deleted in RAM, again)
+            while i < len(due) and due[i] not in self._due:
+                i += 1                          # passed, or moved since
             cur = txn.cursor(db=st.queues)
-            if not cur.set_range(after):
+            if cur.set_range(after):
+                key = cur.key()
+                q = _U64BE.unpack_from(key)[0]
+            else:
+                key, q = None, -1
+            if i < len(due) and (q != self._r or due[i] < key[8:]):
+                self._pass(due[i], limit - len(out), out)   # due now: in the reader's queue, in key order
+                i += 1                          # still due only if ``limit`` was reached
+                continue
+            if key is None:
                 break
-            key = cur.key()
             after = key + b"\0"
-            q = _U64BE.unpack_from(key)[0]
             if q > self._r:
                 if not advance:
                     break
@@ -420,6 +447,10 @@ class Beast:
                 pass
 
     def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
+        if self._due:
+            self._due.discard(dk)
+        if d.queue == q + 1:            # listed there already (a domain due now, back in its queue)
+            return
         txn, db = self.store.txn(), self.store.queues
         if d.queue:
             txn.delete(_U64BE.pack(d.queue - 1) + dk, db=db)
@@ -427,6 +458,8 @@ class Beast:
         d.queue = q + 1
 
     def _unschedule(self, dk: bytes, d: DomainRecord) -> None:
+        if self._due:
+            self._due.discard(dk)
         if d.queue:
             self.store.txn().delete(_U64BE.pack(d.queue - 1) + dk, db=self.store.queues)
             d.queue = 0
@@ -444,8 +477,7 @@ class Beast:
             if d.deferred and d.queue - 1 > r:
                 spent = d.spent if d.at == r else 0
                 if spent < self._budget(dk):
-                    self._schedule(dk, d, r)
-                    self._records.changed(dk, d)
+                    self._due.add(dk)       # in RAM, its table place kept ("Due now")
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -471,7 +503,7 @@ class Beast:
         spread = 1 << d.level
         return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
                 "spent": d.spent if d.at == self._r else 0, "deferred": d.deferred,
-                "queue": d.queue - 1 if d.queue else None, "spread": spread, "admitted": d.admitted,
+                "queue": self._r if dk in self._due else d.queue - 1 if d.queue else None, "spread": spread, "admitted": d.admitted,
                 "deferred_all": d.deferred_all, "on_probation": self.probation and self.graph.unvouched_key(dk)}
 
     def explain(self, pld: str, fp: int) -> dict:
@@ -522,6 +554,9 @@ class Beast:
         """Commit, scan every table and raise AssertionError naming the first broken invariant."""
         self.store.commit()
         audit.check_tables(self.store, waiting=self._waiting, reader=self._r)
+        for dk in self._due:
+            d = self._records.get(dk)
+            assert d.deferred and d.queue - 1 > self._r, f"{domain_name(dk)} due now with nothing waiting later"
 
     # -- records ------------------------------------------------------------------------------
     @property
@@ -550,6 +585,9 @@ class Beast:
         self._records.flush(everything=self.store.closing)
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
-        self.store.put_meta(b"beast", {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window, "end": self._end,
-                                       "wraps": self._wraps, "seq": self._seq, "counters": self._c,
-                                       "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]})
+        meta = {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window,
+                "end": self._end, "wraps": self._wraps, "seq": self._seq, "counters": self._c,
+                "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]}
+        if self.store.closing and self._due:     # the due set at close (a kill -9 forgets it: "Due now")
+            meta["due"] = sorted(domain_name(dk) for dk in self._due)
+        self.store.put_meta(b"beast", meta)
