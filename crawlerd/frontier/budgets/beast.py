@@ -69,6 +69,7 @@ frontier runs short.
 
 from __future__ import annotations
 
+import heapq
 import struct
 
 import xxhash
@@ -147,6 +148,7 @@ class Beast:
         self._runs = fifo.RunBuffer()                     # deferred URLs not yet in the table
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
         self._due: set[bytes] = set()                     # waiting domains that pass in the reader's queue (see "Due now")
+        self._due_heap: list[bytes] = []                  # them in key order (and some no longer due: skipped)
         if meta.get("fifo", 1) > FIFO_FORMAT:     # its entries may not mean what this code reads
             raise StateFormatError(f"{store.path}: BEAST's deferred FIFOs are of format {meta['fifo']}, written by a "
                                    f"newer crawlerd (this one reads formats 1 to {FIFO_FORMAT})")
@@ -159,7 +161,7 @@ class Beast:
             dk = name.encode("utf-8", "surrogateescape")
             d = self._records.get(dk)
             if d.deferred and d.queue - 1 > self._r:
-                self._due.add(dk)
+                self._make_due(dk)
         store.add_hook(self._flush, self._unwritten)
         graph.add_listener(self._grew)
 
@@ -253,7 +255,7 @@ class Beast:
         # started the backlog (``DomainRecord.host``), else in ``turns``; keys built once per host.
         mine = self._turns.get(dk)
         head = dk + b"\0"
-        add, pack_fp, host_hashes = self._runs.add, _FP.pack, _host_hashes
+        add, host_hashes = self._runs.add_block, _host_hashes
         seq, deferred, floor = self._seq, d.deferred, d.turn
         x = i
         while x < j:
@@ -274,14 +276,11 @@ class Beast:
                     turn = _U64BE.unpack(raw)[0] if raw else 0
             if turn < floor:
                 turn = floor
-            while True:                 # this host's URLs in a row take consecutive turns
-                add(hk, turn, seq, pack_fp(fps[x]) + records[x])
-                turn += 1
-                seq += 1
-                deferred += 1
-                x += 1
-                if x == j or hosts[x] != host:
-                    break
+            y = add(hk, turn, seq, hosts, fps, records, x, j)     # this host's URLs in a row: consecutive turns
+            turn += y - x
+            seq += y - x
+            deferred += y - x
+            x = y
             if own:
                 d.host_next = turn
             else:
@@ -319,7 +318,7 @@ class Beast:
         d.spent -= k
         self._c["refunded"] += k
         if d.deferred and d.queue - 1 > self._r:
-            self._due.add(dk)                   # room again in this queue: pass at once ("Due now")
+            self._make_due(dk)                  # room again in this queue: pass at once ("Due now")
         self._records.changed_soft(dk, d)
         return k
 
@@ -337,24 +336,22 @@ class Beast:
         st = self.store
         txn = st.txn()
         after = b""
-        due = sorted(self._due) if self._due else ()   # the reader's queue's other part, by domain key
-        i = 0
+        due, heap = self._due, self._due_heap      # the reader's queue's other part, by domain key
         while len(out) < limit:
             # the queues table ahead of the last key passed: a pass moves its domain to a later
             # queue or out, never behind the reader, so this is its first entry (and a cursor over
             # the writer's overlay does not walk the entries passed, deleted in RAM, again)
-            while i < len(due) and due[i] not in self._due:
-                i += 1                          # passed, or moved since
+            while heap and heap[0] not in due:
+                heapq.heappop(heap)             # passed, or moved since
             cur = txn.cursor(db=st.queues)
             if cur.set_range(after):
-                key = cur.key()
+                key = bytes(cur.key())
                 q = _U64BE.unpack_from(key)[0]
             else:
                 key, q = None, -1
-            if i < len(due) and (q != self._r or due[i] < key[8:]):
-                self._pass(due[i], limit - len(out), out)   # due now: in the reader's queue, in key order
-                i += 1                          # still due only if ``limit`` was reached
-                continue
+            if heap and (q != self._r or heap[0] < key[8:]):
+                self._pass(heap[0], limit - len(out), out)  # due now: in the reader's queue, in key order
+                continue                        # still due only if ``limit`` was reached
             if key is None:
                 break
             after = key + b"\0"
@@ -364,7 +361,7 @@ class Beast:
                 self._move_to(q)
             elif q < self._r:
                 raise BeastCorrupt(f"queue {q} lists {domain_name(key[8:])!r} behind the reader at {self._r}")
-            self._pass(bytes(key[8:]), limit - len(out), out)
+            self._pass(key[8:], limit - len(out), out)
         self._c["readmitted"] += len(out)
         return out
 
@@ -446,6 +443,16 @@ class Beast:
             while cur.key().startswith(prefix) and cur.delete():
                 pass
 
+    def _make_due(self, dk: bytes) -> None:
+        if dk not in self._due:
+            self._due.add(dk)
+            heap = self._due_heap
+            if len(heap) > 2 * len(self._due) + 1024:      # mostly domains no longer due: rebuilt
+                heap[:] = self._due
+                heapq.heapify(heap)
+            else:
+                heapq.heappush(heap, dk)
+
     def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
         if self._due:
             self._due.discard(dk)
@@ -477,7 +484,7 @@ class Beast:
             if d.deferred and d.queue - 1 > r:
                 spent = d.spent if d.at == r else 0
                 if spent < self._budget(dk):
-                    self._due.add(dk)       # in RAM, its table place kept ("Due now")
+                    self._make_due(dk)      # in RAM, its table place kept ("Due now")
 
     # -- reading ------------------------------------------------------------------------------
     @property

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import struct
 
+from crawlerd._native.fiforuns import pack_block
+
 RUN = b"\x01"                         # key suffix: the value is a run
 RUN_BYTES = 1536                      # a run is closed before its value passes this
 _TS = struct.Struct(">QQ")            # host turn, arrival sequence
@@ -33,9 +35,10 @@ _TS_LEN = _TS.size
 
 class RunBuffer:
     """Deferred URLs not yet in the table, as runs. Key: host turns key (domain key | NUL | host
-    hash) -> its open run [first turn, next turn, first seq, entries, bytes]. Invariant: an open
-    run's entries have consecutive turns from its first; a URL whose turn does not follow closes
-    its host's run (closed runs wait in ``closed`` as (key, value))."""
+    hash) -> its open run [first turn, next turn, first seq, packed entries (bytes, one per block
+    added), bytes of its value so far, URLs]. Invariant: an open run's entries have consecutive
+    turns from its first; a block whose first turn does not follow closes its host's run (closed
+    runs wait in ``closed`` as (key, value))."""
 
     __slots__ = ("open", "closed", "urls")
 
@@ -44,18 +47,36 @@ class RunBuffer:
         self.closed: list[tuple[bytes, bytes]] = []
         self.urls = 0
 
-    def add(self, hk: bytes, turn: int, seq: int, payload: bytes) -> None:
-        """One URL of host ``hk`` (its turns key) at ``turn``, arrival ``seq``; payload: fp | record."""
-        self.urls += 1
+    def add_block(self, hk: bytes, turn: int, seq: int, hosts: list, fps: list[int], records: list[bytes], i: int,
+                  j: int) -> int:
+        """URLs ``i``, ``i+1``, ... of the host ``hosts[i]`` (its turns key ``hk``), up to ``j`` or the
+        first URL of another host, at turns ``turn``, ``turn+1``, ... and arrivals ``seq``, ... (payload:
+        fp | record, packed in one native call per run); returns the index after the last one."""
         r = self.open.get(hk)
-        if r is not None:
-            if r[1] == turn and r[4] + len(payload) <= RUN_BYTES:
-                r[3].append(_ENTRY.pack(seq, len(payload)) + payload)
-                r[1] = turn + 1
-                r[4] += len(payload) + _ENTRY.size
-                return
+        if r is not None and r[1] != turn:
             self.closed.append(_encode(hk, r))
-        self.open[hk] = [turn, turn + 1, seq, [_ENTRY.pack(seq, len(payload)) + payload], len(payload) + _ENTRY.size]
+            r = None
+        x = i
+        while True:
+            if r is None:
+                chunk, e, used = pack_block(hosts, x, j, seq, fps, records, 0, RUN_BYTES)
+                r = self.open[hk] = [turn, turn, seq, [chunk], used, 0]
+            else:
+                chunk, e, used = pack_block(hosts, x, j, seq, fps, records, r[4], RUN_BYTES)
+                if e > x:
+                    r[3].append(chunk)
+                    r[4] = used
+            k = e - x
+            r[1] += k
+            r[5] += k
+            turn += k
+            seq += k
+            x = e
+            if x == j or hosts[x] != hosts[i]:
+                self.urls += x - i
+                return x
+            self.closed.append(_encode(hk, r))      # full: the next URL starts a new run
+            r = None
 
     def __len__(self) -> int:
         """Keys ``take`` would write now."""
@@ -72,10 +93,9 @@ class RunBuffer:
 
 def _encode(hk: bytes, r: list) -> tuple[bytes, bytes]:
     head = hk[:hk.index(b"\0") + 1]
-    entries = r[3]
-    if len(entries) == 1:
-        return head + _TS.pack(r[0], r[2]), entries[0][_ENTRY.size:]
-    return head + _TS.pack(r[0], r[2]) + RUN, b"".join(entries)
+    if r[5] == 1:
+        return head + _TS.pack(r[0], r[2]), r[3][0][_ENTRY.size:]
+    return head + _TS.pack(r[0], r[2]) + RUN, b"".join(r[3])
 
 
 def entries(key: bytes, value: bytes, at: int) -> list[tuple[bytes, bytes]]:
