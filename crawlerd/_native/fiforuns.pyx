@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""BEAST's deferred runs packed in C: one call per host block of a page's links, not one per URL.
+"""BEAST's intake in C: a page's links split into host blocks, a host's block of deferred URLs packed as one run.
 
 A run's value (``crawlerd.frontier.budgets.fifo``) is entries ``seq u64 | length u32 | fp u64 |
 record`` (little-endian), one per deferred URL of one host, consecutive turns and arrivals. Intake
@@ -73,3 +73,21 @@ def pack_block(hosts, Py_ssize_t i, Py_ssize_t j, unsigned long long seq, fps, r
         memcpy(p + ENTRY + 8, PyBytes_AS_STRING(rec), n)
         p += ENTRY + 8 + n
     return out, e, u
+
+
+def block_ends(items):
+    """The end index of each block of consecutive equal items (a list or tuple), in order: a page's
+    links come as a few hosts' blocks, each judged as one (``Budgets.offer_many``)."""
+    items = PySequence_Fast(items, "block_ends: not a sequence")
+    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(items), k
+    cdef list out = []
+    if n == 0:
+        return out
+    cdef object last = <object> PySequence_Fast_GET_ITEM(items, 0), cur
+    for k in range(1, n):
+        cur = <object> PySequence_Fast_GET_ITEM(items, k)
+        if cur is not last and not PyObject_RichCompareBool(cur, last, Py_EQ):
+            out.append(k)
+            last = cur
+    out.append(n)
+    return out

@@ -31,3 +31,11 @@ def pack_block(hosts: list, i: int, j: int, seq: int, fps: list[int], records: l
         u += n + ENTRY
         e += 1
     return b"".join(parts), e, u
+
+
+def block_ends(items) -> list[int]:
+    """See ``fiforuns.pyx``."""
+    out = [k for k in range(1, len(items)) if items[k] != items[k - 1]]
+    if items:
+        out.append(len(items))
+    return out

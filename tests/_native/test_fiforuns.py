@@ -67,3 +67,11 @@ def test_native_and_reference_agree_on_random_blocks(seed):
         assert native.pack_block(*args) == ref.pack_block(*args)
         targs = (tuple(hosts), i, j, seq, tuple(fps), tuple(recs), used, cap)
         assert native.pack_block(*targs) == ref.pack_block(*args)       # tuples read in place
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=["native", "ref"])
+def test_block_ends_split_consecutive_equal_items(impl):
+    assert impl.block_ends([]) == []
+    assert impl.block_ends(["a"]) == [1]
+    assert impl.block_ends(["a", "a", "b", "a", "".join("a"), "c", "c"]) == [2, 3, 5, 7]
+    assert impl.block_ends((b"x", b"y", b"y")) == [1, 3]

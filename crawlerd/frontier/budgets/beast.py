@@ -75,6 +75,7 @@ import struct
 import xxhash
 
 from crawlerd.frontier.budgets import audit, fifo
+from crawlerd.frontier.budgets.fifo import block_ends
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import (
@@ -201,21 +202,31 @@ class Beast:
 
     def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[str]) -> list[bool]:
         """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, host
-        key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL.
+        key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL."""
+        blocks, i = [], 0
+        for j in block_ends(dks):
+            blocks.append((dks[i], i, j))
+            i = j
+        return self.offer_blocks(blocks, records, fps, hosts)
+
+    def offer_blocks(self, blocks: list[tuple[bytes, int, int]], records: list[bytes], fps: list[int],
+                     hosts: list[str]) -> list[bool]:
+        """``offer_many`` with the URLs given as consecutive blocks (domain key, first, end), each of
+        one domain (``Budgets.offer_many``: one per run of a host's URLs).
 
         A run of one domain's URLs (a page's links share a few hosts) reads its record, budget and
-        probation once and passes or defers them together: the per-URL work is the FIFO entry.
+        probation once and passes or defers them together: the per-URL work is the FIFO entry,
+        packed per host block (``fifo.RunBuffer.add_block``).
         """
         out: list[bool] = []
-        n = len(dks)
-        i = 0
-        while i < n:
-            dk = dks[i]
-            j = i + 1
-            while j < n and dks[j] == dk:
-                j += 1
+        k, n = 0, len(blocks)
+        while k < n:
+            dk, i, j = blocks[k]
+            k += 1
+            while k < n and blocks[k][0] == dk:
+                j = blocks[k][2]
+                k += 1
             self._offer_run(dk, records, fps, hosts, i, j, out)
-            i = j
         return out
 
     def _offer_run(self, dk: bytes, records: list[bytes], fps: list[int], hosts: list[str], i: int, j: int,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-from crawlerd._native.fiforuns import pack_block
+from crawlerd._native.fiforuns import block_ends, pack_block  # noqa: F401 (block_ends: for beast and stage)
 
 RUN = b"\x01"                         # key suffix: the value is a run
 RUN_BYTES = 1536                      # a run is closed before its value passes this

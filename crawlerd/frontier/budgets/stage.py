@@ -22,6 +22,7 @@ import lmdb
 
 from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
+from crawlerd.frontier.budgets.fifo import block_ends
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, domain_key
@@ -156,14 +157,12 @@ class Budgets:
     def offer_many(self, records: list[bytes], fps: list[int], host_keys: list[str]) -> list[bool]:
         """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
-        a host's domain key is looked up once per run of its URLs."""
-        dks: list[bytes] = []
-        last, dk, keys = None, b"", _domain_keys
-        for hk in host_keys:
-            if hk != last:
-                last, dk = hk, keys[hk]
-            dks.append(dk)
-        return self.beast.offer_many(dks, records, fps, host_keys)
+        a host's domain key is looked up once per run of its URLs (found in C)."""
+        blocks, i, keys = [], 0, _domain_keys
+        for j in block_ends(host_keys):
+            blocks.append((keys[host_keys[i]], i, j))
+            i = j
+        return self.beast.offer_blocks(blocks, records, fps, host_keys)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
