@@ -89,7 +89,6 @@ from crawlerd.frontier.budgets.store import (
 from crawlerd.frontier.budgets.topk import TopK
 from crawlerd.layout import StateFormatError
 
-_TURN_SEQ = struct.Struct(">QQ")       # deferred key after the domain key and NUL: host turn, arrival (``fifo``)
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
 FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record, a delivery's votes of
@@ -412,36 +411,29 @@ class Beast:
         self._records.changed(dk, d)        # else: ``limit`` reached, it stays in the reader's queue
 
     def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
-        # The domain's first URL is its first entry's first: take it, and a run's next ones while they
-        # sort before the domain's next entry; a run's rest goes back under its first URL's key (``fifo``).
+        # The domain's first n URLs are among its first n entries (an entry's key is its first URL's):
+        # read those in one range read, take the n first URLs of their runs merged, delete the entries
+        # taken from and put each run's rest back under its first URL's key (``fifo``), as taking
+        # them one by one would leave it.
         st, prefix = self.store, dk + b"\0"
-        txn, at, ts, taken = st.txn(), len(prefix), b"", 0
-        cur = txn.cursor(db=st.deferred)
-        cur.set_range(prefix)
-        while taken < n:
-            key = cur.key()
-            if not key.startswith(prefix):
-                raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}")
-            if len(key) == at + _TURN_SEQ.size:            # one URL
-                ts = key[at:]
-                out.append(bytes(cur.value()[8:]))
-                cur.delete()                            # moves to the domain's next entry, if any
-                taken += 1
-                continue
-            run = fifo.entries(key, cur.value(), at)
-            cur.delete()
-            nxt, i = cur.key()[at:at + _TURN_SEQ.size] if cur.key().startswith(prefix) else None, 0
-            while i < len(run) and taken < n and (i == 0 or nxt is None or run[i][0] < nxt):
-                ts = run[i][0]
-                out.append(run[i][1][8:])
-                i += 1
-                taken += 1
-            if i < len(run):
-                txn.put(*fifo.pack_rest(prefix, run[i:]), db=st.deferred)
-                cur.set_range(prefix)
+        txn, at = st.txn(), len(prefix)
+        got = fifo.first_entries(txn, st.deferred, prefix, dk + b"\x01", n)
+        runs = [fifo.entries(key, value, at) for key, value in got]
+        urls = [(ts, e, v) for e, run in enumerate(runs) for ts, v in run]
+        if len(urls) < n:
+            raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}")
+        urls.sort()             # by host turn | arrival (each URL's own): the FIFO's order
+        taken: dict[int, int] = {}
+        for _, e, v in urls[:n]:
+            out.append(v[8:])
+            taken[e] = taken.get(e, 0) + 1      # a run's URLs ascend: those taken are its first
+        for e, k in taken.items():
+            txn.delete(got[e][0], db=st.deferred)
+            if k < len(runs[e]):
+                txn.put(*fifo.pack_rest(prefix, runs[e][k:]), db=st.deferred)
         d.deferred -= n
         self._waiting -= n
-        d.turn = fifo.turn_of(ts)       # entries ascend: the last one taken has the latest turn
+        d.turn = fifo.turn_of(urls[n - 1][0])   # the last one taken has the latest turn
 
     def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
         # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to

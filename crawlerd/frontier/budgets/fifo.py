@@ -135,6 +135,22 @@ def pack_rest(head: bytes, rest: list[tuple[bytes, bytes]]) -> tuple[bytes, byte
     return head + ts + RUN, b"".join(_ENTRY.pack(_TS.unpack(t)[1], len(v)) + v for t, v in rest)
 
 
+def first_entries(txn, db, lo: bytes, hi: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+    """The first ``limit`` table entries with ``lo <= key < hi``, in key order: one range read on a
+    writer's overlay (``OverlayCursor.read_range``), a cursor walk on a plain transaction."""
+    cur = txn.cursor(db=db)
+    read = getattr(cur, "read_range", None)
+    if read is not None:
+        return read(lo, hi, limit)[0]
+    out = []
+    if cur.set_range(lo):
+        for k, v in cur:
+            if k >= hi or len(out) == limit:
+                break
+            out.append((bytes(k), bytes(v)))
+    return out
+
+
 def turn_of(ts: bytes) -> int:
     return _TS.unpack(ts)[0]
 
