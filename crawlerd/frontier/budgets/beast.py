@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+from bisect import bisect_right
 
 import xxhash
 
@@ -213,90 +214,121 @@ class Beast:
         """``offer_many`` with the URLs given as consecutive blocks (domain key, first, end), each of
         one domain (``Budgets.offer_many``: one per run of a host's URLs).
 
-        A run of one domain's URLs (a page's links share a few hosts) reads its record, budget and
-        probation once and passes or defers them together: the per-URL work is the FIFO entry,
-        packed per host block (``fifo.RunBuffer.add_block``).
+        A domain's URLs in the call (a page's links share a few hosts; a delivery's pages link
+        the same domains again) read its record, budget and probation once and pass or defer
+        together, in their order: the per-URL work is the FIFO entry, packed per host block
+        (``fifo.RunBuffer.add_block``). Domains are independent, so judging them one after the
+        other gives the decisions one ``offer`` per URL gives; each deferred URL takes the arrival
+        sequence it would have had (the sequence orders a domain's hosts at one turn).
         """
-        out: list[bool] = []
-        k, n = 0, len(blocks)
-        while k < n:
-            dk, i, j = blocks[k]
-            k += 1
-            while k < n and blocks[k][0] == dk:
-                j = blocks[k][2]
-                k += 1
-            self._offer_run(dk, records, fps, hosts, i, j, out)
-        return out
-
-    def _offer_run(self, dk: bytes, records: list[bytes], fps: list[int], hosts: list[str], i: int, j: int,
-                   out: list[bool]) -> None:
-        # ``offer`` for URLs i..j-1, all of domain ``dk``: the first ones pass while the domain has
-        # nothing waiting and budget left; from the first one kept on, the rest wait behind it.
-        d = self._records.get(dk)
-        r = self._r
-        if d.at != r:
-            d.at, d.spent = r, 0
-        k = i
-        room = self._budget(dk) - d.spent if d.deferred == 0 else 0
-        if room > 0:
-            if not (self.probation and self.graph.unvouched_key(dk)):
-                passed = min(room, j - i)
-                k = i + passed
-                d.spent += passed
-                d.admitted += passed
-                self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
-                self._c["admitted"] += passed
-                self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
-                out += [True] * passed
+        groups: dict[bytes, list[tuple[bytes, int, int]]] = {}
+        for b in blocks:
+            g = groups.get(b[0])
+            if g is None:
+                groups[b[0]] = [b]
             else:
-                self._c["probation"] += 1         # nobody vouches for it yet: the next queue, not now
-        if k < j:
+                g.append(b)
+        n = blocks[-1][2] if blocks else 0
+        out = [False] * n
+        waits = []                                  # (domain key, record, its blocks, URLs passed)
+        passes: list[tuple[int, int]] = []          # (first, count) of the URLs passed
+        r = self._r
+        for dk, segs in groups.items():
+            d = self._records.get(dk)
+            if d.at != r:
+                d.at, d.spent = r, 0
+            total = 0
+            for _, i, j in segs:
+                total += j - i
+            passed = 0
+            room = self._budget(dk) - d.spent if d.deferred == 0 else 0
+            if room > 0:
+                if not (self.probation and self.graph.unvouched_key(dk)):
+                    passed = min(room, total)
+                    d.spent += passed
+                    d.admitted += passed
+                    self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
+                    self._c["admitted"] += passed
+                    self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
+                    left = passed
+                    for _, i, j in segs:
+                        k = min(left, j - i)
+                        out[i:i + k] = [True] * k
+                        passes.append((i, k))
+                        left -= k
+                        if not left:
+                            break
+                else:
+                    self._c["probation"] += 1         # nobody vouches for it yet: the next queue, not now
+            if passed < total:
+                waits.append((dk, d, segs, passed))
+        if not waits:
+            return out
+        # a deferred URL's arrival sequence: the URLs deferred before it in the call, as one offer
+        # per URL would number them
+        passes.sort()
+        starts = [i for i, _ in passes]
+        before = [0]
+        for _, k in passes:
+            before.append(before[-1] + k)
+        base = self._seq
+        for dk, d, segs, passed in waits:
             if d.deferred == 0:                   # a new backlog: its next pass is in the next queue
                 d.level, d.wrap = 0, self._wraps
                 self._schedule(dk, d, r + 1)
-            self._append_many(dk, d, records, fps, hosts, k, j)
-            out += [False] * (j - k)
+            parts = []
+            for _, i, j in segs:
+                if passed >= j - i:
+                    passed -= j - i
+                    continue
+                i += passed
+                passed = 0
+                parts.append((i, j, base + i - before[bisect_right(starts, i)]))
+            self._append_parts(dk, d, records, fps, hosts, parts)
+        self._seq = base + n - before[-1]
+        return out
 
-    def _append_many(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
-                     i: int, j: int) -> None:
-        # URLs i..j-1 of domain ``dk`` into its FIFO, one after the other, buffered (written in key
-        # order before anything reads the table, and at commit: sorted puts touch each B-tree page
-        # once, a host's run as one entry). A host's next turn is in the domain record if that host
-        # started the backlog (``DomainRecord.host``), else in ``turns``; keys built once per host.
+    def _append_parts(self, dk: bytes, d: DomainRecord, records: list[bytes], fps: list[int], hosts: list[str],
+                      parts: list[tuple[int, int, int]]) -> None:
+        # URLs of domain ``dk`` into its FIFO, parts (first, end, arrival sequence of the first) in
+        # order, buffered (written in key order before anything reads the table, and at commit:
+        # sorted puts touch each B-tree page once, a host's run as one entry). A host's next turn
+        # is in the domain record if that host started the backlog (``DomainRecord.host``), else in
+        # ``turns``; keys built once per host block.
         mine = self._turns.get(dk)
         head = dk + b"\0"
         add, host_hashes = self._runs.add_block, _host_hashes
-        seq, deferred, floor = self._seq, d.deferred, d.turn
-        x = i
-        while x < j:
-            host = hosts[x]
-            hh, hb = host_hashes[host]
-            hk = head + hb
-            if not deferred:            # a new backlog: its first host's turns go in the record
-                d.host, d.host_next = hh, 0
-            if d.host_next and d.host == hh or not deferred:
-                turn, own = d.host_next, True
-            else:
-                own = False
-                if mine is None:
-                    mine = self._turns[dk] = {}
-                turn = mine.get(hk)
-                if turn is None:
-                    raw = self.store.txn().get(hk, db=self.store.turns)
-                    turn = _U64BE.unpack(raw)[0] if raw else 0
-            if turn < floor:
-                turn = floor
-            y = add(hk, turn, seq, hosts, fps, records, x, j)     # this host's URLs in a row: consecutive turns
-            turn += y - x
-            seq += y - x
-            deferred += y - x
-            x = y
-            if own:
-                d.host_next = turn
-            else:
-                mine[hk] = turn
-        n = j - i
-        self._seq = seq
+        deferred, floor = d.deferred, d.turn
+        n = 0
+        for x, j, seq in parts:
+            n += j - x
+            while x < j:
+                host = hosts[x]
+                hh, hb = host_hashes[host]
+                hk = head + hb
+                if not deferred:            # a new backlog: its first host's turns go in the record
+                    d.host, d.host_next = hh, 0
+                if d.host_next and d.host == hh or not deferred:
+                    turn, own = d.host_next, True
+                else:
+                    own = False
+                    if mine is None:
+                        mine = self._turns[dk] = {}
+                    turn = mine.get(hk)
+                    if turn is None:
+                        raw = self.store.txn().get(hk, db=self.store.turns)
+                        turn = _U64BE.unpack(raw)[0] if raw else 0
+                if turn < floor:
+                    turn = floor
+                y = add(hk, turn, seq, hosts, fps, records, x, j)   # this host's URLs in a row: consecutive turns
+                turn += y - x
+                seq += y - x
+                deferred += y - x
+                x = y
+                if own:
+                    d.host_next = turn
+                else:
+                    mine[hk] = turn
         self._waiting += n
         d.deferred = deferred
         d.deferred_all += n
@@ -313,7 +345,8 @@ class Beast:
         self._append(dk, d, record, fp, "")
 
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
-        self._append_many(dk, d, [record], [fp], [host], 0, 1)
+        self._append_parts(dk, d, [record], [fp], [host], [(0, 1, self._seq)])
+        self._seq += 1
 
     def refund(self, pld: str, n: int = 1) -> int:
         """Give back the charge of ``n`` URLs of ``pld`` the frontier dropped; returns URLs refunded.
