@@ -221,3 +221,45 @@ def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out
     old.check()
     plain.close()
     old.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_take_first_takes_the_fifos_first_urls_and_leaves_each_runs_rest_as_one_by_one_did(seed):
+    """A domain's entries (runs of a few hosts at interleaving turns, single URLs): ``take_first``
+    hands out the same URLs in the same order as all of them sorted, and leaves the rests that
+    ``pack_rest`` of the runs' remaining URLs writes."""
+    rng = random.Random(seed)
+    head = b"d.com\0"
+    buf = fifo.RunBuffer()
+    hosts, fps, recs = [], [], []
+    seq = 0
+    for h in range(rng.randrange(1, 5)):
+        turn = rng.randrange(4)
+        for _ in range(rng.randrange(1, 4)):            # a few blocks of this host, turns following
+            k = rng.randrange(1, 6)
+            i = len(hosts)
+            hosts += [f"h{h}"] * k
+            fps += [rng.getrandbits(64) for _ in range(k)]
+            recs += [f"h{h}/{seq + x}".encode() for x in range(k)]
+            buf.add_block(head + bytes([h]) * 8, turn, seq, hosts, fps, recs, i, i + k)
+            seq += k
+            turn += k + rng.randrange(2)                # sometimes a gap: a new run
+    got = buf.take()
+    at = len(head)
+    urls = sorted(u for key, value in got for u in fifo.entries(key, value, at))
+    for n in range(1, len(urls) + 1):
+        out: list[bytes] = []
+        turn, gone, rest = fifo.take_first(got[:n], at, n, out)
+        assert out == [v[8:] for _, v in urls[:n]]
+        assert turn == fifo.turn_of(urls[n - 1][0])
+        want_rest = []
+        for key, value in got[:n]:
+            run = fifo.entries(key, value, at)
+            left = [u for u in run if u > urls[n - 1]]
+            if len(left) < len(run):
+                assert key in gone
+                if left:
+                    want_rest.append(fifo.pack_rest(head, left))
+            else:
+                assert key not in gone
+        assert sorted(rest) == sorted(want_rest)

@@ -449,24 +449,19 @@ class Beast(BeastReading):
         # taken from and put each run's rest back under its first URL's key (``fifo``), as taking
         # them one by one would leave it.
         st, prefix = self.store, dk + b"\0"
-        txn, at = st.txn(), len(prefix)
+        txn = st.txn()
         got = fifo.first_entries(txn, st.deferred, prefix, dk + b"\x01", n)
-        runs = [fifo.entries(key, value, at) for key, value in got]
-        urls = [(ts, e, v) for e, run in enumerate(runs) for ts, v in run]
-        if len(urls) < n:
-            raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}")
-        urls.sort()             # by host turn | arrival (each URL's own): the FIFO's order
-        taken: dict[int, int] = {}
-        for _, e, v in urls[:n]:
-            out.append(v[8:])
-            taken[e] = taken.get(e, 0) + 1      # a run's URLs ascend: those taken are its first
-        for e, k in taken.items():
-            txn.delete(got[e][0], db=st.deferred)
-            if k < len(runs[e]):
-                txn.put(*fifo.pack_rest(prefix, runs[e][k:]), db=st.deferred)
+        try:
+            turn, gone, rest = fifo.take_first(got, len(prefix), n, out)
+        except IndexError:
+            raise BeastCorrupt(f"{domain_name(dk)}: fewer deferred URLs stored than its count {d.deferred}") from None
+        for key in gone:
+            txn.delete(key, db=st.deferred)
+        for key, value in rest:
+            txn.put(key, value, db=st.deferred)
         d.deferred -= n
         self._waiting -= n
-        d.turn = fifo.turn_of(urls[n - 1][0])   # the last one taken has the latest turn
+        d.turn = turn           # the last one taken has the latest turn
 
     def _forget_turns(self, dk: bytes, d: DomainRecord) -> None:
         # Nothing waits any more: the domain's host turns start again from 0 (keeps the table to

@@ -22,6 +22,7 @@ page budget does not count).
 
 from __future__ import annotations
 
+import heapq
 import struct
 
 from crawlerd._native.fiforuns import block_ends, pack_block  # noqa: F401 (block_ends: for beast and stage)
@@ -133,6 +134,53 @@ def pack_rest(head: bytes, rest: list[tuple[bytes, bytes]]) -> tuple[bytes, byte
     if len(rest) == 1:
         return head + ts, payload
     return head + ts + RUN, b"".join(_ENTRY.pack(_TS.unpack(t)[1], len(v)) + v for t, v in rest)
+
+
+def take_first(got: list[tuple[bytes, bytes]], at: int, n: int, out: list[bytes]) -> tuple[int, list, list]:
+    """Take the first ``n`` URLs (FIFO order) of a domain's first table entries ``got`` (key, value;
+    ``at``: where the turn starts in a key), appending their records (fp stripped) to ``out``.
+
+    An entry's URLs ascend from its key, so the first ``n`` URLs are among the first ``n`` entries;
+    they are merged by a heap, decoding a run only as far as its URLs are taken. Returns (the turn
+    of the last URL taken, the keys of the entries taken from, what is left of them as (key,
+    value) to put back: a run's rest under its first URL's key, as ``pack_rest`` writes it)."""
+    heap = []               # (turn | seq of an entry's next URL, entry, its offset in the value)
+    for e, (key, _) in enumerate(got):
+        heap.append((key[at:at + _TS_LEN], e, 0))
+    heapq.heapify(heap)
+    taken: dict[int, tuple[int, int]] = {}  # entry -> offset and turn after its last URL taken (-1: a single URL)
+    ts = b""
+    unpack = _ENTRY.unpack_from
+    for _ in range(n):
+        if not heap:
+            raise IndexError("fewer URLs stored than asked for")
+        ts, e, p = heapq.heappop(heap)
+        key, value = got[e]
+        if len(key) == at + _TS_LEN:                    # one URL: fp | record
+            out.append(bytes(value[8:]))
+            taken[e] = (-1, 0)
+            continue
+        seq, size = unpack(value, p)
+        p += _ENTRY.size
+        out.append(bytes(value[p + 8:p + size]))
+        p += size
+        turn = _TS.unpack(ts)[0] + 1
+        taken[e] = (p, turn)
+        if p < len(value):
+            heapq.heappush(heap, (_TS.pack(turn, unpack(value, p)[0]), e, p))
+    gone, rest = [], []
+    for e, (p, turn) in taken.items():
+        key, value = got[e]
+        gone.append(key)
+        if p < 0 or p >= len(value):
+            continue
+        first = _TS.pack(turn, unpack(value, p)[0])
+        q = p + _ENTRY.size + unpack(value, p)[1]
+        if q >= len(value):                         # one URL left: written as one
+            rest.append((key[:at] + first, bytes(value[p + _ENTRY.size:q])))
+        else:
+            rest.append((key[:at] + first + RUN, bytes(value[p:])))
+    return _TS.unpack(ts)[0], gone, rest
 
 
 def first_entries(txn, db, lo: bytes, hi: bytes, limit: int) -> list[tuple[bytes, bytes]]:
