@@ -31,13 +31,14 @@ and evidence: ``dust_evidence``, cached per host in ``dust_hosts``; their gramma
 from __future__ import annotations
 
 import time
+from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from xxhash import xxh3_64_intdigest as _fp
-
+from crawlerd._native.dustkeys import scan as _scan
+from crawlerd._native.dustkeys_ref import keys as _keys
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
 from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
@@ -54,6 +55,7 @@ _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
+_ZERO = (0,)
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
 
 
@@ -143,62 +145,44 @@ class DustLearner:
         Seeds (depth 0) and redirect targets (hops) are never suspects. A declared canonical comes
         through here like any link: a suspect when the page that named it (a variant of it) was
         admitted, since fetching it would fetch that content again.
-        Hot path (every new URL): plain string work, one hash per URL with parameters or a short
-        first directory, the table looked up once per batch."""
-        out: list[Decision] = [_NORMAL] * len(urls)
+        Hot path (every new URL): one native pass (``_native.dustkeys``) computes the suspect keys
+        and stops only at a URL the host's rules (or an active prior's mark) must decide, or of a
+        shape it leaves to ``dustkeys_ref.keys``; one more (``ClassTable.admit``) finds the
+        suspects. The plain-Python pass it replaces: ``dust_admit_ref.admit_batch``."""
+        n = len(urls)
+        out: list[Decision] = [_NORMAL] * n
+        if hosts is None:
+            hosts = [url[:url.find("/", 8)] for url in urls]      # their host keys
         info = self.hosts.info
         priors = bool(self.priors.active)
+        lookup = bool(info) or priors
+        marks = self.hosts.prior_marks() if priors else ()
         defer = self.defer
-        idx: list[int] = []
-        keys0: list[int] = []
-        keys1: list[int] = []
-        forced_l: list[bool] = []
-        for i, url in enumerate(urls):
-            fp = fps[i]
-            relevant = _NOTHING
-            if info or priors:
-                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]   # its host key
-                hi = info.get(host)
-                if hi is not None:
-                    relevant = hi.relevant
-                if priors or (hi is not None and hi.trusted):
-                    d = self._trusted(url, fp, host, hi)
-                    if d is not None:
-                        out[i] = d
-                        continue
-            if not defer:
-                continue
-            if "?" in url or ";" in url:
-                main, _dropped, alt = skeleton(url, relevant)
-                k0 = _fp(main.encode()) if main != url else fp
-            else:
-                k0, alt = fp, alt_path(url, relevant)
-            idx.append(i)
-            keys0.append(k0)
-            keys1.append(_fp(alt.encode()) if alt else 0)
-            forced_l.append(depths[i] == 0 or hops[i] > 0)
-        if not idx:
-            return out
-        table = self._classes
-        hit = table.hits(keys0, keys1, _TAG)
-        seen: set[int] = set()
-        add: list[int] = []
-        for j, a in enumerate(keys0):
-            b = keys1[j]
-            if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
+        keys0, keys1, idx = array("Q", _ZERO) * n, array("Q", _ZERO) * n, array("q", _ZERO) * n
+        forced = bytearray(n)
+        i = m = 0
+        while True:
+            i, m = _scan(urls, fps, depths, hops, hosts, i, info, lookup, marks, defer, keys0, keys1, forced, idx, m)
+            if i >= n:
+                break
+            url, host, fp = urls[i], hosts[i], fps[i]
+            hi = info.get(host) if lookup else None
+            if lookup and (priors or (hi is not None and hi.trusted)):
+                d = self._trusted(url, fp, host, hi)
+                if d is not None:
+                    out[i] = d
+                    i += 1
+                    continue
+            if defer:
+                keys0[m], keys1[m] = _keys(url, fp, hi.relevant if hi is not None else _NOTHING)
+                forced[m] = depths[i] == 0 or hops[i] > 0
+                idx[m] = i
+                m += 1
+            i += 1
+        if m:
+            for j in self._classes.admit(keys0, keys1, forced, m, _TAG):
                 i = idx[j]
-                url = urls[i]
-                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
-                out[i] = self._probe_or_defer(fps[i], host, a, b)
-                continue
-            seen.add(a)
-            add.append(a)
-            if b:
-                b ^= _TAG
-                seen.add(b)
-                add.append(b)
-        if add:
-            table.add_many(add)
+                out[i] = self._probe_or_defer(fps[i], hosts[i], keys0[j], keys1[j])
         return out
 
     @staticmethod
