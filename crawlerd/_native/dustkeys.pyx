@@ -31,6 +31,8 @@ from libc.string cimport memchr, memcpy, memmove
 
 from xxhash import xxh3_64_intdigest as _xxh
 
+from crawlerd._native.dustkeys_ref import keys as _ref_keys
+
 cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     const void *PyUnicode_DATA(object o)
@@ -201,3 +203,13 @@ def scan(urls, fps, depths, hops, hosts, Py_ssize_t start, dict info, bint looku
         idx[m] = i
         m += 1
     return n, m
+
+
+def keys(str url, uint64_t fp, relevant) -> tuple:
+    """One URL's two keys (``dustkeys_ref.keys``: the same answer), natively when it is of a shape
+    ``scan`` computes."""
+    cdef uint64_t a, b
+    cdef _Scratch scratch = _Scratch()
+    if _keys(url, fp, relevant if relevant else None, scratch, &a, &b) == _STOP:
+        return _ref_keys(url, fp, relevant)
+    return a, b

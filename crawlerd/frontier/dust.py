@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from crawlerd._native.dustkeys import keys as _keys
 from crawlerd._native.dustkeys import scan as _scan
-from crawlerd._native.dustkeys_ref import keys as _keys
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
 from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
@@ -147,7 +147,8 @@ class DustLearner:
         admitted, since fetching it would fetch that content again.
         Hot path (every new URL): one native pass (``_native.dustkeys``) computes the suspect keys
         and stops only at a URL the host's rules (or an active prior's mark) must decide, or of a
-        shape it leaves to ``dustkeys_ref.keys``; one more (``ClassTable.admit``) finds the
+        shape it leaves to ``dustkeys_ref.keys`` (after the rules, ``dustkeys.keys`` computes the keys of
+        one URL); one more (``ClassTable.admit``) finds the
         suspects. The plain-Python pass it replaces: ``dust_admit_ref.admit_batch``."""
         n = len(urls)
         out: list[Decision] = [_NORMAL] * n
