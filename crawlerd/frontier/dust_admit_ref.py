@@ -31,7 +31,7 @@ def admit_batch(learner: DustLearner, urls: Sequence[str], fps: Sequence[int], d
             if hi is not None:
                 relevant = hi.relevant
             if priors or (hi is not None and hi.trusted):
-                d = learner._trusted(url, fp, host, hi)
+                d = learner._trusted(url, fp, host, hi)  # noqa: SLF001 (the learner's own pass, moved out)
                 if d is not None:
                     out[i] = d
                     continue
@@ -44,7 +44,7 @@ def admit_batch(learner: DustLearner, urls: Sequence[str], fps: Sequence[int], d
         forced_l.append(depths[i] == 0 or hops[i] > 0)
     if not idx:
         return out
-    table = learner._classes
+    table = learner._classes  # noqa: SLF001
     hit = table.hits(keys0, keys1, _TAG)
     seen: set[int] = set()
     add: list[int] = []
@@ -54,7 +54,7 @@ def admit_batch(learner: DustLearner, urls: Sequence[str], fps: Sequence[int], d
             i = idx[j]
             url = urls[i]
             host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
-            out[i] = learner._probe_or_defer(fps[i], host, a, b)
+            out[i] = learner._probe_or_defer(fps[i], host, a, b)  # noqa: SLF001
             continue
         seen.add(a)
         add.append(a)

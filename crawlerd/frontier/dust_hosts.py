@@ -105,9 +105,9 @@ class DustHosts:
         return {"bytes": self.cached_bytes, "cap_bytes": self.cache_bytes, "entries": len(self._cache)}
 
     def write(self, host: str, st: HostState) -> None:
-        raw = self.store.encode(st.to_record())
+        raw = st.encoded() or self.store.encode(st.to_record())
         while len(raw) > self.max_host_bytes and st.shrink():
-            raw = self.store.encode(st.to_record())
+            raw = st.encoded() or self.store.encode(st.to_record())
         size = len(raw)
         for gone in self.store.put_host(host, raw):      # the least recently written hosts
             self.info.pop(gone, None)

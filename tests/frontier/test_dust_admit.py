@@ -105,13 +105,12 @@ def test_hostile_urls_get_keys_or_a_stop_not_an_error():
         i, m = dustkeys.scan([u], fps[j:j + 1], [1], [0], hosts[:1], 0, {}, False, (), True, k0, k1, forced, idx, 0)
         outcomes.append("keyed" if (i, m) == (1, 1) else "stop" if (i, m) == (0, 0) else (i, m))
     assert set(outcomes) == {"keyed", "stop"}
-    assert [o for u, o in zip(HOSTILE, outcomes) if "ü" in u or "\udcff" in u or ";" in u] == ["stop"] * 3
+    assert [o for u, o in zip(HOSTILE, outcomes, strict=True) if "ü" in u or "\udcff" in u or ";" in u] == ["stop"] * 3
 
 
 def test_a_learner_admits_hostile_urls(tmp_path):
     site = Site(str(tmp_path / "d"), lambda url: "same")
-    for u in HOSTILE:
-        site.fetch("http://h0.example/m/a/b")
+    site.fetch("http://h0.example/m/a/b")
     d = site.learner.admit_batch(HOSTILE, [fingerprint(u) for u in HOSTILE], [1] * len(HOSTILE), [0] * len(HOSTILE))
     assert len(d) == len(HOSTILE) and {x.action for x in d} <= {NORMAL, DEFER, PROBE}
 
@@ -187,7 +186,7 @@ def test_native_admission_decides_as_the_python_pass_on_a_learning_stream(tmp_pa
             dn = native.learner.admit_batch(urls, fps, depths, hops, keys)
             dr = dust_admit_ref.admit_batch(ref.learner, urls, fps, depths, hops, keys)
             assert dn == dr, step
-            for u, d in zip(urls, dn):
+            for u, d in zip(urls, dn, strict=True):
                 seen[d.action] += 1
                 if d.action == SKIP:
                     for s in (native, ref):

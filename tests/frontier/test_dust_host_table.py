@@ -241,3 +241,42 @@ def test_the_read_cache_changes_no_decision_and_no_table_through_evictions_a_cra
         s.reopen()
         check_host_tables(s.learner.store)
         s.learner.close()
+
+
+def test_a_host_state_encodes_as_its_record_did_with_each_evidence_entry_encoded_once():
+    """``HostState.encoded`` (each evidence entry's JSON kept with it) gives the bytes of
+    ``orjson.dumps(to_record())`` through learning, shrinking and retiring, and None where orjson
+    refuses (a lone surrogate): the store then encodes the record as before."""
+    from xxhash import xxh64_intdigest
+
+    from crawlerd.frontier.dust_evidence import Evidence, HostState
+    from crawlerd.frontier.dust_store import _dumps
+
+    rng = random.Random(3)
+    st = HostState()
+    refused = rules = retired = 0
+    for step in range(600):
+        url = f"http://h.example/p/{rng.randrange(12)}.html" + rng.choice(["", "?utm_source=a", "?utm_source=b",
+                                                                          "?sort=1", '?q="\\\u00e9'])
+        if rng.random() < 0.02:
+            url += "\udcff"
+        page = url.split("?utm_source")[0]
+        digest = xxh64_intdigest(page.encode("utf-8", "surrogatepass"))
+        ev = Evidence(url, digest, rng.getrandbits(64), rng.choice(["", page]))
+        st.learn(ev, k=2, near_bits=3, window=10, now=1.7e9)
+        if rng.random() < 0.1:
+            st.shrink()
+        if step % 100 == 99 and st.rules:
+            st.retire(st.rules[0], 1.7e9)
+        raw = st.encoded()
+        try:
+            want = orjson.dumps(st.to_record())
+        except orjson.JSONEncodeError:      # a surrogate in an entry, or in a rule learned from one
+            refused += 1
+            assert raw is None and _dumps(st.to_record())
+            continue
+        assert raw == want == _dumps(st.to_record()), step
+        assert orjson.loads(raw) == st.to_record()
+        rules += bool(st.rules)
+        retired += bool(st.retired)
+    assert rules > 50 and retired > 50 and refused > 10, (rules, retired, refused)
