@@ -15,6 +15,9 @@ keys are dropped, as the reference's one-key-per-row rounds do). Bits 2.. of a r
 count the batch's keys in that row while the batch runs (cleared before it returns), so the
 batch needs no scratch memory.
 
+``admit`` is the learner's whole suspect pass over a slice (``hits``, the slice's own repeats in
+a scratch hash set, ``add_many``) in one call; its reference is ``suspects_ref.ref_admit``.
+
 One C pass over the keys where the reference (``suspects_ref.RefClassTable``, numpy) makes
 about ten array calls per batch; the tests compare the two on random key streams.
 """

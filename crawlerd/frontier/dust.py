@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from crawlerd._native.dustkeys import keys as _keys
 from crawlerd._native.dustkeys import scan as _scan
+from crawlerd._native.dustkeys_ref import keys as _ref_keys
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
 from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
@@ -149,7 +150,7 @@ class DustLearner:
         and stops only at a URL the host's rules (or an active prior's mark) must decide, or of a
         shape it leaves to ``dustkeys_ref.keys`` (after the rules, ``dustkeys.keys`` computes the keys of
         one URL); one more (``ClassTable.admit``) finds the
-        suspects. The plain-Python pass it replaces: ``dust_admit_ref.admit_batch``."""
+        suspects. The plain-Python pass it replaces: ``admit_batch_reference``."""
         n = len(urls)
         out: list[Decision] = [_NORMAL] * n
         if hosts is None:
@@ -184,6 +185,62 @@ class DustLearner:
             for j in self._classes.admit(keys0, keys1, forced, m, _TAG):
                 i = idx[j]
                 out[i] = self._probe_or_defer(fps[i], hosts[i], keys0[j], keys1[j])
+        return out
+
+    def admit_batch_reference(self, urls: Sequence[str], fps: Sequence[int], depths: Sequence[int],
+                              hops: Sequence[int], hosts: Sequence[str] | None = None) -> list[Decision]:
+        """``admit_batch`` as plain Python, one URL at a time (the pass before its native kernels):
+        the same decisions and the same effects on the learner; the tests compare the two."""
+        out: list[Decision] = [_NORMAL] * len(urls)
+        info = self.hosts.info
+        priors = bool(self.priors.active)
+        defer = self.defer
+        idx: list[int] = []
+        keys0: list[int] = []
+        keys1: list[int] = []
+        forced_l: list[bool] = []
+        for i, url in enumerate(urls):
+            fp = fps[i]
+            relevant = _NOTHING
+            if info or priors:
+                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]   # its host key
+                hi = info.get(host)
+                if hi is not None:
+                    relevant = hi.relevant
+                if priors or (hi is not None and hi.trusted):
+                    d = self._trusted(url, fp, host, hi)
+                    if d is not None:
+                        out[i] = d
+                        continue
+            if not defer:
+                continue
+            k0, k1 = _ref_keys(url, fp, relevant)
+            idx.append(i)
+            keys0.append(k0)
+            keys1.append(k1)
+            forced_l.append(depths[i] == 0 or hops[i] > 0)
+        if not idx:
+            return out
+        table = self._classes
+        hit = table.hits(keys0, keys1, _TAG)
+        seen: set[int] = set()
+        add: list[int] = []
+        for j, a in enumerate(keys0):
+            b = keys1[j]
+            if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
+                i = idx[j]
+                url = urls[i]
+                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
+                out[i] = self._probe_or_defer(fps[i], host, a, b)
+                continue
+            seen.add(a)
+            add.append(a)
+            if b:
+                b ^= _TAG
+                seen.add(b)
+                add.append(b)
+        if add:
+            table.add_many(add)
         return out
 
     @staticmethod

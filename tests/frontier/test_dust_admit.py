@@ -1,6 +1,6 @@
 """The DUST learner's native admission pass (``DustLearner.admit_batch`` over ``_native.dustkeys``
-and ``ClassTable.admit``) against its plain-Python reference (``dust_admit_ref.admit_batch``, the
-pass as it was): the same keys for every URL shape, the same decisions and the same learner state
+and ``ClassTable.admit``) against its plain-Python reference (``admit_batch_reference``, the pass
+as it was): the same keys for every URL shape, the same decisions and the same learner state
 on a stream that learns rules of every kind, and a named outcome for hostile input."""
 
 import random
@@ -10,7 +10,6 @@ from array import array
 import pytest
 
 from crawlerd._native import dustkeys, dustkeys_ref
-from crawlerd.frontier import dust_admit_ref
 from crawlerd.frontier import dust_rules as R
 from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP
 from crawlerd.frontier.dust_hosts import HostInfo
@@ -184,7 +183,7 @@ def test_native_admission_decides_as_the_python_pass_on_a_learning_stream(tmp_pa
             hops = [rng.choice((0, 0, 0, 0, 1)) for _ in urls]
             keys = [u[:u.find("/", 8)] for u in urls] if rng.random() < 0.8 else None
             dn = native.learner.admit_batch(urls, fps, depths, hops, keys)
-            dr = dust_admit_ref.admit_batch(ref.learner, urls, fps, depths, hops, keys)
+            dr = ref.learner.admit_batch_reference(urls, fps, depths, hops, keys)
             assert dn == dr, step
             for u, d in zip(urls, dn, strict=True):
                 seen[d.action] += 1
