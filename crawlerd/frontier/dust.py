@@ -485,9 +485,11 @@ class DustLearner:
         info = self.hosts.info.get(host)
         if self.priors.active:
             info = self._adopt_seen(url, host, info, same_host) or info
-        main = self._skeleton(url, info.relevant if info else _NOTHING)[0] if "?" in url or ";" in url else url
-        if main != url:
-            self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
+        if "?" in url or ";" in url:
+            # its skeleton's fingerprint when that is not the URL itself (``keys`` gives the 0 passed then)
+            main = _keys(url, 0, info.relevant if info else _NOTHING)[0]
+            if main:
+                self.store.add_archived(main, SKEL, digest=d32, simhash=simhash)
         if info is not None and info.trusted:
             for e in (st.evidence if learned.trusted else st.evidence[-1:]):
                 self._record_rewrite(e, info)

@@ -207,3 +207,26 @@ def test_native_admission_decides_as_the_python_pass_on_a_learning_stream(tmp_pa
     kinds = {r.kind for i in a.hosts.info.values() for r, _ in i.trusted}
     assert kinds == {"?", ";", "/"}, kinds
     assert a.stats()["priors_active"] > 0 and any(i.relevant for i in a.hosts.info.values())
+
+
+def test_an_archived_page_records_its_skeleton_under_its_hosts_relevant_names(tmp_path):
+    """``observe`` records a page with parameters under its skeleton's fingerprint too (SKEL), the
+    skeleton made with the names its host knows to change content, and nothing more for a URL
+    that is its own skeleton."""
+    from crawlerd.frontier.dust_store import SKEL
+
+    site = Site(str(tmp_path / "d"), lambda url: url if "sort" in url else "page")
+    h = "http://h0.example"
+    site.fetch(f"{h}/p/1.html?sort=1")
+    site.fetch(f"{h}/p/1.html?sort=2")                 # another page: "sort" changes content here
+    assert site.learner.hosts.info[h].relevant == frozenset({"sort"})
+    store = site.learner.store
+    for url in [f"{h}/p/2.html?sort=3&utm_source=x", f"{h}/a/b/c.html;jsessionid=1?x=1", f"{h}/p/3.html?sort=4",
+                f"{h}/p/4.html", f"{h}/p/5.html?"]:
+        before = set(store._pending[store.meta["gen"]])
+        site.fetch(url)
+        main = R.skeleton(url, frozenset({"sort"}))[0] if "?" in url or ";" in url else url
+        added = set(store._pending[store.meta["gen"]]) - before
+        assert added == {fingerprint(url)} | ({fingerprint(main)} if main != url else set()), url
+        if main != url:
+            assert store.archived(fingerprint(main)).kind == SKEL
