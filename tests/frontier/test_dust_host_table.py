@@ -280,3 +280,22 @@ def test_a_host_state_encodes_as_its_record_did_with_each_evidence_entry_encoded
         rules += bool(st.rules)
         retired += bool(st.retired)
     assert rules > 50 and retired > 50 and refused > 10, (rules, retired, refused)
+
+
+def test_an_evidence_entrys_kept_json_costs_about_its_length():
+    """What ``Evidence.encoded`` keeps is sized to its bytes (orjson's own result holds a 4 KiB
+    buffer: kept per entry of every cached window, that was ~40 B of RAM per record byte)."""
+    import tracemalloc
+
+    from crawlerd.frontier.dust_evidence import Evidence
+
+    entries = [Evidence(f"http://h{i}.example:8080/p/{i}.html", i, i, "") for i in range(200)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        size = sum(len(e.encoded()) for e in entries)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < size + 200 * 64, (grown, size)
