@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import orjson
 from xxhash import xxh32_intdigest
 
 from crawlerd._native.dustwindow import pairs as window_pairs
@@ -51,21 +50,11 @@ class Evidence:
     """One archived page. ``digest``: first 8 bytes of the payload SHA-1 as an int; ``simhash``
     0 when the page had no text; ``canonical`` its declared same-host canonical URL or ""."""
 
-    __slots__ = ("url", "digest", "simhash", "canonical", "_parts", "_enc")
+    __slots__ = ("url", "digest", "simhash", "canonical", "_parts")
 
     def __init__(self, url: str, digest: int, simhash: int, canonical: str = ""):
         self.url, self.digest, self.simhash, self.canonical = url, digest, simhash, canonical
         self._parts: Parts | None = None
-        self._enc: bytes | None = None
-
-    def encoded(self) -> bytes:
-        """``to_list`` as compact JSON (orjson; made once: an entry is written with its host's
-        record after every page archived there while it stays in the window). Raises
-        ``orjson.JSONEncodeError`` for what orjson refuses (``HostState.encoded``)."""
-        if self._enc is None:
-            # copied: orjson's result keeps its 4 KiB write buffer (measured), too much to keep per entry
-            self._enc = memoryview(orjson.dumps([self.url, self.digest, self.simhash, self.canonical])).tobytes()
-        return self._enc
 
     @property
     def parts(self) -> Parts:
@@ -178,19 +167,6 @@ class HostState:
         self.relevant: set[str] = set(r.get("rel", ()))
         self.epoch: int = r.get("ep", 0)
         self.next_id: int = r.get("id", 0)
-
-    def encoded(self) -> bytes | None:
-        """``to_record`` as compact JSON, the bytes ``orjson.dumps(self.to_record())`` gives, its
-        evidence entries encoded once each (``Evidence.encoded``); None when orjson refuses part of
-        it (the caller encodes ``to_record`` then, as ``dust_store`` does)."""
-        try:
-            ev = b",".join([e.encoded() for e in self.evidence])
-            return b"".join((b'{"r":', orjson.dumps([x.to_list() for x in self.rules]),
-                             b',"x":', orjson.dumps([x.to_list() for x in self.retired]),
-                             b',"e":[', ev, b'],"rel":', orjson.dumps(sorted(self.relevant)),
-                             b',"ep":', orjson.dumps(self.epoch), b',"id":', orjson.dumps(self.next_id), b"}"))
-        except orjson.JSONEncodeError:
-            return None
 
     def to_record(self) -> dict:
         # the evidence lists inline (``Evidence.to_list``): a record is encoded per archived page

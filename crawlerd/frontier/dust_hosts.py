@@ -29,11 +29,10 @@ class HostInfo(NamedTuple):
 
 # RAM of a cached host state, estimated from its record's encoded (JSON) size: measured on a soak's
 # records (bench/RESULTS.md, "DUST host states bounded in bytes"), the decoded state costs 3.6 B per
-# record byte, 6.7 B once its evidence URLs are parsed (``Evidence.parts``), ~1.3 B more once its
-# entries' JSON is kept (``Evidence.encoded``, measured on e2e-shaped records), plus the state itself
+# record byte, 6.7 B once its evidence URLs are parsed (``Evidence.parts``), plus the state itself
 # (and the store's note of its stored size and write sequence, ~200 B: ``DustStore.get_host_sized``)
 HOST_STATE_BYTES = 512
-RAM_PER_RECORD_BYTE = 8
+RAM_PER_RECORD_BYTE = 7
 
 
 def host_state_bytes(record_bytes: int) -> int:
@@ -106,9 +105,9 @@ class DustHosts:
         return {"bytes": self.cached_bytes, "cap_bytes": self.cache_bytes, "entries": len(self._cache)}
 
     def write(self, host: str, st: HostState) -> None:
-        raw = st.encoded() or self.store.encode(st.to_record())
+        raw = self.store.encode(st.to_record())
         while len(raw) > self.max_host_bytes and st.shrink():
-            raw = st.encoded() or self.store.encode(st.to_record())
+            raw = self.store.encode(st.to_record())
         size = len(raw)
         for gone in self.store.put_host(host, raw):      # the least recently written hosts
             self.info.pop(gone, None)
