@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from xxhash import xxh32_intdigest
 
-from crawlerd._native.dustwindow import pairs as window_pairs
 from crawlerd.frontier.dust_rules import (
     Parts,
     Rule,
@@ -236,16 +235,14 @@ class HostState:
         out = Learned()
         now = time.time() if now is None else now
         url, digest, simhash = ev.url, ev.digest, ev.simhash
-        # the window without ``url`` (a refetch is no pair), and what each pair needs: nearly every
-        # one disagrees and its URLs differ in more than one name (mark 0: nothing to do)
-        old, marks = window_pairs(self.evidence, url, digest, simhash, near_bits)
+        old = [e for e in self.evidence if e.url != url]         # a refetch is no pair
         fresh: list[RuleStat] = []
         shape = _shape(url)
-        for j, mark in enumerate(marks):
-            if not mark:
-                continue
-            e = old[j]
-            v = compare(ev, e, near_bits) if mark == 1 else DISAGREE
+        for e in old:
+            if e.digest != digest and not (simhash and e.simhash and (simhash ^ e.simhash).bit_count() <= near_bits):
+                v = DISAGREE            # ``compare``'s answer, without the call (nearly every pair)
+            else:
+                v = compare(ev, e, near_bits)
             if v == AGREE:
                 out.agreed = True
                 for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical,

@@ -1,3 +1,0 @@
-"""Type stub for the DUST learner's native window walk (crawlerd/_native/dustwindow.pyx)."""
-
-def pairs(evidence: list, url: str, digest: int, simhash: int, near_bits: int) -> tuple[list, bytes]: ...
