@@ -15,6 +15,9 @@ keys are dropped, as the reference's one-key-per-row rounds do). Bits 2.. of a r
 count the batch's keys in that row while the batch runs (cleared before it returns), so the
 batch needs no scratch memory.
 
+``admit`` is the learner's whole suspect pass over a slice (``hits``, the slice's own repeats in
+a scratch hash set, ``add_many``) in one call; its reference is ``suspects_ref.ref_admit``.
+
 One C pass over the keys where the reference (``suspects_ref.RefClassTable``, numpy) makes
 about ten array calls per batch; the tests compare the two on random key streams.
 """
@@ -48,6 +51,32 @@ cdef extern from *:
     #define SUSPECTS_PREFETCH(p) __builtin_prefetch((p), 0, 0)
     """
     void SUSPECTS_PREFETCH(const void *p) noexcept nogil
+
+
+cdef struct _Seen:
+    uint64_t *slots         # open addressing, 0 = empty (key 0 is the flag ``zero``)
+    size_t mask
+    bint zero
+
+
+cdef inline size_t _spot(_Seen *s, uint64_t k) noexcept nogil:
+    cdef size_t i = <size_t>((k * <uint64_t>0x9E3779B97F4A7C15ULL) >> 32) & s.mask
+    while s.slots[i] != 0 and s.slots[i] != k:
+        i = (i + 1) & s.mask
+    return i
+
+
+cdef inline bint _seen_has(_Seen *s, uint64_t k) noexcept nogil:
+    if k == 0:
+        return s.zero
+    return s.slots[_spot(s, k)] == k
+
+
+cdef inline void _seen_add(_Seen *s, uint64_t k) noexcept nogil:
+    if k == 0:
+        s.zero = 1
+    else:
+        s.slots[_spot(s, k)] = k
 
 
 cdef object _u64(object keys):
@@ -132,13 +161,17 @@ cdef class ClassTable:
     def add_many(self, keys) -> None:
         """Add a batch (see the module: keys there before it stay, at most ``WAYS`` per row)."""
         cdef const uint64_t[::1] k = _u64(keys)
-        cdef Py_ssize_t i, n = k.shape[0]
+        if k.shape[0]:
+            self._add(&k[0], k.shape[0])
+
+    cdef int _add(self, const uint64_t *k, Py_ssize_t n) except -1:
+        cdef Py_ssize_t i
         cdef uint8_t *fresh
         cdef uint64_t key
         cdef size_t r
         cdef uint8_t c
         if n == 0:
-            return
+            return 0
         fresh = <uint8_t *>PyMem_Malloc(n)
         if fresh == NULL:
             raise MemoryError()
@@ -160,6 +193,67 @@ cdef class ClassTable:
                 r = _row(_norm(k[i]), self._mask) // _WAYS
                 self._next[r] &= _CURSOR
         PyMem_Free(fresh)
+        return 0
+
+    def admit(self, keys0, keys1, forced, Py_ssize_t n, uint64_t tag) -> list:
+        """The learner's suspect pass over a batch's first ``n`` keys, in one step: ``hits``, then
+        in order each j is a suspect (listed) unless ``forced[j]``, when ``keys0[j]`` is a hit, or
+        it, ``keys0[j] ^ tag`` or (when not 0) ``keys1[j]`` came earlier in the batch; a j not a
+        suspect adds ``keys0[j]`` and (when not 0) ``keys1[j] ^ tag``, the batch's additions going
+        in as one ``add_many``. Returns the suspects' j, ascending."""
+        cdef const uint64_t[::1] a = _u64(keys0)
+        cdef const uint64_t[::1] b = _u64(keys1)
+        cdef const unsigned char[::1] f = forced
+        cdef Py_ssize_t j, m = 0, size = 16
+        cdef uint64_t x, y
+        cdef _Seen seen
+        cdef uint64_t *add
+        cdef uint8_t *hit
+        if n < 0 or a.shape[0] < n or b.shape[0] < n or f.shape[0] < n:
+            raise ValueError("fewer keys than n")
+        out = []
+        if n == 0:
+            return out
+        while size < 4 * n:
+            size <<= 1
+        seen.slots = <uint64_t *>calloc(size, sizeof(uint64_t))
+        seen.mask = size - 1
+        seen.zero = 0
+        add = <uint64_t *>PyMem_Malloc(2 * n * sizeof(uint64_t))
+        hit = <uint8_t *>PyMem_Malloc(n)
+        if seen.slots == NULL or add == NULL or hit == NULL:
+            free(seen.slots)
+            PyMem_Free(add)
+            PyMem_Free(hit)
+            raise MemoryError()
+        try:
+            for j in range(n):
+                self._fetch(a[j])
+                self._fetch(a[j] ^ tag)
+                if b[j] != 0:
+                    self._fetch(b[j])
+            for j in range(n):
+                hit[j] = self._has(a[j]) or self._has(a[j] ^ tag) or (b[j] != 0 and self._has(b[j]))
+            for j in range(n):
+                x, y = a[j], b[j]
+                if not f[j] and (hit[j] or _seen_has(&seen, x) or _seen_has(&seen, x ^ tag) or
+                                 (y != 0 and _seen_has(&seen, y))):
+                    out.append(j)
+                    continue
+                _seen_add(&seen, x)
+                add[m] = x
+                m += 1
+                if y != 0:
+                    y ^= tag
+                    _seen_add(&seen, y)
+                    add[m] = y
+                    m += 1
+            self._add(add, m)
+        finally:
+            free(seen.slots)
+            PyMem_Free(add)
+            PyMem_Free(hit)
+        return out
 
     def dump(self) -> tuple[bytes, bytes]:
         """The table's slots and row cursors (to compare implementations)."""

@@ -55,6 +55,33 @@ class RefClassTable:
             rest[first] = False
             k, b = k[rest], b[rest]
 
+    def admit(self, keys0, keys1, forced, n: int, tag: int) -> list[int]:
+        return ref_admit(self, keys0, keys1, forced, n, tag)
+
     def dump(self) -> tuple[bytes, bytes]:
         """The table's slots and round-robin cursors (to compare implementations)."""
         return self._t.tobytes(), self._next.tobytes()
+
+
+def ref_admit(table, keys0, keys1, forced, n: int, tag: int) -> list[int]:
+    """``ClassTable.admit`` on any table with ``hits`` and ``add_many``: the learner's suspect
+    pass over a batch as it was written in Python before the native one."""
+    keys0, keys1 = [int(k) for k in keys0[:n]], [int(k) for k in keys1[:n]]
+    hit = table.hits(keys0, keys1, tag) if n else b""
+    seen: set[int] = set()
+    add: list[int] = []
+    out: list[int] = []
+    for j, a in enumerate(keys0):
+        b = keys1[j]
+        if not forced[j] and (hit[j] or a in seen or (a ^ tag) in seen or (b and b in seen)):
+            out.append(j)
+            continue
+        seen.add(a)
+        add.append(a)
+        if b:
+            b ^= tag
+            seen.add(b)
+            add.append(b)
+    if add:
+        table.add_many(add)
+    return out

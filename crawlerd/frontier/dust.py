@@ -31,13 +31,15 @@ and evidence: ``dust_evidence``, cached per host in ``dust_hosts``; their gramma
 from __future__ import annotations
 
 import time
+from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from xxhash import xxh3_64_intdigest as _fp
-
+from crawlerd._native.dustkeys import keys as _keys
+from crawlerd._native.dustkeys import scan as _scan
+from crawlerd._native.dustkeys_ref import keys as _ref_keys
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
 from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
@@ -54,6 +56,7 @@ _TAG = 0x5851F42D4C957F2D          # marks "skeleton without its first directory
 _MAX_TOKENS = 64.0
 _PENDING = 1 << 16                 # probes and samples remembered until their page is archived
 _NOTHING: frozenset[str] = frozenset()
+_ZERO = (0,)
 RULE_JOIN = " + "                   # joins the rules of one decision (no normalised URL has spaces)
 
 
@@ -143,8 +146,51 @@ class DustLearner:
         Seeds (depth 0) and redirect targets (hops) are never suspects. A declared canonical comes
         through here like any link: a suspect when the page that named it (a variant of it) was
         admitted, since fetching it would fetch that content again.
-        Hot path (every new URL): plain string work, one hash per URL with parameters or a short
-        first directory, the table looked up once per batch."""
+        Hot path (every new URL): one native pass (``_native.dustkeys``) computes the suspect keys
+        and stops only at a URL the host's rules (or an active prior's mark) must decide, or of a
+        shape it leaves to ``dustkeys_ref.keys`` (after the rules, ``dustkeys.keys`` computes the keys of
+        one URL); one more (``ClassTable.admit``) finds the
+        suspects. The plain-Python pass it replaces: ``admit_batch_reference``."""
+        n = len(urls)
+        out: list[Decision] = [_NORMAL] * n
+        if hosts is None:
+            hosts = [url[:url.find("/", 8)] for url in urls]      # their host keys
+        info = self.hosts.info
+        priors = bool(self.priors.active)
+        lookup = bool(info) or priors
+        marks = self.hosts.prior_marks() if priors else ()
+        defer = self.defer
+        keys0, keys1, idx = array("Q", _ZERO) * n, array("Q", _ZERO) * n, array("q", _ZERO) * n
+        forced = bytearray(n)
+        i = m = 0
+        while True:
+            i, m = _scan(urls, fps, depths, hops, hosts, i, info, lookup, marks, defer, keys0, keys1, forced, idx, m)
+            if i >= n:
+                break
+            url, host, fp = urls[i], hosts[i], fps[i]
+            hi = info.get(host) if lookup else None
+            if lookup and (priors or (hi is not None and hi.trusted)):
+                d = self._trusted(url, fp, host, hi)
+                if d is not None:
+                    out[i] = d
+                    i += 1
+                    continue
+            if defer:
+                keys0[m], keys1[m] = _keys(url, fp, hi.relevant if hi is not None else _NOTHING)
+                forced[m] = depths[i] == 0 or hops[i] > 0
+                idx[m] = i
+                m += 1
+            i += 1
+        if m:
+            for j in self._classes.admit(keys0, keys1, forced, m, _TAG):
+                i = idx[j]
+                out[i] = self._probe_or_defer(fps[i], hosts[i], keys0[j], keys1[j])
+        return out
+
+    def admit_batch_reference(self, urls: Sequence[str], fps: Sequence[int], depths: Sequence[int],
+                              hops: Sequence[int], hosts: Sequence[str] | None = None) -> list[Decision]:
+        """``admit_batch`` as plain Python, one URL at a time (the pass before its native kernels):
+        the same decisions and the same effects on the learner; the tests compare the two."""
         out: list[Decision] = [_NORMAL] * len(urls)
         info = self.hosts.info
         priors = bool(self.priors.active)
@@ -168,14 +214,10 @@ class DustLearner:
                         continue
             if not defer:
                 continue
-            if "?" in url or ";" in url:
-                main, _dropped, alt = skeleton(url, relevant)
-                k0 = _fp(main.encode()) if main != url else fp
-            else:
-                k0, alt = fp, alt_path(url, relevant)
+            k0, k1 = _ref_keys(url, fp, relevant)
             idx.append(i)
             keys0.append(k0)
-            keys1.append(_fp(alt.encode()) if alt else 0)
+            keys1.append(k1)
             forced_l.append(depths[i] == 0 or hops[i] > 0)
         if not idx:
             return out
@@ -443,9 +485,11 @@ class DustLearner:
         info = self.hosts.info.get(host)
         if self.priors.active:
             info = self._adopt_seen(url, host, info, same_host) or info
-        main = self._skeleton(url, info.relevant if info else _NOTHING)[0] if "?" in url or ";" in url else url
-        if main != url:
-            self.store.add_archived(fingerprint(main), SKEL, digest=d32, simhash=simhash)
+        if "?" in url or ";" in url:
+            # its skeleton's fingerprint when that is not the URL itself (``keys`` gives the 0 passed then)
+            main = _keys(url, 0, info.relevant if info else _NOTHING)[0]
+            if main:
+                self.store.add_archived(main, SKEL, digest=d32, simhash=simhash)
         if info is not None and info.trusted:
             for e in (st.evidence if learned.trusted else st.evidence[-1:]):
                 self._record_rewrite(e, info)

@@ -178,8 +178,21 @@ class Rule:
 _RULE_TEXT = re.compile(r"([?;])([^=<>]*)(?:=<(num|hex|token)>|(=[^<>]*))?")
 
 
+_PARSED: dict[str, Rule] = {}
+
+
 def parse_rule(text: str) -> Rule:
-    """Inverse of ``Rule.text``; ValueError on anything else."""
+    """Inverse of ``Rule.text``; ValueError on anything else. Rules are immutable values: the first
+    4,096 texts parsed are kept (a host record's rules are parsed each time it is loaded)."""
+    rule = _PARSED.get(text)
+    if rule is None:
+        rule = _parse_rule(text)
+        if len(_PARSED) < 4096:
+            _PARSED[text] = rule
+    return rule
+
+
+def _parse_rule(text: str) -> Rule:
     if text.startswith("/"):
         m = re.fullmatch(r"/([^/]+)/ -> /(?:([^/]+)/)?", text)
         if m is None:

@@ -73,3 +73,28 @@ class TestClassTable:
         assert t.hits([11, 22, 44, 44, 55], [0, 0, 33, 0, 66], TAG) == b"\1\1\1\0\0"
         with pytest.raises(ValueError):
             t.hits([1, 2], [1], TAG)
+
+
+@pytest.mark.parametrize("entries", [16, 5000])
+@pytest.mark.parametrize("seed", range(3))
+def test_admit_is_hits_the_batchs_own_keys_and_add_many_in_one_pass(entries, seed):
+    """``ClassTable.admit`` (the learner's suspect pass in C) answers and fills the table as the
+    pass written with ``hits``, a Python set and ``add_many`` (``suspects_ref.ref_admit``), on
+    batches with repeats, keys that are another's ``^ tag``, 0 keys and forced entries."""
+    from crawlerd._native.suspects_ref import ref_admit
+
+    rng = random.Random(seed)
+    pool = [rng.getrandbits(64) for _ in range(200)] + [0, 1, TAG] + [r << 8 for r in range(1, 6)]
+    pool += [k ^ TAG for k in pool[:40]]
+    native, by_calls, ref = ClassTable(entries), ClassTable(entries), RefClassTable(entries)
+    for batch in _stream(rng, 80, pool):
+        n = len(batch)
+        k1 = [rng.choice(pool) if rng.random() < 0.5 else 0 for _ in batch]
+        forced = bytes(rng.random() < 0.1 for _ in batch)
+        pad = rng.randrange(3)                      # the learner's arrays may be longer than n
+        k0a, k1a = array("Q", batch + [7] * pad), array("Q", k1 + [7] * pad)
+        got = native.admit(k0a, k1a, bytearray(forced + b"\1" * pad), n, TAG)
+        assert got == ref_admit(by_calls, batch, k1, forced, n, TAG) == ref.admit(batch, k1, forced, n, TAG)
+        assert native.dump() == by_calls.dump() == ref.dump()
+    with pytest.raises(ValueError):
+        native.admit(array("Q", [1]), array("Q", [1]), b"\0", 2, TAG)

@@ -64,3 +64,15 @@ def test_a_host_learns_the_same_with_and_without_the_memo(seed, monkeypatch):
         assert plain.to_record() == fast.to_record()
         assert _summary(lp) == _summary(lf)
     assert fast.rules or fast.retired                                 # the stream did teach it something
+
+
+def test_parsed_rules_are_kept_and_bad_texts_refused_every_time():
+    """A host record's rules are parsed at each load: a text parsed before gives the same
+    (immutable) rule object, its text round-trips, and a bad text raises each time."""
+    from crawlerd.frontier.dust_rules import parse_rule
+
+    for text in ("?sid=<hex>", "?utm_source", "?view=print", ";jsessionid", "/m/ -> /", "/a/ -> /b/"):
+        assert parse_rule(text) is parse_rule(text) and parse_rule(text).text == text
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            parse_rule("?a=<nope>")
