@@ -14,8 +14,13 @@ import numpy as np
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
 
 cdef inline bint _quick(str url, str key, Py_ssize_t max_len, Py_ssize_t few) noexcept:
@@ -42,7 +47,8 @@ def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize
     cdef uint64_t[::1] kv = karr
     cdef list aux = []
     cdef str url, key
-    cdef bytes u8, rec
+    cdef bytes rec
+    cdef const char* u8
     cdef char* out
     for ln in links:
         url = ln.url
@@ -54,12 +60,11 @@ def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize
                 continue
         kv[m] = ln.fp
         m += 1
-        u8 = PyUnicode_AsUTF8String(url)
-        ul = PyBytes_GET_SIZE(u8)
+        u8 = PyUnicode_AsUTF8AndSize(url, &ul)     # an ASCII URL's own characters: no copy
         rec = PyBytes_FromStringAndSize(NULL, hl + ul)
         out = PyBytes_AS_STRING(rec)
         memcpy(out, PyBytes_AS_STRING(head), hl)
-        memcpy(out + hl, PyBytes_AS_STRING(u8), ul)
+        memcpy(out + hl, u8, ul)
         aux.append(rec)
     return karr[:m], aux
 
