@@ -15,7 +15,7 @@ import numpy as np
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 
@@ -39,12 +39,14 @@ cdef inline bint _quick(str url, str key, Py_ssize_t max_len, Py_ssize_t few) no
 
 def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize_t few, object check, list reasons not None):
     """The seen-set records of a page's ``links`` (``Link``: url, fp, host key) that pass the filter:
-    ``(keys, aux)``, the fingerprints as a uint64 array and each ``head + url`` as UTF-8 bytes,
-    in order. A link the quick test (``max_len`` characters, ``few`` slashes after the host, no
+    ``(keys, aux, lens)``, the fingerprints as a uint64 array, each ``head + url`` as UTF-8 bytes
+    and their lengths as a little-endian uint32 array (the intake log's), in order. A link the quick test (``max_len`` characters, ``few`` slashes after the host, no
     query) does not pass goes to ``check(url, host_key)``; its drop reason is appended to ``reasons``."""
     cdef Py_ssize_t n = len(links), m = 0, hl = len(head), ul
     cdef object karr = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] kv = karr
+    cdef object larr = np.empty(n, dtype="<u4")
+    cdef uint32_t[::1] lv = larr
     cdef list aux = []
     cdef str url, key
     cdef bytes rec
@@ -59,14 +61,15 @@ def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize
                 reasons.append(reason)
                 continue
         kv[m] = ln.fp
-        m += 1
         u8 = PyUnicode_AsUTF8AndSize(url, &ul)     # an ASCII URL's own characters: no copy
         rec = PyBytes_FromStringAndSize(NULL, hl + ul)
         out = PyBytes_AS_STRING(rec)
         memcpy(out, PyBytes_AS_STRING(head), hl)
         memcpy(out + hl, u8, ul)
         aux.append(rec)
-    return karr[:m], aux
+        lv[m] = <uint32_t>(hl + ul)
+        m += 1
+    return karr[:m], aux, larr[:m]
 
 
 def answers(list runs not None, uint64_t mark, object host_key):

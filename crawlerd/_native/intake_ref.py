@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def links(links: list, head: bytes, max_len: int, few: int, check, reasons: list) -> tuple[np.ndarray, list[bytes]]:
+def links(links: list, head: bytes, max_len: int, few: int, check,
+          reasons: list) -> tuple[np.ndarray, list[bytes], np.ndarray]:
     """Every link goes to ``check`` (whose own quick test is the kernel's ``max_len``/``few`` one)."""
     keys, aux = [], []
     text = head.decode()
@@ -18,7 +19,7 @@ def links(links: list, head: bytes, max_len: int, few: int, check, reasons: list
             continue
         keys.append(ln.fp)
         aux.append((text + ln.url).encode())
-    return np.array(keys, dtype=np.uint64), aux
+    return np.array(keys, dtype=np.uint64), aux, np.array([len(a) for a in aux], dtype="<u4")
 
 
 def answers(runs: list, mark: int, host_key) -> tuple[list[tuple], list[tuple[int, str]], int, int]:

@@ -153,14 +153,14 @@ class Intake:
         reasons: list[str] = []
         f = self.url_filter
         # one native pass: the filter's quick test, each record ``head + url`` (encode_aux's), the keys
-        keys, aux = _links(links, f"{depth} {hops} {priority} ".encode(), f.max_url_length, f.quick_slashes,
+        keys, aux, lens = _links(links, f"{depth} {hops} {priority} ".encode(), f.max_url_length, f.quick_slashes,
                            f.check, reasons)
         if reasons:
             dropped = self.metrics.dropped
             for reason in reasons:
                 dropped[reason] += 1
         if aux:
-            self.seen.submit(keys, aux)
+            self.seen.submit(keys, aux, lens)
         return len(aux)
 
     def page_links(self) -> int:

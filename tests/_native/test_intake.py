@@ -55,7 +55,7 @@ class TestLinks:
         links = gen_links(rng, 3000)
         mine, theirs = small_filter(), small_filter()
         reasons = []
-        keys, aux = impl.links(links, b"3 0 1 ", mine.max_url_length, mine.quick_slashes, mine.check, reasons)
+        keys, aux, lens = impl.links(links, b"3 0 1 ", mine.max_url_length, mine.quick_slashes, mine.check, reasons)
         want_keys, want_aux, want_reasons = [], [], []
         for ln in links:                            # the loop Intake.submit_links ran
             reason = theirs.check(ln.url, ln.host_key)
@@ -66,6 +66,7 @@ class TestLinks:
                 want_aux.append(f"3 0 1 {ln.url}".encode())
         assert keys.dtype == np.uint64 and keys.tolist() == want_keys
         assert aux == want_aux
+        assert lens.dtype == np.dtype("<u4") and lens.tolist() == [len(a) for a in want_aux]
         assert reasons == want_reasons and len(set(reasons)) == 5     # every drop reason met
         assert mine.drops == theirs.drops and mine.memory() == theirs.memory()
 
@@ -81,10 +82,10 @@ class TestLinks:
                        for u, k in calls)
 
     def test_empty_and_all_dropped(self, impl):
-        keys, aux = impl.links([], b"0 0 0 ", 10, 2, lambda u, k: None, [])
-        assert len(keys) == 0 and aux == []
+        keys, aux, lens = impl.links([], b"0 0 0 ", 10, 2, lambda u, k: None, [])
+        assert len(keys) == 0 and aux == [] and len(lens) == 0
         reasons = []
-        keys, aux = impl.links(gen_links(random.Random(1), 5), b"0 0 0 ", 5, 2, lambda u, k: "url_too_long", reasons)
+        keys, aux, _ = impl.links(gen_links(random.Random(1), 5), b"0 0 0 ", 5, 2, lambda u, k: "url_too_long", reasons)
         assert len(keys) == 0 and aux == [] and reasons == ["url_too_long"] * 5
 
 
