@@ -3,7 +3,9 @@
 A crawl-shaped stream of answers (``--hosts`` hosts, each its own registered domain like simweb's
 ``h{i}.sim``; a page's links: 15 on its own host, 2 on other hosts; half of the answers unique)
 goes through ``Intake.on_seen_results`` in deliveries of 8,192 answers, the way the seen-set's
-pump hands them over, with budgets on (the shipped rule and probation); robots (``--robots``:
+pump hands them over (a ``Delivery``: a page's answers one journal block's run, as a submit per
+page makes them; ``--objects``: a list of answer objects instead, as before the nineteenth pass),
+with budgets on (the shipped rule and probation); robots (``--robots``:
 every host's rules ``Disallow: /private/``, 2% of the links there) and DUST (``--dust``: the shipped
 learner behind the shard's gate) off unless asked for.
 After warm-up deliveries (and 3,000 seed answers, the trust roots), ``--deliveries`` are timed:
@@ -34,14 +36,17 @@ import tempfile
 import time
 import tracemalloc
 
+import numpy as np
+
 from crawlerd import config
+from crawlerd._native import drum as native_drum
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
 from crawlerd.fetch.robots.rules import RobotsRules
 from crawlerd.frontier import Frontier
 from crawlerd.frontier.budgets import Budgets
 from crawlerd.metrics import Metrics
-from crawlerd.seen.drum_answers import DrumResult, Op
+from crawlerd.seen.drum_answers import Delivery, DrumResult, Op, _Part
 from crawlerd.shard import intake as intake_module
 from crawlerd.shard.dust import DustGate, open_learner
 from crawlerd.shard.events import FetchEvents
@@ -62,11 +67,28 @@ class Seen:
     def __init__(self) -> None:
         self.acked: asyncio.Event | None = None
 
-    def ack(self) -> None:
+    def release(self) -> None:
+        pass
+
+    def ack(self, upto: int | None = None) -> None:
         self.acked.set()
 
 
-def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: int) -> list[list[DrumResult]]:
+def as_delivery(results: list[DrumResult]) -> Delivery:
+    """The answers as the seen-set's pump hands them over: one run per page (a submit's journal block)."""
+    parts, i = [], 0
+    while i < len(results):
+        run = results[i:i + 17]
+        aux = [r.aux for r in run]
+        parts.append(_Part(run[0].seq, Op.CHECK_UPDATE, np.array([r.key for r in run], dtype=np.uint64),
+                           np.array([r.unique for r in run], dtype=np.uint8), None, b"".join(aux),
+                           np.cumsum([len(a) for a in aux], dtype=np.int64)))
+        i += len(run)
+    return Delivery(parts, len(results), native_drum.make_results, 0)
+
+
+def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: int,
+               objects: bool = True) -> list:
     out, seq = [], first_seq
     for _ in range(n):
         one: list[DrumResult] = []
@@ -80,7 +102,7 @@ def deliveries(rng: random.Random, hosts: int, n: int, depth: int, first_seq: in
                                       unique=rng.random() < UNIQUE_SHARE, value=None,
                                       aux=encode_aux(depth, 1, 1, url), seq=seq))
                 seq += 1
-        out.append(one[:DELIVERY])
+        out.append(one[:DELIVERY] if objects else as_delivery(one[:DELIVERY]))
     return out
 
 
@@ -120,7 +142,7 @@ async def one_run(args: argparse.Namespace, seed: int) -> dict:
         rng = random.Random(seed)
         seeds = deliveries(rng, args.hosts, 1, 0, 0)[0][:SEEDS]
         warm = deliveries(rng, args.hosts, args.warmup, 2, SEEDS)
-        timed = deliveries(rng, args.hosts, args.deliveries, 2, warm[-1][-1].seq + 100)
+        timed = deliveries(rng, args.hosts, args.deliveries, 2, warm[-1][-1].seq + 100, args.objects)
         await deliver(seeds)
         for d in warm:
             await deliver(d)
@@ -161,6 +183,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--robots", action="store_true", help="every host's robots rules checked at admission")
     p.add_argument("--dust", action="store_true", help="the DUST gate at admission (the shipped learner)")
+    p.add_argument("--objects", action="store_true",
+                   help="deliveries as lists of answer objects (the timed ones; default: as the seen-set hands them over)")
     p.add_argument("--peak", action="store_true",
                    help="trace the timed deliveries' Python allocations and report their peak (CPU not comparable)")
     p.add_argument("--commit-answers", type=int, default=0,

@@ -11,8 +11,8 @@ delivered on the loop, acknowledged after the frontier committed them), with
 """
 
 from crawlerd.seen.drum import Drum
-from crawlerd.seen.drum_answers import DrumResult
+from crawlerd.seen.drum_answers import DrumResult, answer_runs
 from crawlerd.seen.drum_files import DrumCorrupt, DrumError
 from crawlerd.seen.front import AsyncSeenSet, SeenSetError
 
-__all__ = ["AsyncSeenSet", "Drum", "DrumCorrupt", "DrumError", "DrumResult", "SeenSetError"]
+__all__ = ["AsyncSeenSet", "Drum", "DrumCorrupt", "DrumError", "DrumResult", "answer_runs", "SeenSetError"]

@@ -14,6 +14,7 @@ import bisect
 import collections.abc
 import enum
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -143,6 +144,22 @@ class Delivery(collections.abc.Sequence):
     def __repr__(self) -> str:
         return f"Delivery({self._n} answers)"
 
+    def runs(self, start: int, stop: int) -> list[tuple]:
+        """Answers ``start`` to ``stop - 1`` as arrays, no answer object made: one ``(keys, unique,
+        seq, i0, i1, aux, ends)`` per run they span (``answer_runs``)."""
+        out: list[tuple] = []
+        if start >= stop:
+            return out
+        k = bisect.bisect_right(self._starts, start) - 1
+        while start < stop:
+            p, base = self._parts[k], self._starts[k]
+            i0 = start - base
+            i1 = min(len(p.keys), stop - base)
+            out.append((p.keys, p.unique, p.seq, i0, i1, p.aux, p.ends))
+            start += i1 - i0
+            k += 1
+        return out
+
     def _make_range(self, start: int, stop: int) -> list[DrumResult]:
         out: list[DrumResult] = []
         if start >= stop:
@@ -157,6 +174,30 @@ class Delivery(collections.abc.Sequence):
             start += i1 - i0
             k += 1
         return out
+
+
+def answer_runs(results: Sequence[DrumResult], start: int, stop: int) -> list[tuple]:
+    """Answers ``start`` to ``stop - 1`` of a delivery as runs of arrays: ``(keys, unique, seq, i0,
+    i1, aux, ends)``, answer j of a run (``i0`` <= j < ``i1``) having seq ``seq + j``, its aux
+    ``aux[ends[j - 1]:ends[j]]`` (``ends[-1]`` read as 0; both None: submitted without aux). A
+    ``Delivery`` hands its arrays over as they are; a list of answers (a test's) is packed into
+    runs of consecutive seqs."""
+    if isinstance(results, Delivery):
+        return results.runs(start, min(stop, len(results)))
+    out: list[tuple] = []
+    group: list[DrumResult] = []
+    for r in list(results[start:stop]) + [None]:
+        if group and (r is None or r.seq != group[-1].seq + 1 or (r.aux is None) != (group[0].aux is None)):
+            aux = ends = None
+            if group[0].aux is not None:
+                aux = b"".join(g.aux for g in group)
+                ends = np.cumsum([len(g.aux) for g in group], dtype=np.int64)
+            out.append((np.array([g.key for g in group], dtype=np.uint64),
+                        np.array([g.unique for g in group], dtype=np.uint8), group[0].seq, 0, len(group), aux, ends))
+            group = []
+        if r is not None:
+            group.append(r)
+    return out
 
 
 class AnswerQueue:

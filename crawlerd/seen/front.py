@@ -192,9 +192,11 @@ class AsyncSeenSet:
         self._next_poll = loop.time() + self.poll_interval_s
         self._poke()
 
-    def submit(self, keys: Sequence[int] | np.ndarray, aux: Sequence[bytes] | None = None) -> None:
+    def submit(self, keys: Sequence[int] | np.ndarray, aux: Sequence[bytes] | None = None,
+               lens: np.ndarray | None = None) -> None:
         """Queue keys for check+update (non-blocking, any time before close). Never drops a key:
-        past ``max_pending_keys`` only ``backpressure`` rises."""
+        past ``max_pending_keys`` only ``backpressure`` rises. ``lens``: the aux records' lengths
+        (uint32), when the caller has them."""
         self.raise_if_failed()
         if self._closed:
             raise SeenSetError("seen-set is closed")
@@ -207,13 +209,13 @@ class AsyncSeenSet:
         auxl = None
         if aux is not None:
             auxl = list(aux)
-            if len(auxl) != n:
+            if len(auxl) != n or (lens is not None and len(lens) != n):
                 raise ValueError("aux must have one entry per key")
         then = None if self._intake.thread is None else functools.partial(self._on_logged, self._next_seq + n)
-        self._intake.append(self._next_seq, karr, auxl, then)
+        auxb = self._intake.append(self._next_seq, karr, auxl, then, lens)
         if then is None:
             self._logged_seq = self._next_seq + n
-        self._waiting.add(karr, auxl)
+        self._waiting.add(karr, auxl, auxb)
         self._next_seq += n
         self._poke()
 

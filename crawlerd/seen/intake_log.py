@@ -84,9 +84,10 @@ class IntakeWriter:
         self.thread = thread
 
     def append(self, first_seq: int, karr: np.ndarray, aux: list[bytes] | None,
-               then: Callable[[], None] | None = None) -> None:
+               then: Callable[[], None] | None = None, lens: np.ndarray | None = None) -> int:
         """One record; without a thread it is written when this returns, with one ``then`` runs
-        on the loop once it is."""
+        on the loop once it is. ``lens``: the aux records' lengths when the caller has them.
+        Returns the record's aux bytes."""
         if not self.is_open:
             self.segment_no += 1
             self.segment = segment_path(self.path, self.segment_no)
@@ -98,7 +99,8 @@ class IntakeWriter:
         flags = auxb = 0
         if aux is not None:
             flags = AUX
-            parts.append(np.fromiter(map(len, aux), dtype="<u4", count=n).tobytes())
+            parts.append((np.fromiter(map(len, aux), dtype="<u4", count=n) if lens is None
+                          else lens.astype("<u4", copy=False)).tobytes())
             parts.append(b"".join(aux))
             auxb = len(parts[-1])
         crc = _crc(RECORD.pack(RECORD_MAGIC, flags, n, auxb, first_seq, 0, 0), parts)
@@ -107,6 +109,7 @@ class IntakeWriter:
             write_all(self.fd, parts)
         else:
             self.thread.submit(self._run_ops, ("append", self.segment_no, parts), then)
+        return auxb
 
     def take_segment(self) -> str | None:
         """Close the open segment and return its path (None if none); the next append starts a new one."""

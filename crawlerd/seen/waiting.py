@@ -38,10 +38,13 @@ class WaitingKeys:
         self._peak = self._peak_prev = 0
         self._peak_at = 0.0
 
-    def add(self, keys: np.ndarray, aux: list[bytes] | None) -> None:
+    def add(self, keys: np.ndarray, aux: list[bytes] | None, aux_bytes: int | None = None) -> None:
+        """``aux_bytes``: the aux records' total length, when the caller has it."""
         self.batch.append((keys, aux))
         self.keys += len(keys)
-        self.bytes += len(keys) * KEY_RAM_BYTES + (sum(map(len, aux)) if aux is not None else 0)
+        if aux_bytes is None:
+            aux_bytes = sum(map(len, aux)) if aux is not None else 0
+        self.bytes += len(keys) * KEY_RAM_BYTES + aux_bytes
         self._note()
 
     def take(self) -> list[tuple[np.ndarray, list[bytes] | None]]:

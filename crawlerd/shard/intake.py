@@ -34,6 +34,8 @@ import asyncio
 import functools
 from collections.abc import Callable
 
+from crawlerd._native.intake import answers as _answers
+from crawlerd._native.intake import links as _links
 from crawlerd.config import Config
 from crawlerd.fetch.robots import RobotsCache
 from crawlerd.frontier import Frontier, QueuedURL
@@ -43,7 +45,7 @@ from crawlerd.handoff import Batch
 from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.records import Link
-from crawlerd.seen import AsyncSeenSet
+from crawlerd.seen import AsyncSeenSet, answer_runs
 from crawlerd.store.unlanded import UnlandedGate
 from crawlerd.url.canonical import fingerprint, normalize
 from crawlerd.url.filter import UrlFilter
@@ -144,23 +146,22 @@ class Intake:
         if page:
             self._pages_linked += 1
             self._page_links += len(links)
-        keys, aux = [], []
         if priority is None:
             priority = self.priority_for_depth(depth)
         if self.shards > 1:
             links = self._route(links, depth, hops, priority)
-        check, dropped = self.url_filter.check, self.metrics.dropped
-        head = f"{depth} {hops} {priority} "       # encode_aux's, once for the page's links
-        for ln in links:
-            reason = check(ln.url, ln.host_key)
-            if reason:
+        reasons: list[str] = []
+        f = self.url_filter
+        # one native pass: the filter's quick test, each record ``head + url`` (encode_aux's), the keys
+        keys, aux, lens = _links(links, f"{depth} {hops} {priority} ".encode(), f.max_url_length, f.quick_slashes,
+                           f.check, reasons)
+        if reasons:
+            dropped = self.metrics.dropped
+            for reason in reasons:
                 dropped[reason] += 1
-                continue
-            keys.append(ln.fp)
-            aux.append((head + ln.url).encode())
-        if keys:
-            self.seen.submit(keys, aux)
-        return len(keys)
+        if aux:
+            self.seen.submit(keys, aux, lens)
+        return len(aux)
 
     def page_links(self) -> int:
         """Links a page with links gave so far, on average (rounded up; 0 before the first): what a
@@ -321,7 +322,7 @@ class Intake:
             gate.when_room(functools.partial(self._admit_slice, results, start, added, judged))
             return
         end = start + SEEN_SLICE
-        self._admit(results[start:end] if start or end < len(results) else results, added)
+        self._admit(answer_runs(results, start, end), added)
         judged += min(end, len(results)) - start
         loop = asyncio.get_running_loop()
         if end >= len(results):
@@ -369,49 +370,18 @@ class Intake:
             return
         ack()
 
-    def _admit(self, results: list, added: list[QueuedURL]) -> None:
-        """Judge one slice of answers: the unique ones that pass robots, DUST and BEAST go to
-        ``added``; nothing is committed here.
+    def _admit(self, runs: list[tuple], added: list[QueuedURL]) -> None:
+        """Judge one slice of answers (``answer_runs``): the unique ones that pass robots, DUST and
+        BEAST go to ``added``; nothing is committed here.
 
-        One pass over the answers, then the survivors as columns: a page's links share a few hosts
-        and one record head (depth, hops, priority), so a run of one host's URLs shares its host key
-        (one string, hashed once downstream), its robots rules and its BEAST record, and a head is
-        parsed once per slice (``decode_aux`` is that per URL)."""
-        dup = again = 0
-        mark = self.frontier.seen_mark
-        fresh = []
-        robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
-        rules = None                # the host's usable robots rules, if they disallow anything
-        heads: dict[tuple[bytes, bytes, bytes], tuple[int, int, int]] = {}
-        hk, n, prefix = "", 0, "\0"  # the last URL's host key, its length, and it with the path's "/"
-        for r in results:
-            if r.seq < mark:
-                again += 1          # delivered again after a crash, but already added and committed
-                continue
-            if not r.unique:
-                dup += 1
-                continue
-            aux = r.aux
-            d, h, p, u = aux.split(b" ", 3)             # encode_aux's record
-            head = heads.get((d, h, p))
-            if head is None:
-                head = heads[d, h, p] = (int(d), int(h), int(p))
-            url = u.decode()
-            if not url.startswith(prefix):             # not on the last URL's host?
-                key = host_key(url)
-                if key != hk:
-                    hk, n, prefix = key, len(key), key + "/"
-                    if robots is not None:
-                        entry = robots.get(hk, now)
-                        rules = entry.rules if entry is not None and entry.ok else None
-                        if rules is not None and not rules.rule_count:
-                            rules = None        # nothing disallowed
-            if rules is not None:
-                path = url[n:]                  # the path and query: rules need no parse of the URL
-                if not rules.allowed(path if path[:1] == "/" and path[1:2] != "/" else url):
-                    self.denied(url)            # robots.txt decides at admission
-                    continue
-            fresh.append((r.key, aux, *head, url, hk))
+        One native pass over the answers' arrays (``_native/intake.pyx``: no answer object, a record
+        head parsed once per run of equal heads, ``host_key`` once per run of one host's URLs), then
+        the survivors as columns: a page's links share a few hosts, so a run of one host's URLs
+        shares its host key (one string, hashed once downstream), its robots rules (looked up once
+        per run) and its BEAST record."""
+        fresh, hosts, dup, again = _answers(runs, self.frontier.seen_mark, host_key)
+        if self.robots is not None and fresh:
+            fresh = self._robots_pass(fresh, hosts)
         if self.admission is not None and fresh:
             fresh = self.admission(fresh)       # DUST: skipped URLs end here, suspects deferred
         counters = self.metrics.counters
@@ -436,6 +406,31 @@ class Intake:
         deferred = passed.count(False)
         if deferred:
             counters["budget_deferred"] += deferred
+
+    def _robots_pass(self, fresh: list[tuple], hosts: list[tuple[int, str]]) -> list[tuple]:
+        """``fresh`` without the URLs their host's current robots.txt rules disallow (each counted
+        and reported, ``denied``); a host whose rules disallow nothing costs one lookup."""
+        robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
+        keep = None                 # the URLs kept so far, once one host has rules to apply
+        for i, (at, hk) in enumerate(hosts):
+            stop = hosts[i + 1][0] if i + 1 < len(hosts) else len(fresh)
+            entry = robots.get(hk, now)
+            rules = entry.rules if entry is not None and entry.ok else None
+            if rules is None or not rules.rule_count:
+                if keep is not None:
+                    keep += fresh[at:stop]
+                continue
+            if keep is None:
+                keep = fresh[:at]
+            n = len(hk)
+            for item in fresh[at:stop]:
+                url = item[5]
+                path = url[n:]              # the path and query: rules need no parse of the URL
+                if rules.allowed(path if path[:1] == "/" and path[1:2] != "/" else url):
+                    keep.append(item)
+                else:
+                    self.denied(url)        # robots.txt decides at admission
+        return fresh if keep is None else keep
 
     def _offer_each(self, fresh: list[tuple]) -> list[bool]:
         """BEAST's verdict per URL, in order, seeds (depth 0) made trust roots of STAR, never charged."""

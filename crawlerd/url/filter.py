@@ -78,7 +78,9 @@ class UrlFilter:
         self.max_url_length = max_url_length
         self.max_path_depth = max_path_depth
         self.max_repeated_segments = max_repeated_segments
-        self._few_slashes = min(max_path_depth, max_repeated_segments)
+        # a URL with its host key, no query, at most max_url_length characters and at most this many
+        # slashes after its host passes check without a parse or a change of state (its quick test)
+        self.quick_slashes = min(max_path_depth, max_repeated_segments)
         self.max_query_params = max_query_params
         self.max_param_values = max_param_values
         self.state_bytes = state_bytes
@@ -103,7 +105,7 @@ class UrlFilter:
         """The reason to drop ``url`` (counted, its values remembered), or None; ``key``: its host
         key when the caller has it (a worker's link), else taken from the URL."""
         if key and "?" not in url and len(url) <= self.max_url_length and \
-                url.count("/", len(key)) <= self._few_slashes:
+                url.count("/", len(key)) <= self.quick_slashes:
             return None         # most links: no query, a short path (what _reason finds for them)
         reason = self._reason(url, key=key)
         if reason is not None:
@@ -120,7 +122,7 @@ class UrlFilter:
         key = key or host_key(url)
         path, _, query = url[len(key):].partition("?")
         # a path has at most as many segments as slashes: few slashes pass both segment checks
-        if path.count("/") > self._few_slashes:
+        if path.count("/") > self.quick_slashes:
             segs = [s for s in path.split("/") if s]
             if len(segs) > self.max_path_depth:
                 return PATH_TOO_DEEP

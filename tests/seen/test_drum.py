@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from crawlerd._native import drum as native
 from crawlerd._native import drum_ref as ref
 from crawlerd.seen.drum import Drum
-from crawlerd.seen.drum_answers import Op
+from crawlerd.seen.drum_answers import Op, answer_runs
 from crawlerd.seen.drum_files import HEADER_BYTES, DrumError
 
 KERNELS = [pytest.param(native, id="native"), pytest.param(ref, id="ref")]
@@ -475,3 +475,27 @@ def test_merged_answers_waiting_for_the_consumer_stay_on_disk(kern, tmp_path):
         assert dr.answers_ram_bytes == 0 and dr.pending == 0
         dr.check_update([1, 2, 3])
         assert dr.unmerged == 3 and dr.pending == 3
+
+
+@pytest.mark.parametrize("kern", KERNELS)
+def test_a_deliverys_runs_are_its_answers_as_arrays(kern, tmp_path):
+    # ``answer_runs`` hands a consumer (the intake's native pass) a slice's arrays, no answer objects:
+    # read back, the runs hold the same keys, unique flags, seqs and aux as the slice's objects.
+    rng = random.Random(5)
+    keys = [rng.getrandbits(64) for _ in range(3000)]
+    keys[2000:2100] = keys[:100]                    # duplicates among them
+    aux = [b"1 0 1 https://h%d.example/%x" % (k % 13, k) for k in keys]
+    with Drum(str(tmp_path), buckets=4, merge_bytes=64 << 20, _kernels=kern) as dr:
+        for i in range(0, len(keys), 700):          # several journal blocks: runs of a delivery
+            dr.check_update(keys[i:i + 700], aux=aux[i:i + 700])
+        dr.flush()
+        dv = dr.delivery(3000)
+        for start, stop in [(0, 3000), (650, 1450), (2999, 3000), (10, 10)]:
+            runs = answer_runs(dv, start, stop)
+            got = []
+            for ks, un, seq, i0, i1, ax, ends in runs:
+                for j in range(i0, i1):
+                    a0 = int(ends[j - 1]) if j else 0
+                    got.append((int(ks[j]), bytes(ax[a0:int(ends[j])]), seq + j, bool(un[j])))
+            assert got == [(r.key, r.aux, r.seq, r.unique) for r in dv[start:stop]]
+            assert len(runs) >= (2 if stop - start > 700 else 0)

@@ -536,3 +536,48 @@ def test_kill_9_in_the_middle_of_a_sliced_readmission_loses_no_url(tmp_path):
     # the restarted readmission passes the interrupted slice again: n URLs and that slice twice
     assert queued + waiting == n + READMIT_SLICE
     assert queued == 80 + 2 * READMIT_SLICE + batch
+
+
+def test_robots_at_admission_across_host_runs_broken_by_duplicates_and_redeliveries(tmp_path):
+    """A ruled host's URLs come in runs that duplicates and answers already added (before the seen
+    mark) of other hosts split or join: every unique URL is judged by its own host's rules, in
+    order (the denials' events in answer order), and the rest are queued once."""
+    from crawlerd.fetch.robots import RobotsCache
+    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+    from crawlerd.fetch.robots.rules import RobotsRules
+    from crawlerd.seen.drum_answers import DrumResult, Op
+    from crawlerd.shard.intake import Intake, encode_aux
+
+    ruled, free = "http://ruled.test", "http://free.test"
+    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
+    robots = RobotsCache()
+    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    rows = []       # (url, unique)
+    for i in range(40):
+        host = (ruled, free, ruled, ruled)[i % 4]
+        rows.append((f"{host}/{'private' if i % 3 else 'p'}/{i}.html", i % 5 != 2))
+        if i % 7 == 0:
+            rows.append((f"{free}/private/dup{i}.html", False))       # a duplicate between runs
+    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=u, value=None, aux=encode_aux(1, 0, 1, url), seq=i)
+               for i, (url, u) in enumerate(rows)]
+    dropped = []
+
+    async def go():
+        p = Parts(str(tmp_path))
+        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
+                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0,
+                        on_dropped=lambda url, reason: dropped.append(url))
+        try:
+            intake.on_seen_results(results)
+            intake.on_seen_results(results[: len(results) // 2])          # delivered again: all before the mark
+            return p.frontier.queued(), dict(p.metrics.counters)
+        finally:
+            await p.close()
+
+    queued, counters = run(go())
+    unique = [url for url, u in rows if u]
+    want = [url for url in unique if url.startswith(ruled + "/private/")]
+    assert dropped == want and want
+    assert queued == len(unique) - len(want)
+    assert counters["seen_duplicate"] == len(rows) - len(unique)
+    assert counters["seen_redelivered"] == len(results) // 2
