@@ -191,9 +191,17 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=16 * MiB, max=MAX_MAP_BYTES),
         _k("read_cache_bytes", int, 16 * MiB,
            "RAM for URL states read during the crawl (a URL's state is read at its lease and again at its "
-           "answer; an absent state is cached too), bytes, estimated at ~400 B per URL; least recently used "
+           "answer; an absent state is cached too, when key_filter_bytes did not rule it out), bytes, estimated at ~400 B per URL; least recently used "
            "go first. Exact (updated as commits land). 0: off. `crawlerd stats`: memory.recrawl_reads.",
            min=0, max=64 * GiB),
+        _k("key_filter_bytes", int, 8 * MiB,
+           "RAM for a filter of the URLs recrawl ever tracked (two bits per URL in a fixed bitmap, built "
+           "at start from the store's keys): a URL it has never seen, most leased URLs, is known untracked "
+           "without a read at its lease and its answer. Size it at 8 bits per tracked URL or more: a store "
+           "found at start with more URLs than that is not scanned (every lookup reads, as with 0; the scan "
+           "reads ~2 M keys a second); a crawl growing past it reads for more new URLs (~5 % at 1 URL per 8 "
+           "bits, ~40 % at 1 per 2 bits, then all). Rounded down to a power of two. 0: off. `crawlerd stats`: "
+           "recrawl.key_filter.", min=0, max=512 * MiB),
     ]),
     "budgets": ("Per-domain budgets against spam and traps (IRLbot §7: STAR reputation, BEAST queues). A "
                 "registered domain may pass budget = min(max_budget, base_budget + per_inlink x in-degree) new URLs "

@@ -5,12 +5,17 @@ address the shard already resolved and checked, takes an idle easy handle
 from the pool, pins the address with ``CURLOPT_CONNECT_TO`` (curl never
 resolves a name itself) and adds the handle to the multi handle. curl tells
 us which sockets to watch (``CURLMOPT_SOCKETFUNCTION`` -> a private epoll
-set; the loop watches its one fd) and when to wake it
-(``CURLMOPT_TIMERFUNCTION`` -> one loop timer, re-armed only when curl's
-deadline moves earlier); each readiness event or timer runs
+set; the loop watches its one fd); each readiness event or timer runs
 ``socket_action``, then ``info_read`` collects the transfers that ended
-(only when curl's running count says one did). No thread polls and nothing
-spins: an idle fetcher costs nothing.
+(only when curl's running count says one did). When to wake it is read,
+not called back: curl's deadline moves only inside our calls into it
+(``add_handle``, ``socket_action``, ``remove_handle``), so after those we
+ask ``curl_multi_timeout`` once and keep one loop timer no later than it
+(re-armed only when the deadline moves earlier; one that fires early asks
+again and sleeps on). A ``CURLMOPT_TIMERFUNCTION`` ran a Python callback
+about twice per transfer, each inside curl with the GIL released, so with
+the writer, DRUM and sync threads alive each was a GIL hand-over, often a
+wait. No thread polls and nothing spins: an idle fetcher costs nothing.
 
 What is kept. Bytes exactly as they crossed the wire: the request head as
 sent, the final response's status line and headers (1xx interim answers are
@@ -84,7 +89,7 @@ _EPOLL_OF = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
 _EPOLL_READ = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR
 _EPOLL_WRITE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
-_TIMER_SLACK_S = 0.001             # a loop timer that fires this close to curl's deadline counts as due
+_TIMER_SLACK_MS = 1                # a loop timer that fires this close to curl's deadline counts as due
 # Ready sockets handed to curl per loop callback. The private epoll set is level-triggered and
 # stays readable while sockets are left, so the loop calls back next iteration: its timers and
 # other callbacks run between batches. Unbounded, a wave of ~1,000 transfers made one iteration
@@ -123,8 +128,9 @@ class Fetcher:
     an idle keep-alive socket left in the set, or a number curl has since
     closed (the kernel dropped it from the set; the entry goes when the
     number comes back through the transfer's open-socket callback or
-    ``_on_socket``, so both maps stay bounded by the fd numbers in use); the loop timer, when
-    armed, fires no later than curl's current deadline (``_due``).
+    ``_on_socket``, so both maps stay bounded by the fd numbers in use); after every
+    call into curl that can move its deadline the loop timer is armed no later than
+    that deadline (``_arm``), so no deadline of curl's passes unserved.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, user_agent: str, guard: AddressGuard,
@@ -166,8 +172,7 @@ class Fetcher:
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)  # TLS resumption across handles
         self._share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)          # one address cache (CONNECT_TO)
         m = self._multi = pycurl.CurlMulti()
-        m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
-        m.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
+        m.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)   # no timer function: see _arm
         m.setopt(pycurl.M_MAXCONNECTS, max_connections)   # the keep-alive connection cache
         self._idle: list[Transfer] = []
         self._active: dict[pycurl.Curl, Transfer] = {}
@@ -178,7 +183,6 @@ class Fetcher:
         loop.add_reader(self._ep.fileno(), self._on_ready)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0                                # loop time the armed timer fires at
-        self._due: float | None = None                      # curl's deadline (loop time); None: no timeout
         self._closed = False
         self._released = False
         self._counts: dict[Outcome, int] = {}
@@ -290,7 +294,8 @@ class Fetcher:
         t.t0 = time.monotonic()
         fut = t.fut = self._loop.create_future()
         self._active[c] = t
-        self._multi.add_handle(c)                         # curl asks for a timer; the work starts there
+        self._multi.add_handle(c)                         # its deadline is "now": the work starts at the timer
+        self._arm()
         try:
             return await fut
         except asyncio.CancelledError:
@@ -420,17 +425,20 @@ class Fetcher:
             _, running = m.socket_action(fd, bits)
         if 0 <= running < len(self._active):
             self._collect()
+        self._arm()
 
-    def _on_timer(self, timeout_ms: int) -> None:
-        # Called by curl; never call socket_action from inside it (curl docs), schedule instead.
-        # The new deadline replaces the old one. A timer already armed for an earlier time is
-        # kept (it re-arms itself for the remainder when it fires), so the usual sequence --
-        # "now" for a new handle, then the transfer's far-off timeout -- costs one loop timer.
-        if timeout_ms < 0 or self._released:
-            self._due = None
+    def _arm(self) -> None:
+        """After a call that may have moved curl's deadline: keep the loop timer no later than it.
+        A timer already armed for an earlier time is kept (when it fires it asks again and sleeps
+        on), so the usual sequence -- "now" for a batch of new handles, then their far-off timeouts
+        -- costs one loop timer. ``curl_multi_timeout`` is a plain C call (the GIL is kept)."""
+        if self._released:
             return
+        timeout_ms = self._multi.timeout()
+        if timeout_ms < 0:
+            return                                        # nothing to time: a running timer asks again
         loop = self._loop
-        due = self._due = loop.time() + timeout_ms / 1000.0
+        due = loop.time() + timeout_ms / 1000.0
         timer = self._timer
         if timer is not None:
             if self._timer_at <= due:
@@ -441,18 +449,18 @@ class Fetcher:
 
     def _on_timeout(self) -> None:
         self._timer = None
-        due = self._due
-        if due is None:
+        if self._released:
             return
-        loop = self._loop
-        if due - loop.time() > _TIMER_SLACK_S:               # curl's deadline moved later: sleep on
-            self._timer_at = due
-            self._timer = loop.call_at(due, self._on_timeout)
+        timeout_ms = self._multi.timeout()
+        if timeout_ms < 0:
+            return                                        # the transfers that wanted it are gone
+        if timeout_ms > _TIMER_SLACK_MS:                 # curl's deadline moved later: sleep on
+            self._arm()
             return
-        self._due = None
         _, running = self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
         if running < len(self._active):
             self._collect()
+        self._arm()
 
     def _collect(self) -> None:
         """Finish every transfer curl reports done."""

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 
 import lmdb
 
+from crawlerd.frontier.key_filter import KeyFilter, packed_chunks
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.writer import WriteThread
@@ -179,7 +180,7 @@ class Recrawl:
                  reissue_timeout_s: float = DAY_S, drop_after_errors: int = 3, jitter: float = 0.1,
                  clock=time.time, rng: random.Random | None = None, map_size_bytes: int = 64 * GiB,
                  sync: bool = True, group_ops: int = 4096, write_buffer_bytes: int = 0,
-                 read_cache_bytes: int = 0):
+                 read_cache_bytes: int = 0, key_filter_bytes: int = 0):
         if not 0 < min_interval_s <= initial_interval_s <= max_interval_s:
             raise ValueError("recrawl intervals: expected 0 < min_interval_s <= initial_interval_s "
                              f"<= max_interval_s, got {min_interval_s}, {initial_interval_s}, {max_interval_s}")
@@ -207,6 +208,8 @@ class Recrawl:
         self._overlay: Overlay | None = None
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._env = None
+        self._filter: KeyFilter | None = None
+        self.reads_skipped = 0          # state reads the key filter answered "absent" without a read
         if not enabled:
             return
         os.makedirs(path, exist_ok=True)
@@ -221,6 +224,21 @@ class Recrawl:
         raw = self._w().get(b"counters", db=self._meta)
         if raw is not None:
             self._c.update(zip(_COUNTERS, _META.unpack(raw), strict=True))
+        if key_filter_bytes > 0:
+            self._filter = self._build_filter(key_filter_bytes)
+
+    def _build_filter(self, size_bytes: int) -> KeyFilter:
+        """The key filter over every URL tracked now (one pass over the ``urls`` keys, vectorised);
+        ``_put`` adds each key written from here on. A table with more keys than the filter holds
+        usefully (``KeyFilter.scan_keys``: it would read ~5 % of absent keys, and the scan would take
+        seconds) is not scanned: the filter says "maybe" to all, every lookup reads as without it."""
+        kf = KeyFilter(size_bytes)
+        txn = self._w()
+        if txn.stat(self._urls)["entries"] > kf.scan_keys:
+            kf.saturated = True
+            return kf
+        kf.add_packed(packed_chunks(txn.cursor(db=self._urls).iternext(values=False)))
+        return kf
 
     # == transactions ==========================================================
     def _w(self) -> lmdb.Transaction | Overlay:
@@ -298,12 +316,18 @@ class Recrawl:
 
     # == state ===================================================================
     def _get(self, fp: int) -> tuple[RecrawlState, int] | None:
+        kf = self._filter
+        if kf is not None and not kf.maybe(fp):
+            self.reads_skipped += 1
+            return None                 # never written here: no read (key_filter module)
         raw = self._w().get(_U64.pack(fp & 0xFFFFFFFFFFFFFFFF), db=self._urls)
         return None if raw is None else _decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
 
     def _put(self, st: RecrawlState, old_due_ms: int | None, due_ms: int, fetched_ms: int,
              captured_ms: int) -> None:
         txn, fpk = self._w(), _U64.pack(st.fp)
+        if old_due_ms is None and self._filter is not None:
+            self._filter.add(st.fp)     # before the write: the filter never misses a stored key
         if old_due_ms is not None:
             txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
         txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
@@ -489,6 +513,8 @@ class Recrawl:
         if self._overlay is not None and self._read_cache_bytes:
             ov = self._overlay.stats()["read_cache"]
             out["read_cache"] = ov
+        if self._filter is not None:
+            out["key_filter"] = self._filter.stats() | {"reads_skipped": self.reads_skipped}
         out["handed_out_now"] = out.pop("out")
         return out
 

@@ -115,7 +115,7 @@ class Shard:
                                reissue_timeout_s=rc.reissue_timeout_s, drop_after_errors=rc.drop_after_errors,
                                jitter=rc.jitter, clock=wall, map_size_bytes=rc.map_size_bytes, sync=False,
                                write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,
-                               read_cache_bytes=rc.read_cache_bytes)
+                               read_cache_bytes=rc.read_cache_bytes, key_filter_bytes=rc.key_filter_bytes)
         bu = cfg.budgets
         self.budgets: Budgets | None = None         # STAR/BEAST (frontier/budgets)
         if bu.enabled:
