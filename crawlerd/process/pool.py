@@ -99,8 +99,11 @@ def default_workers(configured: int, shards: int = 1) -> int:
     return max(1, round(total / shards))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
+    """One ``process()`` call in the pool (slots: one object the collector walks while it waits for
+    its worker, not an instance and its ``__dict__``)."""
+
     job_id: int
     result: FetchResult
     prior: PriorCapture | None
@@ -364,11 +367,13 @@ class WorkerPool:
         self._free += 1
 
     def _dispatch(self, job: _Job) -> None:
-        live = [w for w in self._workers if w is not None and w.alive]
-        if not live:
+        w, held = None, 0           # the first live worker holding the fewest jobs
+        for live in self._workers:
+            if live is not None and live.alive and (w is None or len(live.outstanding) < held):
+                w, held = live, len(live.outstanding)
+        if w is None:
             self._backlog.append(job)       # sent when a worker is back
             return
-        w = min(live, key=lambda w: len(w.outstanding))
         w.outstanding[job.job_id] = job
         r = job.result
         body = r.body
