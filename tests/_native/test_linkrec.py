@@ -60,3 +60,19 @@ def test_records_link_is_the_native_one_and_the_collector_does_not_track_it():
     assert RecordLink is Link
     assert not gc.is_tracked(Link("u", 1, "h"))
     assert gc.is_tracked(RefLink("u", 1, "h"))
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda c: c.__module__)
+def test_a_deleted_field_is_an_attribute_error_everywhere(impl):
+    a = impl("u", 1, "h")
+    del a.url
+    for read in (lambda: a.url, lambda: repr(a), lambda: a == impl("u", 1, "h")):
+        with pytest.raises(AttributeError):
+            read()
+    a.url = "v"
+    assert a == impl("v", 1, "h")
+
+
+def test_the_native_fields_read_as_a_slotted_dataclass_reads_them():
+    # member descriptors (read inline by the interpreter), not properties (a C call per read)
+    assert all(type(Link.__dict__[name]).__name__ == "member_descriptor" for name in Link.__match_args__)
