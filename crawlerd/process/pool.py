@@ -403,17 +403,20 @@ class WorkerPool:
             self._answer_near(w, msg[1])
             return
         _kind, answers, segment, size = msg
+        # decoded whole before anything is applied: a frame that does not decode (ValueError, the
+        # connection closes and the worker restarts) leaves every job it named outstanding, sent again
+        results = [(job_id, unpack_result(packed)) for job_id, packed in answers]
         w.segment, w.acked_bytes = segment, size
         self.answer_frames += 1
         self.answers_framed += len(answers)
         self._quick_deaths = 0
         self._start_deaths = 0
-        for job_id, packed in answers:
+        for job_id, pr in results:
             w.answered += 1
             w.ring.release(job_id)
             job = w.outstanding.pop(job_id, None)
             if job is not None and not job.future.done():
-                job.future.set_result(unpack_result(packed))
+                job.future.set_result(pr)
 
     async def _watch(self, w: _Worker) -> None:
         """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""

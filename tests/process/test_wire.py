@@ -92,3 +92,29 @@ def test_hostile_frames_close_the_connection_and_decode_nothing():
                  b"\x7f\xff\xff\xff" + b"x" * 16):                              # longer than MAX_FRAME
         got, proto, transport = _feed([data])
         assert got == [] and proto.error is not None and transport.closed
+
+
+def test_an_answer_frame_that_does_not_decode_applies_nothing():
+    """The pool decodes a frame whole before it applies it: an answer that does not decode leaves
+    every job of the frame outstanding (the connection closes, the restarted worker gets them
+    again) instead of losing the ones taken off before it."""
+    from types import SimpleNamespace
+
+    from crawlerd.process.pool import WorkerPool
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        pool = WorkerPool(1, {})
+        released: list[int] = []
+        jobs = {i: SimpleNamespace(job_id=i, future=loop.create_future()) for i in (1, 2)}
+        w = SimpleNamespace(segment="old", acked_bytes=5, answered=0, outstanding=dict(jobs),
+                            ring=SimpleNamespace(release=released.append))
+        bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in pack_result(result(2)))
+        with pytest.raises(ValueError):
+            pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, bad)], "new", 99))
+        assert set(w.outstanding) == {1, 2} and not any(j.future.done() for j in jobs.values())
+        assert (w.segment, w.acked_bytes, w.answered, released, pool.answer_frames) == ("old", 5, 0, [], 0)
+        pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, pack_result(result(2)))], "new", 99))
+        assert w.outstanding == {} and [jobs[i].future.result() for i in (1, 2)] == [result(1), result(2)]
+        assert (w.segment, w.acked_bytes, w.answered, released) == ("new", 99, 2, [1, 2])
+    asyncio.run(go())
