@@ -2,13 +2,16 @@
 
 The fetcher returns a :class:`FetchResult`; the shard hands it to processing,
 which returns a :class:`ProcessResult`. Both are plain data so they can cross
-a process boundary (pickle) cheaply.
+a process boundary (pickle) cheaply. A page's outlinks are :class:`Link` records, a native
+type (``crawlerd._native.linkrec``: built in C, not tracked by the cyclic collector; its
+reference is the dataclass in ``linkrec_ref``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crawlerd._native.linkrec import Link  # a page's outlink (url, fp, host_key, nofollow)
 from crawlerd.outcome import Outcome
 
 
@@ -49,14 +52,6 @@ class FetchResult:
             if k.lower() == lname:
                 return v
         return None
-
-
-@dataclass(slots=True)
-class Link:
-    url: str           # normalised absolute URL
-    fp: int            # 64-bit fingerprint (unsigned)
-    host_key: str      # scheme://host[:port], the politeness key
-    nofollow: bool = False
 
 
 @dataclass(slots=True)

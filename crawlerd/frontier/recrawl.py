@@ -127,19 +127,20 @@ def _ms(t: float) -> int:
     return min(int(t * 1000.0), (1 << 64) - 1)
 
 
-def _enc(s: str | None) -> bytes:
-    return b"" if s is None else s.encode("utf-8", "surrogateescape")
-
-
 def _dec(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
 def _encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) -> bytes:
-    parts = [_enc(st.url), _enc(st.host_key), _enc(st.etag), _enc(st.last_modified), _enc(st.digest)]
-    flags = _FLAG_OUT if st.handed_out else 0
+    # each string as UTF-8 (surrogates kept: _dec reverses it), "" for None; inline, once per answer
+    url = st.url.encode("utf-8", "surrogateescape")
+    host = st.host_key.encode("utf-8", "surrogateescape")
+    etag = b"" if st.etag is None else st.etag.encode("utf-8", "surrogateescape")
+    lm = b"" if st.last_modified is None else st.last_modified.encode("utf-8", "surrogateescape")
+    digest = b"" if st.digest is None else st.digest.encode("utf-8", "surrogateescape")
     return _REC.pack(due_ms, fetched_ms, captured_ms, st.interval_s, min(st.status, _U16_MAX),
-                     min(st.errors, 255), flags, min(st.depth, _U16_MAX), *map(len, parts)) + b"".join(parts)
+                     min(st.errors, 255), _FLAG_OUT if st.handed_out else 0, min(st.depth, _U16_MAX),
+                     len(url), len(host), len(etag), len(lm), len(digest)) + url + host + etag + lm + digest
 
 
 def _decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
@@ -162,7 +163,7 @@ def _validator(v: str | None) -> str | None:
     if v is None:
         return None
     v = v.strip()
-    if not v or len(v) > MAX_VALIDATOR_BYTES or any(c in v for c in "\r\n\0"):
+    if not v or len(v) > MAX_VALIDATOR_BYTES or "\r" in v or "\n" in v or "\0" in v:
         return None              # never echo a header we could not send back intact
     return v
 

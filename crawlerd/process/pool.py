@@ -99,8 +99,11 @@ def default_workers(configured: int, shards: int = 1) -> int:
     return max(1, round(total / shards))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
+    """One ``process()`` call in the pool (slots: one object the collector walks while it waits for
+    its worker, not an instance and its ``__dict__``)."""
+
     job_id: int
     result: FetchResult
     prior: PriorCapture | None
@@ -364,11 +367,13 @@ class WorkerPool:
         self._free += 1
 
     def _dispatch(self, job: _Job) -> None:
-        live = [w for w in self._workers if w is not None and w.alive]
-        if not live:
+        w, held = None, 0           # the first live worker holding the fewest jobs
+        for live in self._workers:
+            if live is not None and live.alive and (w is None or len(live.outstanding) < held):
+                w, held = live, len(live.outstanding)
+        if w is None:
             self._backlog.append(job)       # sent when a worker is back
             return
-        w = min(live, key=lambda w: len(w.outstanding))
         w.outstanding[job.job_id] = job
         r = job.result
         body = r.body
@@ -398,17 +403,20 @@ class WorkerPool:
             self._answer_near(w, msg[1])
             return
         _kind, answers, segment, size = msg
+        # decoded whole before anything is applied: a frame that does not decode (ValueError, the
+        # connection closes and the worker restarts) leaves every job it named outstanding, sent again
+        results = [(job_id, unpack_result(packed)) for job_id, packed in answers]
         w.segment, w.acked_bytes = segment, size
         self.answer_frames += 1
         self.answers_framed += len(answers)
         self._quick_deaths = 0
         self._start_deaths = 0
-        for job_id, packed in answers:
+        for job_id, pr in results:
             w.answered += 1
             w.ring.release(job_id)
             job = w.outstanding.pop(job_id, None)
             if job is not None and not job.future.done():
-                job.future.set_result(unpack_result(packed))
+                job.future.set_result(pr)
 
     async def _watch(self, w: _Worker) -> None:
         """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""

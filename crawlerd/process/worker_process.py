@@ -259,8 +259,9 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = warc.size        # flushed above: the segment's length on disk, without a stat
-                data = pickle.dumps(("results", [(job_id, pack_result(pr)) for job_id, pr in answers], segment, size),
-                                    protocol=pickle.HIGHEST_PROTOCOL)
+                host_keys: dict[str, str] = {}      # the frame's host keys, each sent once (pack_result)
+                data = pickle.dumps(("results", [(job_id, pack_result(pr, host_keys)) for job_id, pr in answers],
+                                     segment, size), protocol=pickle.HIGHEST_PROTOCOL)
                 try:
                     sock.sendall(LEN.pack(len(data)) + data)
                 except (ConnectionResetError, BrokenPipeError):

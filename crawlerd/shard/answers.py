@@ -145,6 +145,10 @@ class Answers:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
                 edges = self._record_links_soon(host_key, {ln.host_key for ln in follow})
         self.events.fetched(url, res, pr=pr)
+        # the page's links and result are not needed past here: let them go now rather than keep
+        # them (tracked containers, a ``Link`` each) through the waits below, where the collector's
+        # passes between callbacks would walk them and promote them to an older generation
+        pr = follow = None
         durable = self.intake.links_barrier()
         if durable is not None:
             await durable       # its links kept (intake log, outbox) before the lease completes
@@ -191,8 +195,9 @@ class Answers:
         if res.status in (301, 308):
             self.recrawl.forget(fp)         # moved permanently: the target is crawled in its own right
             return
+        etag, last_modified = _validators(res.headers)
         self.recrawl.record(url, fp, host_key, fetched_at=res.started_at, status=res.status,
-                            etag=res.header("etag"), last_modified=res.header("last-modified"),
+                            etag=etag, last_modified=last_modified,
                             digest=sha1.hex() if sha1 is not None else None, changed=None, depth=depth)
         if res.status == 304:
             self.metrics.counters["not_modified"] += 1
@@ -228,6 +233,20 @@ class Answers:
         the near-duplicate store for the batch instead of one per page."""
         with self.near.batch():
             return [self.near_duplicate(simhash, url) for simhash, url in pages]
+
+
+def _validators(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(ETag, Last-Modified) of a response: each header's first value, case-insensitive, as
+    ``FetchResult.header`` gives it, in one pass (a name is lowered only if its length fits)."""
+    etag = last_modified = None
+    for k, v in headers:
+        n = len(k)
+        if n == 4:
+            if etag is None and k.lower() == "etag":
+                etag = v
+        elif n == 13 and last_modified is None and k.lower() == "last-modified":
+            last_modified = v
+    return etag, last_modified
 
 
 def on_worker_death(metrics: Metrics, index_dir: str) -> Callable[[int, str], None]:

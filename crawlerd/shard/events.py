@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from crawlerd.records import FetchResult
-from crawlerd.store.events import EventLog
+from crawlerd.store.events import SCHEMA_VERSION, EventLog
 
 EVENT_SCHEMA = 1
 
@@ -35,16 +35,20 @@ class FetchEvents:
         """A fetch of ``url`` (``res``), with its processing result ``pr`` for an archived answer."""
         if self.log is None:
             return
-        ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "final_url": res.url,
-              "fetched_at": res.started_at, "status": res.status,
-              "outcome": (pr.outcome if pr is not None else res.outcome).value,
-              "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body)}
-        if pr is not None:
-            ev.update(content_type=pr.content_type, digest=pr.digest, simhash=f"{pr.simhash:016x}",
-                      warc={"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
-                      duplicate_of=pr.duplicate_of, near_duplicate_of=pr.near_duplicate_of,
-                      robots_meta={"noindex": pr.noindex, "nofollow": pr.nofollow},
-                      links_out=len(pr.links))
+        # schema_version first, as the log would add it (then it does not copy the dict)
+        if pr is None:
+            ev = {"schema_version": SCHEMA_VERSION, "schema": EVENT_SCHEMA, "kind": kind, "url": url,
+                  "final_url": res.url, "fetched_at": res.started_at, "status": res.status, "outcome": res.outcome.value,
+                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body)}
+        else:       # the same fields, then the processing result's: one dict, built once per page
+            ev = {"schema_version": SCHEMA_VERSION, "schema": EVENT_SCHEMA, "kind": kind, "url": url,
+                  "final_url": res.url, "fetched_at": res.started_at, "status": res.status, "outcome": pr.outcome.value,
+                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body),
+                  "content_type": pr.content_type, "digest": pr.digest, "simhash": f"{pr.simhash:016x}",
+                  "warc": {"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
+                  "duplicate_of": pr.duplicate_of, "near_duplicate_of": pr.near_duplicate_of,
+                  "robots_meta": {"noindex": pr.noindex, "nofollow": pr.nofollow},
+                  "links_out": len(pr.links)}
         error = (pr.error if pr is not None and pr.error else "") or res.error
         if error:
             ev["error"] = error

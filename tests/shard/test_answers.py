@@ -206,3 +206,55 @@ def test_a_page_completes_only_once_the_edge_drum_intake_log_holds_its_edges(tmp
     assert edges == 1
     assert held_done is False and on_disk_held == []
     assert logged is None       # released: written (then handed to DRUM, which journals it)
+
+
+def test_a_page_waiting_for_its_links_to_be_kept_holds_none_of_its_links(tmp_path):
+    """While a page's lease waits for its links to be durable, its result and links are already
+    let go: the collector's passes between callbacks do not walk them (gcpace)."""
+    import gc
+
+    from crawlerd.records import Link, ProcessResult
+
+    class OnePool:
+        async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None):
+            links = [Link(f"http://x{j}.test/p", 100 + j, f"http://x{j}.test", j == 0) for j in range(5)]
+            return ProcessResult(url=res.url, outcome=Outcome.OK, status=200, links=links,
+                                 digest="sha1:GVVBSK3ZCOYEYVCXJUMMFDKG4Y4VIKFL", warc_file="w.warc.gz",
+                                 warc_offset=0, warc_length=1, warc_record_id="<urn:uuid:1>")
+
+    class HeldIntake:
+        def __init__(self):
+            self.kept = asyncio.get_running_loop().create_future()
+            self.urls = []
+
+        def submit_links(self, links, *, depth, hops=0, priority=None, page=False):
+            self.urls += [ln.url for ln in links]       # what the seen-set keeps: no Link
+            return len(links)
+
+        def links_barrier(self):
+            return None if self.kept.done() else self.kept
+
+    async def go():
+        p = Parts(str(tmp_path))
+        intake = HeldIntake()
+        ans = Answers(p.cfg, pool=OnePool(), digests=p.digests, near=p.near, recrawl=p.recrawl,
+                      frontier=p.frontier, intake=intake, events=p.events, metrics=p.metrics)
+        url = "http://a.test/one"
+        try:
+            task = asyncio.ensure_future(ans.process(url, 1, "http://a.test", item(url), answer(url, PAGE)))
+            while not intake.urls:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            waiting = not task.done()
+            alive = sum(1 for o in gc.get_objects() if isinstance(o, (Link, ProcessResult)))
+            intake.kept.set_result(None)
+            await task
+            return waiting, alive, intake.urls, p.event_lines()
+        finally:
+            await p.close()
+
+    waiting, alive, urls, events = run(go())
+    assert waiting                  # the lease is at its wait
+    assert alive == 0               # and holds no Link and no ProcessResult through it
+    assert len(urls) == 4           # the followable links went to the seen-set first
+    assert [e["links_out"] for e in events if e["kind"] == "page"] == [5]

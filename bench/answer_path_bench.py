@@ -1,0 +1,224 @@
+"""The crawl process's answer path per page, alone (issue 10; branch ans19).
+
+Two parts, CPU seconds of the loop thread per page (min over ``--repeats``):
+
+1. ``Answers.process`` with the shard's real stores (recrawl, digest set, near-duplicate store,
+   event log, metrics; the first three write through a writer thread, whose CPU is not counted) and stand-ins for what belongs to others: the pool answers at once with a
+   prepared processing result of ``--links`` links (as the worker's answer frame would give it),
+   the intake takes the links and the redirects without filtering them (``Intake.submit_links`` is
+   another component's cost), no budgets, no DUST. The figure includes decoding the page's
+   answer (``wire.unpack_result``, also in part 2). Every page a new URL (a first visit, as most
+   of an e2e crawl's pages are).
+2. The pool's hand-over: a worker's answer frame of ``--batch`` results decoded and resolved
+   as ``WorkerPool`` does it (``_Answers.data_received``), and the job frame of each page.
+
+Run it with each tree's Python to compare (the same script; run it from outside a source tree so
+each Python imports its own crawlerd)::
+
+    cd /tmp && /work/wt/ans19/.venv/bin/python /work/wt/ans19/bench/answer_path_bench.py
+    cd /tmp && /work/wt/integ18/.venv/bin/python /work/wt/ans19/bench/answer_path_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+import time
+
+import crawlerd
+from crawlerd import config
+from crawlerd.dedup.near import NearDuplicates
+from crawlerd.frontier import QueuedURL
+from crawlerd.frontier.recrawl import Recrawl
+from crawlerd.metrics import Metrics
+from crawlerd.outcome import Outcome
+from crawlerd.process import pool as pool_mod
+from crawlerd.process import wire
+from crawlerd.records import FetchResult, Link, ProcessResult
+from crawlerd.shard.answers import Answers
+from crawlerd.shard.events import FetchEvents
+from crawlerd.store import sha1_base32
+from crawlerd.store.digest_set import DigestSet
+from crawlerd.store.writer import WriteThread
+
+HEADERS = [("Date", "Fri, 04 Dec 2026 09:00:00 GMT"), ("Server", "simweb"),
+           ("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "20000"),
+           ("Connection", "keep-alive"), ("ETag", '"5f1c-abc"'),
+           ("Last-Modified", "Fri, 04 Dec 2026 08:00:00 GMT"), ("Cache-Control", "max-age=60")]
+
+
+def fetch_result(i: int) -> FetchResult:
+    url = f"http://h{i % 5000}.example.com/p/{i}.html"
+    head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in HEADERS) + "\r\n"
+    req = f"GET /p/{i}.html HTTP/1.1\r\nHost: h{i % 5000}.example.com\r\nUser-Agent: crawlerd/1.0\r\n\r\n"
+    return FetchResult(url=url, outcome=Outcome.OK, status=200, ip="127.0.0.1", started_at=1.7e9 + i * 1e-3,
+                       elapsed_s=0.012, request_head=req.encode(), response_head=head.encode(),
+                       body=b"x" * 20000, headers=list(HEADERS))
+
+
+def process_result(i: int, links: int) -> ProcessResult:
+    """Half the links relative (the page's own host key, one object, as the resolver gives it),
+    half absolute to 7 other hosts (a key object each, as the resolver gives them)."""
+    own = f"http://h{i % 5000}.example.com"
+    ls = [Link(f"{own}/some/path/{i}/{j}.html", (i * 1000003 + j * 7919) & (2**64 - 1), own, j % 9 == 0)
+          if j % 2 else
+          Link(f"http://h{(i + j) % 7}.example.com/some/path/{i}/{j}.html", (i * 1000003 + j * 7919) & (2**64 - 1),
+               f"http://h{(i + j) % 7}.example.com", j % 9 == 0) for j in range(links)]
+    return ProcessResult(url=f"http://h{i % 5000}.example.com/p/{i}.html", outcome=Outcome.OK, status=200, links=ls,
+                         content_type="text/html", digest="sha1:" + sha1_base32(hashlib.sha1(b"%d" % i).digest()),
+                         simhash=(i * 0x9E3779B97F4A7C15) & (2**64 - 1),
+                         warc_file="/data/warc/crawl-20261204090000000000-00001-0_w0.warc.gz.open",
+                         warc_offset=1000 * i, warc_length=9876,
+                         warc_record_id=f"<urn:uuid:12345678-1234-1234-1234-{i:012d}>")
+
+
+def _pack(pr: ProcessResult) -> tuple:
+    try:
+        return wire.pack_result(pr, {})
+    except TypeError:       # a tree before host keys were shared
+        return wire.pack_result(pr)
+
+
+class _Pool:
+    """Answers at once with the page's prepared answer, decoded as ``WorkerPool`` decodes a worker's."""
+
+    def __init__(self, answers: list[bytes]):
+        self.answers = answers
+
+    async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None):
+        return wire.unpack_result(pickle.loads(self.answers.pop()))
+
+
+class _Intake:
+    def submit_links(self, links, *, depth, hops=0, priority=None, page=False):
+        return len(links)
+
+    def submit_urls(self, urls, **kw):
+        return len(urls)
+
+    def links_barrier(self):
+        return None
+
+
+async def _answer_all(ans: Answers, results: list[FetchResult], items: list[QueuedURL]) -> float:
+    """Loop-thread CPU seconds of ``ans.process`` for every result, the stores writing through a
+    writer thread as in a crawl (its CPU is not counted)."""
+    stores = (ans.recrawl, ans.digests, ans.near)
+    writer = WriteThread(asyncio.get_running_loop())
+    for store in stores:
+        store.attach_writer(writer)
+    gc.collect()
+    gc.freeze()             # the prepared pages are not the path's objects: out of the collector's view
+    t0 = time.thread_time()
+    for res, it in zip(results, items, strict=True):
+        await ans.process(res.url, hash(res.url) & (2**64 - 1), it.host_key, it, res)
+    took = time.thread_time() - t0
+    gc.unfreeze()
+    ans.recrawl.commit()
+    done = asyncio.get_running_loop().create_future()
+    writer.barrier(lambda: done.set_result(None))
+    await done
+    for store in stores:
+        store.attach_writer(None)
+    writer.close()
+    return took
+
+
+def bench_process(pages: int, links: int, repeats: int) -> float:
+    best = float("inf")
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = config.load(None, [f"crawl.data_dir={d!r}", "process.workers=1"])
+            recrawl = Recrawl(cfg.path("recrawl"), map_size_bytes=1 << 28, clock=time.time)
+            digests = DigestSet(cfg.path("dedup", "digests"), map_size_bytes=1 << 26)
+            near = NearDuplicates(cfg.path("dedup"))
+            events = FetchEvents(cfg.path("events"), wall=time.time)
+            base = r * pages
+            pool = _Pool([pickle.dumps(_pack(process_result(base + i, links)), protocol=5)
+                          for i in reversed(range(pages))])
+            ans = Answers(cfg, pool=pool, digests=digests, near=near, recrawl=recrawl, frontier=None,
+                          intake=_Intake(), events=events, metrics=Metrics())
+            results = [fetch_result(base + i) for i in range(pages)]
+            items = [QueuedURL(url=res.url, host_key=res.url.rsplit("/", 2)[0], depth=1) for res in results]
+            best = min(best, asyncio.run(_answer_all(ans, results, items)) / pages)
+            events.close()
+            near.close()
+            digests.close()
+            recrawl.close()
+    return best * 1e6
+
+
+def bench_handover(pages: int, links: int, batch: int, repeats: int) -> dict[str, float]:
+    prs = [process_result(i, links) for i in range(batch)]
+    try:        # as the tree's worker packs a frame (host keys shared within it, where it does)
+        host_keys: dict[str, str] = {}
+        packed = [(i, wire.pack_result(pr, host_keys)) for i, pr in enumerate(prs)]
+    except TypeError:
+        packed = [(i, wire.pack_result(pr)) for i, pr in enumerate(prs)]
+    data = wire.frame(("results", packed, "seg", 123))
+    frames = max(1, pages // batch)
+    got: list = []
+
+    class _W:
+        answered = 0
+        segment = ""
+        acked_bytes = 0
+
+        class ring:
+            @staticmethod
+            def release(job_id):
+                pass
+
+    def on_frame(msg):
+        # what WorkerPool._on_answer does per answer, less the futures
+        for _job_id, packed in msg[1]:
+            got.append(wire.unpack_result(packed))
+    best_answer = best_job = float("inf")
+    for _ in range(repeats):
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        proto = loop.run_until_complete(_make_answers(on_frame))
+        gc.collect()
+        t0 = time.process_time()
+        for _ in range(frames):
+            proto.data_received(data)
+            got.clear()
+        best_answer = min(best_answer, (time.process_time() - t0) / (frames * batch))
+        loop.close()
+        results = [fetch_result(i) for i in range(batch)]
+        t0 = time.process_time()
+        for _ in range(frames):
+            for i, r in enumerate(results):
+                meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
+                        r.response_head, r.headers, r.error, b"")
+                wire.frame(("job", i, meta, 0, len(r.body), None, "", True, None))
+        best_job = min(best_job, (time.process_time() - t0) / (frames * batch))
+    return {"answer frame decode": best_answer * 1e6, "job frame": best_job * 1e6}
+
+
+async def _make_answers(on_frame):
+    return pool_mod._Answers(on_frame)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", type=int, default=20_000)
+    ap.add_argument("--links", type=int, default=40, help="links per page")
+    ap.add_argument("--batch", type=int, default=20, help="answers per answer frame (e2e: ~20)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    out = {"tree": os.path.dirname(os.path.dirname(crawlerd.__file__)),
+           "Answers.process us/page": bench_process(args.pages, args.links, args.repeats)}
+    out.update({f"{k} us/page": v for k, v in bench_handover(args.pages, args.links, args.batch,
+                                                              args.repeats).items()})
+    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""Pure-Python reference for ``crawlerd._native.linkrec.Link`` (the same fields, constructor,
+equality, repr and pickling; tests/_native/test_linkrec.py runs the same cases against both)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Link:
+    url: str           # normalised absolute URL
+    fp: int            # 64-bit fingerprint (unsigned)
+    host_key: str      # scheme://host[:port], the politeness key
+    nofollow: bool = False
