@@ -119,20 +119,8 @@ def _malloc_heaps() -> list[tuple[int, int]]:
     try:
         with open("/proc/self/maps") as f:
             lines = f.read().splitlines()
-        mem = os.open("/proc/self/mem", os.O_RDONLY)
     except OSError:
         return out
-    try:
-        _scan_maps(lines, mem, out)
-    finally:
-        os.close(mem)
-    return out
-
-
-def _scan_maps(lines: list[str], mem: int, out: list[tuple[int, int]]) -> None:
-    """:func:`_malloc_heaps`'s scan. A header is read through /proc/self/mem, never by address:
-    another thread may unmap what the maps listed (a heap deleted, a block mapped alone freed)
-    before the read, and a read by address would then kill the process (SIGSEGV); this one fails."""
     for line in lines:
         p = line.split(None, 5)
         if len(p) < 5 or p[1][:2] != "rw":
@@ -146,19 +134,13 @@ def _scan_maps(lines: list[str], mem: int, out: list[tuple[int, int]]) -> None:
             # the kernel may merge a heap with the anonymous mapping below it: try each aligned start
             base = -(-lo // _HEAP_MAX) * _HEAP_MAX
             while base + 4096 <= hi:
-                try:
-                    head = os.pread(mem, 24, base)
-                except OSError:
-                    head = b""
-                if len(head) < 24:
-                    base += _HEAP_MAX
-                    continue
-                ar_ptr, prev, size = (int.from_bytes(head[i:i + 8], "little") for i in (0, 8, 16))
+                ar_ptr, prev, size = (ctypes.c_size_t.from_address(base + 8 * i).value for i in range(3))
                 first = base < ar_ptr < base + 4096             # an arena's first heap holds the arena
                 later = prev != 0 and prev % _HEAP_MAX == 0     # a later one points to the heap before
                 if (first or later) and size % 4096 == 0 and 4096 <= size <= hi - base:
                     out.append((base, base + size))
                 base += _HEAP_MAX
+    return out
 
 
 def _absent_runs(lo: int, hi: int):
