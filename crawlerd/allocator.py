@@ -54,7 +54,6 @@ def _libc():
         libc.sbrk.restype = ctypes.c_void_p
         libc.sbrk.argtypes = [ctypes.c_ssize_t]
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     except (OSError, AttributeError):
         return None, None      # not glibc: no tuning, no trim
     try:
@@ -107,7 +106,6 @@ def malloc_trim() -> None:
 
 
 _HEAP_MAX = 64 << 20                   # a thread arena's heaps are 64 MiB-aligned (glibc, 64-bit)
-_PAGE = 4096
 
 
 def _malloc_heaps() -> list[tuple[int, int]]:
@@ -143,40 +141,23 @@ def _malloc_heaps() -> list[tuple[int, int]]:
     return out
 
 
-def _absent_runs(lo: int, hi: int):
-    """The runs of pages of ``[lo, hi)`` not resident now (``mincore``), (start, end) each; the whole
-    range if mincore fails."""
-    n = (hi - lo) // _PAGE
-    vec = (ctypes.c_ubyte * n)()
-    if _LIBC.mincore(lo, hi - lo, vec) != 0:
-        yield lo, hi
-        return
-    v = bytes(vec)
-    i = v.find(0)                   # bit 0: resident (the other bits are reserved, 0)
-    while i != -1:
-        j = i + 1
-        while j < n and not v[j] & 1:
-            j += 1
-        yield lo + i * _PAGE, lo + j * _PAGE
-        i = v.find(0, j)
-
-
 def populate_heap() -> int | None:
     """Fault in every page of glibc's heaps (the brk heap up to the current break, each thread
-    arena's heap up to its size) that is not resident, so the C heap's private memory is its
-    extent, not which of its free pages the churn touched last (``mincore`` finds them, then
-    ``MADV_POPULATE_WRITE``: none is written). Returns the bytes faulted in; None without glibc
-    or the madvise (a kernel before 5.14)."""
+    arena's heap up to its size), so the C heap's private memory is its extent, not which of its
+    free pages the churn touched last (``MADV_POPULATE_WRITE``: a page already resident is left
+    as is, none is written). Returns the bytes populated; None without glibc or the madvise
+    (a kernel before 5.14)."""
     if _LIBC is None:
         return None
     total = 0
     for lo, hi in _malloc_heaps():
-        for a, b in _absent_runs(lo, hi):
-            if _LIBC.madvise(a, b - a, _MADV_POPULATE_WRITE) != 0:
-                if ctypes.get_errno() == 22:
-                    return None     # EINVAL: a kernel without it
-                continue            # ENOMEM / EFAULT: the heap shrank under us; the next tick covers it
-            total += b - a
+        if hi <= lo:
+            continue
+        if _LIBC.madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
+            if ctypes.get_errno() == 22:
+                return None         # EINVAL: a kernel without it
+            continue                # ENOMEM / EFAULT: the heap shrank under us; the next tick covers it
+        total += hi - lo
     return total
 
 
