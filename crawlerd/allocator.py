@@ -11,13 +11,12 @@ spread over: private memory follows churn per trim interval, i.e. the crawl's ra
 interval, not what is live. A shorter interval bounds that term (`malloc.trim_interval_s`);
 each trim's duration is measured and shown in `crawlerd stats` (``malloc``).
 
-Why the crawl process keeps its C heap resident instead (``malloc.keep_heap_resident``): its
+Why the crawl process keeps its brk heap resident instead (``malloc.keep_heap_resident``): its
 free chunks are spread over the heap (fragmentation), so a trim returns few whole pages, and the
 churn touches them again before the next trim; which pages come back, and when, is the crawl's
 churn, not its size: in a 15-minute soak the heap's resident pages rose 2.8 MiB toward its extent
-while the bytes in use stayed flat. Kept resident whole (no interior trim; the pages of the brk
-heap and of the thread arenas' heaps faulted in at each tick, :func:`populate_heap`), the heap's
-private memory is its extent:
+while the bytes in use stayed flat. Kept resident whole (no interior trim; the heap's pages up to
+its break faulted in at each tick, :func:`populate_heap`), the heap's private memory is its extent:
 what is live plus the fragmentation's high-water mark, which moves only when the extent does, as
 Python's arenas are mapped resident whole (:func:`populate_python_arenas`).
 
@@ -48,7 +47,7 @@ class _MallInfo2(ctypes.Structure):
 
 def _libc():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.sbrk.restype = ctypes.c_void_p
@@ -105,60 +104,41 @@ def malloc_trim() -> None:
         _LIBC.malloc_trim(0)
 
 
-_HEAP_MAX = 64 << 20                   # a thread arena's heaps are 64 MiB-aligned (glibc, 64-bit)
+_HEAP_START: list[int] = []        # where the brk heap begins (fixed once the process runs)
 
 
-def _malloc_heaps() -> list[tuple[int, int]]:
-    """glibc's heaps in this process, (start, end) each, from /proc/self/maps: the brk heap (the main
-    arena, up to the current break) and every thread arena's heap: an anonymous writable mapping
-    at a 64 MiB-aligned address whose ``heap_info`` header (``ar_ptr``, ``prev``, ``size``) reads as
-    one, up to its ``size`` (the part in use by the arena; the rest of the mapping was given back)."""
-    out = []
-    try:
-        with open("/proc/self/maps") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        p = line.split(None, 5)
-        if len(p) < 5 or p[1][:2] != "rw":
-            continue
-        lo, hi = (int(x, 16) for x in p[0].split("-"))
-        name = p[5].strip() if len(p) > 5 else ""
-        if name == "[heap]":
-            brk = _LIBC.sbrk(0) or 0
-            out.append((lo, min(hi, brk) if brk > lo else hi))
-        elif not name:
-            # the kernel may merge a heap with the anonymous mapping below it: try each aligned start
-            base = -(-lo // _HEAP_MAX) * _HEAP_MAX
-            while base + 4096 <= hi:
-                ar_ptr, prev, size = (ctypes.c_size_t.from_address(base + 8 * i).value for i in range(3))
-                first = base < ar_ptr < base + 4096             # an arena's first heap holds the arena
-                later = prev != 0 and prev % _HEAP_MAX == 0     # a later one points to the heap before
-                if (first or later) and size % 4096 == 0 and 4096 <= size <= hi - base:
-                    out.append((base, base + size))
-                base += _HEAP_MAX
-    return out
+def _heap_start() -> int | None:
+    """The first address of the brk heap (``[heap]`` in /proc/self/maps); None if there is none."""
+    if not _HEAP_START:
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    if line.rstrip().endswith("[heap]"):
+                        _HEAP_START.append(int(line.split("-", 1)[0], 16))
+                        break
+        except OSError:
+            return None
+    return _HEAP_START[0] if _HEAP_START else None
 
 
 def populate_heap() -> int | None:
-    """Fault in every page of glibc's heaps (the brk heap up to the current break, each thread
-    arena's heap up to its size), so the C heap's private memory is its extent, not which of its
-    free pages the churn touched last (``MADV_POPULATE_WRITE``: a page already resident is left
-    as is, none is written). Returns the bytes populated; None without glibc or the madvise
-    (a kernel before 5.14)."""
+    """Fault in every page of the brk heap (glibc's main arena) up to the current break, so its
+    private memory is its extent, not which of its free pages the churn touched last
+    (``MADV_POPULATE_WRITE``: a page already resident is left as is, none is written). Returns
+    the bytes populated; None without glibc, a brk heap or the madvise (another kernel)."""
     if _LIBC is None:
         return None
-    total = 0
-    for lo, hi in _malloc_heaps():
-        if hi <= lo:
-            continue
-        if _LIBC.madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
-            if ctypes.get_errno() == 22:
-                return None         # EINVAL: a kernel without it
-            continue                # ENOMEM / EFAULT: the heap shrank under us; the next tick covers it
-        total += hi - lo
-    return total
+    start = _heap_start()
+    if start is None:
+        return None
+    end = _LIBC.sbrk(0) or 0
+    if end <= start:
+        return 0
+    if _LIBC.madvise(start, end - start, _MADV_POPULATE_WRITE) != 0:
+        # EINVAL: a kernel without it; ENOMEM: the heap shrank under us (another thread freed its
+        # top): what was faulted in stays, the next tick covers the rest
+        return None
+    return end - start
 
 
 def heap_stats() -> dict[str, int]:
@@ -396,6 +376,9 @@ def lmdb_page_buffers() -> dict[str, int]:
 
 
 _THREAD_HEAPS: dict[str, str] = {}     # thread name -> the malloc heap its allocations come from
+_HEAP_MAX = 64 << 20                   # a thread arena's heaps are 64 MiB-aligned (glibc, 64-bit)
+
+
 def _thread_heap() -> str:
     """Where this thread's ``malloc`` takes memory from: ``[heap]`` (the brk heap, glibc's main
     arena) or the 64 MiB-aligned base of a thread arena's heap, hex (the soak's block scan names

@@ -500,8 +500,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "crawl's heap), so more trims mean more loop stalls. With keep_heap_resident the crawl process "
            "populates its heap at this interval instead of trimming it.", min=0.0, max=3600.0),
         _k("keep_heap_resident", bool, True,
-           "Crawl process: instead of malloc_trim(0), keep the C heap resident whole (the pages of the "
-           "brk heap and the thread arenas' heaps faulted in every trim_interval_s, none given back), so its private memory is the "
+           "Crawl process: instead of malloc_trim(0), keep the brk heap resident whole (its pages up to "
+           "the break faulted in every trim_interval_s, none given back), so its private memory is the "
            "heap's extent (live data plus the fragmentation's high-water mark) and does not climb as the "
            "churn touches again the free pages a trim gave back. Costs at most the heap's free bytes "
            "(`crawlerd stats`: malloc.free). Workers always trim."),

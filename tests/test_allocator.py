@@ -134,44 +134,6 @@ def test_a_heap_kept_resident_is_its_extent_whatever_was_freed_or_trimmed():
     assert r["ticks"] == 2 and r["stats"] is True
 
 
-# The same for a thread arena: a thread's blocks come from its own arena's heap (64 MiB-aligned,
-# not the brk heap); after a real trim gave its free pages back, the tick faults them in again.
-_THREAD_RESIDENT_PROBE = r"""
-import json, threading
-from crawlerd.allocator import Trimmer, malloc_trim, tune_malloc
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-tune_malloc()
-held, ready, stop = [], threading.Event(), threading.Event()
-def work():
-    blocks = [bytes(32 << 10) for _ in range(2048)]
-    held.append(blocks[::16])
-    del blocks
-    ready.set()
-    stop.wait()
-t = threading.Thread(target=work)
-t.start()
-ready.wait()
-malloc_trim()
-trimmed = anon()
-Trimmer(1.0, keep_resident=True).maybe_trim(100.0)
-again = anon()
-stop.set()
-t.join()
-print(json.dumps({"trimmed": trimmed, "again": again}))
-"""
-
-
-@needs_glibc
-def test_a_thread_arena_kept_resident_is_its_extent_too():
-    out = subprocess.run([sys.executable, "-c", _THREAD_RESIDENT_PROBE], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, PYTHONMALLOC="pymalloc"))
-    r = json.loads(out.stdout)
-    assert r["again"] - r["trimmed"] >= 40 << 20, r     # the thread heap's free pages are back
-
-
 _DIAG_PROBE = """
 import json
 from crawlerd.allocator import allocator_diag
