@@ -497,8 +497,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Between two trims private memory holds what was allocated and freed since the last one, so "
            "a shorter interval bounds the part of RAM that follows the crawl's rate, but each trim runs on "
            "the event loop (its cost: `crawlerd stats`, malloc.trim_ms_max; up to ~0.2 s on an HTTPS "
-           "crawl's heap), so more trims mean more loop stalls. With keep_heap_resident the crawl process "
-           "populates its heap at this interval instead of trimming it.", min=0.0, max=3600.0),
+           "crawl's heap), so more trims mean more loop stalls.", min=0.0, max=3600.0),
         _k("keep_heap_resident", bool, True,
            "Crawl process: instead of malloc_trim(0), keep the brk heap resident whole (its pages up to "
            "the break faulted in every trim_interval_s, none given back), so its private memory is the "
