@@ -84,56 +84,6 @@ def test_trim_gives_back_the_free_pages_inside_the_heap():
     assert r["trimmed"]["in_use"] < 8 * mib                         # 128 blocks of 32 KiB stay live
 
 
-# The crawl process's policy (malloc.keep_heap_resident): the same heap, freed, then a tick that
-# keeps the brk heap resident whole; then a real trim gives the pages back, and the next tick
-# faults them in again. "heap_rss" is the [heap] mapping's resident bytes, "brk" its extent.
-_RESIDENT_PROBE = r"""
-import ctypes, json
-from crawlerd.allocator import Trimmer, heap_stats, malloc_trim, tune_malloc
-libc = ctypes.CDLL(None)
-libc.sbrk.restype = ctypes.c_void_p
-libc.sbrk.argtypes = [ctypes.c_ssize_t]
-def heap():
-    rss, start, on = 0, 0, False
-    for line in open("/proc/self/smaps"):
-        if line.rstrip().endswith("[heap]"):
-            on, start = True, int(line.split("-", 1)[0], 16)
-        elif on and line.startswith("Rss:"):
-            rss = int(line.split()[1]) * 1024
-            break
-    return {"heap_rss": rss, "brk": libc.sbrk(0) - start}
-tune_malloc()
-blocks = [bytes(32 << 10) for _ in range(2048)]
-kept = blocks[::16]
-del blocks
-freed = heap()
-t = Trimmer(1.0, keep_resident=True)
-t.maybe_trim(100.0)
-kept_whole = heap()
-malloc_trim()
-trimmed = heap()
-t.maybe_trim(200.0)
-print(json.dumps({"freed": freed, "kept_whole": kept_whole, "trimmed": trimmed, "again": heap(),
-                  "ticks": t.count, "stats": t.stats()["keep_heap_resident"], "kept": len(kept)}))
-"""
-
-
-@needs_glibc
-def test_a_heap_kept_resident_is_its_extent_whatever_was_freed_or_trimmed():
-    out = subprocess.run([sys.executable, "-c", _RESIDENT_PROBE], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, PYTHONMALLOC="pymalloc"))
-    r = json.loads(out.stdout)
-    mib = 1 << 20
-    assert r["freed"]["brk"] >= 60 * mib, r                         # the blocks came from the brk heap
-    # the tick gives nothing back: every page of the heap up to its break stays resident
-    assert r["kept_whole"]["heap_rss"] >= r["kept_whole"]["brk"] - mib, r
-    assert r["trimmed"]["heap_rss"] <= r["trimmed"]["brk"] - 40 * mib, r   # a real trim returns them
-    # and the next tick faults them in again: the heap's private memory is its extent, not which
-    # of its free pages were touched since a trim
-    assert r["again"]["heap_rss"] >= r["again"]["brk"] - mib, r
-    assert r["ticks"] == 2 and r["stats"] is True
-
-
 _DIAG_PROBE = """
 import json
 from crawlerd.allocator import allocator_diag
