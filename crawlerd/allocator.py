@@ -11,15 +11,6 @@ spread over: private memory follows churn per trim interval, i.e. the crawl's ra
 interval, not what is live. A shorter interval bounds that term (`malloc.trim_interval_s`);
 each trim's duration is measured and shown in `crawlerd stats` (``malloc``).
 
-Why the crawl process keeps its brk heap resident instead (``malloc.keep_heap_resident``): its
-free chunks are spread over the heap (fragmentation), so a trim returns few whole pages, and the
-churn touches them again before the next trim; which pages come back, and when, is the crawl's
-churn, not its size: in a 15-minute soak the heap's resident pages rose 2.8 MiB toward its extent
-while the bytes in use stayed flat. Kept resident whole (no interior trim; the heap's pages up to
-its break faulted in at each tick, :func:`populate_heap`), the heap's private memory is its extent:
-what is live plus the fragmentation's high-water mark, which moves only when the extent does, as
-Python's arenas are mapped resident whole (:func:`populate_python_arenas`).
-
 Not glibc (musl, another libc): every call here is a no-op and the stats are empty.
 """
 
@@ -35,7 +26,6 @@ import time
 
 # mallopt(3) parameters (glibc malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-_MADV_POPULATE_WRITE = 23          # madvise(2), Linux 5.14+: fault pages in writable, contents unchanged
 
 
 class _MallInfo2(ctypes.Structure):
@@ -50,9 +40,6 @@ def _libc():
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.sbrk.restype = ctypes.c_void_p
-        libc.sbrk.argtypes = [ctypes.c_ssize_t]
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     except (OSError, AttributeError):
         return None, None      # not glibc: no tuning, no trim
     try:
@@ -104,43 +91,6 @@ def malloc_trim() -> None:
         _LIBC.malloc_trim(0)
 
 
-_HEAP_START: list[int] = []        # where the brk heap begins (fixed once the process runs)
-
-
-def _heap_start() -> int | None:
-    """The first address of the brk heap (``[heap]`` in /proc/self/maps); None if there is none."""
-    if not _HEAP_START:
-        try:
-            with open("/proc/self/maps") as f:
-                for line in f:
-                    if line.rstrip().endswith("[heap]"):
-                        _HEAP_START.append(int(line.split("-", 1)[0], 16))
-                        break
-        except OSError:
-            return None
-    return _HEAP_START[0] if _HEAP_START else None
-
-
-def populate_heap() -> int | None:
-    """Fault in every page of the brk heap (glibc's main arena) up to the current break, so its
-    private memory is its extent, not which of its free pages the churn touched last
-    (``MADV_POPULATE_WRITE``: a page already resident is left as is, none is written). Returns
-    the bytes populated; None without glibc, a brk heap or the madvise (another kernel)."""
-    if _LIBC is None:
-        return None
-    start = _heap_start()
-    if start is None:
-        return None
-    end = _LIBC.sbrk(0) or 0
-    if end <= start:
-        return 0
-    if _LIBC.madvise(start, end - start, _MADV_POPULATE_WRITE) != 0:
-        # EINVAL: a kernel without it; ENOMEM: the heap shrank under us (another thread freed its
-        # top): what was faulted in stays, the next tick covers the rest
-        return None
-    return end - start
-
-
 def heap_stats() -> dict[str, int]:
     """The C heap of this process, bytes (glibc ``mallinfo2``, every arena): ``heap`` obtained by
     sbrk and the thread arenas' heaps (their extent, resident or not), ``mmap`` in blocks mapped
@@ -153,19 +103,15 @@ def heap_stats() -> dict[str, int]:
 
 
 class Trimmer:
-    """Calls :func:`malloc_trim` at most every ``interval_s`` (0: never), timing each call; with
-    ``keep_resident`` it populates the brk heap instead (:func:`populate_heap`: no page of the heap
-    given back, the crawl process: module doc).
+    """Calls :func:`malloc_trim` at most every ``interval_s`` (0: never), timing each call.
 
     Invariant: ``count`` trims ran, the longest took ``max_ms`` and all together ``total_ms``;
     ``anon_after`` is the private memory read right after the last one (what the process keeps,
     without the churn a trim returns: the soak fits it). A call trims when ``interval_s`` passed
     since the last trim, or none ran yet."""
 
-    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock=time.monotonic, *,
-                 keep_resident: bool = False) -> None:
+    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock=time.monotonic) -> None:
         self.interval_s = float(interval_s)
-        self.keep_resident = keep_resident
         self.clock = clock
         self.last = None
         self.count = 0
@@ -182,10 +128,7 @@ class Trimmer:
             return False
         self.last = now
         t0 = time.perf_counter()
-        if self.keep_resident:
-            populate_heap()
-        else:
-            malloc_trim()
+        malloc_trim()
         ms = (time.perf_counter() - t0) * 1e3
         self.count += 1
         self.total_ms += ms
@@ -199,8 +142,7 @@ class Trimmer:
         growth of the C heap without it is C allocations: LMDB, curl, the native kernels)."""
         out = {**heap_stats(), "trims": self.count, "trim_ms_max": round(self.max_ms, 3),
                "trim_ms_total": round(self.total_ms, 3), "trim_interval_s": self.interval_s,
-               "anon_after_trim": self.anon_after, "keep_heap_resident": self.keep_resident,
-               "py_blocks": sys.getallocatedblocks()}
+               "anon_after_trim": self.anon_after, "py_blocks": sys.getallocatedblocks()}
         if os.environ.get(DIAG_ENV):
             out["diag"] = allocator_diag()
         return out

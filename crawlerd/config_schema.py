@@ -498,12 +498,6 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "a shorter interval bounds the part of RAM that follows the crawl's rate, but each trim runs on "
            "the event loop (its cost: `crawlerd stats`, malloc.trim_ms_max; up to ~0.2 s on an HTTPS "
            "crawl's heap), so more trims mean more loop stalls.", min=0.0, max=3600.0),
-        _k("keep_heap_resident", bool, True,
-           "Crawl process: instead of malloc_trim(0), keep the brk heap resident whole (its pages up to "
-           "the break faulted in every trim_interval_s, none given back), so its private memory is the "
-           "heap's extent (live data plus the fragmentation's high-water mark) and does not climb as the "
-           "churn touches again the free pages a trim gave back. Costs at most the heap's free bytes "
-           "(`crawlerd stats`: malloc.free). Workers always trim."),
         _k("mmap_threshold_bytes", int, 256 * KiB,
            "Crawl process: blocks of this size and more get their own mapping, returned when freed "
            "(glibc M_MMAP_THRESHOLD, fixed so it does not rise after the first large free); the heap top "

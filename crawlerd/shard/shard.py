@@ -90,8 +90,7 @@ class Shard:
         self._wake = Wake()
         self._last_commit = 0.0
         self._last_dns_save = 0.0
-        self.trimmer = Trimmer(cfg.malloc.trim_interval_s, clock=clock,
-                               keep_resident=cfg.malloc.keep_heap_resident)
+        self.trimmer = Trimmer(cfg.malloc.trim_interval_s, clock=clock)
         self.memtrace = MemTrace.from_env(self._state("tracemalloc"), clock=clock)     # debug: None unless asked
         self.storage = StorageHealth(cfg.crawl.data_dir, min_free_bytes=cfg.storage.min_free_bytes,
                                      probe_interval_s=cfg.storage.probe_interval_s, clock=clock,
@@ -461,7 +460,7 @@ class Shard:
             if self.dust is not None:
                 self.dust.commit_sliced()       # over the next loop iterations
             self.events.flush()
-            self.trimmer.maybe_trim(now)    # the brk heap resident whole (or freed C-heap pages back)
+            self.trimmer.maybe_trim(now)    # freed C-heap pages (bodies, batches, LMDB buffers) back
             if self.memtrace is not None:
                 self.memtrace.maybe_dump(now)
             self.metrics.trim_hosts()
