@@ -169,6 +169,8 @@ class Overlay:
         if old is _MISS:
             self.added_writes += 1
         d = (_SLOT_BYTES + _BYTES_BASE + len(key) if old is _MISS else -_held(old)) + _held(value)
+        if d < 0:
+            self._note_peak()           # a shrinking rewrite: the most held so far is held now
         self._open_bytes += d
         if d > 0:
             self.added_bytes += d
@@ -223,6 +225,7 @@ class Overlay:
             raise ValueError("an overlay empties a table, it does not delete it")
         moot = self._layer.pop(db, None)       # writes before the drop are moot
         if moot:
+            self._note_peak()                  # before the open layer shrinks
             self._open_bytes -= sum(_SLOT_BYTES + _BYTES_BASE + len(k) + _held(v) for k, v in moot.items())
         self._dropped.add(db)
         self._cleared[db] = self._lid
@@ -304,8 +307,8 @@ class Overlay:
         return self._open_bytes + self._pending_bytes
 
     def _note_peak(self) -> None:
-        """The highest ``unlanded_bytes`` of this window and the last (checked before each landing
-        and at each read: it only grows between landings)."""
+        """The highest ``unlanded_bytes`` of this window and the last (checked before each landing,
+        each shrinking rewrite or drop of the open layer, and at each read: it only grows between)."""
         b = self._open_bytes + self._pending_bytes
         now = time.monotonic()
         if now - self._peak_t >= _PEAK_WINDOW_S:

@@ -217,6 +217,35 @@ def test_unlanded_bytes_count_the_layers_not_landed_and_return_to_zero(tmp_path,
     env.close()
 
 
+def test_the_high_water_mark_keeps_a_peak_that_a_drop_or_a_shorter_rewrite_ends(tmp_path):
+    """The most the open layer held is kept even when it shrinks before anything lands or reads
+    it: a table dropped, a value rewritten shorter."""
+    env = lmdb.open(str(tmp_path / "e"), map_size=1 << 24, max_dbs=2, sync=False, metasync=False)
+    db = env.open_db(b"a")
+
+    async def go():
+        w = WriteThread(asyncio.get_running_loop(), name="test-writer", group_delay_s=0.0)
+        ov = Overlay(env, w)
+        ov.put(b"k", b"x" * 5000, db=db)
+        big = ov.unlanded_bytes
+        ov.put(b"k", b"y", db=db)                # rewritten shorter: nothing landed or read between
+        assert ov.memory()["high_water_bytes"] >= big
+        ov.put(b"j", b"z" * 9000, db=db)
+        bigger = ov.unlanded_bytes
+        ov.drop(db)                               # the open layer's writes to it are moot
+        assert ov.unlanded_bytes == 0
+        assert ov.memory()["high_water_bytes"] >= bigger > big
+        ov.commit(None)
+        done = asyncio.get_running_loop().create_future()
+        ov.barrier(lambda: done.set_result(None))
+        await done
+        w.close()
+        ov.close()
+
+    asyncio.run(go())
+    env.close()
+
+
 def test_the_unlanded_estimate_is_near_what_a_held_writer_keeps_alive(tmp_path):
     """Writes shaped like BEAST's deferred entries, handed over to a held writer: the estimate is
     within a factor of 1.5 of the Python memory they hold (tracemalloc), and all of it lands."""
