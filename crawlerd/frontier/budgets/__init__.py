@@ -6,7 +6,8 @@ into a budget: URLs per BEAST queue, a small base growing linearly to a cap. BEA
 passes a domain's URLs to the frontier up to its budget while the reader stands on a queue, spreads
 the rest over later queues (geometrically further apart for a domain still over budget at each
 wrap-around) and moves the reader on as soon as the frontier runs short: spam is delayed, never
-dropped, and the fetcher is never idle while a deferred URL exists. ``store`` holds both in one
+dropped, and the fetcher is never idle while a deferred URL exists; its ``reader`` keeps where the
+reader stands, the domains listed per queue and those due now. ``store`` holds both in one
 LMDB environment (and BEAST's per-domain record); ``audit`` checks BEAST's tables against each
 other; ``stage`` is the shard's interface, with the edge DRUM on its own thread.
 """

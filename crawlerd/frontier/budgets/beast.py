@@ -7,7 +7,9 @@ will pass URLs in: its first ``budget`` waiting URLs in the next queue to be rea
 ``budget`` in the queue after that, and so on. Moving the reader to a queue passes every domain
 listed there its next budget, oldest URLs first. A URL is thus placed in queue
 ``reader + 1 + position // budget`` exactly as IRLbot spreads it, without writing it again at every
-step: only a domain's place is kept, so a pass costs O(1) per URL passed.
+step: only a domain's place is kept, so a pass costs O(1) per URL passed. The listings and the
+walk over them are the ``reader``'s (``QueueReader``); this module decides what passes and where
+a domain is listed next.
 
 Hosts in turn. A domain's FIFO is ordered by host turn, then arrival: a host's k-th waiting URL
 takes turn ``max(k, domain turn)``, where the domain turn is the turn of the last URL passed (a
@@ -35,13 +37,8 @@ every queue the reader reads. The crawl stays work-conserving: the reader moves 
 frontier runs short and skips empty queues, so a web nobody vouches for is read window by window.
 
 Due now. A waiting domain listed in a later queue that gets room in the reader's queue (its
-in-degree rose: the graph's listener; a refund) passes at once, in the reader's queue. It is held
-in RAM (``_due``) and keeps its place in the ``queues`` table: ``readmit`` reads the reader's queue
-as the table's entries and the due domains merged in domain-key order (the order one table would
-give), and a pass that lists the domain again where it was listed writes no queue entry. So a
-rise in in-degree costs no write (it was a delete and a put, then the pass's delete and put back,
-44 % of the queue writes of a crawl), and readmission does not walk the reader's queue's
-entries deleted in RAM. The set is saved at close; a kill -9 forgets it (see "Durability").
+in-degree rose: the graph's listener; a refund) passes at once, in the reader's queue, its place
+in the queues kept (``reader``: the reader's position, the queues table, the walk and the due set).
 
 Work-conserving. The reader does not move on a timer: the caller moves it
 (``readmit(advance=True)``) as soon as the frontier runs short of ready hosts, and empty queues
@@ -62,14 +59,11 @@ close, all): a domain passing URLs at every commit costs one record write per fe
 per commit. A kill -9 may thus forget the last few seconds of such charges, so such a domain may
 pass up to one budget more in the reader's queue after a restart; a deferral, a pass from the FIFO
 and a domain's place in the queues are written at the next commit, as before. A kill -9 also
-forgets which domains were due now: such a domain passes in the queue it is listed in (at most its
-spread later) instead of at once; no URL is lost, and the reader still moves on as soon as the
-frontier runs short.
+forgets which domains were due now (``reader``: "Durability"); no URL is lost.
 """
 
 from __future__ import annotations
 
-import heapq
 import struct
 from bisect import bisect_right
 
@@ -78,6 +72,7 @@ import xxhash
 from crawlerd.frontier.budgets import audit, fifo
 from crawlerd.frontier.budgets.fifo import block_ends
 from crawlerd.frontier.budgets.graph import DomainGraph
+from crawlerd.frontier.budgets.reader import BeastCorrupt, QueueReader
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import (
     BudgetStore,
@@ -95,7 +90,6 @@ _FP = struct.Struct("<Q")
 FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record, a delivery's votes of
 #                                        a source one entry (``graph``); 3: a host's run is one entry
 #                                        (``fifo``); 2: one key per URL; 1: no turn
-MAX_WINDOW = 1 << 40                   # window sizes stop doubling here (queue numbers are u64)
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
 
 
@@ -108,17 +102,13 @@ def _host_hash_of(host: str) -> tuple[int, bytes]:
 _host_hashes = KeyMemo(_host_hash_of, 1 << 16)
 
 
-class BeastCorrupt(Exception):
-    """The BEAST tables disagree with each other (a damaged LMDB file)."""
-
-
 class Beast:
     """The BEAST queues over the graph's in-degrees (see the module docstring).
 
     Key: domain key -> :class:`DomainRecord`, cached in an LRU of ``cache_entries`` (records
     changed since the last commit stay in RAM until it). Invariants (``check_invariants``): a
     domain's ``deferred`` equals its entries in the deferred table; it is listed in exactly one
-    queue iff it has deferred URLs, and no listed queue is behind the reader.
+    queue iff it has deferred URLs, and no listed queue is behind the reader (``QueueReader``).
     """
 
     def __init__(self, store: BudgetStore, graph: DomainGraph, rule: BudgetRule, *, queues: int = 8,
@@ -132,24 +122,20 @@ class Beast:
         self.max_spread = max_spread
         self.probation = probation
         self._max_level = max_spread.bit_length() - 1
-        self._records = RecordCache(store, store.domains, DomainRecord.decode, lambda: DomainRecord(at=self._r),
-                                    cache_entries)
+        self._records = RecordCache(store, store.domains, DomainRecord.decode,
+                                    lambda: DomainRecord(at=self._reader.queue), cache_entries)
         meta = store.get_meta(b"beast")
-        self._r: int = meta.get("reader", 0)
-        self._window: int = meta.get("window", queues)
-        self._end: int = meta.get("end", queues)
-        self._wraps: int = meta.get("wraps", 0)
         self._seq: int = meta.get("seq", 0)
         self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "advances",
                                      "probation"), 0)
         self._c.update(meta.get("counters", {}))
+        # the reader counts its own moves; ``_counters`` puts them back in their place
+        self._reader = QueueReader(store, meta, queues, advances=self._c["advances"])
         self._top_admitted = TopK(top_n, meta.get("top_admitted"))
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
         self._saved_tops: tuple[list, list] | None = None
         self._runs = fifo.RunBuffer()                     # deferred URLs not yet in the table
         self._turns: dict[bytes, dict[bytes, int]] = {}   # domain key -> turns key -> next turn, changed since the last commit
-        self._due: set[bytes] = set()                     # waiting domains that pass in the reader's queue (see "Due now")
-        self._due_heap: list[bytes] = []                  # them in key order (and some no longer due: skipped)
         if meta.get("fifo", 1) > FIFO_FORMAT:     # its entries may not mean what this code reads
             raise StateFormatError(f"{store.path}: BEAST's deferred FIFOs are of format {meta['fifo']}, written by a "
                                    f"newer crawlerd (this one reads formats 1 to {FIFO_FORMAT})")
@@ -158,11 +144,10 @@ class Beast:
         if meta.get("fifo", 1) < 2:
             fifo.upgrade_v1(store.txn(), store.deferred)
             self._flush()
-        for name in meta.get("due", ()):             # saved at close (see "Due now")
-            dk = name.encode("utf-8", "surrogateescape")
-            d = self._records.get(dk)
-            if d.deferred and d.queue - 1 > self._r:
-                self._make_due(dk)
+        reader = self._reader
+        for dk in reader.saved_due(meta):            # saved at close (see "Due now")
+            if reader.waits_later(self._records.get(dk)):
+                reader.make_due(dk)
         store.add_hook(self._flush, self._unwritten)
         graph.add_listener(self._grew)
 
@@ -182,7 +167,7 @@ class Beast:
         """
         dk = domain_key(pld)
         d = self._records.get(dk)
-        r = self._r
+        r = self._reader.queue
         if d.at != r:
             d.at, d.spent = r, 0
         if d.deferred == 0 and d.spent < self._budget(dk):
@@ -195,8 +180,8 @@ class Beast:
                 return True
             self._c["probation"] += 1             # nobody vouches for it yet: the next queue, not now
         if d.deferred == 0:                       # a new backlog: its next pass is in the next queue
-            d.level, d.wrap = 0, self._wraps
-            self._schedule(dk, d, r + 1)
+            d.level, d.wrap = 0, self._reader.wraps
+            self._reader.list_in(dk, d, r + 1)
         self._append(dk, d, record, fp, host)
         return False
 
@@ -232,7 +217,8 @@ class Beast:
         out = [False] * n
         waits = []                                  # (domain key, record, its blocks, URLs passed)
         passes: list[tuple[int, int]] = []          # (first, count) of the URLs passed
-        r = self._r
+        reader = self._reader
+        r = reader.queue
         for dk, segs in groups.items():
             d = self._records.get(dk)
             if d.at != r:
@@ -274,8 +260,8 @@ class Beast:
         base = self._seq
         for dk, d, segs, passed in waits:
             if d.deferred == 0:                   # a new backlog: its next pass is in the next queue
-                d.level, d.wrap = 0, self._wraps
-                self._schedule(dk, d, r + 1)
+                d.level, d.wrap = 0, reader.wraps
+                reader.list_in(dk, d, r + 1)
             parts = []
             for _, i, j in segs:
                 if passed >= j - i:
@@ -340,8 +326,8 @@ class Beast:
         """Add a record to the end of domain ``dk``'s FIFO without charging it (an older state imported)."""
         d = self._records.get(dk)
         if d.deferred == 0:
-            d.level, d.wrap = 0, self._wraps
-            self._schedule(dk, d, self._r + 1)
+            d.level, d.wrap = 0, self._reader.wraps
+            self._reader.list_in(dk, d, self._reader.queue + 1)
         self._append(dk, d, record, fp, "")
 
     def _append(self, dk: bytes, d: DomainRecord, record: bytes, fp: int, host: str) -> None:
@@ -355,13 +341,13 @@ class Beast:
         """
         dk = domain_key(pld)
         d = self._records.get(dk)
-        if d.at != self._r or d.spent == 0 or n <= 0:
+        if d.at != self._reader.queue or d.spent == 0 or n <= 0:
             return 0
         k = min(n, d.spent)
         d.spent -= k
         self._c["refunded"] += k
-        if d.deferred and d.queue - 1 > self._r:
-            self._make_due(dk)                  # room again in this queue: pass at once ("Due now")
+        if self._reader.waits_later(d):
+            self._reader.make_due(dk)           # room again in this queue: pass at once ("Due now")
         self._records.changed_soft(dk, d)
         return k
 
@@ -376,49 +362,18 @@ class Beast:
         """
         out: list[bytes] = []
         self._write_puts()
-        st = self.store
-        txn = st.txn()
-        after = b""
-        due, heap = self._due, self._due_heap      # the reader's queue's other part, by domain key
-        while len(out) < limit:
-            # the queues table ahead of the last key passed: a pass moves its domain to a later
-            # queue or out, never behind the reader, so this is its first entry (and a cursor over
-            # the writer's overlay does not walk the entries passed, deleted in RAM, again)
-            while heap and heap[0] not in due:
-                heapq.heappop(heap)             # passed, or moved since
-            cur = txn.cursor(db=st.queues)
-            if cur.set_range(after):
-                key = bytes(cur.key())
-                q = _U64BE.unpack_from(key)[0]
-            else:
-                key, q = None, -1
-            if heap and (q != self._r or heap[0] < key[8:]):
-                self._pass(heap[0], limit - len(out), out)  # due now: in the reader's queue, in key order
-                continue                        # still due only if ``limit`` was reached
-            if key is None:
-                break
-            after = key + b"\0"
-            if q > self._r:
-                if not advance:
+        if limit > 0:
+            for dk in self._reader.walk(advance):
+                self._pass(dk, limit - len(out), out)
+                if len(out) >= limit:
                     break
-                self._move_to(q)
-            elif q < self._r:
-                raise BeastCorrupt(f"queue {q} lists {domain_name(key[8:])!r} behind the reader at {self._r}")
-            self._pass(key[8:], limit - len(out), out)
         self._c["readmitted"] += len(out)
         return out
 
-    def _move_to(self, q: int) -> None:
-        self._r = q
-        self._c["advances"] += 1
-        while q >= self._end:                # wrap-around: the next window is twice as long
-            self._wraps += 1
-            self._window = min(self._window * 2, MAX_WINDOW)
-            self._end += self._window
-
     def _pass(self, dk: bytes, left: int, out: list[bytes]) -> None:
         d = self._records.get(dk)
-        r = self._r
+        reader = self._reader
+        r = reader.queue
         if d.at != r:
             d.at, d.spent = r, 0
         budget = self._budget(dk)
@@ -430,17 +385,17 @@ class Beast:
             self._top_admitted.note(dk, d.admitted)
             self._c["passes"] += 1
         if d.deferred == 0:
-            self._unschedule(dk, d)
+            reader.unlist(dk, d)
             self._forget_turns(dk, d)
             d.level = 0
         elif d.spent >= budget:
-            if d.wrap < self._wraps:        # over budget across a wrap-around: spread it further
-                d.level = min(self._max_level, d.level + self._wraps - d.wrap)
-                d.wrap = self._wraps
+            if d.wrap < reader.wraps:       # over budget across a wrap-around: spread it further
+                d.level = min(self._max_level, d.level + reader.wraps - d.wrap)
+                d.wrap = reader.wraps
             nxt = r + (1 << d.level)
-            if nxt < self._end and self.probation and self.graph.unvouched_key(dk):
-                nxt = self._end             # nobody vouches for it: one pass per window
-            self._schedule(dk, d, nxt)
+            if nxt < reader.end and self.probation and self.graph.unvouched_key(dk):
+                nxt = reader.end            # nobody vouches for it: one pass per window
+            reader.list_in(dk, d, nxt)
         self._records.changed(dk, d)        # else: ``limit`` reached, it stays in the reader's queue
 
     def _pop(self, dk: bytes, d: DomainRecord, n: int, out: list[bytes]) -> None:
@@ -474,37 +429,10 @@ class Beast:
             while cur.key().startswith(prefix) and cur.delete():
                 pass
 
-    def _make_due(self, dk: bytes) -> None:
-        if dk not in self._due:
-            self._due.add(dk)
-            heap = self._due_heap
-            if len(heap) > 2 * len(self._due) + 1024:      # mostly domains no longer due: rebuilt
-                heap[:] = self._due
-                heapq.heapify(heap)
-            else:
-                heapq.heappush(heap, dk)
-
-    def _schedule(self, dk: bytes, d: DomainRecord, q: int) -> None:
-        if self._due:
-            self._due.discard(dk)
-        if d.queue == q + 1:            # listed there already (a domain due now, back in its queue)
-            return
-        txn, db = self.store.txn(), self.store.queues
-        if d.queue:
-            txn.delete(_U64BE.pack(d.queue - 1) + dk, db=db)
-        txn.put(_U64BE.pack(q) + dk, b"", db=db)
-        d.queue = q + 1
-
-    def _unschedule(self, dk: bytes, d: DomainRecord) -> None:
-        if self._due:
-            self._due.discard(dk)
-        if d.queue:
-            self.store.txn().delete(_U64BE.pack(d.queue - 1) + dk, db=self.store.queues)
-            d.queue = 0
-
     def _grew(self, dks: list[bytes]) -> None:
         # STAR listener: a waiting domain whose budget now has room in the reader's queue passes at once.
-        r, txn, db = self._r, self.store.txn(), self.store.domains
+        reader, txn, db = self._reader, self.store.txn(), self.store.domains
+        r = reader.queue
         for dk in dks:
             d = self._records.peek(dk)
             if d is None:
@@ -512,16 +440,16 @@ class Beast:
                 if raw is None or DomainRecord.decode(raw).deferred == 0:
                     continue
                 d = self._records.get(dk)
-            if d.deferred and d.queue - 1 > r:
+            if reader.waits_later(d):
                 spent = d.spent if d.at == r else 0
                 if spent < self._budget(dk):
-                    self._make_due(dk)      # in RAM, its table place kept ("Due now")
+                    reader.make_due(dk)     # in RAM, its table place kept ("Due now")
 
     # -- reading ------------------------------------------------------------------------------
     @property
     def reader(self) -> int:
         """The BEAST queue the reader stands on."""
-        return self._r
+        return self._reader.queue
 
     @property
     def waiting(self) -> int:
@@ -529,8 +457,7 @@ class Beast:
         return self._waiting
 
     def has_waiting(self) -> bool:
-        st = self.store
-        return st.txn().cursor(db=st.queues).first()
+        return self._reader.has_listed()
 
     def domain(self, pld: str) -> dict:
         """What BEAST knows about one domain now."""
@@ -540,8 +467,8 @@ class Beast:
         d = self._records.get(dk)
         spread = 1 << d.level
         return {"domain": domain_name(dk), "indegree": self.graph.indegree_key(dk), "budget": self._budget(dk),
-                "spent": d.spent if d.at == self._r else 0, "deferred": d.deferred,
-                "queue": self._r if dk in self._due else d.queue - 1 if d.queue else None, "spread": spread, "admitted": d.admitted,
+                "spent": d.spent if d.at == self._reader.queue else 0, "deferred": d.deferred,
+                "queue": self._reader.queue_of(dk, d), "spread": spread, "admitted": d.admitted,
                 "deferred_all": d.deferred_all, "on_probation": self.probation and self.graph.unvouched_key(dk)}
 
     def explain(self, pld: str, fp: int) -> dict:
@@ -550,7 +477,7 @@ class Beast:
         self._write_puts()
         txn = self.store.txn()
         info = self.domain(pld)
-        info["reader"] = self._r
+        info["reader"] = self._reader.queue
         info["waiting"] = False
         prefix = domain_key(pld) + b"\0"
         want = _FP.pack(fp)
@@ -564,7 +491,7 @@ class Beast:
         for pos, (_, v) in enumerate(urls[:EXPLAIN_SCAN]):
             if v[:8] == want:
                 budget = max(1, info["budget"])
-                first = info["queue"] if info["queue"] is not None else self._r + 1
+                first = info["queue"] if info["queue"] is not None else self._reader.queue + 1
                 info.update(waiting=True, position=pos, expected_queue=first + (pos // budget) * info["spread"])
                 return info
         if len(urls) >= EXPLAIN_SCAN:
@@ -572,16 +499,14 @@ class Beast:
         return info
 
     def stats(self, top: int = 10) -> dict:
-        st, c = self.store, self._c
         seen: dict[bytes, None] = {}
         for dk in self.graph.top(top) + [k for k, _ in self._top_admitted.top(top)] + \
                 [k for k, _ in self._top_deferred.top(top)]:
             seen.setdefault(dk)
         tops = [self._domain(dk) for dk in seen]
         tops.sort(key=lambda t: (-t["indegree"], -t["admitted"], t["domain"]))
-        return {**self.rule_stats(), "reader_queue": self._r, "window_end": self._end, "window": self._window,
-                "wraps": self._wraps, **c, "deferred_now": self.waiting,
-                "domains_waiting": st.count(st.queues), "top_domains": tops}
+        return {**self.rule_stats(), **self._reader.stats(), **self._counters(), "deferred_now": self.waiting,
+                "domains_waiting": self._reader.listed(), "top_domains": tops}
 
     def rule_stats(self) -> dict:
         r = self.rule
@@ -591,10 +516,10 @@ class Beast:
     def check_invariants(self) -> None:
         """Commit, scan every table and raise AssertionError naming the first broken invariant."""
         self.store.commit()
-        audit.check_tables(self.store, waiting=self._waiting, reader=self._r)
-        for dk in self._due:
-            d = self._records.get(dk)
-            assert d.deferred and d.queue - 1 > self._r, f"{domain_name(dk)} due now with nothing waiting later"
+        reader = self._reader
+        audit.check_tables(self.store, waiting=self._waiting, reader=reader.queue)
+        for dk in reader.due():
+            assert reader.waits_later(self._records.get(dk)), f"{domain_name(dk)} due now with nothing waiting later"
 
     # -- records ------------------------------------------------------------------------------
     @property
@@ -623,9 +548,10 @@ class Beast:
         self._records.flush(everything=self.store.closing)
         if self._saved_tops is None or self.store.save_slow:
             self._saved_tops = (self._top_admitted.saved(), self._top_deferred.saved())
-        meta = {"fifo": FIFO_FORMAT, "waiting": self._waiting, "reader": self._r, "window": self._window,
-                "end": self._end, "wraps": self._wraps, "seq": self._seq, "counters": self._c,
+        meta = {"fifo": FIFO_FORMAT, "waiting": self._waiting, **self._reader.saved(self.store.closing),
+                "seq": self._seq, "counters": self._counters(),
                 "top_admitted": self._saved_tops[0], "top_deferred": self._saved_tops[1]}
-        if self.store.closing and self._due:     # the due set at close (a kill -9 forgets it: "Due now")
-            meta["due"] = sorted(domain_name(dk) for dk in self._due)
         self.store.put_meta(b"beast", meta)
+
+    def _counters(self) -> dict:
+        return {**self._c, "advances": self._reader.advances}
