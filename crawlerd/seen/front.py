@@ -43,7 +43,8 @@ Where the pending keys wait: in RAM only the batch and the one a job takes
 (``waiting.py``; ``backpressure`` bounds them with the ``reserve`` the work in
 flight can still add); DRUM's buckets and files hold the keys waiting for a
 merge and the merged answers not handed out (only the epoch being handed out
-keeps its answers in RAM). ``memory()`` gives the bytes, ``stats()`` the counts.
+keeps its answers in RAM). ``waiting.PendingKeys`` keeps that account and the
+bound; ``memory()`` gives the bytes, ``stats()`` the counts.
 
 Intake log (``intake_log.py``): a key submitted but not yet handed to DRUM
 is in RAM only, and a merge can hold the thread for tens of seconds; so
@@ -80,7 +81,7 @@ from crawlerd.seen.drum_answers import DrumResult
 from crawlerd.seen.drum_files import DrumError
 from crawlerd.seen.drum_thread import Done, DrumThread, Job, drum_calls
 from crawlerd.seen.intake_log import IntakeWriter, replay_intake
-from crawlerd.seen.waiting import KEY_RAM_BYTES, WaitingKeys
+from crawlerd.seen.waiting import PendingKeys
 from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.seen")
@@ -120,7 +121,6 @@ class AsyncSeenSet:
         if max_pending_keys < 1 or poll_interval_s <= 0 or job_gap_s < 0:
             raise ValueError("max_pending_keys and poll_interval_s must be positive, job_gap_s not negative")
         self.path = os.path.abspath(path)
-        self.max_pending_keys = max_pending_keys
         self._threaded_intake = threaded_intake  # write the intake log on a thread once started
         self._intake_thread = intake_thread      # that thread's name
         self.poll_interval_s = poll_interval_s
@@ -137,21 +137,17 @@ class AsyncSeenSet:
         self._next_seq = d.next_seq            # seq the next submitted key gets
         self._handed_seq = d.next_seq - d.pending
         self._acked_seq = self._handed_seq     # everything before it was acknowledged in an earlier life
-        self._drum_pending = d.pending
-        self._ready = d.ready
+        # keys pending by where they wait, and the bound (``room``)
+        self._pending = PendingKeys(max_pending_keys, drum_pending=d.pending, ready=d.ready, unmerged=d.unmerged,
+                                    answers_ram=d.answers_ram_bytes)
         self._intake = IntakeWriter(self.path, last_segment)
         self._logged_seq = self._next_seq      # every key before it is in the intake log (or DRUM)
         self._log_waiters: collections.deque[tuple[int, asyncio.Future | None, Callable[[], None] | None]] = \
             collections.deque()
-        self._waiting = WaitingKeys()          # the batch, and the one the job on the DRUM thread takes
-        self._unmerged = d.unmerged
-        self._answers_ram = d.answers_ram_bytes
+        self._waiting = self._pending.waiting  # the batch, and the one the job on the DRUM thread takes
         self._merges = 0
         self._last_merge_s = 0.0
         self._max_merge_s = 0.0
-        # keys that work already started can still submit (the shard: leases in flight times the links
-        # a page gave so far): counted by ``backpressure``, so the bound holds for what they add
-        self.reserve: Callable[[], int] | None = None
         self._outstanding = False              # a delivery is being read (until release() or ack())
         self._ack_to: int | None = None        # ack() called up to this seq; DRUM's ack not yet run
         self._unacked: collections.deque[int] = collections.deque()   # end seqs of deliveries not acked
@@ -349,24 +345,22 @@ class AsyncSeenSet:
     def room(self) -> int:
         """Keys that may still be submitted before ``backpressure`` (0 at or past the bound): the keys
         waiting in RAM and the ``reserve`` taken from ``max_pending_keys``."""
-        held = self._waiting.held_keys + (self.reserve() if self.reserve is not None else 0)
-        return max(0, self.max_pending_keys - held)
+        return self._pending.room
+
+    @property
+    def reserve(self) -> Callable[[], int] | None:
+        """Keys that work already started can still submit (the shard: leases in flight times the
+        links a page gave so far), counted by ``backpressure`` so the bound holds for what they add."""
+        return self._pending.reserve
+
+    @reserve.setter
+    def reserve(self, fn: Callable[[], int] | None) -> None:
+        self._pending.reserve = fn
 
     def memory(self) -> dict:
         """The keys waiting in RAM (the batch, and the one the DRUM thread is taking) and DRUM's merged
-        answers held in RAM, against the bound: bytes now and the most of the last 2-4 s
-        (``peak_bytes``), keys; the keys waiting in DRUM's files (for a merge, or merged and not handed
-        out) cost no private memory beyond its fixed buffers and are given as counts."""
-        w = self._waiting
-        ram, keys = w.held_bytes, w.held_keys
-        per_key = ram / keys if keys else KEY_RAM_BYTES + 100
-        return {"bytes": ram + self._answers_ram, "cap_bytes": int(self.max_pending_keys * per_key),
-                "peak_bytes": w.peak_bytes() + self._answers_ram,
-                "entries": keys, "cap_keys": self.max_pending_keys,
-                "reserve_keys": self.reserve() if self.reserve is not None else 0,
-                "answers_bytes": self._answers_ram, "unmerged_keys": self._unmerged,
-                "ready_keys": self._ready}
-
+        answers held in RAM, against the bound (``PendingKeys.memory``)."""
+        return self._pending.memory()
 
     @property
     def flushing(self) -> bool:
@@ -381,7 +375,7 @@ class AsyncSeenSet:
     @property
     def pending(self) -> int:
         """Keys submitted and not yet answered (delivered to on_results)."""
-        return self._waiting.held_keys + self._drum_pending
+        return self._pending.keys
 
     @property
     def next_seq(self) -> int:
@@ -389,9 +383,10 @@ class AsyncSeenSet:
         return self._next_seq
 
     def stats(self) -> dict:
+        p = self._pending
         return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
-                "delivered": self._delivered, "ready": self._ready, "queued_keys": self._waiting.keys,
-                "inflight_keys": self._waiting.inflight_keys, "unmerged": self._unmerged,
+                "delivered": self._delivered, "ready": p.ready, "queued_keys": self._waiting.keys,
+                "inflight_keys": self._waiting.inflight_keys, "unmerged": p.unmerged,
                 "outstanding": self._outstanding, "merges": self._merges,
                 "last_merge_s": round(self._last_merge_s, 3), "max_merge_s": round(self._max_merge_s, 3),
                 "last_flush_s": round(self._last_flush_s, 3),
@@ -414,12 +409,13 @@ class AsyncSeenSet:
         now = loop.time()
         poll = now >= self._next_poll
         fetch = not self._outstanding and len(self._unacked) < UNACKED_DELIVERIES
+        ready = self._pending.ready
         if not (self._ack_to is not None or self._waiting.batch or self._flush_new or self._flush_asked or poll
-                or (fetch and self._ready)):
+                or (fetch and ready)):
             self._arm(self._next_poll)
             return
         if (now < self._next_job and not (poll or self._flush_new or self._flush_asked or self._flush_wait)
-                and not (fetch and self._ready) and not self.backpressure):
+                and not (fetch and ready) and not self.backpressure):
             self._arm(min(self._next_job, self._next_poll))     # nothing waits for it: batch up
             return
         if poll:
@@ -510,7 +506,7 @@ class AsyncSeenSet:
 
     def _finish(self, job: Job, done: Done) -> None:
         self._waiting.landed()
-        self._unmerged, self._answers_ram = done.unmerged, done.answers_ram
+        self._pending.reported(done.pending, done.ready, done.unmerged, done.answers_ram)
         self._merges += done.merges
         if done.merges:
             self._last_merge_s = done.merge_s
@@ -521,7 +517,6 @@ class AsyncSeenSet:
         self._jobs += 1
         self._busy_s += done.busy_s
         self._max_job_s = max(self._max_job_s, done.busy_s)
-        self._drum_pending, self._ready = done.pending, done.ready
         if done.acked_seq is not None:
             self._acked_seq = done.acked_seq
         for fut in job.waiters:

@@ -1,16 +1,18 @@
-"""The seen-set's keys waiting in RAM for the DRUM thread, and what they cost (``front.py``).
+"""The seen-set's keys pending, where they wait and what they cost, against its bound (``front.py``).
 
 Keys submitted go into a batch on the loop; a job takes the whole batch over to the DRUM thread,
 which journals them (DRUM's buckets and files) while the loop starts the next batch. Until that job
 ends both are in RAM: the key arrays and each key's aux bytes (its URL record). A merge on the DRUM
 thread holds the next job back, so the batch grows by the keys submitted meanwhile; the seen-set's
 backpressure bounds it (``max_pending_keys``). Keys DRUM holds (waiting for a merge, or merged and
-not handed out) are in its files, not here.
+not handed out) are in its files, not here: ``PendingKeys`` counts them as the last job reported
+them, with the batches, and keeps the bound.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -76,3 +78,52 @@ class WaitingKeys:
         if now - self._peak_at >= PEAK_WINDOW_S:
             self._peak_prev, self._peak, self._peak_at = self._peak, 0, now
         self._peak = max(self._peak, self.held_bytes)
+
+
+class PendingKeys:
+    """The seen-set's keys submitted and not yet answered, by where they wait, against its bound.
+
+    In RAM: ``waiting`` (the batch and the one in flight) and the merged answers DRUM holds for the
+    epoch being handed out (``answers_ram`` bytes). In DRUM's buckets and files: ``drum_pending``
+    keys, of which ``unmerged`` wait for a merge and ``ready`` are merged and not handed out, as the
+    last job on the DRUM thread reported them (``reported``). ``reserve``: keys the work in flight
+    can still submit (the shard: leases in flight times the links a page gave so far).
+    Invariant: ``room`` = max(0, ``max_pending_keys`` - keys waiting in RAM - ``reserve()``).
+    """
+
+    __slots__ = ("waiting", "max_pending_keys", "reserve", "drum_pending", "ready", "unmerged", "answers_ram")
+
+    def __init__(self, max_pending_keys: int, *, drum_pending: int, ready: int, unmerged: int, answers_ram: int):
+        self.waiting = WaitingKeys()
+        self.max_pending_keys = max_pending_keys
+        self.reserve: Callable[[], int] | None = None
+        self.reported(drum_pending, ready, unmerged, answers_ram)
+
+    def reported(self, drum_pending: int, ready: int, unmerged: int, answers_ram: int) -> None:
+        """What DRUM holds now (its counts at the end of a job)."""
+        self.drum_pending, self.ready, self.unmerged, self.answers_ram = drum_pending, ready, unmerged, answers_ram
+
+    @property
+    def keys(self) -> int:
+        """Keys submitted and not yet answered: in RAM and in DRUM."""
+        return self.waiting.held_keys + self.drum_pending
+
+    @property
+    def room(self) -> int:
+        """Keys that may still be submitted before the bound (0 at or past it)."""
+        held = self.waiting.held_keys + (self.reserve() if self.reserve is not None else 0)
+        return max(0, self.max_pending_keys - held)
+
+    def memory(self) -> dict:
+        """The keys waiting in RAM and DRUM's merged answers held in RAM, against the bound: bytes
+        now and the most of the last 2-4 s (``peak_bytes``), keys; the keys in DRUM's files cost no
+        private memory beyond its fixed buffers and are given as counts."""
+        w = self.waiting
+        ram, keys = w.held_bytes, w.held_keys
+        per_key = ram / keys if keys else KEY_RAM_BYTES + 100
+        return {"bytes": ram + self.answers_ram, "cap_bytes": int(self.max_pending_keys * per_key),
+                "peak_bytes": w.peak_bytes() + self.answers_ram,
+                "entries": keys, "cap_keys": self.max_pending_keys,
+                "reserve_keys": self.reserve() if self.reserve is not None else 0,
+                "answers_bytes": self.answers_ram, "unmerged_keys": self.unmerged,
+                "ready_keys": self.ready}
