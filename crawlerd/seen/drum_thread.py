@@ -2,7 +2,7 @@
 
 ``DrumThread`` is one plain thread that runs every call handed to it, in order, and replies from
 there (the seen-set posts its replies back to the loop in one ``call_soon_threadsafe``).
-``Job`` is one trip there and ``Done`` what it brings back.
+``Job`` is one trip there and ``Done`` what it brings back; ``JobCounts`` adds the trips up.
 ``drum_calls`` cuts a job's submitted chunks into DRUM calls of at most ``CALL_KEYS`` keys: DRUM's
 journal and bucket code holds the GIL for one call, so the loop waits at most one call's time.
 """
@@ -51,6 +51,30 @@ class Done:
     merges: int
     busy_s: float
     flush_s: float | None      # duration of this job's flush(), if it ran one
+
+
+@dataclass(slots=True)
+class JobCounts:
+    """What the jobs on the DRUM thread did, for the seen-set's ``stats`` (counted on the loop as
+    each job ends: ``note``). Durations in seconds; ``last_*``: 0 before the first."""
+    jobs: int = 0
+    busy_s: float = 0.0
+    max_job_s: float = 0.0
+    merges: int = 0
+    last_merge_s: float = 0.0   # the last merge's duration (any trigger)
+    max_merge_s: float = 0.0
+    last_flush_s: float = 0.0   # the last flush() merge's duration
+
+    def note(self, done: Done) -> None:
+        self.merges += done.merges
+        if done.merges:
+            self.last_merge_s = done.merge_s
+            self.max_merge_s = max(self.max_merge_s, done.merge_s)
+        if done.flush_s is not None:
+            self.last_flush_s = done.flush_s
+        self.jobs += 1
+        self.busy_s += done.busy_s
+        self.max_job_s = max(self.max_job_s, done.busy_s)
 
 
 class DrumThread:

@@ -79,7 +79,7 @@ import numpy as np
 from crawlerd.seen.drum import Drum
 from crawlerd.seen.drum_answers import DrumResult
 from crawlerd.seen.drum_files import DrumError
-from crawlerd.seen.drum_thread import Done, DrumThread, Job, drum_calls
+from crawlerd.seen.drum_thread import Done, DrumThread, Job, JobCounts, drum_calls
 from crawlerd.seen.intake_log import IntakeWriter, replay_intake
 from crawlerd.seen.waiting import PendingKeys
 from crawlerd.store.writer import WriteThread
@@ -145,9 +145,6 @@ class AsyncSeenSet:
         self._log_waiters: collections.deque[tuple[int, asyncio.Future | None, Callable[[], None] | None]] = \
             collections.deque()
         self._waiting = self._pending.waiting  # the batch, and the one the job on the DRUM thread takes
-        self._merges = 0
-        self._last_merge_s = 0.0
-        self._max_merge_s = 0.0
         self._outstanding = False              # a delivery is being read (until release() or ack())
         self._ack_to: int | None = None        # ack() called up to this seq; DRUM's ack not yet run
         self._unacked: collections.deque[int] = collections.deque()   # end seqs of deliveries not acked
@@ -166,12 +163,9 @@ class AsyncSeenSet:
         self._stopping = False
         self._closed = False
         self._error: BaseException | None = None
-        self._jobs = 0
-        self._busy_s = 0.0
-        self._max_job_s = 0.0
+        self._counts = JobCounts()             # what the jobs did (stats)
         self._delivered = 0
         self._flush_running = False
-        self._last_flush_s = 0.0
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -370,7 +364,7 @@ class AsyncSeenSet:
     @property
     def last_flush_s(self) -> float:
         """How long the last flush() merge took on the DRUM thread, seconds (0 before the first)."""
-        return self._last_flush_s
+        return self._counts.last_flush_s
 
     @property
     def pending(self) -> int:
@@ -383,13 +377,13 @@ class AsyncSeenSet:
         return self._next_seq
 
     def stats(self) -> dict:
-        p = self._pending
-        return {"jobs": self._jobs, "busy_s": round(self._busy_s, 3), "max_job_s": round(self._max_job_s, 3),
+        p, c = self._pending, self._counts
+        return {"jobs": c.jobs, "busy_s": round(c.busy_s, 3), "max_job_s": round(c.max_job_s, 3),
                 "delivered": self._delivered, "ready": p.ready, "queued_keys": self._waiting.keys,
                 "inflight_keys": self._waiting.inflight_keys, "unmerged": p.unmerged,
-                "outstanding": self._outstanding, "merges": self._merges,
-                "last_merge_s": round(self._last_merge_s, 3), "max_merge_s": round(self._max_merge_s, 3),
-                "last_flush_s": round(self._last_flush_s, 3),
+                "outstanding": self._outstanding, "merges": c.merges,
+                "last_merge_s": round(c.last_merge_s, 3), "max_merge_s": round(c.max_merge_s, 3),
+                "last_flush_s": round(c.last_flush_s, 3),
                 "pending": self.pending, "backpressure": self.backpressure,
                 **({"intake_writer": self._intake.thread.stats()} if self._intake.thread is not None else {})}
 
@@ -507,16 +501,8 @@ class AsyncSeenSet:
     def _finish(self, job: Job, done: Done) -> None:
         self._waiting.landed()
         self._pending.reported(done.pending, done.ready, done.unmerged, done.answers_ram)
-        self._merges += done.merges
-        if done.merges:
-            self._last_merge_s = done.merge_s
-            self._max_merge_s = max(self._max_merge_s, done.merge_s)
+        self._counts.note(done)
         self._flush_running = False
-        if done.flush_s is not None:
-            self._last_flush_s = done.flush_s
-        self._jobs += 1
-        self._busy_s += done.busy_s
-        self._max_job_s = max(self._max_job_s, done.busy_s)
         if done.acked_seq is not None:
             self._acked_seq = done.acked_seq
         for fut in job.waiters:
