@@ -38,7 +38,8 @@ behind; nothing is dropped to make room.
 
 Modules: ``shard`` (the Shard: wiring, the loop, the ordered shutdown), ``intake``, ``leases``
 (lease table and runner), ``hostfiles``, ``outbound``, ``answers``, ``events``, ``operations``
-(status, reload, checkpoint, the config blocklist), ``tasks`` (the shard's background tasks).
+(status, reload, checkpoint, the config blocklist), ``tasks`` (the shard's background tasks),
+``view`` (the shard's numbers: ``Shard.status`` and ``Shard.memory`` read out).
 """
 
 from crawlerd.shard.intake import decode_aux, encode_aux

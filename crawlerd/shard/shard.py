@@ -20,7 +20,7 @@ from crawlerd.allocator import Trimmer
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
 from crawlerd.dedup.owners import DigestOwner, DigestOwners, DigestOwnerServer
-from crawlerd.fetch.curl import CONNECTION_BYTES, Fetcher, connection_slots
+from crawlerd.fetch.curl import Fetcher, connection_slots
 from crawlerd.fetch.dns import Resolver, write_snapshot
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.robots import RobotsCache
@@ -43,7 +43,7 @@ from crawlerd.shard.operations import Operations
 from crawlerd.shard.outbound import Outbound
 from crawlerd.shard.storage import StorageHealth
 from crawlerd.shard.tasks import Tasks, Wake
-from crawlerd.shard.view import operator_view
+from crawlerd.shard.view import shard_memory, shard_status
 from crawlerd.store.digest_set import DigestSet
 from crawlerd.store.syncer import SyncThread
 from crawlerd.store.writer import WriterError, WriteThread
@@ -221,62 +221,11 @@ class Shard:
 
     def status(self, detail: bool = True) -> dict:
         """The shard's numbers; ``detail`` adds the operator's view (crawlerd/shard/view.py)."""
-        st = self.ops.status(paused=self.paused)
-        # in_flight: transfers on the wire; leases also counts those being processed or between fetches
-        st["leases"] = st["in_flight"]
-        st["in_flight"] = self.fetcher.in_flight if self.fetcher is not None else 0
-        st["processing"] = self.pool.calls
-        # jobs / frames: the workers' mean batch (a lone job runs on cold caches, bench/RESULTS.md)
-        st["worker_batches"] = {"frames": self.pool.answer_frames, "jobs": self.pool.answers_framed}
-        st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
-              **({"dust": self.dust_stats()} if detail else {})}
-        st["shared_ip_waits"] = self.frontier.shared_ip_waits
-        if self.writer is not None:
-            st["writer"] = self.writer.stats()
-        st["memory"] = self.memory()
-        st["malloc"] = self.trimmer.stats()
-        st["near_index"] = self.near.index_stats()
-        if self.owners is not None:
-            st["digest_owners"] = self.owners.stats()
-        if self.outbox is not None and self.inbox is not None:
-            ob, ib = self.outbox, self.inbox
-            st["handoff"] = {"out": {str(d): v for d, v in ob.backlog().items()}, "in_batches": ib.backlog(),
-                             "batches_sent": ob.batches_sent, "records_sent": ob.records_sent,
-                             "bytes_sent": ob.bytes_sent, "batches_received": ib.batches_received,
-                             "records_received": ib.records_received, "blocked": sorted(ob.blocked)}
-            for side, part in (("engine_out", ob), ("engine_in", ib)):
-                if hasattr(part, "stats"):      # a network transport's own numbers (retries, redeliveries)
-                    st["handoff"][side] = part.stats()
-        return st
+        return shard_status(self, detail)
 
     def memory(self) -> dict[str, dict[str, int]]:
         """Each bounded RAM component's estimated bytes against its cap (`crawlerd stats`)."""
-        out = {"robots_cache": self.robots.memory(), "url_filter": self.url_filter.memory(), **self.near.memory(),
-               # bodies fetched and not archived yet: leasing keeps them and the transfers' expected
-               # bodies within the cap (LeaseWindow.free); bodies larger than the mean can pass it
-               "fetched_bodies": {"bytes": self.pool.body_bytes, "cap_bytes": self.cfg.process.queue_bytes,
-                                  "entries": self.pool.calls}}
-        if self.resolver is not None:
-            out["dns_cache"] = self.resolver.memory()
-        if heads := self.frontier.memory():
-            out["frontier_heads"] = heads
-        if self.dust is not None:
-            out["dust_hosts"] = self.dust.memory()
-            out["dust_archived_filter"] = self.dust.learner.store.memory()
-            out["dust_reads"] = self.dust.learner.store.read_cache_memory()
-            out["dust_unlanded"] = self.dust.unlanded_memory()
-        if self.recrawl.enabled:
-            out["recrawl_reads"] = self.recrawl.memory()
-        if self.budgets is not None:
-            out["budget_turns"] = self.budgets.memory()
-            out["budget_unlanded"] = self.budgets.unlanded_memory()
-        out["frontier_unlanded"] = self.intake.frontier_gate.memory()
-        out["seen_pending"] = self.seen.memory()
-        if self.fetcher is not None:      # estimated at the HTTPS cost of a connection (fetch/curl.py)
-            slots = connection_slots(self.cfg.fetch.connection_cache_bytes)
-            out["curl_connections"] = {"bytes": min(self.fetcher.connections_open, slots) * CONNECTION_BYTES,
-                                       "cap_bytes": slots * CONNECTION_BYTES, "entries": self.fetcher.connections_open}
-        return out
+        return shard_memory(self)
 
     def reload(self, cfg: Config) -> None:
         """SIGHUP: runtime settings (blocklist, network.allow)."""
@@ -286,10 +235,6 @@ class Shard:
         self.ops.checkpoint()
         if self.dust is not None:
             self.dust.commit()
-
-    def dust_stats(self) -> dict:
-        """The DUST rules part of ``crawlerd stats``."""
-        return self.dust.stats() if self.dust is not None else {"enabled": False}
 
     # -- the loop ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event, *, max_pages: int = 0) -> None:
