@@ -320,30 +320,10 @@ def test_connect_refused():
     assert run(scenario).outcome is Outcome.CONNECT_REFUSED
 
 
-def test_connect_timeout():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)                             # never accepted: once the queue is full, SYNs are dropped
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(3):
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(s)
-
+def test_connect_timeout(silent_port):
     async def scenario(f, server, _port):
-        return await f.fetch(req(port, "/ok"))
-    try:
-        r = run(scenario, connect_timeout_s=0.3)
-    finally:
-        for s in fillers:
-            s.close()
-        listener.close()
-    assert r.outcome is Outcome.CONNECT_TIMEOUT
+        return await f.fetch(req(silent_port, "/ok"))
+    assert run(scenario, connect_timeout_s=0.3).outcome is Outcome.CONNECT_TIMEOUT
 
 
 def _self_signed(tmp_path):

@@ -2,7 +2,6 @@
 runs inside curl), and the loop timer is always armed no later than that deadline."""
 
 import asyncio
-import socket
 
 import pycurl
 
@@ -26,40 +25,16 @@ def _watch(f, broken: list) -> None:
     loop.call_soon(check)
 
 
-def _silent_port():
-    """A port whose SYNs are dropped (its accept queue is full): only curl's connect timeout ends a
-    request to it, so only its timer does."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(3):
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(s)
-    return port, [listener, *fillers]
-
-
-def test_loop_timer_is_never_later_than_curls_deadline_and_timeouts_are_served():
-    silent, socks = _silent_port()
+def test_loop_timer_is_never_later_than_curls_deadline_and_timeouts_are_served(silent_port):
     broken: list = []
 
     async def scenario(f, server, port):
         _watch(f, broken)
         pages = [req(port, f"/page?size={2000 + i}", host=f"h{i}.test", keep_alive=i % 2 == 0) for i in range(40)]
-        slow = [req(port, "/drip", host="drip.test"), req(silent, "/ok", host="silent.test")]
+        slow = [req(port, "/drip", host="drip.test"), req(silent_port, "/ok", host="silent.test")]
         # bounded: with a deadline left unarmed, transfers may never start
         return await asyncio.wait_for(asyncio.gather(*(f.fetch(r) for r in pages + slow)), 30.0)
-    try:
-        out = run(scenario, connect_timeout_s=0.3, low_speed_bytes_per_s=100, low_speed_time_s=1)
-    finally:
-        for s in socks:
-            s.close()
+    out = run(scenario, connect_timeout_s=0.3, low_speed_bytes_per_s=100, low_speed_time_s=1)
     assert [r.outcome for r in out[:40]] == [Outcome.OK] * 40
     assert [r.outcome for r in out[40:]] == [Outcome.TOO_SLOW, Outcome.CONNECT_TIMEOUT]
     assert broken == []
