@@ -9,7 +9,11 @@ import textwrap
 
 import pytest
 
-from crawlerd.shard.intake import SEEN_SLICE
+from crawlerd.fetch.robots import RobotsCache
+from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
+from crawlerd.fetch.robots.rules import RobotsRules
+from crawlerd.seen.drum_answers import DrumResult, Op
+from crawlerd.shard.intake import SEEN_SLICE, Intake, encode_aux
 from crawlerd.url.filter import PATH_TOO_DEEP
 from tests.shard.parts import Parts, run
 
@@ -283,8 +287,6 @@ def test_kill_9_in_the_middle_of_a_delivery_loses_no_url_and_adds_none_twice(tmp
 def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     """DRUM delivers at least once; the frontier commits the position after each delivery with its adds."""
     from crawlerd.frontier import Frontier
-    from crawlerd.seen.drum_answers import DrumResult, Op
-    from crawlerd.shard.intake import encode_aux
 
     def answers(first):
         return [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None,
@@ -308,30 +310,46 @@ def test_answers_delivered_again_after_a_crash_are_not_added_twice(tmp_path):
     assert counters["seen_redelivered"] == 3
 
 
+def _robots(ruled: str, robots_txt: bytes, *, failed: str | None = None) -> RobotsCache:
+    """A robots cache holding ``ruled``'s parsed ``robots_txt`` and, for ``failed``, a robots.txt
+    that answered 503 (disallow-all, decided at lease); other hosts are unknown."""
+    robots = RobotsCache()
+    rules = RobotsRules.parse(robots_txt, "crawlerd", 1 << 16)
+    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    if failed is not None:
+        robots.put(failed, RobotsEntry(RobotsRules.disallow_all(), 0.0, 1e9, 503, RobotsState.UNREACHABLE.value, ""))
+    return robots
+
+
+def _answers(rows: list[tuple[str, bool]]) -> list[DrumResult]:
+    """DRUM's answers for ``(url, unique)`` rows, in order (depth 1, hops 0, priority 1)."""
+    return [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=u, value=None, aux=encode_aux(1, 0, 1, url), seq=i)
+            for i, (url, u) in enumerate(rows)]
+
+
+def _robots_intake(p: Parts, robots: RobotsCache, dropped: list | None = None) -> Intake:
+    """An intake over ``p`` that judges robots rules at admission from ``robots``; the URLs it drops
+    are appended to ``dropped``."""
+    on_dropped = None if dropped is None else (lambda url, reason: dropped.append(url))
+    return Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
+                  metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0,
+                  on_dropped=on_dropped)
+
+
 def test_robots_rules_at_admission_are_each_hosts_own_when_hosts_interleave(tmp_path):
     """URLs of a host with rules, of one without and of one whose robots.txt failed, interleaved in one
     delivery: each is judged by its own host's rules (the intake reuses a host's rules along a run
     of its URLs)."""
-    from crawlerd.fetch.robots import RobotsCache
-    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
-    from crawlerd.fetch.robots.rules import RobotsRules
-    from crawlerd.seen.drum_answers import DrumResult, Op
-    from crawlerd.shard.intake import Intake, encode_aux
 
     ruled, free, failed = "http://ruled.test", "http://free.test", "http://failed.test"
-    robots = RobotsCache()
-    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
-    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
-    robots.put(failed, RobotsEntry(RobotsRules.disallow_all(), 0.0, 1e9, 503, RobotsState.UNREACHABLE.value, ""))
+    robots = _robots(ruled, b"User-agent: *\nDisallow: /private/\n", failed=failed)
     urls = [f"{host}/private/{i}.html" for i in range(3) for host in (ruled, ruled, free, failed, ruled)]
     urls += [f"{ruled}/p/{i}.html" for i in range(2)]
-    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None, aux=encode_aux(1, 0, 1, u), seq=i)
-               for i, u in enumerate(urls)]
+    results = _answers([(u, True) for u in urls])
 
     async def go():
         p = Parts(str(tmp_path))
-        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
-                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0)
+        intake = _robots_intake(p, robots)
         try:
             intake.on_seen_results(results)
             return p.frontier.queued(), p.metrics.dropped["robots_denied"]
@@ -347,31 +365,23 @@ def test_robots_rules_at_admission_judge_each_url_as_its_whole_url_is_judged(tmp
     """The intake matches rules against a URL's path cut at its host key: the verdicts are those of
     the rules on the whole URL (a path that starts with "//", globs, "$", a query), and a host whose
     key merely starts with a ruled host's (another host, another port) is not judged by its rules."""
-    from crawlerd.fetch.robots import RobotsCache
-    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
-    from crawlerd.fetch.robots.rules import RobotsRules
-    from crawlerd.seen.drum_answers import DrumResult, Op
-    from crawlerd.shard.intake import Intake, encode_aux
 
     ruled = "http://ruled.test"
-    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\nAllow: /private/open/\nDisallow: /*.json$\n"
-                              b"Disallow: /a//b\nDisallow: /q?x=\n", "crawlerd", 1 << 16)
-    robots = RobotsCache()
-    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    robots_txt = (b"User-agent: *\nDisallow: /private/\nAllow: /private/open/\nDisallow: /*.json$\n"
+                  b"Disallow: /a//b\nDisallow: /q?x=\n")
+    robots = _robots(ruled, robots_txt)
+    rules = RobotsRules.parse(robots_txt, "crawlerd", 1 << 16)
     paths = ["/private/1", "//private/2", "//x/private/9", "/private/open/3", "/x.json", "/x.json?v=1", "/p?private/", "/a//b",
              "/a/b", "/", "/q?x=1", "/q", "/robots.txt", "/%2Aprivate/4", "/private"]
     urls = [ruled + path for path in paths]
     urls += ["http://ruled.test.other/private/5", "http://ruled.test:8080/private/6", "http://ruled.tes/private/7"]
     urls += [ruled + path for path in paths[:3]]      # the ruled host again, after others
-    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=True, value=None, aux=encode_aux(1, 0, 1, u), seq=i)
-               for i, u in enumerate(urls)]
+    results = _answers([(u, True) for u in urls])
     dropped = []
 
     async def go():
         p = Parts(str(tmp_path))
-        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
-                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0,
-                        on_dropped=lambda url, reason: dropped.append(url))
+        intake = _robots_intake(p, robots, dropped)
         try:
             intake.on_seen_results(results)
             return p.frontier.queued()
@@ -542,31 +552,21 @@ def test_robots_at_admission_across_host_runs_broken_by_duplicates_and_redeliver
     """A ruled host's URLs come in runs that duplicates and answers already added (before the seen
     mark) of other hosts split or join: every unique URL is judged by its own host's rules, in
     order (the denials' events in answer order), and the rest are queued once."""
-    from crawlerd.fetch.robots import RobotsCache
-    from crawlerd.fetch.robots.policy import RobotsEntry, RobotsState
-    from crawlerd.fetch.robots.rules import RobotsRules
-    from crawlerd.seen.drum_answers import DrumResult, Op
-    from crawlerd.shard.intake import Intake, encode_aux
 
     ruled, free = "http://ruled.test", "http://free.test"
-    rules = RobotsRules.parse(b"User-agent: *\nDisallow: /private/\n", "crawlerd", 1 << 16)
-    robots = RobotsCache()
-    robots.put(ruled, RobotsEntry(rules, 0.0, 1e9, 200, RobotsState.PARSED.value, ""))
+    robots = _robots(ruled, b"User-agent: *\nDisallow: /private/\n")
     rows = []       # (url, unique)
     for i in range(40):
         host = (ruled, free, ruled, ruled)[i % 4]
         rows.append((f"{host}/{'private' if i % 3 else 'p'}/{i}.html", i % 5 != 2))
         if i % 7 == 0:
             rows.append((f"{free}/private/dup{i}.html", False))       # a duplicate between runs
-    results = [DrumResult(key=i + 1, op=Op.CHECK_UPDATE, unique=u, value=None, aux=encode_aux(1, 0, 1, url), seq=i)
-               for i, (url, u) in enumerate(rows)]
+    results = _answers(rows)
     dropped = []
 
     async def go():
         p = Parts(str(tmp_path))
-        intake = Intake(p.cfg, frontier=p.frontier, seen=p.seen, url_filter=p.url_filter, recrawl=p.recrawl,
-                        metrics=p.metrics, wake=lambda: None, wall=lambda: 0.0, robots=robots, clock=lambda: 10.0,
-                        on_dropped=lambda url, reason: dropped.append(url))
+        intake = _robots_intake(p, robots, dropped)
         try:
             intake.on_seen_results(results)
             intake.on_seen_results(results[: len(results) // 2])          # delivered again: all before the mark
