@@ -1,5 +1,5 @@
 """STAR budgets: the rule, vouched in-degrees, the edge DRUM's schedule and deliveries, vouches across
-shards, the top-k list, and the first layout's import. BEAST's queues are in test_beast.py."""
+shards, the top-k list, and the first layout's import. BEAST's queues are in test_beast*.py."""
 
 import asyncio
 import collections
