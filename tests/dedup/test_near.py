@@ -2,7 +2,6 @@
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ from collections import deque
 import pytest
 
 from crawlerd.dedup.near import NearDuplicates
+from tests.kill9 import first_line_then_kill_9
 
 
 def flip(rng: random.Random, fp: int, bits: int) -> int:
@@ -346,13 +346,7 @@ def test_kill_9_with_a_writer_keeps_the_docs_that_were_written(tmp_path):
 
         asyncio.run(main())
     """)
-    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        line = child.stdout.readline()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert line == b"ready 10\n"
+    assert first_line_then_kill_9(script) == b"ready 10\n"
     rng = random.Random(3)
     fps = [rng.getrandbits(64) for _ in range(60)]
     with NearDuplicates(tmp_path) as nd:

@@ -4,15 +4,13 @@ reopens, and the host-turn read cache on a writer store."""
 import collections
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 
 import pytest
 
 from tests.frontier.budget_parts import Landing, Parts, drain
+from tests.kill9 import first_line_then_kill_9
 
 # -- crash safety ----------------------------------------------------------------------------------
 
@@ -44,12 +42,7 @@ def test_kill_9_loses_no_deferred_record(tmp_path):
     path, queued = str(tmp_path / "b"), str(tmp_path / "queued")
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = CHILD.format(tests=tests, path=path, queued=queued)
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert child.stdout.readline() == b"ready\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    assert first_line_then_kill_9(code) == b"ready\n"
     offered = {f"d{d}/{i}".encode() for d in range(10) for i in range(30)}
     admitted = {f"d{d}/{i}".encode() for d in range(10) for i in range(2)}
     with open(queued, "rb") as f:
@@ -90,14 +83,7 @@ def test_kill_9_with_a_writer_keeps_what_landed_and_returns_what_did_not(tmp_pat
     landed, and readmissions whose commit had not landed are handed out again (twice, never lost)."""
     path = str(tmp_path / "b")
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    child = subprocess.Popen([sys.executable, "-c", CHILD_WRITER.format(tests=tests, path=path)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        line = child.stdout.readline()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert line == b"ready 6\n"
+    assert first_line_then_kill_9(CHILD_WRITER.format(tests=tests, path=path)) == b"ready 6\n"
     p = Parts(path)
     p.check()
     rest = drain(p.beast)

@@ -12,6 +12,7 @@ from crawlerd.frontier.dust_evidence import TRUSTED
 from crawlerd.url.canonical import fingerprint
 from crawlerd.url.hosts import host_key as host_key_of
 from tests.frontier.dust_site import H, Site, tracking_content
+from tests.kill9 import first_line_then_kill_9
 
 # -- persistence and bounds -------------------------------------------------------------------------
 
@@ -410,21 +411,9 @@ CHILD_DUST = textwrap.dedent("""
 def test_kill_9_with_a_writer_keeps_the_dust_commits_that_landed(tmp_path):
     """A DUST commit handed to the writer is promised once it landed: kill -9 keeps it whole (host
     record, skip log, archived set), and a commit handed over and not written is lost whole."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     from crawlerd.frontier.dust_store import DustStore
     path = str(tmp_path / "d")
-    child = subprocess.Popen([sys.executable, "-c", CHILD_DUST.format(path=path)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        line = child.stdout.readline()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert line == b"ready 1\n"
+    assert first_line_then_kill_9(CHILD_DUST.format(path=path)) == b"ready 1\n"
     s = DustStore(path, max_bytes=64 << 20, max_host_bytes=16 << 10)
     assert s.get_host("a") == {"rules": ["landed"]} and s.get_host("b") is None
     assert s.pop_skips("a", "?x") == [b"skip-a"]

@@ -2,9 +2,6 @@
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,6 +12,7 @@ from crawlerd.fetch.robots.rules import RobotsRules
 from crawlerd.seen.drum_answers import DrumResult, Op
 from crawlerd.shard.intake import SEEN_SLICE, Intake, encode_aux
 from crawlerd.url.filter import PATH_TOO_DEEP
+from tests.kill9 import first_line_then_kill_9
 from tests.shard.parts import Parts, run
 
 
@@ -258,12 +256,7 @@ def test_kill_9_in_the_middle_of_a_delivery_loses_no_url_and_adds_none_twice(tmp
     data, budgets = str(tmp_path / "data"), str(tmp_path / "data" / "budgets")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = KILLED_CHILD.format(root=root, data=data, budgets=budgets, n=n)
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert child.stdout.readline() == b"judging\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    assert first_line_then_kill_9(code) == b"judging\n"
 
     async def go():
         p = Parts(data)
@@ -516,12 +509,7 @@ def test_kill_9_in_the_middle_of_a_sliced_readmission_loses_no_url(tmp_path):
     data, budgets = str(tmp_path / "data"), str(tmp_path / "data" / "budgets")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = READMIT_KILLED_CHILD.format(root=root, data=data, budgets=budgets, n=n, batch=batch)
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert child.stdout.readline() == b"readmitting\n"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    assert first_line_then_kill_9(code) == b"readmitting\n"
 
     async def go():
         p = Parts(data, f"budgets.readmit_batch={batch}")
