@@ -135,3 +135,25 @@ def test_a_refund_lets_the_domain_pass_another_url_in_this_queue(parts):
     b.readmit(100, advance=True)
     assert b.refund("other.com") == 0
     parts.check()
+
+
+def test_a_close_changes_nothing_the_reader_does(tmp_path):
+    """Two stores fed the same offers and passes, one closed and reopened past a few wrap-arounds:
+    the reader's place, its window and moves, and every later pass are the same."""
+    twin, p = (Parts(tmp_path / name, mode="all", queues=2) for name in ("twin", "reopened"))
+    for q in (twin, p):
+        q.offer("x.com", [f"x{i}".encode() for i in range(60)])
+        q.offer("y.com", [f"y{i}".encode() for i in range(9)])
+        for _ in range(8):
+            q.beast.readmit(2, advance=True)
+    p.close()
+    p = Parts(tmp_path / "reopened", mode="all", queues=2)
+    keys = ("reader_queue", "window_end", "window", "wraps", "advances", "passes", "readmitted")
+    assert {k: p.beast.stats()[k] for k in keys} == {k: twin.beast.stats()[k] for k in keys}
+    assert twin.beast.stats()["wraps"] >= 2
+    assert [p.beast.readmit(2, advance=True) for _ in range(40)] == \
+        [twin.beast.readmit(2, advance=True) for _ in range(40)]
+    p.check()
+    twin.check()
+    p.close()
+    twin.close()

@@ -126,11 +126,10 @@ class Beast:
                                     lambda: DomainRecord(at=self._reader.queue), cache_entries)
         meta = store.get_meta(b"beast")
         self._seq: int = meta.get("seq", 0)
-        self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "advances",
-                                     "probation"), 0)
-        self._c.update(meta.get("counters", {}))
-        # the reader counts its own moves; ``_counters`` puts them back in their place
-        self._reader = QueueReader(store, meta, queues, advances=self._c["advances"])
+        counters = dict(meta.get("counters", {}))
+        self._reader = QueueReader(store, meta, queues, advances=counters.pop("advances", 0))  # it counts its moves
+        self._c = dict.fromkeys(("admitted", "deferred", "readmitted", "refunded", "passes", "probation"), 0)
+        self._c.update(counters)
         self._top_admitted = TopK(top_n, meta.get("top_admitted"))
         self._top_deferred = TopK(top_n, meta.get("top_deferred"))
         self._saved_tops: tuple[list, list] | None = None
@@ -554,4 +553,5 @@ class Beast:
         self.store.put_meta(b"beast", meta)
 
     def _counters(self) -> dict:
+        """BEAST's counters, the reader's moves (``advances``) among them."""
         return {**self._c, "advances": self._reader.advances}
