@@ -469,7 +469,7 @@ class DustLearner:
         d32 = int.from_bytes(digest[:4], "big")
         self.store.add_archived(fp, URL, digest=d32, simhash=simhash)
         info = self.hosts.info.get(host)
-        if self.priors.active:
+        if self.priors.active and any(m in url for m in self.hosts.prior_marks()):   # else no prior rewrites it
             info = self._adopt_seen(url, host, info, same_host) or info
         if "?" in url or ";" in url:
             # its skeleton's fingerprint when that is not the URL itself (``keys`` gives the 0 passed then)

@@ -256,6 +256,8 @@ class HostState:
                 pairs = [(ev, e) for e in old]
             else:
                 pairs = [(ev, e) for e in old if name in e.url]
+            if not pairs:
+                continue
             # other rules of its kind, for pairs that differ in several parameters at once
             # (``?utm_source=..&utm_medium=..``): such a pair only confirms, never retires
             also = tuple(r.rule for r in self.rules if r is not rs and r.rule.kind == rs.rule.kind and
