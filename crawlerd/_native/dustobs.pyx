@@ -18,6 +18,7 @@ and a learner built with ``native=False`` runs on the reference throughout.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.stdint cimport uint64_t
+from libc.string cimport memchr, memcmp
 
 from crawlerd.frontier.dust_rules import parse
 
@@ -76,63 +77,88 @@ def to_lists(list evidence) -> list:
     return [[e.url, e.digest, e.simhash, e.canonical] for e in evidence]
 
 
-cdef Py_ssize_t _find(str s, Py_UCS4 c, Py_ssize_t start, Py_ssize_t end) noexcept:
+cdef extern from "Python.h":
+    int PyUnicode_KIND(object o)
+    void *PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    Py_UCS4 PyUnicode_READ(int kind, const void *data, Py_ssize_t index) nogil
+
+
+cdef extern from "string.h":
+    void *memrchr(const void *s, int c, size_t n) nogil
+
+
+cdef struct _Shape:
+    const char *data       # the string's characters (``kind`` bytes each)
+    int kind
+    Py_ssize_t n
+    Py_ssize_t path        # end of the path (the first "?", else the length)
+    Py_ssize_t last        # start of the last segment
+    bint semi              # a ";" anywhere
+
+
+cdef inline Py_ssize_t _find(_Shape *s, Py_UCS4 c, Py_ssize_t end) noexcept nogil:
+    """The first ``c`` in s[:end], or -1."""
+    cdef const char *p
     cdef Py_ssize_t i
-    for i in range(start, end):
-        if s[i] == c:
+    if s.kind == 1:
+        p = <const char *>memchr(s.data, <int>c, <size_t>end)
+        return -1 if p == NULL else p - s.data
+    for i in range(end):
+        if PyUnicode_READ(s.kind, s.data, i) == c:
             return i
     return -1
 
 
-cdef Py_ssize_t _rfind(str s, Py_UCS4 c, Py_ssize_t end) noexcept:
+cdef inline Py_ssize_t _rfind(_Shape *s, Py_UCS4 c, Py_ssize_t end) noexcept nogil:
+    """The last ``c`` in s[:end], or -1."""
+    cdef const char *p
     cdef Py_ssize_t i = end - 1
+    if s.kind == 1:
+        p = <const char *>memrchr(s.data, <int>c, <size_t>end)
+        return -1 if p == NULL else p - s.data
     while i >= 0:
-        if s[i] == c:
+        if PyUnicode_READ(s.kind, s.data, i) == c:
             return i
         i -= 1
     return -1
 
 
-cdef bint _same(str a, Py_ssize_t i, Py_ssize_t ia, str b, Py_ssize_t j, Py_ssize_t jb) noexcept:
+cdef inline bint _same(_Shape *a, Py_ssize_t i, Py_ssize_t ia, _Shape *b, Py_ssize_t j, Py_ssize_t jb) noexcept nogil:
     """a[i:ia] == b[j:jb]"""
     cdef Py_ssize_t k
     if ia - i != jb - j:
         return False
+    if a.kind == b.kind:
+        return memcmp(a.data + i * a.kind, b.data + j * b.kind, <size_t>((ia - i) * a.kind)) == 0
     for k in range(ia - i):
-        if a[i + k] != b[j + k]:
+        if PyUnicode_READ(a.kind, a.data, i + k) != PyUnicode_READ(b.kind, b.data, j + k):
             return False
     return True
 
 
-cdef struct _Shape:
-    Py_ssize_t path        # end of the path (the first "?", else the length)
-    Py_ssize_t last        # start of the last segment
-    Py_ssize_t n
-    bint semi              # a ";" anywhere
-
-
 cdef inline void _shape(str a, _Shape *s) noexcept:
-    s.n = len(a)
-    s.path = _find(a, u"?", 0, s.n)
+    s.data = <const char *>PyUnicode_DATA(a)
+    s.kind = PyUnicode_KIND(a)
+    s.n = PyUnicode_GET_LENGTH(a)
+    s.path = _find(s, u"?", s.n)
     if s.path < 0:
         s.path = s.n
-    s.last = _rfind(a, u"/", s.path) + 1
-    s.semi = _find(a, u";", 0, s.n) >= 0
+    s.last = _rfind(s, u"/", s.path) + 1
+    s.semi = _find(s, u";", s.n) >= 0
 
 
-cdef bint _may_differ_by_one(str a, _Shape *sa, str b) noexcept:
+cdef bint _may_differ_by_one(_Shape *sa, _Shape *sb) noexcept nogil:
     """``dust_evidence``'s cheap pre-test for ``differing_name``: the same path, or the same last
     segment and query (or path parameters on either side)."""
-    cdef _Shape sb
-    _shape(b, &sb)
-    if _same(a, 0, sa.path, b, 0, sb.path):
+    if _same(sa, 0, sa.path, sb, 0, sb.path):
         return True
     if sa.semi or sb.semi:
         return True
     # the queries: after the "?" ("" without one)
-    if not _same(a, min(sa.path + 1, sa.n), sa.n, b, min(sb.path + 1, sb.n), sb.n):
+    if not _same(sa, min(sa.path + 1, sa.n), sa.n, sb, min(sb.path + 1, sb.n), sb.n):
         return False
-    return _same(a, sa.last, sa.path, b, sb.last, sb.path)
+    return _same(sa, sa.last, sa.path, sb, sb.last, sb.path)
 
 
 COMPARE = 1         # ``scan``'s flags: the pair's digests or simhashes are near (``compare`` decides)
@@ -148,17 +174,18 @@ def scan(list window, Evidence ev, int near_bits) -> tuple:
     cdef Evidence e
     cdef str url = ev.url
     cdef uint64_t digest = ev.digest, simhash = ev.simhash
-    cdef _Shape sa
+    cdef _Shape sa, sb
     cdef int flags
     cdef Py_ssize_t i = 0
     _shape(url, &sa)
     for e in window:
-        if e.url == url:
+        _shape(e.url, &sb)
+        if sb.n == sa.n and _same(&sa, 0, sa.n, &sb, 0, sb.n):
             continue
         flags = 0
         if e.digest == digest or (simhash and e.simhash and DUSTOBS_POPCOUNT(simhash ^ e.simhash) <= near_bits):
             flags = COMPARE
-        if _may_differ_by_one(url, &sa, e.url):
+        if _may_differ_by_one(&sa, &sb):
             flags |= BY_ONE
         if flags:
             out.append((i, flags))
