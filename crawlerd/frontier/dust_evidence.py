@@ -220,9 +220,9 @@ class HostState:
         now = time.time() if now is None else now
         # the pairs with the window that may teach something (the rest disagree, far apart, and
         # cannot differ in one name), in window order; a refetch is no pair
-        old, pairs = self._ev.scan(self.evidence, ev, near_bits)
+        old, teach = self._ev.scan(self.evidence, ev, near_bits)
         fresh: list[RuleStat] = []
-        for i, flags in pairs:
+        for i, flags in teach:
             e = old[i]
             v = compare(ev, e, near_bits) if flags & COMPARE else DISAGREE
             if v == AGREE:
@@ -315,7 +315,6 @@ class HostState:
         self.epoch += 1
         if len(self.relevant) < MAX_RELEVANT:
             self.relevant.add(rs.rule.name)
-
 
 
 class RefHostState(HostState):
