@@ -23,7 +23,8 @@ DRUM's answers (a delivery of 8,192 lives over several loop iterations), now the
 ``Result``, which the collector does not track: gen-0 passes walk ~6,200 objects instead of
 ~7,900. What stays: pairs of (key, value) and view entries the overlays hand the writer (~45 % of
 gen 0, tuples of atoms: walked once, then untracked), DUST's ``Evidence`` lists (a third of
-gen 1); a page's ``Link``s were there too, until they became a native record the collector does
+gen 1; their entries are now native records the collector does not track,
+``crawlerd._native.dustobs``, the lists holding them remain); a page's ``Link``s were there too, until they became a native record the collector does
 not track (``crawlerd._native.linkrec``). Fewer passes by a larger ``young`` saves little (above); fewer such
 objects is what pays.
 Invariant while started: one timer armed.

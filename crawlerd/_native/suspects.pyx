@@ -144,19 +144,26 @@ cdef class ClassTable:
         marked as an alternative, its alternative skeleton), in one pass."""
         cdef const uint64_t[::1] a = _u64(keys0)
         cdef const uint64_t[::1] b = _u64(keys1)
-        cdef Py_ssize_t j, n = a.shape[0]
+        cdef Py_ssize_t n = a.shape[0]
         if b.shape[0] != n:
             raise ValueError("keys0 and keys1 differ in length")
         out = bytearray(n)
         cdef unsigned char[::1] o = out
+        if n:
+            self._hits(&a[0], &b[0], n, tag, &o[0])
+        return bytes(out)
+
+    cdef void _hits(self, const uint64_t *a, const uint64_t *b, Py_ssize_t n, uint64_t tag,
+                    uint8_t *out) noexcept nogil:
+        """``hits`` into ``out[:n]`` (``hits`` and ``admit`` share it)."""
+        cdef Py_ssize_t j
         for j in range(n):
             self._fetch(a[j])
             self._fetch(a[j] ^ tag)
             if b[j] != 0:
                 self._fetch(b[j])
         for j in range(n):
-            o[j] = self._has(a[j]) or self._has(a[j] ^ tag) or (b[j] != 0 and self._has(b[j]))
-        return bytes(out)
+            out[j] = self._has(a[j]) or self._has(a[j] ^ tag) or (b[j] != 0 and self._has(b[j]))
 
     def add_many(self, keys) -> None:
         """Add a batch (see the module: keys there before it stay, at most ``WAYS`` per row)."""
@@ -227,13 +234,7 @@ cdef class ClassTable:
             PyMem_Free(hit)
             raise MemoryError()
         try:
-            for j in range(n):
-                self._fetch(a[j])
-                self._fetch(a[j] ^ tag)
-                if b[j] != 0:
-                    self._fetch(b[j])
-            for j in range(n):
-                hit[j] = self._has(a[j]) or self._has(a[j] ^ tag) or (b[j] != 0 and self._has(b[j]))
+            self._hits(&a[0], &b[0], n, tag, hit)
             for j in range(n):
                 x, y = a[j], b[j]
                 if not f[j] and (hit[j] or _seen_has(&seen, x) or _seen_has(&seen, x ^ tag) or

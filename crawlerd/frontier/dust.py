@@ -40,6 +40,7 @@ from typing import NamedTuple
 from crawlerd._native.dustkeys import keys as _keys
 from crawlerd._native.dustkeys import scan as _scan
 from crawlerd._native.dustkeys_ref import keys as _ref_keys
+from crawlerd._native.suspects_ref import ref_admit
 from crawlerd.frontier.dust_evidence import AGREE, DISAGREE, NEUTRAL, RETIRED, TRUSTED, Evidence
 from crawlerd.frontier.dust_hosts import DustHosts, HostInfo
 from crawlerd.frontier.dust_priors import PriorTable
@@ -92,11 +93,13 @@ class DustLearner:
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
                  initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
                  clock=time.time, write_buffer_bytes: int = 0, cache_bytes: int = 32 << 20,
-                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0, read_cache_bytes: int = 8 << 20):
+                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0, read_cache_bytes: int = 8 << 20,
+                 native: bool = True):
         """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
         admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there
         spends the budget on nothing, so probes are then only taken from the frontier's deferred
-        level (``take_probe``)."""
+        level (``take_probe``). ``native``: observe on ``_native.dustobs`` (False: on its
+        plain-Python reference, ``dustobs_ref``, for the tests that compare the two)."""
         self.k = confirmations
         self.admission_probes = admission_probes
         self.sample_share = sample_share
@@ -116,14 +119,14 @@ class DustLearner:
         self._clock = clock
         self.store = DustStore(path, max_bytes=max_bytes, max_host_bytes=max_host_bytes, sync=sync,
                                write_buffer_bytes=write_buffer_bytes, filter_bytes=archived_filter_bytes,
-                               unlanded_bytes=unlanded_bytes, read_cache_bytes=read_cache_bytes)
+                               unlanded_bytes=unlanded_bytes, read_cache_bytes=read_cache_bytes, native=native)
         self.priors = PriorTable(self.store.meta.get("priors"), min_hosts=prior_hosts,
                                  max_counter_hosts=prior_counter_hosts)
         self.counters: Counter[str] = Counter()
         self._host_probes: Counter[str] = Counter()
         self.hosts = DustHosts(self.store, self.priors, cache_hosts=cache_hosts, max_host_bytes=max_host_bytes,
                                clock=clock, counters=self.counters, on_evict=self._forget_host,
-                               cache_bytes=cache_bytes)
+                               cache_bytes=cache_bytes, native=native)
         self._classes = ClassTable(class_entries)
         # fp -> (kind, rule, canonical, its digest u32, its simhash) of probes and samples in flight
         self._pending: OrderedDict[int, tuple[str, str, str, int, int]] = OrderedDict()
@@ -219,28 +222,11 @@ class DustLearner:
             keys0.append(k0)
             keys1.append(k1)
             forced_l.append(depths[i] == 0 or hops[i] > 0)
-        if not idx:
-            return out
-        table = self._classes
-        hit = table.hits(keys0, keys1, _TAG)
-        seen: set[int] = set()
-        add: list[int] = []
-        for j, a in enumerate(keys0):
-            b = keys1[j]
-            if not forced_l[j] and (hit[j] or a in seen or (a ^ _TAG) in seen or (b and b in seen)):
-                i = idx[j]
-                url = urls[i]
-                host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
-                out[i] = self._probe_or_defer(fps[i], host, a, b)
-                continue
-            seen.add(a)
-            add.append(a)
-            if b:
-                b ^= _TAG
-                seen.add(b)
-                add.append(b)
-        if add:
-            table.add_many(add)
+        for j in ref_admit(self._classes, keys0, keys1, forced_l, len(idx), _TAG):
+            i = idx[j]
+            url = urls[i]
+            host = hosts[i] if hosts is not None else url[:url.find("/", 8)]
+            out[i] = self._probe_or_defer(fps[i], host, keys0[j], keys1[j])
         return out
 
     @staticmethod
@@ -422,7 +408,7 @@ class DustLearner:
         """One archived 200 answer: learn from it, record it in the archived set."""
         st = self.hosts.state(host)
         same_host = canonical if canonical and host_key_of(canonical) == host else ""
-        ev = Evidence(url, int.from_bytes(digest[:8], "big"), simhash, same_host)
+        ev = st.Evidence(url, int.from_bytes(digest[:8], "big"), simhash, same_host)
         learned = st.learn(ev, k=self.k, near_bits=self.near_bits, window=self.window, now=self._clock())
         ch = Changes()
         self.tokens = min(_MAX_TOKENS, self.tokens + self.probe_share)
@@ -483,7 +469,7 @@ class DustLearner:
         d32 = int.from_bytes(digest[:4], "big")
         self.store.add_archived(fp, URL, digest=d32, simhash=simhash)
         info = self.hosts.info.get(host)
-        if self.priors.active:
+        if self.priors.active and any(m in url for m in self.hosts.prior_marks()):   # else no prior rewrites it
             info = self._adopt_seen(url, host, info, same_host) or info
         if "?" in url or ";" in url:
             # its skeleton's fingerprint when that is not the URL itself (``keys`` gives the 0 passed then)

@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 
 from xxhash import xxh32_intdigest
 
+from crawlerd._native import dustobs, dustobs_ref
+from crawlerd._native.dustobs import BY_ONE, COMPARE, Evidence
 from crawlerd.frontier.dust_rules import (
-    Parts,
     Rule,
     derive,
     differing_name,
-    parse,
     parse_rule,
     relation,
 )
 
 __all__ = ["ID_CLASSES", "AGREE", "NEUTRAL", "DISAGREE", "CANDIDATE", "TRUSTED", "RETIRED", "Evidence", "RuleStat",
-           "HostState", "Learned", "compare"]
+           "HostState", "RefHostState", "Learned", "compare"]
 
 AGREE, NEUTRAL, DISAGREE = 1, 0, -1
 CANDIDATE, TRUSTED, RETIRED = "candidate", "trusted", "retired"
@@ -43,26 +43,6 @@ MAX_RETIRED = 32            # retired rules remembered per host (so they are not
 MAX_RELEVANT = 64           # names known to change content, per host
 MAX_TARGETS = 16
 ID_CLASSES = ("hex", "token")   # value classes of session-id-like values (unique per visit)
-
-
-class Evidence:
-    """One archived page. ``digest``: first 8 bytes of the payload SHA-1 as an int; ``simhash``
-    0 when the page had no text; ``canonical`` its declared same-host canonical URL or ""."""
-
-    __slots__ = ("url", "digest", "simhash", "canonical", "_parts")
-
-    def __init__(self, url: str, digest: int, simhash: int, canonical: str = ""):
-        self.url, self.digest, self.simhash, self.canonical = url, digest, simhash, canonical
-        self._parts: Parts | None = None
-
-    @property
-    def parts(self) -> Parts:
-        if self._parts is None:
-            self._parts = parse(self.url)
-        return self._parts
-
-    def to_list(self) -> list:
-        return [self.url, self.digest, self.simhash, self.canonical]
 
 
 def compare(a: Evidence, b: Evidence, near_bits: int) -> int:
@@ -157,20 +137,24 @@ class HostState:
     time a rule is retired (rewrites recorded under an older epoch are void)."""
 
     __slots__ = ("rules", "retired", "evidence", "relevant", "epoch", "next_id")
+    # the evidence records and the window's first pass: native (``_native.dustobs``); ``RefHostState``
+    # runs on their plain-Python reference
+    Evidence = Evidence
+    _ev = dustobs
 
     def __init__(self, record: dict | None = None):
         r = record or {}
         self.rules = [RuleStat.from_list(x) for x in r.get("r", ())]
         self.retired = [RuleStat.from_list(x) for x in r.get("x", ())]
-        self.evidence = [Evidence(*x) for x in r.get("e", ())]
+        self.evidence = self._ev.from_lists(r.get("e", ()))
         self.relevant: set[str] = set(r.get("rel", ()))
         self.epoch: int = r.get("ep", 0)
         self.next_id: int = r.get("id", 0)
 
     def to_record(self) -> dict:
-        # the evidence lists inline (``Evidence.to_list``): a record is encoded per archived page
+        # the evidence lists in one call (``Evidence.to_list``): a record is encoded per archived page
         return {"r": [x.to_list() for x in self.rules], "x": [x.to_list() for x in self.retired],
-                "e": [[e.url, e.digest, e.simhash, e.canonical] for e in self.evidence],
+                "e": self._ev.to_lists(self.evidence),
                 "rel": sorted(self.relevant), "ep": self.epoch, "id": self.next_id}
 
     def shrink(self) -> bool:
@@ -234,15 +218,13 @@ class HostState:
     def learn(self, ev: Evidence, *, k: int, near_bits: int, window: int, now: float | None = None) -> Learned:
         out = Learned()
         now = time.time() if now is None else now
-        url, digest, simhash = ev.url, ev.digest, ev.simhash
-        old = [e for e in self.evidence if e.url != url]         # a refetch is no pair
+        # the pairs with the window that may teach something (the rest disagree, far apart, and
+        # cannot differ in one name), in window order; a refetch is no pair
+        old, teach = self._ev.scan(self.evidence, ev, near_bits)
         fresh: list[RuleStat] = []
-        shape = _shape(url)
-        for e in old:
-            if e.digest != digest and not (simhash and e.simhash and (simhash ^ e.simhash).bit_count() <= near_bits):
-                v = DISAGREE            # ``compare``'s answer, without the call (nearly every pair)
-            else:
-                v = compare(ev, e, near_bits)
+        for i, flags in teach:
+            e = old[i]
+            v = compare(ev, e, near_bits) if flags & COMPARE else DISAGREE
             if v == AGREE:
                 out.agreed = True
                 for rule in derive(ev.url, e.url, frozenset(self.relevant), ev.canonical or e.canonical,
@@ -254,7 +236,7 @@ class HostState:
                     rs = RuleStat(rule, self._new_id(), since=now)
                     self.rules.append(rs)
                     fresh.append(rs)
-            elif v == DISAGREE and _may_differ_by_one(shape, e.url):
+            elif v == DISAGREE and flags & BY_ONE:
                 name = differing_name(ev.parts, e.parts)
                 if name and name not in self.relevant and len(self.relevant) < MAX_RELEVANT:
                     self.relevant.add(name)
@@ -274,6 +256,8 @@ class HostState:
                 pairs = [(ev, e) for e in old]
             else:
                 pairs = [(ev, e) for e in old if name in e.url]
+            if not pairs:
+                continue
             # other rules of its kind, for pairs that differ in several parameters at once
             # (``?utm_source=..&utm_medium=..``): such a pair only confirms, never retires
             also = tuple(r.rule for r in self.rules if r is not rs and r.rule.kind == rs.rule.kind and
@@ -333,20 +317,10 @@ class HostState:
             self.relevant.add(rs.rule.name)
 
 
-def _shape(a: str) -> tuple[str, str, str, bool]:
-    """What ``_may_differ_by_one`` needs of a URL: its path, query, last segment, and whether it has
-    path parameters (made once for the page observed, not once per pair)."""
-    pa, _, qa = a.partition("?")
-    return pa, qa, pa.rpartition("/")[2], ";" in a
+class RefHostState(HostState):
+    """``HostState`` on the plain-Python reference of its native parts (``_native.dustobs_ref``):
+    the same rules, evidence and records from the same pages; the tests compare the two."""
 
-
-def _may_differ_by_one(a: tuple[str, str, str, bool], b: str) -> bool:
-    """Cheap pre-test for differing_name (``a``: ``_shape`` of the other URL): the same path, or
-    the same last segment and query."""
-    pa, qa, last, semi = a
-    pb, _, qb = b.partition("?")
-    if pa == pb:
-        return True
-    if semi or ";" in b:
-        return True
-    return qa == qb and last == pb.rpartition("/")[2]
+    __slots__ = ()
+    Evidence = dustobs_ref.Evidence
+    _ev = dustobs_ref

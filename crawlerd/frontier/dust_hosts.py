@@ -9,7 +9,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from crawlerd.frontier.dust_evidence import HostState
+from crawlerd.frontier.dust_evidence import HostState, RefHostState
 from crawlerd.frontier.dust_priors import PriorTable
 from crawlerd.frontier.dust_rules import Rule, rule_mark
 from crawlerd.frontier.dust_store import DustStore
@@ -52,9 +52,12 @@ class DustHosts:
     each write of the changed states (it keeps at least the state just used)."""
 
     def __init__(self, store: DustStore, priors: PriorTable, *, cache_hosts: int, max_host_bytes: int,
-                 clock, counters: Counter, on_evict: Callable[[str], None], cache_bytes: int = 16 << 20):
+                 clock, counters: Counter, on_evict: Callable[[str], None], cache_bytes: int = 16 << 20,
+                 native: bool = True):
         """``counters``: the learner's (adoptions are counted there); ``on_evict(host)``: the
-        store dropped the host's record to stay in bounds (the learner forgets it too)."""
+        store dropped the host's record to stay in bounds (the learner forgets it too); ``native``:
+        host states on ``_native.dustobs`` (else ``RefHostState``, its reference)."""
+        self.State = HostState if native else RefHostState
         self.store, self.priors, self.cache_hosts, self.max_host_bytes = store, priors, cache_hosts, max_host_bytes
         self.cache_bytes = cache_bytes
         self._clock, self.counters, self._on_evict = clock, counters, on_evict
@@ -70,7 +73,7 @@ class DustHosts:
         # change (only the sample counts change in place, and rules do not depend on them)
         self._rules_cache: OrderedDict[int, tuple] = OrderedDict()
         for host, rec in self.store.hosts():
-            st = HostState(rec)
+            st = self.State(rec)
             self.refresh(host, st)
             self.skips_by_host[host] = sum(r.skips for r in st.rules)
 
@@ -80,7 +83,7 @@ class DustHosts:
             self._cache.move_to_end(host)
             return st
         rec, size = self.store.get_host_sized(host, remember=True)     # written back without a read
-        st = HostState(rec)
+        st = self.State(rec)
         self._cache[host] = st
         self._charge(host, size)
         self._cut()

@@ -66,6 +66,7 @@ import lmdb
 import orjson
 from xxhash import xxh3_64_intdigest
 
+from crawlerd._native import dustobs, dustobs_ref
 from crawlerd.bytecache import ByteLRU
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
@@ -113,8 +114,10 @@ class DustStore:
 
     def __init__(self, path: str, *, max_bytes: int, max_host_bytes: int, sync: bool = True,
                  write_buffer_bytes: int = 0, filter_bytes: int = 4 << 20, unlanded_bytes: int = 0,
-                 read_cache_bytes: int = 0):
+                 read_cache_bytes: int = 0, native: bool = True):
+        """``native``: the archived set's RAM side in C (``_native.dustobs``), else its reference."""
         os.makedirs(path, exist_ok=True)
+        self._probe, self._put = (dustobs.probe, dustobs.put) if native else (dustobs_ref.probe, dustobs_ref.put)
         self.max_host_bytes = max_host_bytes
         self.max_hosts_bytes = int(max_bytes * HOSTS_SHARE)
         self.touch_slack = self.max_hosts_bytes // 512 // TOUCH_SLACK_SHARE
@@ -346,11 +349,19 @@ class DustStore:
         return bool(f[a >> 3] >> (a & 7) & 1 and f[b >> 3] >> (b & 7) & 1)
 
     def archived(self, fp: int) -> Archived | None:
-        """What the archived set says about a fingerprint, current generation first."""
+        """What the archived set says about a fingerprint, current generation first: the entries
+        not written yet and the filters first (``dustobs.probe``, one call), the table only where
+        a filter may hold it."""
         g = self.meta["gen"]
-        for gen in (g, 1 - g):
-            raw = self._pending[gen].get(fp)
-            if raw is None and self._in(gen, fp):
+        r = self._probe(self._pending, self._filters, self._fmask, g, fp)
+        if r is None:
+            self.archived_skipped += 1
+            return None
+        if r.__class__ is bytes:
+            return Archived(*_ARCH.unpack(r))
+        for gen in ((g, 1 - g) if r == g else (r,)):
+            raw = self._pending[gen].get(fp) if gen != r else None
+            if raw is None and (gen == r or self._in(gen, fp)):
                 self.archived_reads += 1
                 raw = self.txn().get(_U64.pack(fp), db=self._arch[gen])
             if raw:
@@ -366,9 +377,8 @@ class DustStore:
         if prev is not None and prev[0] < kind:
             return
         g = self.meta["gen"]
-        self._pending[g][fp] = _ARCH.pack(kind, slot, epoch, digest, simhash)
-        if self._filters is not None:
-            self._fset(g, fp)
+        self._put(self._pending[g], self._filters[g] if self._filters is not None else None, self._fmask, fp,
+                  _ARCH.pack(kind, slot, epoch, digest, simhash))
         if prev is None:
             self.meta["gen_count"][g] += 1
         if self.meta["gen_count"][g] >= self.max_archived // 2:

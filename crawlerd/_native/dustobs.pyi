@@ -1,0 +1,26 @@
+"""Type stub for the DUST learner's native observation (crawlerd/_native/dustobs.pyx)."""
+
+from crawlerd.frontier.dust_rules import Parts
+
+COMPARE: int
+BY_ONE: int
+
+class Evidence:
+    """One archived page of a host's evidence window (not tracked by the cyclic collector)."""
+
+    url: str
+    digest: int
+    simhash: int
+    canonical: str
+
+    def __init__(self, url: str, digest: int, simhash: int, canonical: str = "") -> None: ...
+    @property
+    def parts(self) -> Parts: ...
+    def to_list(self) -> list: ...
+
+def from_lists(records) -> list[Evidence]: ...
+def to_lists(evidence: list[Evidence]) -> list[list]: ...
+def scan(window: list[Evidence], ev: Evidence, near_bits: int) -> tuple[list[Evidence], list[tuple[int, int]]]: ...
+def probe(pending: list[dict[int, bytes]], filters: list[bytearray] | None, mask: int, g: int,
+          fp: int) -> bytes | int | None: ...
+def put(pending: dict[int, bytes], filt: bytearray | None, mask: int, fp: int, value: bytes) -> None: ...
