@@ -69,6 +69,7 @@ from collections import deque
 
 import pycurl
 
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.http_head import (
     CURL_MANAGED,
@@ -137,12 +138,14 @@ class Fetcher:
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
                  accept_encoding: str = "gzip, deflate, br", ca_file: str = "", max_transfers: int = 0,
-                 keep_alive_idle_s: float = 5.0, on_done=None):
+                 keep_alive_idle_s: float = 5.0, on_done=None, body_pool: BodyPool | None = None):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
                                "(MAXFILESIZE enforced on streamed bodies)")
         self._loop = loop
+        # bodies go into this pool's blocks (fall back to the heap when it is full); None: the heap
+        self.body_pool = body_pool
         self.user_agent = user_agent
         self.guard = guard
         self.connect_timeout_s = connect_timeout_s
@@ -539,11 +542,17 @@ class Fetcher:
                 self.connections_new += 1
             else:
                 self.connections_reused += 1
-        body = b"".join(body_parts) if body_parts else b""
-        body_parts.clear()
+        pooled = None
+        if isinstance(body_parts, list):
+            body = b"".join(body_parts) if body_parts else b""
+            body_parts.clear()
+        else:
+            body = body_parts.finish()                    # the writer is empty again for the next transfer
+            if not isinstance(body, bytes):
+                body, pooled = b"", body
         res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
                           elapsed_s=time.monotonic() - t.t0, request_head=request_head, response_head=head,
-                          body=body, headers=headers, error=error)
+                          body=body, headers=headers, error=error, pooled=pooled)
         self._count(outcome)
         fut = t.fut
         t.fut = None

@@ -16,6 +16,7 @@ import time
 import lmdb
 
 from crawlerd import layout
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.allocator import Trimmer
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
@@ -153,6 +154,8 @@ class Shard:
         self.url_filter = url_filter
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
                                   on_error=self.storage.failed, name=layout.events_name(index))
+        # response bodies from the wire to their worker, outside malloc (the fetcher writes, workers read)
+        self.bodies = BodyPool(cfg.fetch.body_pool_bytes, name=f"crawlerd-shard{index}-bodies")
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "digest_dir": self._state("dedup", "digests"), "captures_bytes": cfg.dedup.worker_captures_bytes,
@@ -161,7 +164,7 @@ class Shard:
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes,
             "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s,
             "memtrace_dir": self._state("tracemalloc")},    # the workers' debug switches (memtrace)
-            on_worker_death=on_worker_death(metrics, cfg.path("index")))
+            on_worker_death=on_worker_death(metrics, cfg.path("index")), body_pool=self.bodies)
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
@@ -228,6 +231,9 @@ class Shard:
         st["processing"] = self.pool.calls
         # jobs / frames: the workers' mean batch (a lone job runs on cold caches, bench/RESULTS.md)
         st["worker_batches"] = {"frames": self.pool.answer_frames, "jobs": self.pool.answers_framed}
+        # bodies that found no free block in the pool: kept on the heap (fetcher), or sent inline (pool)
+        st["body_pool_fallbacks"] = {"fetched": self.bodies.fallbacks, "inline": self.pool.inline,
+                                     "pooled": self.bodies.pooled}
         st = {**st, **operator_view(self, shard_id=str(self.index), closed="frontier" in self.ops.final, detail=detail),
               **({"dust": self.dust_stats()} if detail else {})}
         st["shared_ip_waits"] = self.frontier.shared_ip_waits
@@ -255,7 +261,10 @@ class Shard:
                # bodies fetched and not archived yet: leasing keeps them and the transfers' expected
                # bodies within the cap (LeaseWindow.free); bodies larger than the mean can pass it
                "fetched_bodies": {"bytes": self.pool.body_bytes, "cap_bytes": self.cfg.process.queue_bytes,
-                                  "entries": self.pool.calls}}
+                                  "entries": self.pool.calls},
+               # the same bodies' blocks in the body pool (shared memory, a fixed cap: not the heap)
+               "body_pool": {"bytes": self.bodies.used_bytes, "cap_bytes": self.bodies.cap_bytes,
+                             "entries": self.bodies.bodies}}
         if self.resolver is not None:
             out["dns_cache"] = self.resolver.memory()
         if heads := self.frontier.memory():
@@ -309,7 +318,7 @@ class Shard:
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=connection_slots(f.connection_cache_bytes), verify_tls=f.verify_tls,
                                ca_file=f.ca_file, keep_alive_idle_s=f.keep_alive_idle_s,
-                               max_transfers=f.max_in_flight, on_done=self._wake.set)
+                               max_transfers=f.max_in_flight, on_done=self._wake.set, body_pool=self.bodies)
         if self.ownership is not None:      # the fence again at the fetcher: a queued request too
             own = self.ownership
             self.fetcher.gate = lambda: own.held(self.clock())
