@@ -486,6 +486,7 @@ class WorkerPool:
             if suspect.crashes >= self.max_job_attempts:
                 jobs.remove(suspect)
                 self.crashed_jobs += 1
+                _release_body(suspect)      # no worker holds it any more
                 if not suspect.future.done():
                     suspect.future.set_result(ProcessResult(
                         url=suspect.result.url, outcome=Outcome.PROCESS_CRASHED, status=suspect.result.status,
@@ -588,7 +589,8 @@ class WorkerPool:
 
 
 def _release_body(job: _Job) -> None:
-    """A worker answered ``job``: its body's pool blocks go back (the fetcher's, or the copy)."""
+    """No worker holds ``job`` any more (it answered, or died on it for good): its body's pool
+    blocks go back (the fetcher's, or the copy made at dispatch)."""
     if job.copy is not None:
         job.copy.release()
     if job.result.pooled is not None:
@@ -596,6 +598,7 @@ def _release_body(job: _Job) -> None:
 
 
 def _resolve_unprocessed(job: _Job, why: str) -> None:
+    _release_body(job)          # the workers are gone (close)
     if not job.future.done():
         job.future.set_result(ProcessResult(url=job.result.url, outcome=Outcome.PROCESS_CRASHED,
                                             status=job.result.status, error=why))
