@@ -285,7 +285,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "8 KiB blocks, outside malloc (a fixed cost, touched as far as it was ever full). A body that "
            "finds no free block goes on the heap instead (nothing waits, nothing is lost; `crawlerd stats`: "
            "memory.body_pool, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
-           "fetched and not archived yet.", min=1 * MiB, max=64 * GiB),
+           "fetched and not archived yet.", min=64 * KiB, max=64 * GiB),
         _k("max_decoded_bytes", int, 20 * MiB, "Largest body after content decoding (bomb guard).", min=1 * KiB,
            max=4 * GiB),
         _k("max_header_bytes", int, 64 * KiB, "Largest response header block (headers_too_large).", min=1 * KiB,
