@@ -23,7 +23,10 @@ dropped) and the body with its transfer coding (``HTTP_TRANSFER_DECODING=0``
 keeps chunk framing; curl still parses it to find the end) and content
 coding (curl is not asked to decompress; :mod:`crawlerd.fetch.codec` does that
 later, with a cap). Redirects are not followed: a 3xx is a result and the
-frontier handles the hop.
+frontier handles the hop. With a body pool (``body_pool``, the shard's) the
+body is written straight into pool blocks and the result carries it as
+``pooled`` (``body`` empty; ``FetchResult.content()`` reads it); a body that
+finds no free block stays on the heap as ``body``.
 
 The request head. We set every header curl sends, so for an ordinary URL
 the fetcher writes the head itself (:mod:`crawlerd.fetch.http_head`) and

@@ -4,14 +4,11 @@ Each worker is a ``python -m crawlerd.process.worker_process --fd N`` child join
 to the crawl process by a Unix socketpair carrying length-prefixed pickles of
 plain tuples (``crawlerd.process.wire``). The first frame configures its
 :class:`PageProcessor` and its own WARC writer (segment files named with the
-worker's tag ``<shard>_w<index>``, so workers never share a file). A job's
-response body does not go through the socket: it is in the body pool
-(:mod:`crawlerd._native.bodypool`, one memfd every worker maps read-only),
-where the fetcher wrote it, and the frame names its first block and size. A
-body that is not in the pool (the fetcher's pool was full, or it came from
-elsewhere) is copied into it here if it fits, else it goes inline in the
-frame: nothing waits for pool space. A job's blocks go back when a worker has
-answered for it. Frames queued during one loop iteration go out in one write. A worker
+worker's tag ``<shard>_w<index>``, so workers never share a file). A body
+does not go through the socket: the frame names its first block in the body
+pool (:mod:`crawlerd._native.bodypool`, mapped read-only by every worker),
+where the fetcher wrote it; a heap body is copied in at dispatch, or sent
+inline when the pool is full. Its blocks go back once a worker answered. Frames queued during one loop iteration go out in one write. A worker
 handles its jobs one at a time in the order sent and answers in that order.
 Jobs that arrive together are handled as a batch: their records are flushed
 once and their answers sent in one frame (fewer syscalls and wake-ups under
@@ -589,8 +586,7 @@ class WorkerPool:
 
 
 def _release_body(job: _Job) -> None:
-    """No worker holds ``job`` any more (it answered, or died on it for good): its body's pool
-    blocks go back (the fetcher's, or the copy made at dispatch)."""
+    """No worker holds ``job`` any more: its body's blocks go back (the fetcher's, or the copy)."""
     if job.copy is not None:
         job.copy.release()
     if job.result.pooled is not None:
