@@ -280,6 +280,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
         _k("low_speed_time_s", int, 15, "See low_speed_bytes_per_s, seconds.", min=1, max=3600),
         _k("max_body_bytes", int, 10 * MiB, "Largest raw body kept; more ends the transfer (too_large).", min=1 * KiB,
            max=4 * GiB),
+        _k("body_pool_bytes", int, 64 * MiB,
+           "Shared memory for response bodies from the wire to their worker, bytes: one memfd carved into "
+           "8 KiB blocks, outside malloc (a fixed cost, touched as far as it was ever full). A body that "
+           "finds no free block goes on the heap instead (nothing waits, nothing is lost; `crawlerd stats`: "
+           "memory.body_pool, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
+           "fetched and not archived yet.", min=64 * KiB, max=64 * GiB),
         _k("max_decoded_bytes", int, 20 * MiB, "Largest body after content decoding (bomb guard).", min=1 * KiB,
            max=4 * GiB),
         _k("max_header_bytes", int, 64 * KiB, "Largest response header block (headers_too_large).", min=1 * KiB,

@@ -74,6 +74,10 @@ def print_memory(s: dict) -> None:
     if mem:
         print("memory (MiB held/cap): " + ", ".join(
             f"{k} {_mib(v.get('bytes', 0))}/{_mib(v.get('cap_bytes', 0))}" for k, v in sorted(mem.items())))
+    bp = s.get("body_pool_fallbacks") or {}
+    if bp:
+        print(f"body pool:      {bp.get('pooled', 0)} bodies pooled, {bp.get('fetched', 0)} fell back to the heap, "
+              f"{bp.get('inline', 0)} sent to a worker inline")
     ni = s.get("near_index") or {}
     if ni:
         print(f"near index:     {ni.get('pairs', 0)} pages, {ni.get('disk_runs', 0)} run files, "

@@ -38,6 +38,18 @@ class FetchResult:
     body: bytes = b""                    # body bytes exactly as received (transfer/content coding kept)
     headers: list[tuple[str, str]] = field(default_factory=list)  # parsed response headers, in order
     error: str = ""                      # human-readable detail for non-ok outcomes
+    # the body in the fetch body pool (crawlerd._native.bodypool.PooledBody) instead of ``body``
+    # (then b""): read it with ``content()``, its length with ``size``. Never crosses a process.
+    pooled: object = None
+
+    @property
+    def size(self) -> int:
+        """The body's length in bytes, wherever it is."""
+        return len(self.body) if self.pooled is None else self.pooled.size
+
+    def content(self) -> bytes:
+        """The body as bytes (a pooled body is copied out: for what the crawl loop parses itself)."""
+        return self.body if self.pooled is None else self.pooled.read()
 
     @property
     def chunked(self) -> bool:

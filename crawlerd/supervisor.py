@@ -411,7 +411,8 @@ class Supervisor:
                 "requests": sum(sum(v["fetcher"].get("outcomes", {}).values()) for v in views),
                 "processes": procs, "hosts_backed_off": backed_off[:10], "shards": views,
                 "fetcher": sh.get("fetcher", {}), "dust": sh.get("dust", {}),
-                "memory": sh.get("memory", {}), "near_index": sh.get("near_index", {}),
+                "memory": sh.get("memory", {}), "body_pool_fallbacks": sh.get("body_pool_fallbacks", {}),
+                "near_index": sh.get("near_index", {}),
                 "malloc": sh.get("malloc", {}), "unlanded": sh.get("unlanded", {}),
                 **({"ip_turns": self.cluster.ips.snapshot()} if self.cluster and self.cluster.ips else {})}
 

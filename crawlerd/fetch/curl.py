@@ -23,7 +23,10 @@ dropped) and the body with its transfer coding (``HTTP_TRANSFER_DECODING=0``
 keeps chunk framing; curl still parses it to find the end) and content
 coding (curl is not asked to decompress; :mod:`crawlerd.fetch.codec` does that
 later, with a cap). Redirects are not followed: a 3xx is a result and the
-frontier handles the hop.
+frontier handles the hop. With a body pool (``body_pool``, the shard's) the
+body is written straight into pool blocks and the result carries it as
+``pooled`` (``body`` empty; ``FetchResult.content()`` reads it); a body that
+finds no free block stays on the heap as ``body``.
 
 The request head. We set every header curl sends, so for an ordinary URL
 the fetcher writes the head itself (:mod:`crawlerd.fetch.http_head`) and
@@ -69,6 +72,7 @@ from collections import deque
 
 import pycurl
 
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.fetch.guard import AddressGuard
 from crawlerd.fetch.http_head import (
     CURL_MANAGED,
@@ -137,12 +141,14 @@ class Fetcher:
                  connect_timeout_s: float, timeout_s: float, low_speed_bytes_per_s: int, low_speed_time_s: int,
                  max_body_bytes: int, max_header_bytes: int, max_connections: int, verify_tls: bool,
                  accept_encoding: str = "gzip, deflate, br", ca_file: str = "", max_transfers: int = 0,
-                 keep_alive_idle_s: float = 5.0, on_done=None):
+                 keep_alive_idle_s: float = 5.0, on_done=None, body_pool: BodyPool | None = None):
         libcurl = pycurl.version_info()
         if libcurl[2] < _MIN_LIBCURL:
             raise RuntimeError(f"libcurl {libcurl[1]} is too old: the fetcher needs 8.4 or newer "
                                "(MAXFILESIZE enforced on streamed bodies)")
         self._loop = loop
+        # bodies go into this pool's blocks (fall back to the heap when it is full); None: the heap
+        self.body_pool = body_pool
         self.user_agent = user_agent
         self.guard = guard
         self.connect_timeout_s = connect_timeout_s
@@ -539,11 +545,17 @@ class Fetcher:
                 self.connections_new += 1
             else:
                 self.connections_reused += 1
-        body = b"".join(body_parts) if body_parts else b""
-        body_parts.clear()
+        pooled = None
+        if isinstance(body_parts, list):
+            body = b"".join(body_parts) if body_parts else b""
+            body_parts.clear()
+        else:
+            body = body_parts.finish()                    # the writer is empty again for the next transfer
+            if not isinstance(body, bytes):
+                body, pooled = b"", body
         res = FetchResult(url=req.url, outcome=outcome, status=status, ip=req.ip, started_at=t.started_at,
                           elapsed_s=time.monotonic() - t.t0, request_head=request_head, response_head=head,
-                          body=body, headers=headers, error=error)
+                          body=body, headers=headers, error=error, pooled=pooled)
         self._count(outcome)
         fut = t.fut
         t.fut = None

@@ -50,7 +50,7 @@ async def fetch_robots(cfg: Config, robots_url: str, agent: str):
             body = b""
             if res.outcome is Outcome.OK and 200 <= res.status < 300:
                 try:
-                    body = decode_body(res.body, chunked=res.chunked,
+                    body = decode_body(res.content(), chunked=res.chunked,
                                        content_encoding=res.header("content-encoding"),
                                        max_bytes=cfg.robots.max_bytes)
                 except DecodeError as e:

@@ -1,9 +1,11 @@
 """One transfer: a reusable curl easy handle, the state of the request it runs, and how its end
 is named.
 
-Per-transfer Python work is kept off the byte path: curl appends header lines and body chunks
-straight into lists (``list.append`` as the callback, no Python frame per chunk), joined once
-when the transfer ends (:class:`crawlerd.fetch.curl.Fetcher`). Sockets: curl opens them through
+Per-transfer Python work is kept off the byte path: curl appends header lines straight into a
+list (``list.append`` as the callback, no Python frame per line), joined once when the transfer
+ends (:class:`crawlerd.fetch.curl.Fetcher`). Body chunks go the same way into a list, or, when the
+fetcher has a body pool, into a native :class:`~crawlerd._native.bodypool.BodyWriter` that copies
+each chunk straight into the transfer's pool blocks (no chunk list, no join, no C heap). Sockets: curl opens them through
 the open-socket callback, where the address guard checks the connected address again and it
 must be the pinned one (ARCHITECTURE.md invariant 5). :func:`classify_error` turns curl's error
 code and message into one :class:`Outcome`.
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pycurl
 
+from crawlerd._native.bodypool import BodyWriter
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchRequest, FetchResult
 
@@ -36,9 +39,9 @@ class Transfer:
 
     Invariant: ``fut`` is set iff the handle is in the multi handle (in
     flight); an idle transfer holds no request data (``head``, ``body``
-    and ``debug`` are empty). ``head`` and ``body`` are the very lists curl
-    appends to (their ``append`` is the callback), so they are cleared,
-    never replaced. ``opt_*`` mirror what is set on the handle, so a
+    and ``debug`` are empty). ``head`` and ``body`` are the very objects curl
+    writes to (a list's ``append``, or the pool's body writer itself, is the
+    callback), so they are cleared, never replaced. ``opt_*`` mirror what is set on the handle, so a
     setting that did not change is not set again.
     """
 
@@ -50,7 +53,7 @@ class Transfer:
         self.fetcher = fetcher
         self.fut: asyncio.Future[FetchResult] | None = None
         self.req: FetchRequest | None = None
-        self.body: list[bytes] = []
+        self.body: list[bytes] | BodyWriter = [] if fetcher.body_pool is None else BodyWriter(fetcher.body_pool)
         self.head: list[bytes] = []
         self.debug: list[bytes] = []
         self.pinned = ""
@@ -92,7 +95,7 @@ class Transfer:
         c.setopt(pycurl.SSL_VERIFYHOST, 2 if f.verify_tls else 0)
         if f.ca_file:
             c.setopt(pycurl.CAINFO, f.ca_file)            # a private CA instead of the system store
-        c.setopt(pycurl.WRITEFUNCTION, self.body.append)
+        c.setopt(pycurl.WRITEFUNCTION, self.body.append if isinstance(self.body, list) else self.body)
         c.setopt(pycurl.HEADERFUNCTION, self.head.append)
         c.setopt(pycurl.DEBUGFUNCTION, self._on_debug)   # runs only while VERBOSE is on (unmodelled heads)
         c.setopt(pycurl.OPENSOCKETFUNCTION, self._on_open_socket)

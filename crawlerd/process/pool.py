@@ -4,10 +4,11 @@ Each worker is a ``python -m crawlerd.process.worker_process --fd N`` child join
 to the crawl process by a Unix socketpair carrying length-prefixed pickles of
 plain tuples (``crawlerd.process.wire``). The first frame configures its
 :class:`PageProcessor` and its own WARC writer (segment files named with the
-worker's tag ``<shard>_w<index>``, so workers never share a file). A job's
-response body does not go through the socket: it is copied once into a
-shared-memory ring (:mod:`crawlerd.process.ring`) and the frame names its
-offset. Frames queued during one loop iteration go out in one write. A worker
+worker's tag ``<shard>_w<index>``, so workers never share a file). A body
+does not go through the socket: the frame names its first block in the body
+pool (:mod:`crawlerd._native.bodypool`, mapped read-only by every worker),
+where the fetcher wrote it; a heap body is copied in at dispatch, or sent
+inline when the pool is full. Its blocks go back once a worker answered. Frames queued during one loop iteration go out in one write. A worker
 handles its jobs one at a time in the order sent and answers in that order.
 Jobs that arrive together are handled as a batch: their records are flushed
 once and their answers sent in one frame (fewer syscalls and wake-ups under
@@ -70,10 +71,10 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 
+from crawlerd._native.bodypool import BodyPool, PooledBody
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
-from crawlerd.process.ring import BodyRing
 from crawlerd.process.wire import LEN, MAX_FRAME, PROGRESS, frame, unpack_result
 from crawlerd.records import FetchResult, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
@@ -85,7 +86,7 @@ log = logging.getLogger("crawlerd.pool")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")      # as the WARC writer cleans segment name parts
 _RESPAWN_DELAY_S = (0.0, 0.1, 0.3, 1.0, 3.0)       # after deaths in a row with no answer in between
 MAX_START_DEATHS = 3                # workers dying in a row before starting any job: the pool has failed
-RING_BYTES = 32 << 20               # shared-memory body ring per worker (bodies that do not fit go inline)
+POOL_BYTES = 32 << 20               # the body pool a WorkerPool makes itself when not given the fetcher's
 
 
 class PoolFailed(RuntimeError):
@@ -112,6 +113,7 @@ class _Job:
     lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
     sitemap: tuple[int, int] | None = None     # (max_urls, max_bytes): also read it as a sitemap
     crashes: int = 0            # workers that died while working on this job
+    copy: PooledBody | None = None      # a heap body copied into the pool at dispatch
 
 
 class _Answers(asyncio.Protocol):
@@ -165,7 +167,6 @@ class _Worker:
     transport: asyncio.Transport
     answers: _Answers
     progress: mmap.mmap          # the worker's progress page (see module doc)
-    ring: BodyRing
     outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
     alive: bool = True
     segment: str = ""          # .open segment named in the last answer
@@ -180,7 +181,7 @@ class WorkerPool:
     (see ``crawlerd.process.worker_process.worker_main``)."""
 
     def __init__(self, workers: int, init: dict, *, jobs_per_worker: int = 32, max_job_attempts: int = 2,
-                 on_worker_death=None, near_duplicate=None, ring_bytes: int = RING_BYTES):
+                 on_worker_death=None, near_duplicate=None, body_pool: BodyPool | None = None):
         if workers < 1 or jobs_per_worker < 1 or max_job_attempts < 1:
             raise ValueError("workers, jobs_per_worker and max_job_attempts must be >= 1")
         self.n = workers
@@ -191,7 +192,10 @@ class WorkerPool:
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         # or all of a batch's questions at once: [(simhash, url)] -> [near-duplicate URL or ""]
         self.near_duplicates = None
-        self.ring_bytes = ring_bytes
+        # the bodies every worker reads (the fetcher's pool; one of its own if not given)
+        self._own_bodies = body_pool is None
+        self.bodies = body_pool if body_pool is not None else BodyPool(POOL_BYTES, name="crawlerd-pool-bodies")
+        self.inline = 0                                 # bodies sent inline in the frame (no pool space)
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
         self._loop: asyncio.AbstractEventLoop | None = None      # the loop the pool started on
@@ -230,21 +234,18 @@ class WorkerPool:
 
     async def _spawn(self, index: int, generation: int) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        init = dict(self.init, worker_tag=self.tag(index), ring_bytes=self.ring_bytes,
+        b = self.bodies
+        init = dict(self.init, worker_tag=self.tag(index), body_pool=(b.size, b.blocks, b.header, b.block_bytes),
                     near_duplicates=self.near_duplicate is not None or self.near_duplicates is not None)
         page_fd = os.memfd_create(f"crawlerd-{self.tag(index)}-progress")
-        ring = BodyRing(self.ring_bytes, f"crawlerd-{self.tag(index)}-ring")
         try:
             os.ftruncate(page_fd, PROGRESS.size)
             progress = mmap.mmap(page_fd, PROGRESS.size)
             # -P and PYTHONPATH: the worker imports this very package, never a crawlerd/ in the cwd
             proc = subprocess.Popen(python_argv("crawlerd.process.worker_process", "--fd", str(child.fileno()),
-                                                "--progress-fd", str(page_fd), "--ring-fd", str(ring.fd)),
-                                    pass_fds=[child.fileno(), page_fd, ring.fd], stdin=subprocess.DEVNULL,
+                                                "--progress-fd", str(page_fd), "--bodies-fd", str(b.fd)),
+                                    pass_fds=[child.fileno(), page_fd, b.fd], stdin=subprocess.DEVNULL,
                                     env=child_env())
-        except BaseException:
-            ring.close()
-            raise
         finally:
             os.close(page_fd)
             child.close()
@@ -252,7 +253,7 @@ class WorkerPool:
         holder: list[_Worker] = []
         transport, answers = await loop.create_unix_connection(
             lambda: _Answers(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
-        w = _Worker(index, generation, proc, transport, answers, progress, ring)
+        w = _Worker(index, generation, proc, transport, answers, progress)
         holder.append(w)
         transport.write(frame(("init", init)))
         w.reader_task = asyncio.ensure_future(self._watch(w))
@@ -306,14 +307,14 @@ class WorkerPool:
         ``sitemap``: (max_urls, max_bytes) to have the worker also decode and parse the answer as a
         sitemap; the result's ``sitemap`` holds the reading (the parse never runs on this loop).
         """
-        self.body_bytes += len(result.body)
+        self.body_bytes += result.size
         if self._free > 0 and not self._slot_waiters:
             self._free -= 1
         else:
             try:
                 await self._wait_slot()
             except BaseException:
-                self.body_bytes -= len(result.body)
+                self.body_bytes -= result.size
                 raise
         self.held += 1
         try:
@@ -331,7 +332,7 @@ class WorkerPool:
                 self.answered += 1
         finally:
             self.held -= 1
-            self.body_bytes -= len(result.body)
+            self.body_bytes -= result.size
             self._release_slot()
 
     async def _wait_slot(self) -> None:
@@ -376,11 +377,22 @@ class WorkerPool:
             return
         w.outstanding[job.job_id] = job
         r = job.result
-        body = r.body
-        offset = w.ring.put(job.job_id, body)
+        pooled = r.pooled
+        if pooled is None and r.body:
+            if job.copy is None:
+                job.copy = self.bodies.put(r.body)      # None: no room, the body goes inline
+            pooled = job.copy
+        if pooled is not None:
+            if pooled.released:         # would reach the worker as an empty body: never archive that
+                raise ValueError(f"{r.url}: its pooled body was released before a worker answered")
+            first, size, inline = pooled.first, pooled.size, b""
+        else:
+            first, size, inline = -1, len(r.body), r.body
+            if inline:
+                self.inline += 1
         meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
-                r.response_head, r.headers, r.error, b"" if offset >= 0 else body)
-        w.out.append(frame(("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup,
+                r.response_head, r.headers, r.error, inline)
+        w.out.append(frame(("job", job.job_id, meta, first, size, job.prior, job.digest, job.lookup,
                             job.sitemap)))
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -413,10 +425,11 @@ class WorkerPool:
         self._start_deaths = 0
         for job_id, pr in results:
             w.answered += 1
-            w.ring.release(job_id)
             job = w.outstanding.pop(job_id, None)
-            if job is not None and not job.future.done():
-                job.future.set_result(pr)
+            if job is not None:
+                _release_body(job)      # answered: its blocks are free (a later read raises)
+                if not job.future.done():
+                    job.future.set_result(pr)
 
     async def _watch(self, w: _Worker) -> None:
         """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""
@@ -462,7 +475,6 @@ class WorkerPool:
             self.on_worker_death(dead.index, dead.segment)
         started = PROGRESS.unpack_from(dead.progress)[0]
         dead.progress.close()
-        dead.ring.close()
         jobs = list(dead.outstanding.values())
         dead.outstanding.clear()
         suspect = next((j for j in jobs if j.job_id == started), None)    # None: died between jobs
@@ -471,6 +483,7 @@ class WorkerPool:
             if suspect.crashes >= self.max_job_attempts:
                 jobs.remove(suspect)
                 self.crashed_jobs += 1
+                _release_body(suspect)      # no worker holds it any more
                 if not suspect.future.done():
                     suspect.future.set_result(ProcessResult(
                         url=suspect.result.url, outcome=Outcome.PROCESS_CRASHED, status=suspect.result.status,
@@ -565,13 +578,23 @@ class WorkerPool:
             with contextlib.suppress(Exception):
                 w.transport.close()
             w.progress.close()
-            w.ring.close()
         for job in list(self._jobs.values()):
             _resolve_unprocessed(job, "pool closed before a worker answered")
         self._backlog.clear()
+        if self._own_bodies:
+            self.bodies.close()
+
+
+def _release_body(job: _Job) -> None:
+    """No worker holds ``job`` any more: its body's blocks go back (the fetcher's, or the copy)."""
+    if job.copy is not None:
+        job.copy.release()
+    if job.result.pooled is not None:
+        job.result.pooled.release()
 
 
 def _resolve_unprocessed(job: _Job, why: str) -> None:
+    _release_body(job)          # the workers are gone (close)
     if not job.future.done():
         job.future.set_result(ProcessResult(url=job.result.url, outcome=Outcome.PROCESS_CRASHED,
                                             status=job.result.status, error=why))

@@ -88,7 +88,7 @@ def read_sitemap(res: FetchResult, max_urls: int, max_bytes: int) -> tuple:
     if res.status != 200:
         return [], [], 0, ""
     try:
-        body = decode_body(res.body, chunked=res.chunked, content_encoding=res.header("content-encoding"),
+        body = decode_body(res.content(), chunked=res.chunked, content_encoding=res.header("content-encoding"),
                            max_bytes=max_bytes)
     except DecodeError:
         return [], [], 0, "undecodable"

@@ -2,20 +2,24 @@
 on one end, ``crawlerd.process.worker_process`` on the other).
 
 One Unix socketpair per worker carries length-prefixed pickles of plain tuples (``LEN``, then
-the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, ring
-offset, length, prior, digest, lookup, sitemap)``, ``("near", ...)`` both ways, ``("results", [(id,
+the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, first
+block, size, prior, digest, lookup, sitemap)``, ``("near", ...)`` both ways, ``("results", [(id,
 packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
-processes map (``PROGRESS``: the id of the job the worker is working on).
+processes map (``PROGRESS``: the id of the job the worker is working on), and the body pool
+(:mod:`crawlerd._native.bodypool`), which a worker maps read-only (:class:`BodyReader`): a job's
+body is the chain of blocks from its first block, or inline in ``meta`` when the first block is -1.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import pickle
 import socket
 import struct
 from itertools import starmap
 
+from crawlerd._native.bodypool import read_chain
 from crawlerd.outcome import Outcome
 from crawlerd.records import FetchResult, Link, ProcessResult
 
@@ -122,3 +126,17 @@ def fetch_result(meta: tuple, body: bytes) -> FetchResult:
     return FetchResult(url=url, outcome=Outcome(outcome), status=status, ip=ip, started_at=started_at,
                        elapsed_s=elapsed_s, request_head=request_head, response_head=response_head, body=body,
                        headers=headers, error=error)
+
+
+class BodyReader:
+    """A worker's view of the body pool: the memfd mapped read-only, bodies read by their chain."""
+
+    def __init__(self, fd: int, size: int, blocks: int, header: int, block_bytes: int) -> None:
+        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        self.blocks, self.header, self.block_bytes = blocks, header, block_bytes
+
+    def get(self, first: int, size: int) -> bytes:
+        return read_chain(self.map, self.blocks, self.header, self.block_bytes, first, size)
+
+    def close(self) -> None:
+        self.map.close()

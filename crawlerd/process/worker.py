@@ -71,10 +71,11 @@ def tune_allocator() -> bool:
 
 def entity_digest(res: FetchResult) -> str:
     """WARC-Payload-Digest of a response: the entity with transfer coding removed (content coding kept)."""
+    body = res.content()        # the crawl loop asks this of a pooled body (a copy) with several shards
     try:
-        return payload_digest(dechunk(res.body, len(res.body) + 1) if res.chunked else res.body)
+        return payload_digest(dechunk(body, len(body) + 1) if res.chunked else body)
     except DecodeError:
-        return payload_digest(res.body)
+        return payload_digest(body)
 
 
 @dataclass(slots=True)

@@ -46,7 +46,7 @@ from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.memtrace import MemLog, MemTrace
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.sitemaps import read_sitemap
-from crawlerd.process.wire import LEN, PROGRESS, FrameReader, fetch_result, pack_result
+from crawlerd.process.wire import LEN, PROGRESS, BodyReader, FrameReader, fetch_result, pack_result
 from crawlerd.records import PriorCapture, ProcessResult
 
 CRASH_ENV = "CRAWLERD_TEST_CRASH_PATTERN"
@@ -109,11 +109,10 @@ class OwnCaptures:
             self.own.pop(digest)
 
 
-def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
+def worker_main(fd: int, progress_fd: int = -1, bodies_fd: int = -1) -> int:
     """Serve jobs on socket ``fd`` until it closes or a ``close`` frame comes; return the exit status."""
     import signal
 
-    from crawlerd.process.ring import RingReader
     from crawlerd.process.worker import PageProcessor
     from crawlerd.store import linesort
     from crawlerd.store.warc import WarcWriter
@@ -125,7 +124,7 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
     progress = mmap.mmap(progress_fd, PROGRESS.size) if progress_fd >= 0 else None
     sock = socket.socket(fileno=fd)
     frames = FrameReader(sock)
-    ring: RingReader | None = None
+    bodies: BodyReader | None = None
     processor: PageProcessor | None = None
     warc: WarcWriter | None = None
     segment_max_bytes = 0
@@ -173,8 +172,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                         os.nice(init["nice"])      # the shard loop first on a busy machine (process.worker_nice)
                     segment_max_bytes = init["segment_max_bytes"]
                     ask_near = bool(init.get("near_duplicates"))
-                    if ring_fd >= 0:
-                        ring = RingReader(ring_fd, init["ring_bytes"])
+                    if bodies_fd >= 0:
+                        bodies = BodyReader(bodies_fd, *init["body_pool"])
                     # the writer never rotates by itself: this loop rotates after answering (module doc)
                     warc = WarcWriter(init["warc_dir"], prefix=init["prefix"], segment_max_bytes=1 << 62,
                                       shard=init["worker_tag"], user_agent=init["user_agent"],
@@ -199,8 +198,8 @@ def worker_main(fd: int, progress_fd: int = -1, ring_fd: int = -1) -> int:
                     gc.freeze()
                     gc.set_threshold(50_000, 20, 100)
                 elif msg[0] == "job":
-                    _, job_id, meta, offset, length, prior, digest, lookup, sitemap = msg
-                    result = fetch_result(meta, ring.get(offset, length) if offset >= 0 else meta[-1])
+                    _, job_id, meta, first, size, prior, digest, lookup, sitemap = msg
+                    result = fetch_result(meta, bodies.get(first, size) if first >= 0 else meta[-1])
                     if progress is not None:
                         PROGRESS.pack_into(progress, 0, job_id)
                     try:
@@ -288,9 +287,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="crawlerd processing worker (started by the crawl process)")
     ap.add_argument("--fd", type=int, required=True, help="socket to the crawl process")
     ap.add_argument("--progress-fd", type=int, default=-1, help="memfd of the progress page")
-    ap.add_argument("--ring-fd", type=int, default=-1, help="memfd of the body ring")
+    ap.add_argument("--bodies-fd", type=int, default=-1, help="memfd of the body pool (mapped read-only)")
     args = ap.parse_args()
-    return worker_main(args.fd, args.progress_fd, args.ring_fd)
+    return worker_main(args.fd, args.progress_fd, args.bodies_fd)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,11 @@ class FetchEvents:
         if pr is None:
             ev = {"schema_version": SCHEMA_VERSION, "schema": EVENT_SCHEMA, "kind": kind, "url": url,
                   "final_url": res.url, "fetched_at": res.started_at, "status": res.status, "outcome": res.outcome.value,
-                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body)}
+                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": res.size}
         else:       # the same fields, then the processing result's: one dict, built once per page
             ev = {"schema_version": SCHEMA_VERSION, "schema": EVENT_SCHEMA, "kind": kind, "url": url,
                   "final_url": res.url, "fetched_at": res.started_at, "status": res.status, "outcome": pr.outcome.value,
-                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": len(res.body),
+                  "ip": res.ip, "fetch_ms": round(res.elapsed_s * 1000, 3), "bytes": res.size,
                   "content_type": pr.content_type, "digest": pr.digest, "simhash": f"{pr.simhash:016x}",
                   "warc": {"file": pr.warc_file, "offset": pr.warc_offset, "length": pr.warc_length},
                   "duplicate_of": pr.duplicate_of, "near_duplicate_of": pr.near_duplicate_of,

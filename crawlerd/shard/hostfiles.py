@@ -126,7 +126,7 @@ class HostFiles:
                 if 200 <= res.status < 300:
                     try:
                         # decoded up to the page cap; the parser reads the first robots.max_bytes
-                        body = decode_body(res.body, chunked=res.chunked,
+                        body = decode_body(res.content(), chunked=res.chunked,
                                            content_encoding=res.header("content-encoding"),
                                            max_bytes=self.cfg.fetch.max_decoded_bytes)
                     except DecodeError:

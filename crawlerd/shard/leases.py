@@ -298,7 +298,7 @@ class LeaseRunner:
             return
         res = await self.fetch(req)
         if self.window is not None:
-            self.window.fetched(res.elapsed_s, len(res.body))
+            self.window.fetched(res.elapsed_s, res.size)
         if res.outcome is Outcome.ABORTED:
             # abandoned at shutdown: the URL goes back to the front of its queue (nothing lost)
             self.frontier.complete(lease.lease_id, outcome=Outcome.ABORTED, requeue=True)
@@ -308,7 +308,7 @@ class LeaseRunner:
         retry_after = None
         if res.status in (429, 503):
             retry_after = parse_retry_after(res.header("retry-after"), self.wall())
-        self.metrics.fetched(host_key, res.outcome.value, res.status, len(res.body))
+        self.metrics.fetched(host_key, res.outcome.value, res.status, res.size)
         if res.outcome is not Outcome.OK and res.outcome is not Outcome.NOT_MODIFIED:
             self.frontier.complete(lease.lease_id, outcome=res.outcome, status=res.status,
                                    response_time_s=res.elapsed_s, retry_after_s=retry_after)

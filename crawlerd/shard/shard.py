@@ -16,6 +16,7 @@ import time
 import lmdb
 
 from crawlerd import layout
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.allocator import Trimmer
 from crawlerd.config import Config
 from crawlerd.dedup.near import NearDuplicates
@@ -153,6 +154,8 @@ class Shard:
         self.url_filter = url_filter
         self.events = FetchEvents(cfg.path("events") if cfg.log.events else None, wall=wall,
                                   on_error=self.storage.failed, name=layout.events_name(index))
+        # response bodies from the wire to their worker, outside malloc (the fetcher writes, workers read)
+        self.bodies = BodyPool(cfg.fetch.body_pool_bytes, name=f"crawlerd-shard{index}-bodies")
         self.pool = WorkerPool(default_workers(cfg.process.workers, shards), {
             "warc_dir": cfg.path("warc"), "index_dir": cfg.path("index"), "prefix": cfg.warc.prefix,
             "digest_dir": self._state("dedup", "digests"), "captures_bytes": cfg.dedup.worker_captures_bytes,
@@ -161,7 +164,7 @@ class Shard:
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes,
             "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s,
             "memtrace_dir": self._state("tracemalloc")},    # the workers' debug switches (memtrace)
-            on_worker_death=on_worker_death(metrics, cfg.path("index")))
+            on_worker_death=on_worker_death(metrics, cfg.path("index")), body_pool=self.bodies)
         self.guard = AddressGuard(list(cfg.network.allow))
         self.politeness = Politeness(delay_factor=p.delay_factor, min_delay_s=p.min_delay_s,
                                      max_delay_s=p.max_delay_s)
@@ -254,7 +257,7 @@ class Shard:
                                max_body_bytes=f.max_body_bytes, max_header_bytes=f.max_header_bytes,
                                max_connections=connection_slots(f.connection_cache_bytes), verify_tls=f.verify_tls,
                                ca_file=f.ca_file, keep_alive_idle_s=f.keep_alive_idle_s,
-                               max_transfers=f.max_in_flight, on_done=self._wake.set)
+                               max_transfers=f.max_in_flight, on_done=self._wake.set, body_pool=self.bodies)
         if self.ownership is not None:      # the fence again at the fetcher: a queued request too
             own = self.ownership
             self.fetcher.gate = lambda: own.held(self.clock())

@@ -76,6 +76,9 @@ def shard_status(shard, detail: bool = True) -> dict:
     st["processing"] = shard.pool.calls
     # jobs / frames: the workers' mean batch (a lone job runs on cold caches, bench/RESULTS.md)
     st["worker_batches"] = {"frames": shard.pool.answer_frames, "jobs": shard.pool.answers_framed}
+    # bodies that found no free block in the pool: kept on the heap (fetcher), or sent inline (pool)
+    st["body_pool_fallbacks"] = {"fetched": shard.bodies.fallbacks, "inline": shard.pool.inline,
+                                 "pooled": shard.bodies.pooled}
     st = {**st, **operator_view(shard, shard_id=str(shard.index), closed="frontier" in shard.ops.final, detail=detail),
           **({"dust": dust_stats(shard)} if detail else {})}
     st["shared_ip_waits"] = shard.frontier.shared_ip_waits
@@ -105,7 +108,10 @@ def shard_memory(shard) -> dict[str, dict[str, int]]:
            # bodies fetched and not archived yet: leasing keeps them and the transfers' expected
            # bodies within the cap (LeaseWindow.free); bodies larger than the mean can pass it
            "fetched_bodies": {"bytes": shard.pool.body_bytes, "cap_bytes": cfg.process.queue_bytes,
-                              "entries": shard.pool.calls}}
+                              "entries": shard.pool.calls},
+           # the same bodies' blocks in the body pool (shared memory, a fixed cap: not the heap)
+           "body_pool": {"bytes": shard.bodies.used_bytes, "cap_bytes": shard.bodies.cap_bytes,
+                         "entries": shard.bodies.bodies}}
     if shard.resolver is not None:
         out["dns_cache"] = shard.resolver.memory()
     if heads := shard.frontier.memory():

@@ -12,6 +12,7 @@ import warnings
 import pytest
 import uvloop
 
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.fetch.codec import decode_body
 from crawlerd.fetch.curl import Fetcher
 from crawlerd.fetch.guard import AddressGuard
@@ -525,3 +526,34 @@ def test_ipv6_loopback_pinning():
     assert r.outcome is Outcome.OK
     assert r.ip == "::1"
     assert b"Host: site.test:" in r.request_head
+
+
+def test_bodies_go_into_the_body_pool_and_to_the_heap_when_it_is_full():
+    """With a body pool the body is written into its blocks (the same bytes as without one); a
+    body larger than the free blocks falls back to the heap whole; a result nobody holds gives its
+    blocks back."""
+    pool = BodyPool(64 * 1024, 1024)
+
+    async def scenario(f, server, port):
+        plain = make_fetcher()
+        try:
+            heap = await plain.fetch(req(port, "/gzip-bomb"))
+        finally:
+            await plain.close(0)
+        pooled = await f.fetch(req(port, "/gzip-bomb"))
+        used = pool.used
+        big = await f.fetch(req(port, "/endless-chunked", max_body_bytes=200_000))
+        return heap, pooled, used, big
+
+    heap, pooled, used, big = run(scenario, body_pool=pool)
+    try:
+        assert heap.pooled is None and len(heap.body) > 1024
+        assert pooled.outcome is Outcome.OK and pooled.body == b"" and pooled.pooled is not None
+        assert pooled.content() == heap.body and pooled.size == len(heap.body)
+        assert used == -(-len(heap.body) // 1024)
+        assert big.outcome is Outcome.TOO_LARGE and big.pooled is None and len(big.body) > pool.cap_bytes
+        assert pool.fallbacks == 1
+        del pooled
+        assert pool.used == 0 and pool.bodies == 0
+    finally:
+        pool.close()

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.memtrace import ENV as TRACEMALLOC_ENV
 from crawlerd.memtrace import MEMLOG_ENV
 from crawlerd.outcome import Outcome
@@ -586,3 +587,112 @@ def test_a_worker_logs_its_memory_and_traces_itself_only_when_asked(tmp_path, mo
     monkeypatch.setenv(TRACEMALLOC_ENV, "0.000001")
     serve("traced", 3)
     assert [n for n in os.listdir(tmp_path / "traced" / f"worker-{tag}") if n.endswith(".snap")]
+
+
+def pooled(r: FetchResult, bodies: BodyPool) -> FetchResult:
+    """``r`` with its body moved into ``bodies``, as the fetcher hands it over."""
+    body = bodies.put(r.body)
+    assert body is not None
+    r.body, r.pooled = b"", body
+    return r
+
+
+def response_payloads(warc_dir) -> dict[str, bytes]:
+    """Target URI -> the raw HTTP body of its response record (as the wire carried it)."""
+    out = {}
+    for name in sorted(os.listdir(warc_dir)):
+        with open(os.path.join(warc_dir, name), "rb") as f:
+            for rec in ArchiveIterator(f):
+                if rec.rec_type == "response":
+                    out[rec.rec_headers.get_header("WARC-Target-URI")] = rec.raw_stream.read()
+    return out
+
+
+def test_a_pooled_body_goes_back_only_when_its_worker_answered(tmp_path):
+    """While a worker holds a job (it asks the near-duplicate question before it archives) the
+    body's blocks are taken; once answered they are free and a late read raises instead of
+    returning whatever reuses them. The WARC holds each body exactly."""
+    init = init_for(tmp_path)
+    bodies = BodyPool(256 * 8192)
+    originals = {f"http://r.test/p/{i}": page_html(i, words=3000 + 500 * i) for i in range(5)}
+    jobs = {u: pooled(response(u, b), bodies) for u, b in originals.items()}
+    asked = []
+
+    def near(simhash, url):
+        asked.append((url, jobs[url].pooled.released, bodies.used))
+        return ""
+
+    async def run():
+        pool = WorkerPool(1, init, jobs_per_worker=1, near_duplicate=near, body_pool=bodies)
+        await pool.start()
+        try:
+            return await asyncio.gather(*(pool.process(r) for r in jobs.values()))
+        finally:
+            await pool.close()
+
+    try:
+        results = asyncio.run(run())
+        assert [r.outcome for r in results] == [Outcome.OK] * 5
+        assert len(asked) == 5 and all(not released and used > 0 for _, released, used in asked)
+        assert all(r.pooled.released for r in jobs.values()) and bodies.used == 0 and bodies.bodies == 0
+        with pytest.raises(ValueError):
+            jobs["http://r.test/p/0"].content()
+        assert response_payloads(init["warc_dir"]) == originals
+    finally:
+        bodies.close()
+
+
+def test_heap_bodies_go_through_the_pool_or_inline_when_it_is_full(tmp_path):
+    """A body not in the pool is copied in at dispatch when it fits, else sent inline: with a pool
+    of a few blocks some of each, and every body archived exactly."""
+    init = init_for(tmp_path)
+    bodies = BodyPool(12 * 8192)
+    originals = {f"http://h.test/p/{i}": page_html(i, words=2000) for i in range(12)}
+
+    async def run():
+        pool = WorkerPool(2, init, jobs_per_worker=4, body_pool=bodies)
+        await pool.start()
+        try:
+            results = await asyncio.gather(*(pool.process(response(u, b)) for u, b in originals.items()))
+        finally:
+            await pool.close()
+        return pool, results
+
+    try:
+        pool, results = asyncio.run(run())
+        assert [r.outcome for r in results] == [Outcome.OK] * 12
+        assert pool.inline > 0 and bodies.pooled > 0 and bodies.used == 0
+        assert response_payloads(init["warc_dir"]) == originals
+    finally:
+        bodies.close()
+
+
+def test_a_respawned_worker_reads_a_resent_jobs_pooled_body(tmp_path, monkeypatch):
+    """A worker dies holding jobs; the ones it did not start go to its successor, which maps the
+    same pool and reads their bodies where the fetcher wrote them."""
+    monkeypatch.setenv(CRASH_ENV, r"/poison\b")
+    bodies = BodyPool(256 * 8192)
+    originals = {f"http://c.test/p/{i}": page_html(i, words=1500) for i in range(6)}
+    jobs = [pooled(response(u, b), bodies) for u, b in originals.items()]
+    jobs.insert(1, pooled(response("http://c.test/poison", page_html(99)), bodies))
+    init = init_for(tmp_path)
+    recovering = Recovering(init["index_dir"])
+
+    async def run():
+        pool = WorkerPool(1, init, jobs_per_worker=8, on_worker_death=recovering, max_job_attempts=2,
+                          body_pool=bodies)
+        await pool.start()
+        try:
+            return pool, await asyncio.gather(*(pool.process(r) for r in jobs))
+        finally:
+            await pool.close()
+
+    try:
+        pool, results = asyncio.run(run())
+        by_url = {r.url: r for r in results}
+        assert pool.restarts == 2 and by_url.pop("http://c.test/poison").outcome is Outcome.PROCESS_CRASHED
+        assert all(r.outcome is Outcome.OK for r in by_url.values())
+        assert response_payloads(init["warc_dir"]) == originals
+        assert all(j.pooled.released for j in jobs) and bodies.used == 0     # the poison page's too
+    finally:
+        bodies.close()

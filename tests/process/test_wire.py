@@ -105,16 +105,21 @@ def test_an_answer_frame_that_does_not_decode_applies_nothing():
     async def go():
         loop = asyncio.get_running_loop()
         pool = WorkerPool(1, {})
-        released: list[int] = []
-        jobs = {i: SimpleNamespace(job_id=i, future=loop.create_future()) for i in (1, 2)}
-        w = SimpleNamespace(segment="old", acked_bytes=5, answered=0, outstanding=dict(jobs),
-                            ring=SimpleNamespace(release=released.append))
+        jobs = {i: SimpleNamespace(job_id=i, future=loop.create_future(), copy=pool.bodies.put(b"x" * 100),
+                                   result=SimpleNamespace(pooled=None)) for i in (1, 2)}
+
+        def released():
+            return [i for i, j in jobs.items() if j.copy.released]
+
+        w = SimpleNamespace(segment="old", acked_bytes=5, answered=0, outstanding=dict(jobs))
         bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in pack_result(result(2)))
         with pytest.raises(ValueError):
             pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, bad)], "new", 99))
         assert set(w.outstanding) == {1, 2} and not any(j.future.done() for j in jobs.values())
-        assert (w.segment, w.acked_bytes, w.answered, released, pool.answer_frames) == ("old", 5, 0, [], 0)
+        assert (w.segment, w.acked_bytes, w.answered, released(), pool.answer_frames) == ("old", 5, 0, [], 0)
         pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, pack_result(result(2)))], "new", 99))
         assert w.outstanding == {} and [jobs[i].future.result() for i in (1, 2)] == [result(1), result(2)]
-        assert (w.segment, w.acked_bytes, w.answered, released) == ("new", 99, 2, [1, 2])
+        assert (w.segment, w.acked_bytes, w.answered, released()) == ("new", 99, 2, [1, 2])
+        assert pool.bodies.used == 0
+        pool.bodies.close()
     asyncio.run(go())
