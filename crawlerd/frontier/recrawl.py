@@ -210,6 +210,9 @@ class Recrawl:
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._env = None
         self._filter: KeyFilter | None = None
+        # record_many's writes not handed to the overlay yet: urls key -> value (None: deleted),
+        # and the due index's (key, value or None) in order; None outside record_many
+        self._pending: tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes | None]]] | None = None
         self.reads_skipped = 0          # state reads the key filter answered "absent" without a read
         if not enabled:
             return
@@ -274,6 +277,7 @@ class Recrawl:
         self._ops = 0
         ov = self._overlay
         if ov is not None:
+            self._hand_pending()
             if ov.dirty:
                 ov.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
             ov.commit(then, sync=sync)
@@ -321,14 +325,29 @@ class Recrawl:
         if kf is not None and not kf.maybe(fp):
             self.reads_skipped += 1
             return None                 # never written here: no read (key_filter module)
-        raw = self._w().get(_U64.pack(fp & 0xFFFFFFFFFFFFFFFF), db=self._urls)
+        key = _U64.pack(fp & 0xFFFFFFFFFFFFFFFF)
+        pending = self._pending
+        if pending is not None and key in pending[0]:
+            raw = pending[0][key]       # written earlier in this record_many
+        else:
+            raw = self._w().get(key, db=self._urls)
         return None if raw is None else _decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
 
     def _put(self, st: RecrawlState, old_due_ms: int | None, due_ms: int, fetched_ms: int,
              captured_ms: int) -> None:
-        txn, fpk = self._w(), _U64.pack(st.fp)
+        fpk = _U64.pack(st.fp)
         if old_due_ms is None and self._filter is not None:
             self._filter.add(st.fp)     # before the write: the filter never misses a stored key
+        pending = self._pending
+        if pending is not None:         # record_many: handed to the overlay at its end
+            urls, due = pending
+            if old_due_ms is not None:
+                due.append((_DKEY.pack(old_due_ms, st.fp), None))
+            due.append((_DKEY.pack(due_ms, st.fp), b""))
+            urls[fpk] = _encode(st, due_ms, fetched_ms, captured_ms)
+            self._wrote(2 if old_due_ms is None else 3)
+            return
+        txn = self._w()
         if old_due_ms is not None:
             txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
         txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
@@ -336,9 +355,14 @@ class Recrawl:
         self._wrote(2 if old_due_ms is None else 3)
 
     def _drop(self, st: RecrawlState, due_ms: int) -> None:
-        txn = self._w()
-        txn.delete(_DKEY.pack(due_ms, st.fp), db=self._due)
-        txn.delete(_U64.pack(st.fp), db=self._urls)
+        pending = self._pending
+        if pending is not None:
+            pending[1].append((_DKEY.pack(due_ms, st.fp), None))
+            pending[0][_U64.pack(st.fp)] = None
+        else:
+            txn = self._w()
+            txn.delete(_DKEY.pack(due_ms, st.fp), db=self._due)
+            txn.delete(_U64.pack(st.fp), db=self._urls)
         if st.handed_out:
             self._c["out"] -= 1
         self._c["dropped"] += 1
@@ -443,6 +467,44 @@ class Recrawl:
         st.interval_s = min(self.max_interval_s, max(self.min_interval_s, st.interval_s))  # bounds may change
         self._put(st, old_due, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, captured_ms)
         return True
+
+    def record_many(self, visits: list[tuple]) -> None:
+        """``record`` or ``forget`` for each visit, in order: ``(url, fp, host_key, fetched_at,
+        status, etag, last_modified, digest, depth)`` records a visit (``changed=None``), ``(None,
+        fp)`` forgets the URL. The same state, counters, jitter draws and commit points as those
+        calls one by one; with a writer, the writes reach the overlay in one pass per table
+        (``Overlay.put_many``) at the end, or before a commit falling inside the visits (reads in
+        between see them)."""
+        if self._env is None:
+            return
+        if self._overlay is not None:
+            self._pending = ({}, [])
+        try:
+            record, forget = self.record, self.forget
+            for v in visits:
+                if v[0] is None:
+                    forget(v[1])
+                else:
+                    url, fp, host_key, fetched_at, status, etag, last_modified, digest, depth = v
+                    record(url, fp, host_key, fetched_at=fetched_at, status=status, etag=etag,
+                           last_modified=last_modified, digest=digest, changed=None, depth=depth)
+        finally:
+            self._hand_pending()
+            self._pending = None
+
+    def _hand_pending(self) -> None:
+        """``record_many``'s writes so far into the overlay (the due index's first: deletes and puts
+        of different keys, in their order), then record_many goes on with empty lists."""
+        pending = self._pending
+        if pending is None:
+            return
+        urls, due = pending
+        if due:
+            self._overlay.put_many(due, db=self._due)
+            due.clear()
+        if urls:
+            self._overlay.put_many(urls.items(), db=self._urls)
+            urls.clear()
 
     def forget(self, fp: int) -> bool:
         """Stop recrawling a URL (robots.txt now disallows it, its host is blocked). False if untracked."""

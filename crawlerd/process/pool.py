@@ -38,6 +38,12 @@ A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row i
 again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
 reason instead of restarting workers in a loop while it reports "running".
 
+Frames. A worker's answer frame (a batch) is decoded whole, then, if the pool has an
+``on_frame`` hook, the frame's answers whose ``process()`` call gave a ``ctx`` go to it in one
+call, ``[(ctx, result)]`` in the frame's order, before any of those calls returns: the caller
+can do a frame's bookkeeping as one batch (``crawlerd.shard.answers``). A job answered otherwise
+(a crash's ``process_crashed``, the pool closing) never reaches the hook.
+
 Near duplicates. A worker first parses every job of a batch, then (if the pool
 has a ``near_duplicate`` callback, or ``near_duplicates`` for a whole batch) sends one
 ``("near", [(job id, simhash, url)])`` frame and waits for the crawl process's answers before it writes any record, so
@@ -68,6 +74,7 @@ import re
 import socket
 import subprocess
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crawlerd.child import child_env, python_argv
@@ -112,6 +119,7 @@ class _Job:
     lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
     sitemap: tuple[int, int] | None = None     # (max_urls, max_bytes): also read it as a sitemap
     crashes: int = 0            # workers that died while working on this job
+    ctx: object = None          # the caller's, handed to ``on_frame`` with the job's answer
 
 
 class _Answers(asyncio.Protocol):
@@ -191,6 +199,9 @@ class WorkerPool:
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         # or all of a batch's questions at once: [(simhash, url)] -> [near-duplicate URL or ""]
         self.near_duplicates = None
+        # the answers of one worker frame at once: [(ctx, result)] of its jobs that have a ctx, in
+        # the frame's order, called before their process() calls return (module doc, "Frames")
+        self.on_frame: Callable[[list[tuple[object, ProcessResult]]], None] | None = None
         self.ring_bytes = ring_bytes
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
@@ -296,7 +307,7 @@ class WorkerPool:
 
     async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
                       digest: str = "", lookup: bool = False,
-                      sitemap: tuple[int, int] | None = None) -> ProcessResult:
+                      sitemap: tuple[int, int] | None = None, ctx: object = None) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
@@ -321,7 +332,7 @@ class WorkerPool:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap)
+            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)
@@ -411,12 +422,23 @@ class WorkerPool:
         self.answers_framed += len(answers)
         self._quick_deaths = 0
         self._start_deaths = 0
+        answered = []
         for job_id, pr in results:
             w.answered += 1
             w.ring.release(job_id)
             job = w.outstanding.pop(job_id, None)
             if job is not None and not job.future.done():
-                job.future.set_result(pr)
+                answered.append((job, pr))
+        on_frame = self.on_frame
+        if on_frame is not None:
+            frame_ = [(job.ctx, pr) for job, pr in answered if job.ctx is not None]
+            if frame_:
+                try:
+                    on_frame(frame_)
+                except Exception:       # each caller's process() still returns its answer
+                    log.exception("answer frame hook failed for %d answers", len(frame_))
+        for job, pr in answered:
+            job.future.set_result(pr)
 
     async def _watch(self, w: _Worker) -> None:
         """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""
