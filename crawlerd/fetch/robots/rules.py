@@ -170,7 +170,11 @@ class RobotsRules:
         out = []
         merged, merge = self._merged, self._merge
         for i, url in enumerate(urls):
-            path = match_path(url)
+            if (url[:1] == "/" and url[1:2] != "/" and "#" not in url and "%" not in url and " " not in url
+                    and url.isascii() and url.isprintable()):
+                path = url          # a canonical path already: match_path would return it as is
+            else:
+                path = match_path(url)
             if path.startswith("/robots.txt") and (len(path) == 11 or path[11] == "?"):
                 continue    # RFC 9309 §2.2.2: /robots.txt is implicitly allowed
             rules = merged.get(path[:3])            # 3 == _KEY_LEN
