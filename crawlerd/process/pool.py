@@ -7,7 +7,9 @@ plain tuples (``crawlerd.process.wire``). The first frame configures its
 worker's tag ``<shard>_w<index>``, so workers never share a file). A job's
 response body does not go through the socket: it is copied once into a
 shared-memory ring (:mod:`crawlerd.process.ring`) and the frame names its
-offset. Frames queued during one loop iteration go out in one write. A worker
+offset. The jobs sent to a worker during one loop iteration go in one ``("jobs", [job])`` frame
+(one pickle; a job whose body did not fit the ring, inline, goes in a frame of its own, in
+order), and the frames queued go out in one write. A worker
 handles its jobs one at a time in the order sent and answers in that order.
 Jobs that arrive together are handled as a batch: their records are flushed
 once and their answers sent in one frame (fewer syscalls and wake-ups under
@@ -181,6 +183,7 @@ class _Worker:
     answered: int = 0
     reader_task: asyncio.Task | None = None
     out: list[bytes] = field(default_factory=list)       # frames waiting for this iteration's write
+    jobs: list[tuple] = field(default_factory=list)      # then its jobs with a ring body, one frame
 
 
 class WorkerPool:
@@ -391,8 +394,14 @@ class WorkerPool:
         offset = w.ring.put(job.job_id, body)
         meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
                 r.response_head, r.headers, r.error, b"" if offset >= 0 else body)
-        w.out.append(frame(("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup,
-                            job.sitemap)))
+        msg = ("job", job.job_id, meta, offset, len(body), job.prior, job.digest, job.lookup, job.sitemap)
+        if offset >= 0:
+            w.jobs.append(msg)          # with the iteration's other jobs, in one frame (_flush_out)
+        else:                           # its body inline: a frame of its own, in order
+            if w.jobs:
+                w.out.append(frame(("jobs", w.jobs)))
+                w.jobs = []
+            w.out.append(frame(msg))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             (self._loop or asyncio.get_running_loop()).call_soon(self._flush_out)
@@ -401,6 +410,9 @@ class WorkerPool:
         """Write each worker's queued frames in one go (one syscall per worker per loop iteration)."""
         self._flush_scheduled = False
         for w in self._workers:
+            if w is not None and w.jobs:
+                w.out.append(frame(("jobs", w.jobs)))
+                w.jobs = []
             if w is not None and w.out:
                 data = b"".join(w.out)
                 w.out.clear()
@@ -473,6 +485,7 @@ class WorkerPool:
     async def _restart(self, dead: _Worker) -> None:
         dead.alive = False
         dead.out.clear()
+        dead.jobs = []
         with contextlib.suppress(Exception):
             dead.transport.close()
         loop = asyncio.get_running_loop()

@@ -3,7 +3,7 @@ on one end, ``crawlerd.process.worker_process`` on the other).
 
 One Unix socketpair per worker carries length-prefixed pickles of plain tuples (``LEN``, then
 the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, ring
-offset, length, prior, digest, lookup, sitemap)``, ``("near", ...)`` both ways, ``("results", [(id,
+offset, length, prior, digest, lookup, sitemap)`` or several in one ``("jobs", [job])``, ``("near", ...)`` both ways, ``("results", [(id,
 packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
 processes map (``PROGRESS``: the id of the job the worker is working on).
 """
