@@ -269,7 +269,8 @@ def _job_frames(frames: int, batch: int) -> float:
 
 
 async def _make_answers(on_frame):
-    return pool_mod._Answers(on_frame)
+    reader = getattr(wire, "AnswerReader", None) or pool_mod._Answers     # a tree before it moved
+    return reader(on_frame)
 
 
 def main() -> None:

@@ -71,7 +71,6 @@ import contextlib
 import logging
 import mmap
 import os
-import pickle
 import re
 import socket
 import subprocess
@@ -83,7 +82,7 @@ from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
 from crawlerd.process.ring import BodyRing
-from crawlerd.process.wire import LEN, MAX_FRAME, PROGRESS, frame, unpack_result
+from crawlerd.process.wire import PROGRESS, AnswerReader, frame, unpack_result
 from crawlerd.records import FetchResult, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.recover import recover_segment
@@ -124,56 +123,13 @@ class _Job:
     ctx: object = None          # the caller's, handed to ``on_frame`` with the job's answer
 
 
-class _Answers(asyncio.Protocol):
-    """The crawl process's end of one worker's socket: parses every complete frame of each read.
-
-    Invariant: ``buf[pos:]`` is the unparsed tail (a partial frame at most)."""
-
-    def __init__(self, on_frame) -> None:
-        self.on_frame = on_frame
-        self.buf = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.error: Exception | None = None
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, n = 0, len(buf)
-        try:
-            while n - pos >= LEN.size:
-                (size,) = LEN.unpack_from(buf, pos)
-                if size > MAX_FRAME:
-                    raise pickle.UnpicklingError(f"frame of {size} bytes")
-                end = pos + LEN.size + size
-                if end > n:
-                    break
-                msg = pickle.loads(memoryview(buf)[pos + LEN.size:end])
-                pos = end
-                self.on_frame(msg)
-        except (pickle.UnpicklingError, EOFError, ValueError) as e:
-            self.error = e
-            del buf[:]
-            if self.transport is not None:
-                self.transport.close()
-            return
-        del buf[:pos]
-
-    def connection_lost(self, exc) -> None:
-        if not self.closed.done():
-            self.closed.set_result(exc or self.error)
-
-
 @dataclass
 class _Worker:
     index: int
     generation: int
     proc: subprocess.Popen
     transport: asyncio.Transport
-    answers: _Answers
+    answers: AnswerReader
     progress: mmap.mmap          # the worker's progress page (see module doc)
     ring: BodyRing
     outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
@@ -265,7 +221,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         holder: list[_Worker] = []
         transport, answers = await loop.create_unix_connection(
-            lambda: _Answers(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
+            lambda: AnswerReader(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
         w = _Worker(index, generation, proc, transport, answers, progress, ring)
         holder.append(w)
         transport.write(frame(("init", init)))

@@ -10,6 +10,7 @@ processes map (``PROGRESS``: the id of the job the worker is working on).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pickle
 import socket
@@ -122,3 +123,46 @@ def fetch_result(meta: tuple, body: bytes) -> FetchResult:
     return FetchResult(url=url, outcome=Outcome(outcome), status=status, ip=ip, started_at=started_at,
                        elapsed_s=elapsed_s, request_head=request_head, response_head=response_head, body=body,
                        headers=headers, error=error)
+
+
+class AnswerReader(asyncio.Protocol):
+    """The crawl process's end of one worker's socket: parses every complete frame of each read.
+
+    Invariant: ``buf[pos:]`` is the unparsed tail (a partial frame at most)."""
+
+    def __init__(self, on_frame) -> None:
+        self.on_frame = on_frame
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.error: Exception | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, len(buf)
+        try:
+            while n - pos >= LEN.size:
+                (size,) = LEN.unpack_from(buf, pos)
+                if size > MAX_FRAME:
+                    raise pickle.UnpicklingError(f"frame of {size} bytes")
+                end = pos + LEN.size + size
+                if end > n:
+                    break
+                msg = pickle.loads(memoryview(buf)[pos + LEN.size:end])
+                pos = end
+                self.on_frame(msg)
+        except (pickle.UnpicklingError, EOFError, ValueError) as e:
+            self.error = e
+            del buf[:]
+            if self.transport is not None:
+                self.transport.close()
+            return
+        del buf[:pos]
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(exc or self.error)
