@@ -172,13 +172,34 @@ class Answers:
         (``Recrawl.record_many``), then each page's ``_follow`` with the events they write in one
         append. The same calls per store in the same order as page by page (no step of
         ``_follow`` reads the digest set or recrawl), so the same records, state and event bytes.
-        A page's error is raised in its own ``process`` (its lease does not complete); a failed
-        digest or recrawl write fails every page of the frame."""
-        pages, entries, visits = [], [], []
-        for page, pr in frame:
-            if pr.storage_error:
-                continue                    # not archived: its process() raises StorageFailure
+        A page is ``done`` only once all of that ran for it; a page's error is raised in its own
+        ``process`` (its lease does not complete: fetched again); a failed digest or recrawl write,
+        or a failed event append, fails every page of the frame."""
+        pages = [(page, pr) for page, pr in frame if not pr.storage_error]     # else: StorageFailure
+        try:
+            kept = self._keep_frame(pages)
+        except Exception as e:
+            for page, _pr in pages:
+                page.done, page.error = True, e
+            return
+        try:
+            with self.events.batch():
+                for page, pr, sha1 in kept:
+                    try:
+                        page.edges = self._follow(page, pr, sha1)
+                    except Exception as e:
+                        page.error = e
+        except Exception as e:              # the frame's events were not written
+            for page, _pr, _sha1 in kept:
+                page.error = page.error or e
+        for page, _pr, _sha1 in kept:
             page.done = True
+
+    def _keep_frame(self, pages: list[tuple[_Page, ProcessResult]]) -> list[tuple[_Page, ProcessResult, bytes | None]]:
+        """The first half of ``_answered`` for a frame's archived answers: digest owners confirmed
+        or released, the digest entries and recrawl visits kept, each store in one call."""
+        kept, entries, visits = [], [], []
+        for page, pr in pages:
             sha1 = digest_key(pr.digest) if page.res.status == 200 and pr.digest else None
             if pr.warc_file:
                 if page.claimed is not None:
@@ -190,25 +211,15 @@ class Answers:
                     visits.append(visit)
             elif page.claimed is not None:
                 self.owners.release(page.claimed, page.url)
-            pages.append((page, pr, sha1))
-        try:
-            if entries:
-                self.digests.record_many(entries)
-            if visits:
-                self.recrawl.record_many(visits)
-                not_modified = sum(v[4] == 304 for v in visits if v[0] is not None)
-                if not_modified:
-                    self.metrics.counters["not_modified"] += not_modified
-        except Exception as e:
-            for page, _pr, _sha1 in pages:
-                page.error = e
-            return
-        with self.events.batch():
-            for page, pr, sha1 in pages:
-                try:
-                    page.edges = self._follow(page, pr, sha1)
-                except Exception as e:
-                    page.error = e
+            kept.append((page, pr, sha1))
+        if entries:
+            self.digests.record_many(entries)
+        if visits:
+            self.recrawl.record_many(visits)
+            not_modified = sum(v[4] == 304 for v in visits if v[0] is not None)
+            if not_modified:
+                self.metrics.counters["not_modified"] += not_modified
+        return kept
 
     def _checked(self, page: _Page, pr: ProcessResult) -> bytes | None:
         """The answer's payload SHA-1 (a 200's), or StorageFailure if it was not archived."""

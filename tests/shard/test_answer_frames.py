@@ -34,6 +34,7 @@ class FramePool:
 
     def __init__(self):
         self.on_frame = None
+        self.hook_failed = 0
         self.waiting: list[tuple[FetchResult, object, asyncio.Future]] = []
 
     async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None, ctx=None):
@@ -45,7 +46,10 @@ class FramePool:
         waiting, self.waiting = self.waiting, []
         answered = [(ctx, results[id(res)], fut) for res, ctx, fut in waiting]
         if self.on_frame is not None:
-            self.on_frame([(ctx, pr) for ctx, pr, _ in answered if ctx is not None])
+            try:
+                self.on_frame([(ctx, pr) for ctx, pr, _ in answered if ctx is not None])
+            except Exception:       # as WorkerPool: logged, each call still gets its answer
+                self.hook_failed += 1
         for _ctx, pr, fut in answered:
             fut.set_result(pr)
 
@@ -220,21 +224,28 @@ def test_a_stream_of_frames_gives_the_same_stores_and_events_batched_as_page_by_
         assert batched[key] == per_page[key], key
 
 
-def test_a_failed_recrawl_write_fails_every_page_of_its_frame(tmp_path):
-    """A frame's recrawl visits go in one pass: if it raises, no page of the frame completes
-    (each ``process`` raises; their leases are fetched again)."""
+@pytest.mark.parametrize("broken", ["recrawl", "events", "one_page"])
+def test_a_failed_write_fails_the_pages_it_touched_and_none_completes_unrecorded(tmp_path, broken):
+    """A frame's recrawl visits go in one pass and its events in one append: if either fails, every
+    page of the frame raises in its own ``process`` (no lease completes without its records; each
+    is fetched again). A page whose own follow-up fails (DUST's evidence) fails alone."""
     async def go():
         cfg = config.load(None, [f"crawl.data_dir={str(tmp_path)!r}", "process.workers=1"])
         recrawl = Recrawl(cfg.path("recrawl"), map_size_bytes=1 << 24)
         digests = DigestSet(cfg.path("dedup", "digests"), map_size_bytes=1 << 22)
-        events = FetchEvents(cfg.path("events"), wall=lambda: T0)
+        events = FetchEvents(cfg.path("events"), wall=lambda: T0)      # no on_error: a failed write raises
         pool = FramePool()
         ans = Answers(cfg, pool=pool, digests=digests, near=Near(), recrawl=recrawl, frontier=None,
                       intake=Intake(events), events=events, metrics=Metrics())
 
-        def broken(visits):
-            raise OSError("recrawl store failed")
-        recrawl.record_many = broken
+        def fail(*_a, **_k):
+            raise OSError(f"{broken} failed")
+        if broken == "recrawl":
+            recrawl.record_many = fail
+        elif broken == "events":
+            events.log.write_many = fail
+        else:
+            ans.evidence = lambda url, *_a: fail() if url.endswith("/1") else None
         try:
             results, tasks = {}, []
             for i in range(3):
@@ -245,13 +256,16 @@ def test_a_failed_recrawl_write_fails_every_page_of_its_frame(tmp_path):
             while len(pool.waiting) < 3:
                 await asyncio.sleep(0)
             pool.answer(results)
-            return [type(r).__name__ for r in await asyncio.gather(*tasks, return_exceptions=True)]
+            got = await asyncio.gather(*tasks, return_exceptions=True)
+            return [type(r).__name__ for r in got], pool.hook_failed
         finally:
             recrawl.close()
             digests.close()
             events.close()
 
-    assert asyncio.run(go()) == ["OSError"] * 3
+    got, hook_failed = asyncio.run(go())
+    assert hook_failed == 0
+    assert got == (["NoneType", "OSError", "NoneType"] if broken == "one_page" else ["OSError"] * 3)
 
 
 @pytest.mark.parametrize("group_ops", [1, 3, 1000])
