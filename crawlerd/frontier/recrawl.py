@@ -70,14 +70,13 @@ from dataclasses import dataclass
 import lmdb
 
 from crawlerd.frontier.key_filter import KeyFilter, packed_chunks
-from crawlerd.frontier.recrawl_record import (  # noqa: F401  (MAX_VALIDATOR_BYTES: the module's API)
-    _FLAG_OUT,
-    MAX_VALIDATOR_BYTES,
+from crawlerd.frontier.recrawl_record import (
+    MAX_VALIDATOR_BYTES,  # noqa: F401  (this module's API too)
     RecrawlState,
-    _decode,
-    _encode,
-    _ms,
-    _validator,
+    decode,
+    encode,
+    to_ms,
+    validator,
 )
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
@@ -133,7 +132,7 @@ class Recrawl:
         self.initial_interval_s = float(initial_interval_s)
         self.min_interval_s = float(min_interval_s)
         self.max_interval_s = float(max_interval_s)
-        self._reissue_ms = max(1, _ms(reissue_timeout_s))
+        self._reissue_ms = max(1, to_ms(reissue_timeout_s))
         self._drop_after = drop_after_errors
         self._jitter = jitter
         self._clock = clock
@@ -267,7 +266,7 @@ class Recrawl:
             raw = pending[0][key]       # written earlier in this record_many
         else:
             raw = self._w().get(key, db=self._urls)
-        return None if raw is None else _decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
+        return None if raw is None else decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
 
     def _put(self, st: RecrawlState, old_due_ms: int | None, due_ms: int, fetched_ms: int,
              captured_ms: int) -> None:
@@ -280,14 +279,14 @@ class Recrawl:
             if old_due_ms is not None:
                 due.append((_DKEY.pack(old_due_ms, st.fp), None))
             due.append((_DKEY.pack(due_ms, st.fp), b""))
-            urls[fpk] = _encode(st, due_ms, fetched_ms, captured_ms)
+            urls[fpk] = encode(st, due_ms, fetched_ms, captured_ms)
             self._wrote(2 if old_due_ms is None else 3)
             return
         txn = self._w()
         if old_due_ms is not None:
             txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
         txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
-        txn.put(fpk, _encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
+        txn.put(fpk, encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
         self._wrote(2 if old_due_ms is None else 3)
 
     def _drop(self, st: RecrawlState, due_ms: int) -> None:
@@ -331,7 +330,7 @@ class Recrawl:
     # == visits ====================================================================
     def _next_due_ms(self, fetched_at: float, interval_s: float) -> int:
         f = 1.0 + self._jitter * (2.0 * self._rng.random() - 1.0) if self._jitter else 1.0
-        return _ms(fetched_at + interval_s * f)
+        return to_ms(fetched_at + interval_s * f)
 
     def record(self, url: str, fp: int, host_key: str, *, fetched_at: float, status: int,
                etag: str | None, last_modified: str | None, digest: str | None, changed: bool | None,
@@ -349,7 +348,7 @@ class Recrawl:
         if self._env is None:
             return False
         fp &= 0xFFFFFFFFFFFFFFFF
-        fetched_ms = _ms(fetched_at)
+        fetched_ms = to_ms(fetched_at)
         got = self._get(fp)
         if got is None:
             # 304 here answers a conditional GET we did not send: nothing to revisit from
@@ -357,12 +356,12 @@ class Recrawl:
                 self._c["ignored"] += 1
                 return False
             st = RecrawlState(fp, url, host_key, depth, 0.0, 0.0, 0.0, self.initial_interval_s, status, 0,
-                              False, _validator(etag), _validator(last_modified), digest or None)
+                              False, validator(etag), validator(last_modified), digest or None)
             self._c["recorded"] += 1
             self._put(st, None, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, fetched_ms)
             return True
         st, old_due = got
-        if fetched_ms <= _ms(st.fetched_at):
+        if fetched_ms <= to_ms(st.fetched_at):
             self._c["ignored"] += 1
             return False
         self._c["recorded"] += 1
@@ -370,7 +369,7 @@ class Recrawl:
             st.handed_out = False
             self._c["out"] -= 1
         st.url, st.host_key, st.status, st.depth = url, host_key, status, depth
-        captured_ms = _ms(st.captured_at)
+        captured_ms = to_ms(st.captured_at)
         if status >= 400 or status <= 0:
             self._c["errors"] += 1
             st.errors = min(st.errors + 1, 255)
@@ -378,18 +377,18 @@ class Recrawl:
                 self._drop(st, old_due)
                 return True
             st.etag = st.last_modified = None       # an error page's validators validate nothing
-            self._put(st, old_due, _ms(fetched_at + self.max_interval_s), fetched_ms, captured_ms)
+            self._put(st, old_due, to_ms(fetched_at + self.max_interval_s), fetched_ms, captured_ms)
             return True
         st.errors = 0
         if status == 304:
             self._c["not_modified"] += 1
             changed = False
-            st.etag = _validator(etag) or st.etag
-            st.last_modified = _validator(last_modified) or st.last_modified
+            st.etag = validator(etag) or st.etag
+            st.last_modified = validator(last_modified) or st.last_modified
         else:
             if changed is None and digest and st.digest:
                 changed = digest != st.digest
-            st.etag, st.last_modified = _validator(etag), _validator(last_modified)
+            st.etag, st.last_modified = validator(etag), validator(last_modified)
             if digest:
                 st.digest = digest
                 captured_ms = fetched_ms
@@ -461,7 +460,7 @@ class Recrawl:
         """
         if self._env is None or limit <= 0:
             return []
-        now_ms = _ms(self._clock() if now_wall is None else now_wall)
+        now_ms = to_ms(self._clock() if now_wall is None else now_wall)
         out: list[RecrawlItem] = []
         while len(out) < limit:
             keys = []
@@ -479,7 +478,7 @@ class Recrawl:
                 if raw is None:           # cannot happen while the table invariant holds; heal it
                     self._w().delete(key, db=self._due)
                     continue
-                st, _ = _decode(fp, raw)
+                st, _ = decode(fp, raw)
                 if st.handed_out:             # never answered: a miss
                     st.errors = min(st.errors + 1, 255)
                     if st.errors >= self._drop_after:
@@ -490,7 +489,7 @@ class Recrawl:
                     st.handed_out = True
                     self._c["out"] += 1
                 self._c["handed_out"] += 1
-                self._put(st, due_ms, now_ms + self._reissue_ms, _ms(st.fetched_at), _ms(st.captured_at))
+                self._put(st, due_ms, now_ms + self._reissue_ms, to_ms(st.fetched_at), to_ms(st.captured_at))
                 out.append(RecrawlItem(st.url, fp, st.host_key, st.depth))
         return out
 
@@ -545,7 +544,7 @@ class Recrawl:
         out = 0
         for fpk, raw in txn.cursor(db=self._urls):
             fp = _U64.unpack(fpk)[0]
-            st, due_ms = _decode(fp, raw)
+            st, due_ms = decode(fp, raw)
             if index.pop(fp, None) != due_ms:
                 raise AssertionError(f"recrawl: fp {fp:016x} due entry missing or at the wrong time")
             out += st.handed_out

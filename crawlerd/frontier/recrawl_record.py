@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 MAX_VALIDATOR_BYTES = 1024       # a longer ETag/Last-Modified is not stored (never sent truncated)
-_FLAG_OUT = 1                    # handed out by due(), not yet recorded
+FLAG_OUT = 1                    # handed out by due(), not yet recorded
 # due ms, fetched ms, captured ms, interval s, status, errors, flags, depth, then 5 string lengths
 _REC = struct.Struct("<QQQdHBBHHHHHH")
 _U16_MAX = 0xFFFF
@@ -37,7 +37,7 @@ class RecrawlState:
     digest: str | None
 
 
-def _ms(t: float) -> int:
+def to_ms(t: float) -> int:
     if not t > 0:                # negative and NaN
         return 0
     return min(int(t * 1000.0), (1 << 64) - 1)
@@ -47,7 +47,7 @@ def _dec(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
-def _encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) -> bytes:
+def encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) -> bytes:
     # each string as UTF-8 (surrogates kept: _dec reverses it), "" for None; inline, once per answer
     url = st.url.encode("utf-8", "surrogateescape")
     host = st.host_key.encode("utf-8", "surrogateescape")
@@ -55,11 +55,11 @@ def _encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) ->
     lm = b"" if st.last_modified is None else st.last_modified.encode("utf-8", "surrogateescape")
     digest = b"" if st.digest is None else st.digest.encode("utf-8", "surrogateescape")
     return _REC.pack(due_ms, fetched_ms, captured_ms, st.interval_s, min(st.status, _U16_MAX),
-                     min(st.errors, 255), _FLAG_OUT if st.handed_out else 0, min(st.depth, _U16_MAX),
+                     min(st.errors, 255), FLAG_OUT if st.handed_out else 0, min(st.depth, _U16_MAX),
                      len(url), len(host), len(etag), len(lm), len(digest)) + url + host + etag + lm + digest
 
 
-def _decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
+def decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
     """Return the state and its due time in ms (the due-index key's time)."""
     due_ms, fetched_ms, captured_ms, interval, status, errors, flags, depth, *lens = _REC.unpack_from(raw)
     p = _REC.size
@@ -69,13 +69,13 @@ def _decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
         p += n
     url, host, etag, lm, digest = out
     st = RecrawlState(fp, _dec(url), _dec(host), depth, due_ms / 1000.0, fetched_ms / 1000.0,
-                      captured_ms / 1000.0, interval, status, errors, bool(flags & _FLAG_OUT),
+                      captured_ms / 1000.0, interval, status, errors, bool(flags & FLAG_OUT),
                       _dec(etag) if lens[2] else None, _dec(lm) if lens[3] else None,
                       _dec(digest) if lens[4] else None)
     return st, due_ms
 
 
-def _validator(v: str | None) -> str | None:
+def validator(v: str | None) -> str | None:
     if v is None:
         return None
     v = v.strip()
