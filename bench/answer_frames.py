@@ -4,7 +4,10 @@ Each frame's inclusive share of the loop thread's samples (stacks under ``Superv
 given the run's loop µs per request, µs per request. "Answers.process own" is ``Answers.process``
 less the stacks under DUST's ``DustGate.observe`` and ``Intake.submit_links`` (other components);
 the hand-over is ``_Answers.data_received`` (the worker's frames read, the near-duplicate answers
-given, the futures resolved) and ``WorkerPool._flush_out`` (the job frames written).
+given, the futures resolved) and ``WorkerPool._flush_out`` (the job frames written). Since the
+twentieth pass a frame's answers are handled in ``Answers.answer_frame``, called from
+``_Answers.data_received``: it counts with ``Answers.process`` ("own", "Answers.process +
+answer_frame") and not in the hand-over, so the rows add up as on a tree before it.
 
     python3 bench/answer_frames.py RUN-crawlerd-http-crawl.txt LOOP_US_PER_REQUEST
 """
@@ -16,11 +19,13 @@ from collections import Counter
 
 OWN = "Answers.process own (less DUST, submit_links)"
 HANDOVER = "hand-over (data_received + _flush_out)"
-FRAMES = ["Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record",
+BOTH = "Answers.process + answer_frame (incl.)"
+FRAMES = ["Answers.process", "Answers.answer_frame", "Recrawl.record_many", "DigestSet.record_many",
+          "Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record",
           "_Answers.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
           "Answers.near_duplicates", "WorkerPool._flush_out", "GcPacer.step", "DustGate.observe",
           "Intake.submit_links"]
-ROWS = [OWN, "Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record", HANDOVER,
+ROWS = [BOTH, OWN, "Answers.answer_frame", "Recrawl.record_many", "DigestSet.record_many", "Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record", HANDOVER,
         "_Answers.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
         "Answers.near_duplicates", "WorkerPool._flush_out", "GcPacer.step", "DustGate.observe", "Intake.submit_links"]
 
@@ -39,11 +44,12 @@ def shares(path: str) -> tuple[int, Counter]:
             for name in FRAMES:
                 if name in present:
                     counts[name] += samples
-            if "Answers.process" in present:
-                at = len(frames) - 1 - frames[::-1].index("Answers.process")
-                if not set(frames[at + 1:]) & {"DustGate.observe", "Intake.submit_links"}:
+            answer = [i for i, fr in enumerate(frames) if fr in ("Answers.process", "Answers.answer_frame")]
+            if answer:
+                counts[BOTH] += samples
+                if not set(frames[answer[0] + 1:]) & {"DustGate.observe", "Intake.submit_links"}:
                     counts[OWN] += samples
-            if "_Answers.data_received" in present or "WorkerPool._flush_out" in present:
+            elif "_Answers.data_received" in present or "WorkerPool._flush_out" in present:
                 counts[HANDOVER] += samples
     return total, counts
 

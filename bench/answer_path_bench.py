@@ -9,8 +9,12 @@ Two parts, CPU seconds of the loop thread per page (min over ``--repeats``):
    another component's cost), no budgets, no DUST. The figure includes decoding the page's
    answer (``wire.unpack_result``, also in part 2). Every page a new URL (a first visit, as most
    of an e2e crawl's pages are).
+   Pages come ``--batch`` to a worker frame (their calls wait together and are answered at once,
+   as ``WorkerPool`` answers a frame; ``--per-page``: a tree's ``Answers`` with ``batch=False``).
 2. The pool's hand-over: a worker's answer frame of ``--batch`` results decoded and resolved
-   as ``WorkerPool`` does it (``_Answers.data_received``), and the job frame of each page.
+   as ``WorkerPool`` does it (``_Answers.data_received``), and the job frames of ``--batch`` pages
+   as the tree's ``WorkerPool._dispatch`` and ``_flush_out`` make them (one frame per job before
+   the twentieth pass, one per worker and loop iteration since).
 
 Run it with each tree's Python to compare (the same script; run it from outside a source tree so
 each Python imports its own crawlerd)::
@@ -86,13 +90,27 @@ def _pack(pr: ProcessResult) -> tuple:
 
 
 class _Pool:
-    """Answers at once with the page's prepared answer, decoded as ``WorkerPool`` decodes a worker's."""
+    """Answers the calls waiting in it as one worker frame, each with its prepared answer decoded as
+    ``WorkerPool`` decodes a worker's; as ``WorkerPool._on_answer``, a tree whose ``Answers`` set an
+    ``on_frame`` hook gets the frame's answers in one call first (twentieth pass)."""
 
     def __init__(self, answers: list[bytes]):
         self.answers = answers
+        self.on_frame = None
+        self.waiting: list[tuple[object, asyncio.Future]] = []
 
-    async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None):
-        return wire.unpack_result(pickle.loads(self.answers.pop()))
+    async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None, ctx=None):
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting.append((ctx, fut))
+        return await fut
+
+    def answer(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        answered = [(ctx, wire.unpack_result(pickle.loads(self.answers.pop())), fut) for ctx, fut in waiting]
+        if self.on_frame is not None:
+            self.on_frame([(ctx, pr) for ctx, pr, _ in answered if ctx is not None])
+        for _ctx, pr, fut in answered:
+            fut.set_result(pr)
 
 
 class _Intake:
@@ -106,9 +124,10 @@ class _Intake:
         return None
 
 
-async def _answer_all(ans: Answers, results: list[FetchResult], items: list[QueuedURL]) -> float:
-    """Loop-thread CPU seconds of ``ans.process`` for every result, the stores writing through a
-    writer thread as in a crawl (its CPU is not counted)."""
+async def _answer_all(ans: Answers, results: list[FetchResult], items: list[QueuedURL], batch: int) -> float:
+    """Loop-thread CPU seconds of ``ans.process`` for every result, ``batch`` pages per worker frame
+    (their calls wait in the pool together, answered at once), the stores writing through a writer
+    thread as in a crawl (its CPU is not counted)."""
     stores = (ans.recrawl, ans.digests, ans.near)
     writer = WriteThread(asyncio.get_running_loop())
     for store in stores:
@@ -116,8 +135,14 @@ async def _answer_all(ans: Answers, results: list[FetchResult], items: list[Queu
     gc.collect()
     gc.freeze()             # the prepared pages are not the path's objects: out of the collector's view
     t0 = time.thread_time()
-    for res, it in zip(results, items, strict=True):
-        await ans.process(res.url, hash(res.url) & (2**64 - 1), it.host_key, it, res)
+    for i in range(0, len(results), batch):
+        tasks = [asyncio.ensure_future(ans.process(res.url, hash(res.url) & (2**64 - 1), it.host_key, it, res))
+                 for res, it in zip(results[i:i + batch], items[i:i + batch], strict=True)]
+        while len(ans.pool.waiting) < len(tasks):
+            await asyncio.sleep(0)
+        ans.pool.answer()
+        for task in tasks:
+            await task
     took = time.thread_time() - t0
     gc.unfreeze()
     ans.recrawl.commit()
@@ -130,7 +155,7 @@ async def _answer_all(ans: Answers, results: list[FetchResult], items: list[Queu
     return took
 
 
-def bench_process(pages: int, links: int, repeats: int) -> float:
+def bench_process(pages: int, links: int, repeats: int, batch: int, per_page: bool) -> float:
     best = float("inf")
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as d:
@@ -142,11 +167,12 @@ def bench_process(pages: int, links: int, repeats: int) -> float:
             base = r * pages
             pool = _Pool([pickle.dumps(_pack(process_result(base + i, links)), protocol=5)
                           for i in reversed(range(pages))])
+            kw = {"batch": False} if per_page else {}       # a tree before frames as batches: page by page
             ans = Answers(cfg, pool=pool, digests=digests, near=near, recrawl=recrawl, frontier=None,
-                          intake=_Intake(), events=events, metrics=Metrics())
+                          intake=_Intake(), events=events, metrics=Metrics(), **kw)
             results = [fetch_result(base + i) for i in range(pages)]
             items = [QueuedURL(url=res.url, host_key=res.url.rsplit("/", 2)[0], depth=1) for res in results]
-            best = min(best, asyncio.run(_answer_all(ans, results, items)) / pages)
+            best = min(best, asyncio.run(_answer_all(ans, results, items, batch)) / pages)
             events.close()
             near.close()
             digests.close()
@@ -191,19 +217,60 @@ def bench_handover(pages: int, links: int, batch: int, repeats: int) -> dict[str
             got.clear()
         best_answer = min(best_answer, (time.process_time() - t0) / (frames * batch))
         loop.close()
-        results = [fetch_result(i) for i in range(batch)]
-        t0 = time.process_time()
-        for _ in range(frames):
-            for i, r in enumerate(results):
-                meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
-                        r.response_head, r.headers, r.error, b"")
-                wire.frame(("job", i, meta, 0, len(r.body), None, "", True, None))
-        best_job = min(best_job, (time.process_time() - t0) / (frames * batch))
+        best_job = min(best_job, _job_frames(frames, batch))
     return {"answer frame decode": best_answer * 1e6, "job frame": best_job * 1e6}
 
 
+class _Ring:
+    @staticmethod
+    def put(job_id, body):
+        return 0            # every body in the ring
+
+
+class _Transport:
+    @staticmethod
+    def is_closing():
+        return False
+
+    @staticmethod
+    def write(data):
+        pass
+
+
+class _Worker:
+    """What ``WorkerPool._dispatch`` and ``_flush_out`` touch of a worker."""
+
+    def __init__(self):
+        self.alive, self.outstanding, self.ring, self.transport = True, {}, _Ring, _Transport
+        self.out, self.jobs = [], []
+
+
+def _job_frames(frames: int, batch: int) -> float:
+    """CPU seconds per job of the tree's ``WorkerPool._dispatch`` for ``batch`` jobs, then its
+    ``_flush_out`` (the iteration's write, to a transport that drops it): the job frames as the tree
+    makes them."""
+    loop = asyncio.new_event_loop()
+    pool = pool_mod.WorkerPool(1, {})
+    pool._loop = loop
+    w = _Worker()
+    pool._workers = [w]
+    results = [fetch_result(i) for i in range(batch)]
+    fut = loop.create_future()
+    t0 = time.process_time()
+    for _ in range(frames):
+        pool._flush_scheduled = True        # no call_soon: _flush_out is called below
+        for i, r in enumerate(results):
+            pool._dispatch(pool_mod._Job(i, r, None, fut, "", True, None))
+        pool._flush_out()
+        w.outstanding.clear()
+    took = time.process_time() - t0
+    loop.close()
+    return took / (frames * batch)
+
+
 async def _make_answers(on_frame):
-    return pool_mod._Answers(on_frame)
+    reader = getattr(wire, "AnswerReader", None) or pool_mod._Answers     # a tree before it moved
+    return reader(on_frame)
 
 
 def main() -> None:
@@ -212,9 +279,11 @@ def main() -> None:
     ap.add_argument("--links", type=int, default=40, help="links per page")
     ap.add_argument("--batch", type=int, default=20, help="answers per answer frame (e2e: ~20)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--per-page", action="store_true", help="Answers(batch=False): the per-page path")
     args = ap.parse_args()
     out = {"tree": os.path.dirname(os.path.dirname(crawlerd.__file__)),
-           "Answers.process us/page": bench_process(args.pages, args.links, args.repeats)}
+           "Answers.process us/page": bench_process(args.pages, args.links, args.repeats, args.batch,
+                                                    args.per_page)}
     out.update({f"{k} us/page": v for k, v in bench_handover(args.pages, args.links, args.batch,
                                                               args.repeats).items()})
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))

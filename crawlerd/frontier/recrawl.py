@@ -70,25 +70,27 @@ from dataclasses import dataclass
 import lmdb
 
 from crawlerd.frontier.key_filter import KeyFilter, packed_chunks
+from crawlerd.frontier.recrawl_record import (
+    MAX_VALIDATOR_BYTES,  # noqa: F401  (this module's API too)
+    RecrawlState,
+    decode,
+    encode,
+    to_ms,
+    validator,
+)
 from crawlerd.store.lmdb_reserve import WriteBudget
 from crawlerd.store.overlay import Overlay
 from crawlerd.store.writer import WriteThread
 
 GiB = 1 << 30
 DAY_S = 86400.0
-MAX_VALIDATOR_BYTES = 1024       # a longer ETag/Last-Modified is not stored (never sent truncated)
 STATUS_GONE = 410
-
-_FLAG_OUT = 1                    # handed out by due(), not yet recorded
 
 _U64 = struct.Struct(">Q")
 _DKEY = struct.Struct(">QQ")
-# due ms, fetched ms, captured ms, interval s, status, errors, flags, depth, then 5 string lengths
-_REC = struct.Struct("<QQQdHBBHHHHHH")
 _COUNTERS = ("recorded", "changed", "unchanged", "not_modified", "errors", "dropped", "handed_out",
              "reissued", "ignored", "out")
 _META = struct.Struct("<" + "Q" * len(_COUNTERS))
-_U16_MAX = 0xFFFF
 
 
 @dataclass(slots=True)
@@ -99,73 +101,6 @@ class RecrawlItem:
     fp: int
     host_key: str
     depth: int = 0
-
-
-@dataclass(slots=True)
-class RecrawlState:
-    """What recrawl knows about one URL (key: ``fp``). Times are wall-clock seconds."""
-
-    fp: int
-    url: str
-    host_key: str
-    depth: int
-    due_at: float            # next visit (or, while handed out, when it is handed out again)
-    fetched_at: float        # last recorded visit
-    captured_at: float       # last visit that stored a payload (the capture ``digest`` belongs to)
-    interval_s: float        # current nominal revisit interval, in [min_interval_s, max_interval_s]
-    status: int              # HTTP status of the last visit
-    errors: int              # consecutive errors and unanswered hand-outs
-    handed_out: bool
-    etag: str | None
-    last_modified: str | None
-    digest: str | None
-
-
-def _ms(t: float) -> int:
-    if not t > 0:                # negative and NaN
-        return 0
-    return min(int(t * 1000.0), (1 << 64) - 1)
-
-
-def _dec(b: bytes) -> str:
-    return b.decode("utf-8", "surrogateescape")
-
-
-def _encode(st: RecrawlState, due_ms: int, fetched_ms: int, captured_ms: int) -> bytes:
-    # each string as UTF-8 (surrogates kept: _dec reverses it), "" for None; inline, once per answer
-    url = st.url.encode("utf-8", "surrogateescape")
-    host = st.host_key.encode("utf-8", "surrogateescape")
-    etag = b"" if st.etag is None else st.etag.encode("utf-8", "surrogateescape")
-    lm = b"" if st.last_modified is None else st.last_modified.encode("utf-8", "surrogateescape")
-    digest = b"" if st.digest is None else st.digest.encode("utf-8", "surrogateescape")
-    return _REC.pack(due_ms, fetched_ms, captured_ms, st.interval_s, min(st.status, _U16_MAX),
-                     min(st.errors, 255), _FLAG_OUT if st.handed_out else 0, min(st.depth, _U16_MAX),
-                     len(url), len(host), len(etag), len(lm), len(digest)) + url + host + etag + lm + digest
-
-
-def _decode(fp: int, raw: bytes) -> tuple[RecrawlState, int]:
-    """Return the state and its due time in ms (the due-index key's time)."""
-    due_ms, fetched_ms, captured_ms, interval, status, errors, flags, depth, *lens = _REC.unpack_from(raw)
-    p = _REC.size
-    out = []
-    for n in lens:
-        out.append(raw[p:p + n])
-        p += n
-    url, host, etag, lm, digest = out
-    st = RecrawlState(fp, _dec(url), _dec(host), depth, due_ms / 1000.0, fetched_ms / 1000.0,
-                      captured_ms / 1000.0, interval, status, errors, bool(flags & _FLAG_OUT),
-                      _dec(etag) if lens[2] else None, _dec(lm) if lens[3] else None,
-                      _dec(digest) if lens[4] else None)
-    return st, due_ms
-
-
-def _validator(v: str | None) -> str | None:
-    if v is None:
-        return None
-    v = v.strip()
-    if not v or len(v) > MAX_VALIDATOR_BYTES or "\r" in v or "\n" in v or "\0" in v:
-        return None              # never echo a header we could not send back intact
-    return v
 
 
 class Recrawl:
@@ -197,7 +132,7 @@ class Recrawl:
         self.initial_interval_s = float(initial_interval_s)
         self.min_interval_s = float(min_interval_s)
         self.max_interval_s = float(max_interval_s)
-        self._reissue_ms = max(1, _ms(reissue_timeout_s))
+        self._reissue_ms = max(1, to_ms(reissue_timeout_s))
         self._drop_after = drop_after_errors
         self._jitter = jitter
         self._clock = clock
@@ -210,6 +145,9 @@ class Recrawl:
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._env = None
         self._filter: KeyFilter | None = None
+        # record_many's writes not handed to the overlay yet: urls key -> value (None: deleted),
+        # and the due index's (key, value or None) in order; None outside record_many
+        self._pending: tuple[dict[bytes, bytes | None], list[tuple[bytes, bytes | None]]] | None = None
         self.reads_skipped = 0          # state reads the key filter answered "absent" without a read
         if not enabled:
             return
@@ -274,6 +212,7 @@ class Recrawl:
         self._ops = 0
         ov = self._overlay
         if ov is not None:
+            self._hand_pending()
             if ov.dirty:
                 ov.put(b"counters", _META.pack(*(self._c[k] for k in _COUNTERS)), db=self._meta)
             ov.commit(then, sync=sync)
@@ -321,24 +260,44 @@ class Recrawl:
         if kf is not None and not kf.maybe(fp):
             self.reads_skipped += 1
             return None                 # never written here: no read (key_filter module)
-        raw = self._w().get(_U64.pack(fp & 0xFFFFFFFFFFFFFFFF), db=self._urls)
-        return None if raw is None else _decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
+        key = _U64.pack(fp & 0xFFFFFFFFFFFFFFFF)
+        pending = self._pending
+        if pending is not None and key in pending[0]:
+            raw = pending[0][key]       # written earlier in this record_many
+        else:
+            raw = self._w().get(key, db=self._urls)
+        return None if raw is None else decode(fp & 0xFFFFFFFFFFFFFFFF, raw)
 
     def _put(self, st: RecrawlState, old_due_ms: int | None, due_ms: int, fetched_ms: int,
              captured_ms: int) -> None:
-        txn, fpk = self._w(), _U64.pack(st.fp)
+        fpk = _U64.pack(st.fp)
         if old_due_ms is None and self._filter is not None:
             self._filter.add(st.fp)     # before the write: the filter never misses a stored key
+        pending = self._pending
+        if pending is not None:         # record_many: handed to the overlay at its end
+            urls, due = pending
+            if old_due_ms is not None:
+                due.append((_DKEY.pack(old_due_ms, st.fp), None))
+            due.append((_DKEY.pack(due_ms, st.fp), b""))
+            urls[fpk] = encode(st, due_ms, fetched_ms, captured_ms)
+            self._wrote(2 if old_due_ms is None else 3)
+            return
+        txn = self._w()
         if old_due_ms is not None:
             txn.delete(_DKEY.pack(old_due_ms, st.fp), db=self._due)
         txn.put(_DKEY.pack(due_ms, st.fp), b"", db=self._due)
-        txn.put(fpk, _encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
+        txn.put(fpk, encode(st, due_ms, fetched_ms, captured_ms), db=self._urls)
         self._wrote(2 if old_due_ms is None else 3)
 
     def _drop(self, st: RecrawlState, due_ms: int) -> None:
-        txn = self._w()
-        txn.delete(_DKEY.pack(due_ms, st.fp), db=self._due)
-        txn.delete(_U64.pack(st.fp), db=self._urls)
+        pending = self._pending
+        if pending is not None:
+            pending[1].append((_DKEY.pack(due_ms, st.fp), None))
+            pending[0][_U64.pack(st.fp)] = None
+        else:
+            txn = self._w()
+            txn.delete(_DKEY.pack(due_ms, st.fp), db=self._due)
+            txn.delete(_U64.pack(st.fp), db=self._urls)
         if st.handed_out:
             self._c["out"] -= 1
         self._c["dropped"] += 1
@@ -371,7 +330,7 @@ class Recrawl:
     # == visits ====================================================================
     def _next_due_ms(self, fetched_at: float, interval_s: float) -> int:
         f = 1.0 + self._jitter * (2.0 * self._rng.random() - 1.0) if self._jitter else 1.0
-        return _ms(fetched_at + interval_s * f)
+        return to_ms(fetched_at + interval_s * f)
 
     def record(self, url: str, fp: int, host_key: str, *, fetched_at: float, status: int,
                etag: str | None, last_modified: str | None, digest: str | None, changed: bool | None,
@@ -389,7 +348,7 @@ class Recrawl:
         if self._env is None:
             return False
         fp &= 0xFFFFFFFFFFFFFFFF
-        fetched_ms = _ms(fetched_at)
+        fetched_ms = to_ms(fetched_at)
         got = self._get(fp)
         if got is None:
             # 304 here answers a conditional GET we did not send: nothing to revisit from
@@ -397,12 +356,12 @@ class Recrawl:
                 self._c["ignored"] += 1
                 return False
             st = RecrawlState(fp, url, host_key, depth, 0.0, 0.0, 0.0, self.initial_interval_s, status, 0,
-                              False, _validator(etag), _validator(last_modified), digest or None)
+                              False, validator(etag), validator(last_modified), digest or None)
             self._c["recorded"] += 1
             self._put(st, None, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, fetched_ms)
             return True
         st, old_due = got
-        if fetched_ms <= _ms(st.fetched_at):
+        if fetched_ms <= to_ms(st.fetched_at):
             self._c["ignored"] += 1
             return False
         self._c["recorded"] += 1
@@ -410,7 +369,7 @@ class Recrawl:
             st.handed_out = False
             self._c["out"] -= 1
         st.url, st.host_key, st.status, st.depth = url, host_key, status, depth
-        captured_ms = _ms(st.captured_at)
+        captured_ms = to_ms(st.captured_at)
         if status >= 400 or status <= 0:
             self._c["errors"] += 1
             st.errors = min(st.errors + 1, 255)
@@ -418,18 +377,18 @@ class Recrawl:
                 self._drop(st, old_due)
                 return True
             st.etag = st.last_modified = None       # an error page's validators validate nothing
-            self._put(st, old_due, _ms(fetched_at + self.max_interval_s), fetched_ms, captured_ms)
+            self._put(st, old_due, to_ms(fetched_at + self.max_interval_s), fetched_ms, captured_ms)
             return True
         st.errors = 0
         if status == 304:
             self._c["not_modified"] += 1
             changed = False
-            st.etag = _validator(etag) or st.etag
-            st.last_modified = _validator(last_modified) or st.last_modified
+            st.etag = validator(etag) or st.etag
+            st.last_modified = validator(last_modified) or st.last_modified
         else:
             if changed is None and digest and st.digest:
                 changed = digest != st.digest
-            st.etag, st.last_modified = _validator(etag), _validator(last_modified)
+            st.etag, st.last_modified = validator(etag), validator(last_modified)
             if digest:
                 st.digest = digest
                 captured_ms = fetched_ms
@@ -443,6 +402,44 @@ class Recrawl:
         st.interval_s = min(self.max_interval_s, max(self.min_interval_s, st.interval_s))  # bounds may change
         self._put(st, old_due, self._next_due_ms(fetched_at, st.interval_s), fetched_ms, captured_ms)
         return True
+
+    def record_many(self, visits: list[tuple]) -> None:
+        """``record`` or ``forget`` for each visit, in order: ``(url, fp, host_key, fetched_at,
+        status, etag, last_modified, digest, depth)`` records a visit (``changed=None``), ``(None,
+        fp)`` forgets the URL. The same state, counters, jitter draws and commit points as those
+        calls one by one; with a writer, the writes reach the overlay in one pass per table
+        (``Overlay.put_many``) at the end, or before a commit falling inside the visits (reads in
+        between see them)."""
+        if self._env is None:
+            return
+        if self._overlay is not None:
+            self._pending = ({}, [])
+        try:
+            record, forget = self.record, self.forget
+            for v in visits:
+                if v[0] is None:
+                    forget(v[1])
+                else:
+                    url, fp, host_key, fetched_at, status, etag, last_modified, digest, depth = v
+                    record(url, fp, host_key, fetched_at=fetched_at, status=status, etag=etag,
+                           last_modified=last_modified, digest=digest, changed=None, depth=depth)
+        finally:
+            self._hand_pending()
+            self._pending = None
+
+    def _hand_pending(self) -> None:
+        """``record_many``'s writes so far into the overlay (the due index's first: deletes and puts
+        of different keys, in their order), then record_many goes on with empty lists."""
+        pending = self._pending
+        if pending is None:
+            return
+        urls, due = pending
+        if due:
+            self._overlay.put_many(due, db=self._due)
+            due.clear()
+        if urls:
+            self._overlay.put_many(urls.items(), db=self._urls)
+            urls.clear()
 
     def forget(self, fp: int) -> bool:
         """Stop recrawling a URL (robots.txt now disallows it, its host is blocked). False if untracked."""
@@ -463,7 +460,7 @@ class Recrawl:
         """
         if self._env is None or limit <= 0:
             return []
-        now_ms = _ms(self._clock() if now_wall is None else now_wall)
+        now_ms = to_ms(self._clock() if now_wall is None else now_wall)
         out: list[RecrawlItem] = []
         while len(out) < limit:
             keys = []
@@ -481,7 +478,7 @@ class Recrawl:
                 if raw is None:           # cannot happen while the table invariant holds; heal it
                     self._w().delete(key, db=self._due)
                     continue
-                st, _ = _decode(fp, raw)
+                st, _ = decode(fp, raw)
                 if st.handed_out:             # never answered: a miss
                     st.errors = min(st.errors + 1, 255)
                     if st.errors >= self._drop_after:
@@ -492,7 +489,7 @@ class Recrawl:
                     st.handed_out = True
                     self._c["out"] += 1
                 self._c["handed_out"] += 1
-                self._put(st, due_ms, now_ms + self._reissue_ms, _ms(st.fetched_at), _ms(st.captured_at))
+                self._put(st, due_ms, now_ms + self._reissue_ms, to_ms(st.fetched_at), to_ms(st.captured_at))
                 out.append(RecrawlItem(st.url, fp, st.host_key, st.depth))
         return out
 
@@ -547,7 +544,7 @@ class Recrawl:
         out = 0
         for fpk, raw in txn.cursor(db=self._urls):
             fp = _U64.unpack(fpk)[0]
-            st, due_ms = _decode(fp, raw)
+            st, due_ms = decode(fp, raw)
             if index.pop(fp, None) != due_ms:
                 raise AssertionError(f"recrawl: fp {fp:016x} due entry missing or at the wrong time")
             out += st.handed_out

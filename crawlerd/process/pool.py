@@ -8,7 +8,10 @@ worker's tag ``<shard>_w<index>``, so workers never share a file). A body
 does not go through the socket: the frame names its first block in the body
 pool (:mod:`crawlerd._native.bodypool`, mapped read-only by every worker),
 where the fetcher wrote it; a heap body is copied in at dispatch, or sent
-inline when the pool is full. Its blocks go back once a worker answered. Frames queued during one loop iteration go out in one write. A worker
+inline when the pool is full. Its blocks go back once a worker answered. The jobs
+sent to a worker during one loop iteration go in one ``("jobs", [job])`` frame (one
+pickle; a job whose body goes inline goes in a frame of its own, in order), and the
+frames queued go out in one write. A worker
 handles its jobs one at a time in the order sent and answers in that order.
 Jobs that arrive together are handled as a batch: their records are flushed
 once and their answers sent in one frame (fewer syscalls and wake-ups under
@@ -39,6 +42,12 @@ A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row i
 again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
 reason instead of restarting workers in a loop while it reports "running".
 
+Frames. A worker's answer frame (a batch) is decoded whole, then, if the pool has an
+``on_frame`` hook, the frame's answers whose ``process()`` call gave a ``ctx`` go to it in one
+call, ``[(ctx, result)]`` in the frame's order, before any of those calls returns: the caller
+can do a frame's bookkeeping as one batch (``crawlerd.shard.answers``). A job answered otherwise
+(a crash's ``process_crashed``, the pool closing) never reaches the hook.
+
 Near duplicates. A worker first parses every job of a batch, then (if the pool
 has a ``near_duplicate`` callback, or ``near_duplicates`` for a whole batch) sends one
 ``("near", [(job id, simhash, url)])`` frame and waits for the crawl process's answers before it writes any record, so
@@ -64,18 +73,18 @@ import contextlib
 import logging
 import mmap
 import os
-import pickle
 import re
 import socket
 import subprocess
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crawlerd._native.bodypool import BodyPool, PooledBody
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
-from crawlerd.process.wire import LEN, MAX_FRAME, PROGRESS, frame, unpack_result
+from crawlerd.process.wire import PROGRESS, AnswerReader, frame, unpack_result
 from crawlerd.records import FetchResult, PriorCapture, ProcessResult
 from crawlerd.store.cdxj import cdxj_path
 from crawlerd.store.recover import recover_segment
@@ -114,49 +123,7 @@ class _Job:
     sitemap: tuple[int, int] | None = None     # (max_urls, max_bytes): also read it as a sitemap
     crashes: int = 0            # workers that died while working on this job
     copy: PooledBody | None = None      # a heap body copied into the pool at dispatch
-
-
-class _Answers(asyncio.Protocol):
-    """The crawl process's end of one worker's socket: parses every complete frame of each read.
-
-    Invariant: ``buf[pos:]`` is the unparsed tail (a partial frame at most)."""
-
-    def __init__(self, on_frame) -> None:
-        self.on_frame = on_frame
-        self.buf = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.error: Exception | None = None
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, n = 0, len(buf)
-        try:
-            while n - pos >= LEN.size:
-                (size,) = LEN.unpack_from(buf, pos)
-                if size > MAX_FRAME:
-                    raise pickle.UnpicklingError(f"frame of {size} bytes")
-                end = pos + LEN.size + size
-                if end > n:
-                    break
-                msg = pickle.loads(memoryview(buf)[pos + LEN.size:end])
-                pos = end
-                self.on_frame(msg)
-        except (pickle.UnpicklingError, EOFError, ValueError) as e:
-            self.error = e
-            del buf[:]
-            if self.transport is not None:
-                self.transport.close()
-            return
-        del buf[:pos]
-
-    def connection_lost(self, exc) -> None:
-        if not self.closed.done():
-            self.closed.set_result(exc or self.error)
+    ctx: object = None          # the caller's, handed to ``on_frame`` with the job's answer
 
 
 @dataclass
@@ -165,7 +132,7 @@ class _Worker:
     generation: int
     proc: subprocess.Popen
     transport: asyncio.Transport
-    answers: _Answers
+    answers: AnswerReader
     progress: mmap.mmap          # the worker's progress page (see module doc)
     outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
     alive: bool = True
@@ -174,6 +141,7 @@ class _Worker:
     answered: int = 0
     reader_task: asyncio.Task | None = None
     out: list[bytes] = field(default_factory=list)       # frames waiting for this iteration's write
+    jobs: list[tuple] = field(default_factory=list)      # then its jobs with a pooled body, one frame
 
 
 class WorkerPool:
@@ -196,6 +164,9 @@ class WorkerPool:
         self._own_bodies = body_pool is None
         self.bodies = body_pool if body_pool is not None else BodyPool(POOL_BYTES, name="crawlerd-pool-bodies")
         self.inline = 0                                 # bodies sent inline in the frame (no pool space)
+        # the answers of one worker frame at once: [(ctx, result)] of its jobs that have a ctx, in
+        # the frame's order, called before their process() calls return (module doc, "Frames")
+        self.on_frame: Callable[[list[tuple[object, ProcessResult]]], None] | None = None
         self._flush_scheduled = False
         self._workers: list[_Worker | None] = [None] * workers
         self._loop: asyncio.AbstractEventLoop | None = None      # the loop the pool started on
@@ -252,7 +223,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         holder: list[_Worker] = []
         transport, answers = await loop.create_unix_connection(
-            lambda: _Answers(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
+            lambda: AnswerReader(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
         w = _Worker(index, generation, proc, transport, answers, progress)
         holder.append(w)
         transport.write(frame(("init", init)))
@@ -297,7 +268,7 @@ class WorkerPool:
 
     async def process(self, result: FetchResult, prior: PriorCapture | None = None, *,
                       digest: str = "", lookup: bool = False,
-                      sitemap: tuple[int, int] | None = None) -> ProcessResult:
+                      sitemap: tuple[int, int] | None = None, ctx: object = None) -> ProcessResult:
         """Process one response in a worker; waits for a free slot (backpressure).
 
         ``prior``: the capture this one revisits (exact-duplicate owner, or the capture a 304 confirms), or None.
@@ -322,7 +293,7 @@ class WorkerPool:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap)
+            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)
@@ -392,8 +363,14 @@ class WorkerPool:
                 self.inline += 1
         meta = (r.url, r.outcome.value, r.status, r.ip, r.started_at, r.elapsed_s, r.request_head,
                 r.response_head, r.headers, r.error, inline)
-        w.out.append(frame(("job", job.job_id, meta, first, size, job.prior, job.digest, job.lookup,
-                            job.sitemap)))
+        msg = ("job", job.job_id, meta, first, size, job.prior, job.digest, job.lookup, job.sitemap)
+        if not inline:
+            w.jobs.append(msg)          # with the iteration's other jobs, in one frame (_flush_out)
+        else:                           # its body inline: a frame of its own, in order
+            if w.jobs:
+                w.out.append(frame(("jobs", w.jobs)))
+                w.jobs = []
+            w.out.append(frame(msg))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             (self._loop or asyncio.get_running_loop()).call_soon(self._flush_out)
@@ -402,6 +379,9 @@ class WorkerPool:
         """Write each worker's queued frames in one go (one syscall per worker per loop iteration)."""
         self._flush_scheduled = False
         for w in self._workers:
+            if w is not None and w.jobs:
+                w.out.append(frame(("jobs", w.jobs)))
+                w.jobs = []
             if w is not None and w.out:
                 data = b"".join(w.out)
                 w.out.clear()
@@ -423,13 +403,24 @@ class WorkerPool:
         self.answers_framed += len(answers)
         self._quick_deaths = 0
         self._start_deaths = 0
+        answered = []
         for job_id, pr in results:
             w.answered += 1
             job = w.outstanding.pop(job_id, None)
             if job is not None:
                 _release_body(job)      # answered: its blocks are free (a later read raises)
                 if not job.future.done():
-                    job.future.set_result(pr)
+                    answered.append((job, pr))
+        on_frame = self.on_frame
+        if on_frame is not None:
+            frame_ = [(job.ctx, pr) for job, pr in answered if job.ctx is not None]
+            if frame_:
+                try:
+                    on_frame(frame_)
+                except Exception:       # each caller's process() still returns its answer
+                    log.exception("answer frame hook failed for %d answers", len(frame_))
+        for job, pr in answered:
+            job.future.set_result(pr)
 
     async def _watch(self, w: _Worker) -> None:
         """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""
@@ -464,6 +455,7 @@ class WorkerPool:
     async def _restart(self, dead: _Worker) -> None:
         dead.alive = False
         dead.out.clear()
+        dead.jobs = []
         with contextlib.suppress(Exception):
             dead.transport.close()
         loop = asyncio.get_running_loop()

@@ -3,8 +3,8 @@ on one end, ``crawlerd.process.worker_process`` on the other).
 
 One Unix socketpair per worker carries length-prefixed pickles of plain tuples (``LEN``, then
 the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, first
-block, size, prior, digest, lookup, sitemap)``, ``("near", ...)`` both ways, ``("results", [(id,
-packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
+block, size, prior, digest, lookup, sitemap)`` or several in one ``("jobs", [job])``, ``("near", ...)``
+both ways, ``("results", [(id, packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
 processes map (``PROGRESS``: the id of the job the worker is working on), and the body pool
 (:mod:`crawlerd._native.bodypool`), which a worker maps read-only (:class:`BodyReader`): a job's
 body is the chain of blocks from its first block, or inline in ``meta`` when the first block is -1.
@@ -12,6 +12,7 @@ body is the chain of blocks from its first block, or inline in ``meta`` when the
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import mmap
 import pickle
@@ -140,3 +141,46 @@ class BodyReader:
 
     def close(self) -> None:
         self.map.close()
+
+
+class AnswerReader(asyncio.Protocol):
+    """The crawl process's end of one worker's socket: parses every complete frame of each read.
+
+    Invariant: ``buf[pos:]`` is the unparsed tail (a partial frame at most)."""
+
+    def __init__(self, on_frame) -> None:
+        self.on_frame = on_frame
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.error: Exception | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, n = 0, len(buf)
+        try:
+            while n - pos >= LEN.size:
+                (size,) = LEN.unpack_from(buf, pos)
+                if size > MAX_FRAME:
+                    raise pickle.UnpicklingError(f"frame of {size} bytes")
+                end = pos + LEN.size + size
+                if end > n:
+                    break
+                msg = pickle.loads(memoryview(buf)[pos + LEN.size:end])
+                pos = end
+                self.on_frame(msg)
+        except (pickle.UnpicklingError, EOFError, ValueError) as e:
+            self.error = e
+            del buf[:]
+            if self.transport is not None:
+                self.transport.close()
+            return
+        del buf[:pos]
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(exc or self.error)

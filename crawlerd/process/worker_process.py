@@ -137,7 +137,12 @@ def worker_main(fd: int, progress_fd: int = -1, bodies_fd: int = -1) -> int:
     held: deque = deque()       # frames that came while waiting for a near-duplicate answer
 
     def next_frame():
-        return held.popleft() if held else frames.next()
+        msg = held.popleft() if held else frames.next()
+        if msg is not None and msg[0] == "jobs":        # the jobs of one frame, one at a time, in order
+            jobs = msg[1]
+            held.extendleft(reversed(jobs[1:]))
+            return jobs[0]
+        return msg
 
     def ready() -> bool:
         return bool(held) or frames.ready()

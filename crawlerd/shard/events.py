@@ -8,7 +8,8 @@ lines go to :class:`crawlerd.store.events.EventLog` (``<data_dir>/events``); wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from crawlerd.records import FetchResult
 from crawlerd.store.events import SCHEMA_VERSION, EventLog
@@ -30,6 +31,29 @@ class FetchEvents:
         self.on_error = on_error
         self.lost = 0
         self.log = EventLog(path, name=name) if path is not None else None
+        self._held: list[dict] | None = None       # events of the open batch(), in order
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Every event written inside goes to the log in one append at the end (``EventLog.write_many``:
+        the same lines, in the same order). Not nested."""
+        if self.log is None:
+            yield
+            return
+        self._held = held = []
+        try:
+            yield
+        finally:
+            self._held = None
+            if held:
+                self._do(self.log.write_many, held)
+
+    def _write(self, ev: dict) -> None:
+        held = self._held
+        if held is not None:
+            held.append(ev)
+        else:
+            self._do(self.log.write, ev)
 
     def fetched(self, url: str, res: FetchResult, *, pr=None, kind: str = "page") -> None:
         """A fetch of ``url`` (``res``), with its processing result ``pr`` for an archived answer."""
@@ -52,19 +76,23 @@ class FetchEvents:
         error = (pr.error if pr is not None and pr.error else "") or res.error
         if error:
             ev["error"] = error
-        self._do(self.log.write, ev)
+        self._write(ev)
 
     def dropped(self, url: str, reason: str) -> None:
         """A URL that passed the seen-set but will never be fetched: one event, so nothing vanishes."""
         if self.log is not None:
-            self._do(self.log.write, {"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
-                                      "fetched_at": self.wall(), "status": 0})
+            self._write({"schema": EVENT_SCHEMA, "kind": "dropped", "url": url, "outcome": reason,
+                         "fetched_at": self.wall(), "status": 0})
 
     def record(self, kind: str, url: str, outcome: str, **fields) -> None:
         """Any other event about a URL (``dust_skipped``, ``dust_rule``, ...), with its own fields."""
         if self.log is not None:
-            self.log.write({"schema": EVENT_SCHEMA, "kind": kind, "url": url, "outcome": outcome,
-                            "fetched_at": self.wall(), "status": 0, **fields})
+            ev = {"schema": EVENT_SCHEMA, "kind": kind, "url": url, "outcome": outcome,
+                  "fetched_at": self.wall(), "status": 0, **fields}
+            if self._held is not None:
+                self._held.append(ev)
+            else:
+                self.log.write(ev)      # an error raises here (not counted in ``lost``)
 
     def flush(self) -> None:
         if self.log is not None:

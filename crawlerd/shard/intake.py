@@ -409,9 +409,10 @@ class Intake:
 
     def _robots_pass(self, fresh: list[tuple], hosts: list[tuple[int, str]]) -> list[tuple]:
         """``fresh`` without the URLs their host's current robots.txt rules disallow (each counted
-        and reported, ``denied``); a host whose rules disallow nothing costs one lookup."""
+        and reported, ``denied``); a host whose rules disallow nothing costs one lookup, one with
+        rules one match call for its run of URLs (``RobotsRules.disallowed``)."""
         robots, now = self.robots, (self.clock() if self.clock is not None else 0.0)
-        keep = None                 # the URLs kept so far, once one host has rules to apply
+        keep = None                 # the URLs kept so far, once one host's rules denied one
         for i, (at, hk) in enumerate(hosts):
             stop = hosts[i + 1][0] if i + 1 < len(hosts) else len(fresh)
             entry = robots.get(hk, now)
@@ -420,16 +421,23 @@ class Intake:
                 if keep is not None:
                     keep += fresh[at:stop]
                 continue
+            n = len(hk)
+            run = fresh[at:stop]
+            # the path and query: rules need no parse of the URL
+            denied = rules.disallowed([p if (p := item[5][n:])[:1] == "/" and p[1:2] != "/" else item[5]
+                                       for item in run])
+            if not denied:
+                if keep is not None:
+                    keep += run
+                continue
             if keep is None:
                 keep = fresh[:at]
-            n = len(hk)
-            for item in fresh[at:stop]:
-                url = item[5]
-                path = url[n:]              # the path and query: rules need no parse of the URL
-                if rules.allowed(path if path[:1] == "/" and path[1:2] != "/" else url):
-                    keep.append(item)
-                else:
-                    self.denied(url)        # robots.txt decides at admission
+            last = 0
+            for j in denied:
+                keep += run[last:j]
+                self.denied(run[j][5])      # robots.txt decides at admission
+                last = j + 1
+            keep += run[last:]
         return fresh if keep is None else keep
 
     def _offer_each(self, fresh: list[tuple]) -> list[bool]:

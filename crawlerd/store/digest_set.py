@@ -182,6 +182,31 @@ class DigestSet:
             self._unwritten[k] = _encode(url, date, record_id)
             self._writer.submit(self._write, (k, self._unwritten[k]), functools.partial(self._unwritten.pop, k, None))
 
+    def record_many(self, entries: list[tuple[bytes | str, str, str, str]]) -> None:
+        """``record`` for each (digest, url, date, record id), in order, in one hand-over to the
+        writer (a repeat within them is kept once, as by ``record``)."""
+        if self._writer is None:
+            self.add_many(entries)
+            return
+        if self._write_failed is not None:
+            err, self._write_failed = self._write_failed, None
+            raise err
+        unwritten, keys, items = self._unwritten, [], []
+        for digest, url, date, record_id in entries:
+            k = digest_key(digest)
+            if k not in unwritten:
+                v = unwritten[k] = _encode(url, date, record_id)
+                keys.append(k)
+                items.append((k, v))
+        if items:
+            self._writer.submit_many(self._write, items, functools.partial(self._forget_written, keys))
+
+    def _forget_written(self, keys: list[bytes]) -> None:
+        # on the loop, once they landed: the store answers for them now
+        unwritten = self._unwritten
+        for k in keys:
+            unwritten.pop(k, None)
+
     def add(self, digest: bytes | str, url: str, date: str, record_id: str = "") -> bool:
         """Record the first capture of a payload; False (and no change) if the digest is present."""
         return self.add_many([(digest, url, date, record_id)])[0]

@@ -91,6 +91,27 @@ class WriteThread:
         # from the loop: one wake-up per group_delay_s at most, however many items it handed over
         self._loop.call_later(self._delay, self._kick)
 
+    def submit_many(self, sink: Sink, items: list[Any], then: Callable[[], None] | None = None) -> None:
+        """``submit`` of each item in order, ``then`` after the last (one hand-over, not one per item)."""
+        if not items:
+            return
+        with self._cv:
+            if self._error is not None:
+                raise WriterError(f"writer stopped: {self._error!r}") from self._error
+            if self._closed:
+                raise WriterError("writer closed")
+            pending = self._pending
+            for item in items[:-1]:
+                pending.append((sink, item, None))
+            pending.append((sink, items[-1], then))
+            if threading.get_ident() != self._loop_thread:
+                self._cv.notify()
+                return
+            if self._kick_due:
+                return
+            self._kick_due = True
+        self._loop.call_later(self._delay, self._kick)
+
     def first(self, sink: Sink) -> None:
         """Run ``sink`` before every other sink of a group (a store whose commits the others' follow)."""
         self._first.append(sink)

@@ -299,6 +299,20 @@ def test_matches_reference(rule_list, paths):
         assert r.allowed("http://h" + path) is _reference(text, path), (text, path)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _pattern), max_size=12), st.lists(_path, min_size=1, max_size=12))
+def test_a_run_of_urls_in_one_call_matches_the_reference_url_by_url(rule_list, paths):
+    """``disallowed`` (the intake's call for a host's run of URLs, absolute or paths) names exactly
+    the positions the reference disallows, in order."""
+    text = "user-agent: *\n" + "\n".join(f"{'allow' if a else 'disallow'}:{p}" for a, p in rule_list)
+    r = RobotsRules.parse(text.encode(), "crawlerd")
+    # a bare path as the intake passes one (not "//...": that reads as an authority)
+    urls = [("http://h" + p) if i % 2 or p[1:2] == "/" else p for i, p in enumerate(paths)]
+    want = [i for i, p in enumerate(paths)
+            if not (p.startswith("/robots.txt") and (len(p) == 11 or p[11] == "?")) and not _reference(text, p)]
+    assert r.disallowed(urls) == want, (text, paths)
+
+
 def test_check_lines():
     body = b"User-agent: *\nDisallow: /private\n"
     assert check_lines(body, "crawlerd", ["https://x/a", "https://x/private/b"]) == [

@@ -7,8 +7,7 @@ import pickle
 import pytest
 
 from crawlerd.outcome import Outcome
-from crawlerd.process.pool import _Answers
-from crawlerd.process.wire import frame, pack_result, unpack_result
+from crawlerd.process.wire import AnswerReader, frame, pack_result, unpack_result
 from crawlerd.records import Link, ProcessResult
 
 
@@ -59,13 +58,13 @@ class _Transport:
         self.closed = True
 
 
-def _feed(chunks: list[bytes]) -> tuple[list, _Answers, _Transport]:
+def _feed(chunks: list[bytes]) -> tuple[list, AnswerReader, _Transport]:
     async def go():
         got: list = []
 
         def on_frame(msg):
             got.extend(unpack_result(p) for _, p in msg[1])
-        proto = _Answers(on_frame)
+        proto = AnswerReader(on_frame)
         transport = _Transport()
         proto.connection_made(transport)
         for chunk in chunks:

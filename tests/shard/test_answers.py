@@ -216,7 +216,7 @@ def test_a_page_waiting_for_its_links_to_be_kept_holds_none_of_its_links(tmp_pat
     from crawlerd.records import Link, ProcessResult
 
     class OnePool:
-        async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None):
+        async def process(self, res, prior=None, *, digest="", lookup=False, sitemap=None, ctx=None):
             links = [Link(f"http://x{j}.test/p", 100 + j, f"http://x{j}.test", j == 0) for j in range(5)]
             return ProcessResult(url=res.url, outcome=Outcome.OK, status=200, links=links,
                                  digest="sha1:GVVBSK3ZCOYEYVCXJUMMFDKG4Y4VIKFL", warc_file="w.warc.gz",
