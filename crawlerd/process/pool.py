@@ -293,7 +293,7 @@ class WorkerPool:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx)
+            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx=ctx)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)

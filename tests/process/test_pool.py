@@ -356,7 +356,7 @@ def test_jobs_that_arrive_together_are_answered_in_one_frame(tmp_path):
 
 def test_jobs_sent_together_go_in_one_frame_and_are_served_in_order(tmp_path, monkeypatch):
     """The jobs of one loop iteration go to their worker in one ``jobs`` frame; a job whose body
-    does not fit the ring goes inline in a frame of its own, between them, and the worker still
+    does not fit the body pool goes inline in a frame of its own, between them, and the worker still
     serves every job in the order sent (its records are in that order)."""
     from crawlerd.process import pool as pool_mod
 
@@ -367,18 +367,23 @@ def test_jobs_sent_together_go_in_one_frame_and_are_served_in_order(tmp_path, mo
         kinds.append(msg[0])
         return real_frame(msg)
     monkeypatch.setattr(pool_mod, "frame", counting)
-    big = 3      # its body is larger than the ring: inline
-    jobs = [response(f"http://o.test/p/{i}", page_html(i, words=3000 if i == big else 100)) for i in range(7)]
+    big = 3      # its body is larger than the whole body pool: inline
+    bodies = BodyPool(8 * 8192)
+    jobs = [response(f"http://o.test/p/{i}", page_html(i, words=12000 if i == big else 100)) for i in range(7)]
+    assert len(jobs[big].body) > bodies.cap_bytes
 
     async def go():
-        pool = WorkerPool(1, init_for(tmp_path), jobs_per_worker=8, ring_bytes=len(jobs[big].body) - 1)
+        pool = WorkerPool(1, init_for(tmp_path), jobs_per_worker=8, body_pool=bodies)
         await pool.start()
         try:
             return await asyncio.gather(*[pool.process(r) for r in jobs])
         finally:
             await pool.close()
 
-    results = asyncio.run(go())
+    try:
+        results = asyncio.run(go())
+    finally:
+        bodies.close()
     assert [r.outcome for r in results] == [Outcome.OK] * 7
     assert [k for k in kinds if k in ("job", "jobs")] == ["jobs", "job", "jobs"]
     order = [uri for kind, uri, _ in warc_records(tmp_path / "warc") if kind == "response"]
