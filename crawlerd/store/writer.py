@@ -77,17 +77,10 @@ class WriteThread:
     def submit(self, sink: Sink | None, item: Any = None, then: Callable[[], None] | None = None) -> None:
         """Hand ``item`` to ``sink`` (None: no write, only ``then`` after everything before it)."""
         with self._cv:
-            if self._error is not None:
-                raise WriterError(f"writer stopped: {self._error!r}") from self._error
-            if self._closed:
-                raise WriterError("writer closed")
+            self._check_open()
             self._pending.append((sink, item, then))
-            if threading.get_ident() != self._loop_thread:
-                self._cv.notify()
+            if not self._kick_from_loop():
                 return
-            if self._kick_due:
-                return
-            self._kick_due = True
         # from the loop: one wake-up per group_delay_s at most, however many items it handed over
         self._loop.call_later(self._delay, self._kick)
 
@@ -96,21 +89,32 @@ class WriteThread:
         if not items:
             return
         with self._cv:
-            if self._error is not None:
-                raise WriterError(f"writer stopped: {self._error!r}") from self._error
-            if self._closed:
-                raise WriterError("writer closed")
+            self._check_open()
             pending = self._pending
             for item in items[:-1]:
                 pending.append((sink, item, None))
             pending.append((sink, items[-1], then))
-            if threading.get_ident() != self._loop_thread:
-                self._cv.notify()
+            if not self._kick_from_loop():
                 return
-            if self._kick_due:
-                return
-            self._kick_due = True
         self._loop.call_later(self._delay, self._kick)
+
+    def _check_open(self) -> None:
+        """Under the lock: raise if the writer stopped or was closed."""
+        if self._error is not None:
+            raise WriterError(f"writer stopped: {self._error!r}") from self._error
+        if self._closed:
+            raise WriterError("writer closed")
+
+    def _kick_from_loop(self) -> bool:
+        """Under the lock, after a hand-over: wake the writer (another thread) or note that the loop
+        must arm the one delayed kick (True: the caller arms it once the lock is released)."""
+        if threading.get_ident() != self._loop_thread:
+            self._cv.notify()
+            return False
+        if self._kick_due:
+            return False
+        self._kick_due = True
+        return True
 
     def first(self, sink: Sink) -> None:
         """Run ``sink`` before every other sink of a group (a store whose commits the others' follow)."""
