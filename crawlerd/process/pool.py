@@ -36,7 +36,11 @@ job's records were flushed, and before a dead worker's segment is recovered
 size are cut (those jobs run again elsewhere); a segment it opened without
 answering for anything in it is removed. A worker rotates its segment only
 after answering, so an answered record never sits in a segment that was closed
-before the answer.
+before the answer. A recovery that fails (a full disk, say) is logged and the
+restart goes on: the dead worker's jobs are sent again regardless, and the segment
+left ``.open`` is recovered at the next start. Any other failure of a restart fails
+the pool (below) rather than leaving its jobs unanswered; and no later death's cut of the
+same worker slot removes that segment (it holds answered records).
 
 A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row is not started
 again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
@@ -185,8 +189,9 @@ class WorkerPool:
         self._closing = False
         self._quick_deaths = 0
         self._start_deaths = 0
-        self.failed = ""                # why the pool gave up (workers that cannot start), or ""
+        self.failed = ""                # why the pool gave up (workers that cannot start or restart), or ""
         self.restarts = 0
+        self._not_closed: set[str] = set()     # dead workers' segments whose recovery failed (kept as they are)
         self.crashed_jobs = 0
         self.final_cpu_s: dict[int, float] = {}     # worker pid -> CPU s, read just before it exits
 
@@ -231,7 +236,7 @@ class WorkerPool:
         return w
 
     def raise_if_failed(self) -> None:
-        """PoolFailed when the workers cannot start (see ``failed``)."""
+        """PoolFailed when the workers cannot start or restart (see ``failed``)."""
         if self.failed:
             raise PoolFailed(self.failed)
 
@@ -428,7 +433,11 @@ class WorkerPool:
         if exc is not None:
             log.warning("worker %d connection lost: %r", w.index, exc)
         if w.alive:
-            await self._restart(w)
+            try:
+                await self._restart(w)
+            except Exception as e:      # a restart that stops half-way would leave jobs unanswered forever
+                log.exception("worker %d could not be restarted", w.index)
+                self.failed = f"processing worker {w.index} could not be restarted: {type(e).__name__}: {e}"
 
     def _answer_near(self, w: _Worker, queries: list) -> None:
         """A worker asks, before archiving a batch, which stored pages its pages nearly duplicate."""
@@ -463,8 +472,7 @@ class WorkerPool:
         self.restarts += 1
         log.error("worker %d died (exit %s) holding %d jobs", dead.index, rc, len(dead.outstanding))
         self._cut_unanswered(dead)
-        if self.on_worker_death is not None:
-            self.on_worker_death(dead.index, dead.segment)
+        self._report_death(dead)
         started = PROGRESS.unpack_from(dead.progress)[0]
         dead.progress.close()
         jobs = list(dead.outstanding.values())
@@ -504,6 +512,20 @@ class WorkerPool:
         for job in backlog:
             self._dispatch(job)
 
+    def _report_death(self, dead: _Worker) -> None:
+        """Tell ``on_worker_death`` (which closes the dead worker's segment). Its failure is logged and
+        goes no further: the jobs must still be sent again, and a segment left ``.open`` is closed by
+        the recovery at the next start."""
+        if self.on_worker_death is None:
+            return
+        try:
+            self.on_worker_death(dead.index, dead.segment)
+        except Exception:
+            log.exception("worker %d: closing its segment %s failed; it stays open until the next start",
+                          dead.index, dead.segment)
+            if dead.segment:
+                self._not_closed.add(dead.segment)      # answered records: no later cut may remove them
+
     def _open_segments(self, index: int | None) -> list[str]:
         """``.open`` segments of worker ``index`` (None: of any worker of this shard, any run)."""
         warc_dir = self.init.get("warc_dir")
@@ -516,6 +538,8 @@ class WorkerPool:
     def _cut_unanswered(self, dead: _Worker) -> None:
         """Remove a dead worker's records that no answer covered: those jobs are processed again."""
         for path in self._open_segments(dead.index):
+            if path in self._not_closed:
+                continue                # an earlier generation's answered records, waiting for recovery
             try:
                 if path == dead.segment:
                     if os.path.getsize(path) > dead.acked_bytes:
@@ -565,8 +589,7 @@ class WorkerPool:
                     await asyncio.wait_for(w.reader_task, timeout_s)     # reads the last answers
             if w.proc.returncode != 0:
                 self._cut_unanswered(w)
-                if self.on_worker_death is not None:
-                    self.on_worker_death(w.index, w.segment)
+                self._report_death(w)
             with contextlib.suppress(Exception):
                 w.transport.close()
             w.progress.close()

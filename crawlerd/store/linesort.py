@@ -13,16 +13,23 @@ into place, so a reader sees the old file or the whole new one.
 (``python -m crawlerd.store.linesort SRC DST --buffer-bytes N``) and waits for it: the buffer's
 lines are small Python objects, and in a long-lived process their swing would set a new
 high-water mark of Python's 1 MiB arenas, some of which stay mapped after it (fragmentation).
+The child dies with the process that started it (``PR_SET_PDEATHSIG``), and every writer renames
+from a temporary name of its own, so a sort left running by a killed worker can never break the
+crawl process's recovery of that worker's segment, which writes the same index.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import heapq
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 
 from crawlerd.store.fsync import fsync_dir
@@ -55,7 +62,7 @@ def sort_lines(lines: Iterable[bytes], path: str, *, buffer_bytes: int = DEFAULT
                 buf, used = [], 0
         if not runs:                       # it all fit: no temporary files
             buf.sort()
-            return _write_atomically(iter(buf), path)
+            return write_sorted(iter(buf), path)
         if buf:
             buf.sort()
             runs.append(_write_run(buf, tmp_dir))
@@ -67,7 +74,7 @@ def sort_lines(lines: Iterable[bytes], path: str, *, buffer_bytes: int = DEFAULT
             runs.append(merged)
         files = [open(r, "rb", buffering=read_bytes) for r in runs]
         try:
-            return _write_atomically(heapq.merge(*(_read_lines(f) for f in files)), path)
+            return write_sorted(heapq.merge(*(_read_lines(f) for f in files)), path)
         finally:
             for f in files:
                 f.close()
@@ -89,7 +96,8 @@ def sort_file_in_child(src: str, path: str, *, buffer_bytes: int = DEFAULT_BUFFE
     """:func:`sort_file` in a child process, waited for; the lines written. Its failure raises
     ``OSError`` (with the child's errno when the sort itself met one), as :func:`sort_file` would."""
     from crawlerd.child import child_env, python_argv
-    proc = subprocess.run(python_argv("crawlerd.store.linesort", src, path, "--buffer-bytes", str(buffer_bytes)),
+    proc = subprocess.run(python_argv("crawlerd.store.linesort", src, path, "--buffer-bytes", str(buffer_bytes),
+                                      "--parent-pid", str(os.getpid())),
                           env=child_env(), capture_output=True, check=False)
     if proc.returncode == 0:
         return int(proc.stdout)
@@ -101,6 +109,8 @@ def sort_file_in_child(src: str, path: str, *, buffer_bytes: int = DEFAULT_BUFFE
 
 
 _OS_ERROR_EXIT = 3
+_PARENT_GONE_EXIT = 4
+_PR_SET_PDEATHSIG = 1               # <sys/prctl.h>
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("src")
     ap.add_argument("dst")
     ap.add_argument("--buffer-bytes", type=int, default=DEFAULT_BUFFER_BYTES, help="line text held in RAM at most")
+    ap.add_argument("--parent-pid", type=int, default=0,
+                    help="die when this process (the one that started the sort) dies")
     args = ap.parse_args(argv)
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid)
     try:
         n = sort_file(args.src, args.dst, buffer_bytes=args.buffer_bytes)
     except OSError as e:
@@ -158,19 +172,41 @@ def _merge_to_run(runs: list[str], tmp_dir: str, read_bytes: int) -> str:
     return name
 
 
-def _write_atomically(lines: Iterator[bytes], path: str) -> int:
-    tmp = path + ".tmp"
+def write_sorted(lines: Iterator[bytes], path: str) -> int:
+    """Write ``lines``, already sorted, to ``path`` with duplicates dropped, atomically (fsynced,
+    renamed into place); return how many were written."""
+    # a temporary name of this writer's own: two processes may write the same index at once (a
+    # worker's sort child finishing while the crawl process recovers the dead worker's segment),
+    # and neither may rename the other's file away or truncate it
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     n = 0
-    with open(tmp, "wb", buffering=1 << 20) as f:
-        for line in _unique(lines):
-            f.write(line)
-            f.write(b"\n")
-            n += 1
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            for line in _unique(lines):
+                f.write(line)
+                f.write(b"\n")
+                n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     fsync_dir(os.path.dirname(path) or ".")
     return n
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A sort child works for the process that started it: when that one dies (kill -9), the
+    sort is killed too instead of finishing a file that the dead process's recovery rewrites."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):      # not Linux: the unique temporary names still keep it safe
+        return
+    if parent_pid and os.getppid() != parent_pid:       # died before the line above
+        raise SystemExit(_PARENT_GONE_EXIT)
 
 
 if __name__ == "__main__":

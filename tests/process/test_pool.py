@@ -256,6 +256,48 @@ def test_crash_after_writing_before_answering_is_cut_and_poison_resolves_crashed
     assert counts == Counter(j.url for j in jobs if "poison" not in j.url)     # cut: no torn or extra copy
 
 
+def test_a_recovery_that_fails_neither_loses_jobs_nor_stops_the_restart(tmp_path, monkeypatch, caplog):
+    """The dead worker's segment cannot be closed (say the disk is full): the restart goes on, every
+    job is answered, and the segment left open is recovered at the next start, each page once."""
+    monkeypatch.setenv(CRASH_ENV, r"/poison\b")
+    jobs = [response(f"http://f.test/p/{i}", page_html(i)) for i in range(6)]
+    jobs.insert(2, response("http://f.test/poison", page_html(99)))
+    calls = []
+
+    def failing_recovery(index: int, segment: str) -> None:
+        calls.append(segment)
+        raise OSError(28, "No space left on device", segment)
+
+    init = init_for(tmp_path)
+
+    async def run():
+        pool = WorkerPool(1, init, jobs_per_worker=8, on_worker_death=failing_recovery, max_job_attempts=2)
+        await pool.start()
+        try:        # the first pages are answered before the poison comes: the dead worker's segment holds them
+            first = await asyncio.gather(*(pool.process(r) for r in jobs[:2]))
+            rest = await asyncio.gather(*(pool.process(r) for r in jobs[2:]))
+        finally:
+            await pool.close()
+        return pool, first + rest
+
+    pool, results = asyncio.run(run())
+    by_url = {r.url: r for r in results}
+    assert by_url["http://f.test/poison"].outcome is Outcome.PROCESS_CRASHED
+    assert all(r.outcome is Outcome.OK for u, r in by_url.items() if u != "http://f.test/poison")
+    assert pool.restarts == 2 and len(calls) == 2 and not pool.failed
+    assert "closing its segment" in caplog.text
+    assert [n for n in os.listdir(init["warc_dir"]) if n.endswith(OPEN_SUFFIX)]     # left open ...
+
+    async def restart():
+        again = WorkerPool(1, init)
+        await again.start()
+        await again.close()
+
+    asyncio.run(restart())          # ... and closed by the next start's recovery
+    assert not [n for n in os.listdir(init["warc_dir"]) if n.endswith(OPEN_SUFFIX)]
+    assert responses_per_url(init["warc_dir"]) == Counter(j.url for j in jobs if "poison" not in j.url)
+
+
 def test_backpressure_process_waits_for_a_free_slot(tmp_path):
     jobs = [response(f"http://b.test/p/{i}", page_html(i)) for i in range(3)]
     seen: dict[str, object] = {}

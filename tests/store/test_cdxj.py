@@ -218,3 +218,77 @@ def test_a_sort_in_a_child_fails_as_one_in_process_would(tmp_path):
     src.write_bytes(b"b\na\nb\n")
     assert linesort.sort_file_in_child(str(src), str(tmp_path / "out")) == 2
     assert (tmp_path / "out").read_bytes() == b"a\nb\n"
+
+
+def test_two_writers_of_one_index_at_once_both_succeed(tmp_path):
+    """A killed worker's sort child may still be writing a segment's index while the crawl process's
+    recovery writes it too: each writes its own temporary file, so neither renames the other's away."""
+    import threading
+    path = str(tmp_path / "seg.cdxj")
+    inner_error: list[BaseException] = []
+
+    def other_writer():
+        try:
+            linesort.write_sorted(iter([b"a", b"b"]), path)
+        except BaseException as e:      # re-raised by the assertion below
+            inner_error.append(e)
+
+    def lines_with_a_rival_midway():
+        yield b"a"
+        rival = threading.Thread(target=other_writer)
+        rival.start()                   # it writes and renames the whole index while this one is open
+        rival.join()
+        yield b"b"
+
+    assert linesort.write_sorted(lines_with_a_rival_midway(), path) == 2
+    assert not inner_error
+    assert open(path, "rb").read() == b"a\nb\n"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_a_sort_child_dies_with_the_process_that_started_it(tmp_path):
+    """kill -9 of a worker while its child sorts: the child does not live on to finish the index."""
+    import signal
+    import time
+    src = tmp_path / "lines.fifo"
+    os.mkfifo(src)                      # the child blocks reading it: a sort that is still running
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import sys; from crawlerd.store import linesort; "
+                               "linesort.sort_file_in_child(sys.argv[1], sys.argv[2])",
+                               str(src), str(tmp_path / "out.cdxj")])
+
+    def children() -> list[int]:
+        pids = []
+        for task in os.listdir(f"/proc/{parent.pid}/task"):
+            with open(f"/proc/{parent.pid}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        return pids
+
+    def gone(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except FileNotFoundError:
+            return True
+
+    try:
+        deadline = time.monotonic() + 30
+        kids: list[int] = []
+        while not kids and time.monotonic() < deadline:
+            kids = children()
+            time.sleep(0.05)
+        assert kids, "the sort child never started"
+        time.sleep(1.0)                 # past its start-up: the child is blocked in the sort itself
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        while not all(gone(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(gone(k) for k in kids), "the sort child outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        try:                            # a child still blocked would read EOF and end
+            fd = os.open(src, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:
+            pass
