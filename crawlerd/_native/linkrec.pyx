@@ -31,12 +31,8 @@ cdef class Link:
     """An outlink: ``url`` (normalised absolute URL), ``fp`` (its 64-bit fingerprint, unsigned),
     ``host_key`` (scheme://host[:port], the politeness key), ``nofollow``. The reference's
     fields, constructor, equality (field by field, with another ``Link`` only), repr and
-    pickling; unhashable like it (compared by value and mutable)."""
-
-    cdef object url
-    cdef object fp
-    cdef object host_key
-    cdef object nofollow
+    pickling; unhashable like it (compared by value and mutable). Its fields are declared in
+    ``linkrec.pxd``, so other kernels read them in C."""
 
     __match_args__ = ("url", "fp", "host_key", "nofollow")
 
