@@ -91,3 +91,24 @@ cdef void _install_members() except *:
 
 
 _install_members()
+
+
+def followed(list links not None):
+    """A page's links to follow and the hosts they lead to: ``(follow, hosts)``, ``follow`` a new
+    list of the links whose ``nofollow`` is false, in order, and ``hosts`` the set of their host
+    keys (STAR's edges). One pass reading the native record's fields in C (another record type, or
+    one with a field deleted, is read through its attributes)."""
+    cdef list follow = []
+    cdef set hosts = set()
+    cdef Link ln
+    for o in links:
+        if type(o) is Link and (<PyObject *>(<Link>o).nofollow) != NULL and (<PyObject *>(<Link>o).host_key) != NULL:
+            ln = <Link>o
+            if ln.nofollow:
+                continue
+            follow.append(ln)
+            hosts.add(ln.host_key)
+        elif not o.nofollow:
+            follow.append(o)
+            hosts.add(o.host_key)
+    return follow, hosts
