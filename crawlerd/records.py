@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from crawlerd._native.linkrec import Link  # a page's outlink (url, fp, host_key, nofollow)
+from crawlerd._native.linkrec import followed as followed_links  # noqa: F401  (re-export: a page's links to follow, their hosts)
 from crawlerd.outcome import Outcome
 
 

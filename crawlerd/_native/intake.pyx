@@ -13,7 +13,10 @@ answer object per answer, duplicates included) and calls ``host_key`` only where
 import numpy as np
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+
+from crawlerd._native.linkrec cimport Link
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
@@ -21,20 +24,42 @@ from libc.string cimport memchr, memcmp, memcpy
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    int PyUnicode_KIND(object s)
+    const uint8_t* PyUnicode_1BYTE_DATA(object s)
+    Py_UCS4 PyUnicode_READ_CHAR(object s, Py_ssize_t i)
+    int PyUnicode_1BYTE_KIND
 
 
 cdef inline bint _quick(str url, str key, Py_ssize_t max_len, Py_ssize_t few) noexcept:
     """``UrlFilter.check``'s quick pass: a host key, no query, a short URL, few slashes after the host."""
     cdef Py_ssize_t i, n = len(url), slashes = 0, k = len(key)
+    cdef const uint8_t* b
+    cdef Py_UCS4 c
     if k == 0 or n > max_len:
         return False
+    if PyUnicode_KIND(url) == PyUnicode_1BYTE_KIND:
+        # one byte a character (every ASCII URL): the characters read in place, no index checks
+        b = PyUnicode_1BYTE_DATA(url)
+        if memchr(b, 63, n) != NULL:            # "?"
+            return False
+        for i in range(k, n):
+            if b[i] == 47:                      # "/"
+                slashes += 1
+        return slashes <= few
     for i in range(n):
-        c = url[i]
+        c = PyUnicode_READ_CHAR(url, i)
         if c == u"?":
             return False
         if c == u"/" and i >= k:
             slashes += 1
     return slashes <= few
+
+
+cdef inline bint _fields_set(Link ln) noexcept:
+    """Whether the record's url, host key and fingerprint are all there (``del link.url`` leaves a
+    NULL slot, which Python-level access turns into AttributeError: the caller takes that path)."""
+    return (<PyObject*>ln.url != NULL and <PyObject*>ln.host_key != NULL
+            and <PyObject*>ln.fp != NULL)
 
 
 def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize_t few, object check, list reasons not None):
@@ -52,15 +77,24 @@ def links(list links not None, bytes head not None, Py_ssize_t max_len, Py_ssize
     cdef bytes rec
     cdef const char* u8
     cdef char* out
+    cdef object fp
+    cdef Link rec_ln
     for ln in links:
-        url = ln.url
-        key = ln.host_key
+        if type(ln) is Link and _fields_set(<Link>ln):
+            rec_ln = <Link>ln           # the native record: its fields read in C
+            url = rec_ln.url
+            key = rec_ln.host_key
+            fp = rec_ln.fp
+        else:                           # another record type (the reference's), or a field deleted
+            url = ln.url
+            key = ln.host_key
+            fp = ln.fp
         if not _quick(url, key, max_len, few):
             reason = check(url, key)
             if reason:
                 reasons.append(reason)
                 continue
-        kv[m] = ln.fp
+        kv[m] = fp
         u8 = PyUnicode_AsUTF8AndSize(url, &ul)     # an ASCII URL's own characters: no copy
         rec = PyBytes_FromStringAndSize(NULL, hl + ul)
         out = PyBytes_AS_STRING(rec)

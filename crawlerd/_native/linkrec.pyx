@@ -31,12 +31,8 @@ cdef class Link:
     """An outlink: ``url`` (normalised absolute URL), ``fp`` (its 64-bit fingerprint, unsigned),
     ``host_key`` (scheme://host[:port], the politeness key), ``nofollow``. The reference's
     fields, constructor, equality (field by field, with another ``Link`` only), repr and
-    pickling; unhashable like it (compared by value and mutable)."""
-
-    cdef object url
-    cdef object fp
-    cdef object host_key
-    cdef object nofollow
+    pickling; unhashable like it (compared by value and mutable). Its fields are declared in
+    ``linkrec.pxd``, so other kernels read them in C."""
 
     __match_args__ = ("url", "fp", "host_key", "nofollow")
 
@@ -95,3 +91,24 @@ cdef void _install_members() except *:
 
 
 _install_members()
+
+
+def followed(list links not None):
+    """A page's links to follow and the hosts they lead to: ``(follow, hosts)``, ``follow`` a new
+    list of the links whose ``nofollow`` is false, in order, and ``hosts`` the set of their host
+    keys (STAR's edges). One pass reading the native record's fields in C (another record type, or
+    one with a field deleted, is read through its attributes)."""
+    cdef list follow = []
+    cdef set hosts = set()
+    cdef Link ln
+    for o in links:
+        if type(o) is Link and (<PyObject *>(<Link>o).nofollow) != NULL and (<PyObject *>(<Link>o).host_key) != NULL:
+            ln = <Link>o
+            if ln.nofollow:
+                continue
+            follow.append(ln)
+            hosts.add(ln.host_key)
+        elif not o.nofollow:
+            follow.append(o)
+            hosts.add(o.host_key)
+    return follow, hosts

@@ -12,3 +12,9 @@ class Link:
     fp: int            # 64-bit fingerprint (unsigned)
     host_key: str      # scheme://host[:port], the politeness key
     nofollow: bool = False
+
+
+def followed(links: list) -> tuple[list, set[str]]:
+    """The links whose ``nofollow`` is false, in order, and the set of their host keys."""
+    follow = [ln for ln in links if not ln.nofollow]
+    return follow, {ln.host_key for ln in follow}

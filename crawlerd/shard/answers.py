@@ -41,7 +41,7 @@ from crawlerd.metrics import Metrics
 from crawlerd.outcome import Outcome
 from crawlerd.process.pool import WorkerPool
 from crawlerd.process.worker import entity_digest
-from crawlerd.records import FetchResult, PriorCapture, ProcessResult
+from crawlerd.records import FetchResult, PriorCapture, ProcessResult, followed_links
 from crawlerd.shard.events import FetchEvents
 from crawlerd.shard.intake import Intake
 from crawlerd.shard.storage import StorageFailure
@@ -254,12 +254,12 @@ class Answers:
                     self.intake.submit_urls([loc], depth=depth, hops=hops + 1, base=url,
                                             priority=item.priority if item else None)
         elif pr.links and depth < self.cfg.crawl.max_depth and not pr.nofollow:
-            follow = [ln for ln in pr.links if not ln.nofollow]
+            follow, hosts = followed_links(pr.links)        # one native pass: no nofollow ones, their hosts
             self.metrics.dropped["nofollow"] += len(pr.links) - len(follow)
             self.intake.submit_links(follow, depth=depth + 1, page=True)
             if self.budgets is not None and follow:
                 # STAR reputation: unique domain -> domain edges (nofollow links earn nothing)
-                edges = self._record_links_soon(page.host_key, {ln.host_key for ln in follow})
+                edges = self._record_links_soon(page.host_key, hosts)
         self.events.fetched(url, res, pr=pr)
         return edges
 

@@ -9,6 +9,7 @@ import pytest
 
 from crawlerd._native import intake as native
 from crawlerd._native import intake_ref as ref
+from crawlerd._native.linkrec_ref import Link as RefLink
 from crawlerd.records import Link
 from crawlerd.seen import DrumResult, answer_runs
 from crawlerd.seen.drum_answers import Op
@@ -80,6 +81,26 @@ class TestLinks:
         if impl is native:      # the kernel's own quick test passes the plain short URLs
             assert all("?" in u or len(u) > f.max_url_length or u.count("/", len(k)) > f.quick_slashes
                        for u, k in calls)
+
+    def test_any_string_width_and_either_link_record(self, impl):
+        """The quick test reads one-byte strings in place and wider ones by character: the same
+        records as the filter on every link, for native and reference ``Link``s alike."""
+        urls = ["http://a.example/x/y", "http://a.example/\u65e5\u672c/a/b/c/d/e/f/g", "http://a.example/\u65e5?q=1",
+                "http://\u00e9.example/\u00fc", "http://a.example/\U0001f600/x", "http://a.example/?\U0001f600",
+                "http://a.example/" + "\u0100/" * 9]
+        links = [cls(u, i + 1, host_key(u)) for i, u in enumerate(urls) for cls in (Link, RefLink)]
+        mine, theirs = small_filter(), small_filter()
+        keys, aux, _ = impl.links(links, b"1 0 0 ", mine.max_url_length, mine.quick_slashes, mine.check, [])
+        kept = [ln for ln in links if not theirs.check(ln.url, ln.host_key)]
+        assert 0 < len(kept) < len(links)
+        assert keys.tolist() == [ln.fp for ln in kept]
+        assert aux == [f"1 0 0 {ln.url}".encode() for ln in kept]
+
+    def test_a_link_missing_a_field_raises(self, impl):
+        ln = Link("http://a.example/x", 1, "http://a.example")
+        del ln.host_key
+        with pytest.raises(AttributeError):
+            impl.links([ln], b"0 0 0 ", 100, 5, lambda u, k: None, [])
 
     def test_empty_and_all_dropped(self, impl):
         keys, aux, lens = impl.links([], b"0 0 0 ", 10, 2, lambda u, k: None, [])

@@ -8,7 +8,9 @@ import pickle
 import pytest
 
 from crawlerd._native.linkrec import Link
+from crawlerd._native.linkrec import followed as native_followed
 from crawlerd._native.linkrec_ref import Link as RefLink
+from crawlerd._native.linkrec_ref import followed as ref_followed
 from crawlerd.records import Link as RecordLink
 
 IMPLS = [Link, RefLink]
@@ -76,3 +78,19 @@ def test_a_deleted_field_is_an_attribute_error_everywhere(impl):
 def test_the_native_fields_read_as_a_slotted_dataclass_reads_them():
     # member descriptors (read inline by the interpreter), not properties (a C call per read)
     assert all(type(Link.__dict__[name]).__name__ == "member_descriptor" for name in Link.__match_args__)
+
+
+@pytest.mark.parametrize("followed", [native_followed, ref_followed], ids=["native", "ref"])
+def test_followed_keeps_the_followable_links_in_order_and_their_hosts(followed):
+    links = [Link("http://a.test/1", 1, "http://a.test"), RefLink("http://b.test/1", 2, "http://b.test", True),
+             Link("http://c.test/1", 3, "http://c.test", True), RefLink("http://a.test/2", 4, "http://a.test"),
+             Link("http://d.test/1", 5, "http://d.test", 0), Link("http://e.test/1", 6, "http://e.test", "")]
+    follow, hosts = followed(links)
+    assert follow == [links[0], links[3], links[4], links[5]] and follow is not links
+    assert all(a is b for a, b in zip(follow, [links[0], links[3], links[4], links[5]], strict=True))
+    assert hosts == {"http://a.test", "http://d.test", "http://e.test"}
+    assert followed([]) == ([], set())
+    gone = Link("http://f.test/1", 7, "http://f.test")
+    del gone.nofollow
+    with pytest.raises(AttributeError):
+        followed([gone])
