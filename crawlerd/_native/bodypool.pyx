@@ -21,6 +21,7 @@ pure-Python reference of the block logic.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t
 from libc.string cimport memcpy
+from posix.unistd cimport close as c_close
 
 import os
 
@@ -98,23 +99,23 @@ cdef class BodyPool:
         self.free_head = 0
         self.closed = False
 
-    def __dealloc__(self):
-        if self.base != NULL:
-            munmap(self.base, self.size)
-            self.base = NULL
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def close(self):
-        """Unmap the region and close its fd. Bodies still held read as an error from now on."""
+    cdef void _unmap(self) noexcept:
+        """Unmap the region and close the fd, once (``close`` and ``__dealloc__`` both end here).
+        The plain C calls run in ``__dealloc__`` too, where Python code is best not called."""
         self.closed = True
         if self.base != NULL:
             munmap(self.base, self.size)
             self.base = NULL
         if self.fd >= 0:
-            os.close(self.fd)
+            c_close(self.fd)
             self.fd = -1
+
+    def __dealloc__(self):
+        self._unmap()
+
+    def close(self):
+        """Unmap the region and close its fd. Bodies still held read as an error from now on."""
+        self._unmap()
 
     @property
     def used_bytes(self):

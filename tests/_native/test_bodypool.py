@@ -155,3 +155,36 @@ def test_layout_and_bad_sizes():
     assert pool.cap_bytes == pool.blocks * pool.block_bytes and pool.used_bytes == 0
     assert os.fstat(pool.fd).st_size == pool.size
     pool.close()
+
+
+def _memfd_refs(name: str) -> tuple[int, int]:
+    """(open fds, mappings) of this process that name the memfd ``name``."""
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name} ")
+        except OSError:
+            pass
+    with open("/proc/self/maps") as f:
+        maps = sum(f"/memfd:{name} " in line for line in f)
+    return fds, maps
+
+
+@pytest.mark.parametrize("how", ["close", "collect", "close-then-collect"])
+def test_a_pool_gives_back_its_fd_and_mapping_once_closed_or_collected(how):
+    name = f"crawlerd-test-bodies-{how}"
+    pool = BodyPool(16 * BLOCK, BLOCK, name=name)
+    body = pool.put(b"q" * (2 * BLOCK))
+    assert _memfd_refs(name) == (1, 1)
+    if how.startswith("close"):
+        pool.close()
+        pool.close()                                    # idempotent
+        assert _memfd_refs(name) == (0, 0) and pool.fd == -1
+        with pytest.raises(ValueError):
+            body.read()                                 # a body held past close reads as an error
+        assert pool.put(b"late") is None
+    body = None
+    del pool
+    import gc
+    gc.collect()
+    assert _memfd_refs(name) == (0, 0)
