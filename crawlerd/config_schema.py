@@ -284,7 +284,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Shared memory for response bodies from the wire to their worker, bytes: one memfd carved into "
            "8 KiB blocks, outside malloc (a fixed cost, touched as far as it was ever full). A body that "
            "finds no free block goes on the heap instead (nothing waits, nothing is lost; `crawlerd stats`: "
-           "memory.body_pool, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
+           "memory.body_pool with its high_water_bytes, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
            "fetched and not archived yet.", min=64 * KiB, max=64 * GiB),
         _k("max_decoded_bytes", int, 20 * MiB, "Largest body after content decoding (bomb guard).", min=1 * KiB,
            max=4 * GiB),

@@ -53,7 +53,7 @@ cdef class BodyPool:
 
     Invariant: every block is either on the free list or in exactly one live body's chain
     (a :class:`PooledBody`, or a :class:`BodyWriter`'s body being written); ``used`` counts
-    the latter.
+    the latter, ``high_water`` is the largest ``used`` ever was (``used <= high_water <= blocks``).
     """
 
     cdef readonly int fd
@@ -62,6 +62,7 @@ cdef class BodyPool:
     cdef readonly Py_ssize_t blocks        # blocks in all
     cdef readonly Py_ssize_t header        # bytes before the first block
     cdef readonly Py_ssize_t used          # blocks taken
+    cdef readonly Py_ssize_t high_water    # the most blocks ever taken at once (sizes the pool)
     cdef readonly Py_ssize_t bodies        # bodies holding blocks (finished and being written)
     cdef readonly Py_ssize_t fallbacks     # bodies that did not fit and went to the heap
     cdef readonly Py_ssize_t pooled        # bodies kept in the pool so far
@@ -125,6 +126,11 @@ cdef class BodyPool:
     def cap_bytes(self):
         return self.blocks * self.block_bytes
 
+    @property
+    def high_water_bytes(self):
+        """The most bytes of blocks ever in use at once: what ``fetch.body_pool_bytes`` needed."""
+        return self.high_water * self.block_bytes
+
     cdef inline int32_t take(self):
         """A free block, or -1."""
         cdef int32_t b = self.free_head
@@ -132,6 +138,8 @@ cdef class BodyPool:
             self.free_head = self.links[b]
             self.links[b] = -1
             self.used += 1
+            if self.used > self.high_water:
+                self.high_water = self.used
         return b
 
     cdef void give_chain(self, int32_t first):
