@@ -424,8 +424,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=16, max=1 << 20),
         _k("cache_bytes", int, 32 * MiB,
            "RAM for the host records kept decoded (rules and evidence of the hosts used last), bytes, "
-           "estimated at 512 B + 7 B per byte of the stored record (a host with a full evidence window "
-           "costs ~14 KiB); the least recently used are written back and dropped past it. `crawlerd "
+           "estimated from the decoded objects (a plain host with a full evidence window costs ~4 KiB, "
+           "one with URL variants, rules and parsed URLs ~16 KiB); the least recently used are written back and dropped past it. `crawlerd "
            "stats`: memory.dust_hosts.", min=64 * KiB, max=64 * GiB),
         _k("archived_filter_bytes", int, 4 * MiB,
            "RAM for Bloom filters over the archived set (one per generation, filled by a scan at start), "
