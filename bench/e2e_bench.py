@@ -339,11 +339,12 @@ def run_crawlerd(sim: SimWebProcess, seeds_path: str, args: argparse.Namespace, 
                # working-set sessions, whole run
                "connections": {k: sum(((s.get("fetcher") or {}).get("connections") or {}).get(k, 0)
                                       for s in last.get("shards", [])) for k in ("new", "reused")},
-               # bodies pooled / fallen back to the heap / sent inline, and the pool's cap (fetch.body_pool_bytes)
+               # bodies pooled / fallen back to the heap / sent inline, the pool's cap (fetch.body_pool_bytes)
+               # and the most of it in use at once (summed over shards: each shard has its own pool)
                "body_pool": {**{k: sum((s.get("body_pool_fallbacks") or {}).get(k, 0) for s in last.get("shards", []))
                                 for k in ("pooled", "fetched", "inline")},
-                             "cap_bytes": sum(((s.get("memory") or {}).get("body_pool") or {}).get("cap_bytes", 0)
-                                              for s in last.get("shards", []))},
+                             **{k: sum(((s.get("memory") or {}).get("body_pool") or {}).get(k, 0)
+                                       for s in last.get("shards", [])) for k in ("cap_bytes", "high_water_bytes")}},
                "sessions_started": sum((s.get("frontier") or {}).get("sessions_started", 0)
                                        for s in last.get("shards", [])),
                # the URL-seen DRUM's jobs (trips to its thread) and their time on it, whole run

@@ -284,7 +284,7 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Shared memory for response bodies from the wire to their worker, bytes: one memfd carved into "
            "8 KiB blocks, outside malloc (a fixed cost, touched as far as it was ever full). A body that "
            "finds no free block goes on the heap instead (nothing waits, nothing is lost; `crawlerd stats`: "
-           "memory.body_pool, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
+           "memory.body_pool with its high_water_bytes, body_pool_fallbacks). Sized with process.queue_bytes, which bounds the bodies "
            "fetched and not archived yet.", min=64 * KiB, max=64 * GiB),
         _k("max_decoded_bytes", int, 20 * MiB, "Largest body after content decoding (bomb guard).", min=1 * KiB,
            max=4 * GiB),
@@ -424,8 +424,8 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            min=16, max=1 << 20),
         _k("cache_bytes", int, 32 * MiB,
            "RAM for the host records kept decoded (rules and evidence of the hosts used last), bytes, "
-           "estimated at 512 B + 7 B per byte of the stored record (a host with a full evidence window "
-           "costs ~14 KiB); the least recently used are written back and dropped past it. `crawlerd "
+           "estimated from the decoded objects (a plain host with a full evidence window costs ~4 KiB, "
+           "one with URL variants, rules and parsed URLs ~16 KiB); the least recently used are written back and dropped past it. `crawlerd "
            "stats`: memory.dust_hosts.", min=64 * KiB, max=64 * GiB),
         _k("archived_filter_bytes", int, 4 * MiB,
            "RAM for Bloom filters over the archived set (one per generation, filled by a scan at start), "

@@ -76,8 +76,10 @@ def print_memory(s: dict) -> None:
             f"{k} {_mib(v.get('bytes', 0))}/{_mib(v.get('cap_bytes', 0))}" for k, v in sorted(mem.items())))
     bp = s.get("body_pool_fallbacks") or {}
     if bp:
+        pm = mem.get("body_pool") or {}
         print(f"body pool:      {bp.get('pooled', 0)} bodies pooled, {bp.get('fetched', 0)} fell back to the heap, "
-              f"{bp.get('inline', 0)} sent to a worker inline")
+              f"{bp.get('inline', 0)} sent to a worker inline (pool full); in use {_mib(pm.get('bytes'))} MiB, "
+              f"high-water {_mib(pm.get('high_water_bytes'))} MiB of {_mib(pm.get('cap_bytes'))} MiB")
     ni = s.get("near_index") or {}
     if ni:
         print(f"near index:     {ni.get('pairs', 0)} pages, {ni.get('disk_runs', 0)} run files, "

@@ -243,6 +243,18 @@ def test_other_durations_refused(tmp_path, args, fragment):
     assert fragment in one_line_error(r)
 
 
+def test_stats_prints_the_body_pool_in_use_its_high_water_and_what_went_inline(capsys):
+    from crawlerd.readout import print_memory
+    mib = 1 << 20
+    print_memory({"memory": {"body_pool": {"bytes": 2 * mib, "cap_bytes": 64 * mib, "entries": 3,
+                                           "high_water_bytes": 12 * mib}},
+                  "body_pool_fallbacks": {"pooled": 90, "fetched": 4, "inline": 7}})
+    out = capsys.readouterr().out.splitlines()
+    assert "body_pool 2.0/64.0" in out[0]
+    assert out[1].startswith("body pool:") and "90 bodies pooled, 4 fell back to the heap, 7 sent" in out[1]
+    assert out[1].endswith("in use 2.0 MiB, high-water 12.0 MiB of 64.0 MiB"), out[1]
+
+
 def test_status_names_where_the_loop_stalled(capsys):
     from crawlerd.metrics import LAG_BUCKETS_S
     from crawlerd.readout import print_status

@@ -12,11 +12,13 @@ class BodyPool:
     blocks: int
     header: int
     used: int
+    high_water: int
     bodies: int
     fallbacks: int
     pooled: int
     used_bytes: int
     cap_bytes: int
+    high_water_bytes: int
     def __init__(self, size_bytes: int, block_bytes: int = ..., name: str = ...) -> None: ...
     def close(self) -> None: ...
     def put(self, data: bytes) -> PooledBody | None: ...

@@ -21,6 +21,7 @@ pure-Python reference of the block logic.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t
 from libc.string cimport memcpy
+from posix.unistd cimport close as c_close
 
 import os
 
@@ -52,7 +53,7 @@ cdef class BodyPool:
 
     Invariant: every block is either on the free list or in exactly one live body's chain
     (a :class:`PooledBody`, or a :class:`BodyWriter`'s body being written); ``used`` counts
-    the latter.
+    the latter, ``high_water`` is the largest ``used`` ever was (``used <= high_water <= blocks``).
     """
 
     cdef readonly int fd
@@ -61,6 +62,7 @@ cdef class BodyPool:
     cdef readonly Py_ssize_t blocks        # blocks in all
     cdef readonly Py_ssize_t header        # bytes before the first block
     cdef readonly Py_ssize_t used          # blocks taken
+    cdef readonly Py_ssize_t high_water    # the most blocks ever taken at once (sizes the pool)
     cdef readonly Py_ssize_t bodies        # bodies holding blocks (finished and being written)
     cdef readonly Py_ssize_t fallbacks     # bodies that did not fit and went to the heap
     cdef readonly Py_ssize_t pooled        # bodies kept in the pool so far
@@ -98,23 +100,23 @@ cdef class BodyPool:
         self.free_head = 0
         self.closed = False
 
-    def __dealloc__(self):
-        if self.base != NULL:
-            munmap(self.base, self.size)
-            self.base = NULL
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def close(self):
-        """Unmap the region and close its fd. Bodies still held read as an error from now on."""
+    cdef void _unmap(self) noexcept:
+        """Unmap the region and close the fd, once (``close`` and ``__dealloc__`` both end here).
+        The plain C calls run in ``__dealloc__`` too, where Python code is best not called."""
         self.closed = True
         if self.base != NULL:
             munmap(self.base, self.size)
             self.base = NULL
         if self.fd >= 0:
-            os.close(self.fd)
+            c_close(self.fd)
             self.fd = -1
+
+    def __dealloc__(self):
+        self._unmap()
+
+    def close(self):
+        """Unmap the region and close its fd. Bodies still held read as an error from now on."""
+        self._unmap()
 
     @property
     def used_bytes(self):
@@ -124,6 +126,11 @@ cdef class BodyPool:
     def cap_bytes(self):
         return self.blocks * self.block_bytes
 
+    @property
+    def high_water_bytes(self):
+        """The most bytes of blocks ever in use at once: what ``fetch.body_pool_bytes`` needed."""
+        return self.high_water * self.block_bytes
+
     cdef inline int32_t take(self):
         """A free block, or -1."""
         cdef int32_t b = self.free_head
@@ -131,6 +138,8 @@ cdef class BodyPool:
             self.free_head = self.links[b]
             self.links[b] = -1
             self.used += 1
+            if self.used > self.high_water:
+                self.high_water = self.used
         return b
 
     cdef void give_chain(self, int32_t first):

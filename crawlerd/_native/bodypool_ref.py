@@ -33,7 +33,7 @@ class RefBodyPool:
         self.data = bytearray(self.blocks * block_bytes)
         self.links = [*range(1, self.blocks), -1]
         self.free_head = 0
-        self.used = self.bodies = self.fallbacks = self.pooled = 0
+        self.used = self.high_water = self.bodies = self.fallbacks = self.pooled = 0
         self.closed = False
 
     @property
@@ -44,6 +44,10 @@ class RefBodyPool:
     def cap_bytes(self) -> int:
         return self.blocks * self.block_bytes
 
+    @property
+    def high_water_bytes(self) -> int:
+        return self.high_water * self.block_bytes
+
     def close(self) -> None:
         self.closed = True
 
@@ -53,6 +57,7 @@ class RefBodyPool:
             self.free_head = self.links[b]
             self.links[b] = -1
             self.used += 1
+            self.high_water = max(self.high_water, self.used)
         return b
 
     def give_chain(self, first: int) -> None:

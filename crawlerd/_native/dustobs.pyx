@@ -5,6 +5,7 @@
               cyclic collector does not track (it holds strings, ints and the parsed URL, never a
               container that could lead back to it), made from and written to the host record's
               lists (``from_lists``, ``to_lists``) in one call.
+``window_counts``  what a window's RAM estimate counts (``dust_hosts.host_state_bytes``).
 ``scan``      the first pass of ``HostState.learn`` over the window: which earlier pages the new
               one must be compared with in Python (their digests or simhashes are near), and
               which may differ from it in one name (``differing_name``); every other pair is a
@@ -55,6 +56,11 @@ cdef class Evidence:
             self._parts = parse(self.url)
         return self._parts
 
+    @property
+    def parsed(self):
+        """``parts`` was asked for (it is kept from then on)."""
+        return self._parts is not None
+
     def to_list(self) -> list:
         return [self.url, self.digest, self.simhash, self.canonical]
 
@@ -75,6 +81,23 @@ def to_lists(list evidence) -> list:
     """``Evidence.to_list`` of each (the host record's form)."""
     cdef Evidence e
     return [[e.url, e.digest, e.simhash, e.canonical] for e in evidence]
+
+
+def window_counts(list window) -> tuple:
+    """(URL and canonical characters, canonicals, parsed entries, their URLs' characters) of an
+    evidence window: what its RAM estimate counts (``dust_hosts.host_state_bytes``), in one pass."""
+    cdef Evidence e
+    cdef Py_ssize_t chars = 0, canonicals = 0, parsed = 0, parsed_chars = 0, n
+    for e in window:
+        n = len(e.url)
+        chars += n
+        if e.canonical:
+            canonicals += 1
+            chars += len(e.canonical)
+        if e._parts is not None:
+            parsed += 1
+            parsed_chars += n
+    return chars, canonicals, parsed, parsed_chars
 
 
 cdef extern from "Python.h":

@@ -26,6 +26,11 @@ class Evidence:
             self._parts = parse(self.url)
         return self._parts
 
+    @property
+    def parsed(self) -> bool:
+        """``parts`` was asked for (it is kept from then on)."""
+        return self._parts is not None
+
     def to_list(self) -> list:
         return [self.url, self.digest, self.simhash, self.canonical]
 
@@ -36,6 +41,18 @@ def from_lists(records) -> list[Evidence]:
 
 def to_lists(evidence: list) -> list[list]:
     return [[e.url, e.digest, e.simhash, e.canonical] for e in evidence]
+
+
+def window_counts(window: list) -> tuple[int, int, int, int]:
+    """(URL and canonical characters, canonicals, parsed entries, their URLs' characters)."""
+    chars = canonicals = parsed = parsed_chars = 0
+    for e in window:
+        chars += len(e.url) + len(e.canonical)
+        canonicals += bool(e.canonical)
+        if e.parsed:
+            parsed += 1
+            parsed_chars += len(e.url)
+    return chars, canonicals, parsed, parsed_chars
 
 
 def _shape(a: str) -> tuple[str, str, str, bool]:

@@ -157,6 +157,11 @@ class HostState:
                 "e": self._ev.to_lists(self.evidence),
                 "rel": sorted(self.relevant), "ep": self.epoch, "id": self.next_id}
 
+    def window_counts(self) -> tuple[int, int, int, int]:
+        """(URL and canonical characters, canonicals, parsed URLs, their characters) of the
+        evidence window: what the cache's RAM estimate counts (``dust_hosts.host_state_bytes``)."""
+        return self._ev.window_counts(self.evidence)
+
     def shrink(self) -> bool:
         """Give up the least valuable state (oldest evidence, then oldest retired rule, then the
         weakest candidate) to fit a byte bound; False when nothing is left to give up."""

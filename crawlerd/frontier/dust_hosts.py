@@ -27,17 +27,31 @@ class HostInfo(NamedTuple):
     samples: dict[str, int]         # rule text -> samples that agreed with it (kept current in place)
 
 
-# RAM of a cached host state, estimated from its record's encoded (JSON) size: measured on a soak's
-# records (bench/RESULTS.md, "DUST host states bounded in bytes"), the decoded state costs 3.6 B per
-# record byte, 6.7 B once its evidence URLs are parsed (``Evidence.parts``), plus the state itself
-# (and the store's note of its stored size and write sequence, ~200 B: ``DustStore.get_host_sized``)
-HOST_STATE_BYTES = 512
-RAM_PER_RECORD_BYTE = 7
+# RAM of a cached host state, estimated from its decoded objects (CPython 3.11, 64-bit; measured
+# with tracemalloc on replayed simweb crawls, plain hosts and hosts with URL variants and rules:
+# within 5 % of what dropping the states frees, ``bench/dust_state_bytes.py``). The estimate it
+# replaces, 512 B + 7 B per byte of the stored record, dated from Python evidence records and
+# overstated the native ones 1.4-3.4x. Rules are shared values (``parse_rule``): not counted.
+STATE_BYTES = 720           # HostState and its three lists and set, the LRU's entry and charge, the
+                            # store's note of the record's size and sequence (get_host_sized)
+EVIDENCE_BYTES = 116        # an Evidence (digest and simhash in C), its window slot, its URL's str header
+CANONICAL_BYTES = 57        # a declared canonical's str header (its characters are counted apart)
+PARSED_BYTES = 128          # a parsed URL (``Evidence.parts``): the Parts tuple and its tuples ...
+PARSED_PER_CHAR = 7         # ... and its pieces, the query's twice (its items and their pairs)
+RULE_BYTES = 280            # a RuleStat (15 slots), its targets and values lists, its float
+RULE_HASH_BYTES = 40        # one of a rule's target or value hashes: an int above 2**30 and its slot
+NAME_BYTES = 72             # a relevant name: its str header and its set slot
 
 
-def host_state_bytes(record_bytes: int) -> int:
-    """Estimated RAM of one cached host state whose record encodes to ``record_bytes``."""
-    return HOST_STATE_BYTES + RAM_PER_RECORD_BYTE * record_bytes
+def host_state_bytes(st: HostState) -> int:
+    """Estimated RAM of one cached host state, from its decoded objects (one pass over its window
+    in C, one over its rules)."""
+    chars, canonicals, parsed, parsed_chars = st.window_counts()
+    rules = st.rules + st.retired if st.retired else st.rules
+    return (STATE_BYTES + EVIDENCE_BYTES * len(st.evidence) + chars + CANONICAL_BYTES * canonicals
+            + PARSED_BYTES * parsed + PARSED_PER_CHAR * parsed_chars
+            + sum(RULE_BYTES + RULE_HASH_BYTES * (len(r.targets) + len(r.values)) for r in rules)
+            + sum(NAME_BYTES + len(n) for n in st.relevant))
 
 
 class DustHosts:
@@ -46,9 +60,9 @@ class DustHosts:
     ``info`` for every host with trusted, relevant or retired rules. Invariants: ``info`` of a
     host is rebuilt (``refresh``) whenever its trusted rules, relevant names or retired rules
     change; an info is replaced then, and only its sample counts change in place (``observe``).
-    ``cached_bytes`` is the sum of the cached states' charges, each charged by its record's size
-    when loaded and again when written (a state grows between: by the evidence of the pages
-    archived since the last commit), and the LRU is cut back to its bounds after each load and
+    ``cached_bytes`` is the sum of the cached states' charges, each charged an estimate of its
+    decoded objects (``host_state_bytes``) when loaded and again when written (a state grows
+    between: by the evidence of the pages archived since the last commit, and the URLs parsed), and the LRU is cut back to its bounds after each load and
     each write of the changed states (it keeps at least the state just used)."""
 
     def __init__(self, store: DustStore, priors: PriorTable, *, cache_hosts: int, max_host_bytes: int,
@@ -82,15 +96,15 @@ class DustHosts:
         if st is not None:
             self._cache.move_to_end(host)
             return st
-        rec, size = self.store.get_host_sized(host, remember=True)     # written back without a read
+        rec, _size = self.store.get_host_sized(host, remember=True)     # written back without a read
         st = self.State(rec)
         self._cache[host] = st
-        self._charge(host, size)
+        self._charge(host, st)
         self._cut()
         return st
 
-    def _charge(self, host: str, record_bytes: int) -> None:
-        b = host_state_bytes(record_bytes)
+    def _charge(self, host: str, st: HostState) -> None:
+        b = host_state_bytes(st)
         self.cached_bytes += b - self._charged.get(host, 0)
         self._charged[host] = b
 
@@ -111,14 +125,13 @@ class DustHosts:
         raw = self.store.encode(st.to_record())
         while len(raw) > self.max_host_bytes and st.shrink():
             raw = self.store.encode(st.to_record())
-        size = len(raw)
         for gone in self.store.put_host(host, raw):      # the least recently written hosts
             self.info.pop(gone, None)
             self.skips_by_host.pop(gone, None)
             self._on_evict(gone)
         self.dirty.discard(host)
         if host in self._charged:
-            self._charge(host, size)
+            self._charge(host, st)
 
     def refresh(self, host: str, st: HostState) -> None:
         trusted = tuple(sorted(((r.rule, r.id) for r in st.trusted()), key=lambda x: x[0].text))

@@ -109,9 +109,10 @@ def shard_memory(shard) -> dict[str, dict[str, int]]:
            # bodies within the cap (LeaseWindow.free); bodies larger than the mean can pass it
            "fetched_bodies": {"bytes": shard.pool.body_bytes, "cap_bytes": cfg.process.queue_bytes,
                               "entries": shard.pool.calls},
-           # the same bodies' blocks in the body pool (shared memory, a fixed cap: not the heap)
+           # the same bodies' blocks in the body pool (shared memory, a fixed cap: not the heap);
+           # its high-water mark says how much of fetch.body_pool_bytes a crawl like this one needs
            "body_pool": {"bytes": shard.bodies.used_bytes, "cap_bytes": shard.bodies.cap_bytes,
-                         "entries": shard.bodies.bodies}}
+                         "entries": shard.bodies.bodies, "high_water_bytes": shard.bodies.high_water_bytes}}
     if shard.resolver is not None:
         out["dns_cache"] = shard.resolver.memory()
     if heads := shard.frontier.memory():

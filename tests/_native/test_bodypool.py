@@ -71,6 +71,23 @@ class TestBodyPool:
         assert pool.used == 0 and pool.free_blocks() == n
         pool.close()
 
+    def test_the_high_water_mark_is_the_most_blocks_ever_in_use_at_once(self, impl):
+        pool_cls, writer_cls = impl
+        pool = pool_cls(16 * BLOCK, BLOCK)
+        assert pool.high_water == 0 and pool.high_water_bytes == 0
+        a = write(writer_cls(pool), b"a" * (3 * BLOCK), 1000)
+        b = pool.put(b"b" * (2 * BLOCK + 1))
+        assert pool.used == pool.high_water == 6
+        a.release()
+        b.release()
+        c = pool.put(b"c" * BLOCK)                      # fewer at once than before: the mark stays
+        assert pool.used == 1 and pool.high_water == 6 and pool.high_water_bytes == 6 * BLOCK
+        w = writer_cls(pool)
+        w(b"d" * (pool.blocks * BLOCK))                 # fills the pool, then falls back to the heap
+        assert isinstance(w.finish(), bytes) and pool.high_water == pool.blocks and pool.used == 1
+        c.release()
+        pool.close()
+
     def test_clear_drops_the_body_being_written(self, impl):
         pool_cls, writer_cls = impl
         pool = pool_cls(8 * BLOCK, BLOCK)
@@ -113,8 +130,9 @@ def test_native_and_reference_agree_on_random_operations():
                 held[1].append(b)
             elif a is not None:
                 assert a == b == data
-        assert [(p.used, p.bodies, p.fallbacks, p.pooled) for p in pools][0] == \
-            [(p.used, p.bodies, p.fallbacks, p.pooled) for p in pools][1], step
+        assert [(p.used, p.high_water, p.bodies, p.fallbacks, p.pooled) for p in pools][0] == \
+            [(p.used, p.high_water, p.bodies, p.fallbacks, p.pooled) for p in pools][1], step
+        assert pools[0].used <= pools[0].high_water <= pools[0].blocks
     assert pools[0].fallbacks > 0 and pools[0].pooled > 0         # the sequence did reach a full pool
     for h in held:
         for body in h:
@@ -155,3 +173,36 @@ def test_layout_and_bad_sizes():
     assert pool.cap_bytes == pool.blocks * pool.block_bytes and pool.used_bytes == 0
     assert os.fstat(pool.fd).st_size == pool.size
     pool.close()
+
+
+def _memfd_refs(name: str) -> tuple[int, int]:
+    """(open fds, mappings) of this process that name the memfd ``name``."""
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name} ")
+        except OSError:
+            pass
+    with open("/proc/self/maps") as f:
+        maps = sum(f"/memfd:{name} " in line for line in f)
+    return fds, maps
+
+
+@pytest.mark.parametrize("how", ["close", "collect", "close-then-collect"])
+def test_a_pool_gives_back_its_fd_and_mapping_once_closed_or_collected(how):
+    name = f"crawlerd-test-bodies-{how}"
+    pool = BodyPool(16 * BLOCK, BLOCK, name=name)
+    body = pool.put(b"q" * (2 * BLOCK))
+    assert _memfd_refs(name) == (1, 1)
+    if how.startswith("close"):
+        pool.close()
+        pool.close()                                    # idempotent
+        assert _memfd_refs(name) == (0, 0) and pool.fd == -1
+        with pytest.raises(ValueError):
+            body.read()                                 # a body held past close reads as an error
+        assert pool.put(b"late") is None
+    body = None
+    del pool
+    import gc
+    gc.collect()
+    assert _memfd_refs(name) == (0, 0)

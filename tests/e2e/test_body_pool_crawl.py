@@ -51,6 +51,7 @@ def test_runs_exit_cleanly_and_the_pool_both_held_and_fell_back(crawl):
     assert fb["pooled"] > 0 and fb["fetched"] > 0, fb
     mem = shard["memory"]["body_pool"]
     assert mem["cap_bytes"] == 7 * 8192 and mem["bytes"] == 0, mem      # every block back at the end
+    assert mem["high_water_bytes"] == mem["cap_bytes"], mem           # bodies fell back: it was full
 
 
 def test_every_answer_is_archived_once_with_the_body_served(crawl):

@@ -143,12 +143,16 @@ def test_native_observation_learns_as_the_reference_on_a_learning_stream(tmp_pat
         if step % 50 == 0:
             assert a.stats() == b.stats(), step
             assert a.store.memory() == b.store.memory(), step
+            # the state cache's charge counts the same window characters and parsed URLs on both
+            assert a.hosts.memory() == b.hosts.memory(), step
     a, b = native.learner, ref.learner
     for s in (native, ref):
         s.learner.commit()
     assert _dump(a.store) == _dump(b.store)
     assert a.stats() == b.stats() and a.hosts.info == b.hosts.info
     assert {h: a.rules_of(h) for h in a.hosts.info} == {h: b.rules_of(h) for h in b.hosts.info}
+    counts = [[x.hosts.state(h).window_counts() for h in sorted(a.hosts.info)] for x in (a, b)]
+    assert counts[0] == counts[1]
     # the stream went through every case: each decision, rules of each kind, retirements, the
     # archived set's generations turned over
     assert observed >= 900 and commits >= 20, (observed, commits)
