@@ -256,11 +256,12 @@ def _job_frames(frames: int, batch: int) -> float:
     pool._workers = [w]
     results = [fetch_result(i) for i in range(batch)]
     fut = loop.create_future()
+    job_class = getattr(pool_mod, "Job", None) or pool_mod._Job      # a tree before it moved
     t0 = time.process_time()
     for _ in range(frames):
         pool._flush_scheduled = True        # no call_soon: _flush_out is called below
         for i, r in enumerate(results):
-            pool._dispatch(pool_mod._Job(i, r, None, fut, "", True, None))
+            pool._dispatch(job_class(i, r, None, fut, "", True, None))
         pool._flush_out()
         w.outstanding.clear()
     took = time.process_time() - t0

@@ -25,26 +25,11 @@ Key: job id -> job. Invariant: a submitted job is in exactly one worker's
 handled) or in the pool's ``backlog`` (while no worker is alive) until its
 result comes back; then its future is resolved exactly once.
 
-Crashes. A worker that dies is restarted. Before it starts a job, a worker
-writes the job id into an 8-byte shared page (a memfd both processes map), so
-only the job it was working on is blamed; the others it held are sent again,
-unpenalised. A job blamed ``max_job_attempts`` times resolves with outcome
-``process_crashed`` (poison page): none is silently lost. The WARC
-stays exactly-once: each answer carries the segment and its size after the
-job's records were flushed, and before a dead worker's segment is recovered
-(``on_worker_death`` -> ``recover_segment``), records past the last answered
-size are cut (those jobs run again elsewhere); a segment it opened without
-answering for anything in it is removed. A worker rotates its segment only
-after answering, so an answered record never sits in a segment that was closed
-before the answer. A recovery that fails (a full disk, say) is logged and the
-restart goes on: the dead worker's jobs are sent again regardless, and the segment
-left ``.open`` is recovered at the next start. Any other failure of a restart fails
-the pool (below) rather than leaving its jobs unanswered; and no later death's cut of the
-same worker slot removes that segment (it holds answered records).
-
-A worker that dies before starting any job ``MAX_START_DEATHS`` times in a row is not started
-again: the pool has failed (``failed``, ``raise_if_failed``) and the crawl stops with that
-reason instead of restarting workers in a loop while it reports "running".
+Crashes. A worker that dies is restarted (``crawlerd.process.restart``): only the job it was
+working on is blamed, the others it held are sent again; a job blamed ``max_job_attempts`` times
+resolves with outcome ``process_crashed`` (poison page); its segment is cut back to the last
+answered record before it is recovered, so the WARC stays exactly-once. Workers that keep dying
+at start fail the pool (``failed``, ``raise_if_failed``): the crawl stops with that reason.
 
 Frames. A worker's answer frame (a batch) is decoded whole, then, if the pool has an
 ``on_frame`` hook, the frame's answers whose ``process()`` call gave a ``ctx`` go to it in one
@@ -82,23 +67,19 @@ import socket
 import subprocess
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from crawlerd._native.bodypool import BodyPool, PooledBody
+from crawlerd._native.bodypool import BodyPool
 from crawlerd.child import child_env, python_argv
 from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
+from crawlerd.process.jobs import Job, WorkerLink, release_body
+from crawlerd.process.restart import Restarts, WorkerSegments
 from crawlerd.process.wire import PROGRESS, AnswerReader, frame, unpack_result
 from crawlerd.records import FetchResult, PriorCapture, ProcessResult
-from crawlerd.store.cdxj import cdxj_path
-from crawlerd.store.recover import recover_segment
-from crawlerd.store.segment import OPEN_SUFFIX
 
 log = logging.getLogger("crawlerd.pool")
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._]+")      # as the WARC writer cleans segment name parts
-_RESPAWN_DELAY_S = (0.0, 0.1, 0.3, 1.0, 3.0)       # after deaths in a row with no answer in between
-MAX_START_DEATHS = 3                # workers dying in a row before starting any job: the pool has failed
 POOL_BYTES = 32 << 20               # the body pool a WorkerPool makes itself when not given the fetcher's
 
 
@@ -113,41 +94,6 @@ def default_workers(configured: int, shards: int = 1) -> int:
     return max(1, round(total / shards))
 
 
-@dataclass(slots=True)
-class _Job:
-    """One ``process()`` call in the pool (slots: one object the collector walks while it waits for
-    its worker, not an instance and its ``__dict__``)."""
-
-    job_id: int
-    result: FetchResult
-    prior: PriorCapture | None
-    future: asyncio.Future
-    digest: str = ""            # payload digest if the caller has it (saves the worker a pass)
-    lookup: bool = False        # the worker finds the duplicate owner itself (module doc)
-    sitemap: tuple[int, int] | None = None     # (max_urls, max_bytes): also read it as a sitemap
-    crashes: int = 0            # workers that died while working on this job
-    copy: PooledBody | None = None      # a heap body copied into the pool at dispatch
-    ctx: object = None          # the caller's, handed to ``on_frame`` with the job's answer
-
-
-@dataclass
-class _Worker:
-    index: int
-    generation: int
-    proc: subprocess.Popen
-    transport: asyncio.Transport
-    answers: AnswerReader
-    progress: mmap.mmap          # the worker's progress page (see module doc)
-    outstanding: dict[int, _Job] = field(default_factory=dict)   # in the order sent
-    alive: bool = True
-    segment: str = ""          # .open segment named in the last answer
-    acked_bytes: int = 0       # its size once that answer's records were flushed
-    answered: int = 0
-    reader_task: asyncio.Task | None = None
-    out: list[bytes] = field(default_factory=list)       # frames waiting for this iteration's write
-    jobs: list[tuple] = field(default_factory=list)      # then its jobs with a pooled body, one frame
-
-
 class WorkerPool:
     """``workers`` processing processes; ``init`` configures each
     (see ``crawlerd.process.worker_process.worker_main``)."""
@@ -159,8 +105,6 @@ class WorkerPool:
         self.n = workers
         self.init = init
         self.jobs_per_worker = jobs_per_worker
-        self.max_job_attempts = max_job_attempts
-        self.on_worker_death = on_worker_death
         self.near_duplicate = near_duplicate        # (simhash, url) -> near-duplicate URL or "" (module doc)
         # or all of a batch's questions at once: [(simhash, url)] -> [near-duplicate URL or ""]
         self.near_duplicates = None
@@ -172,7 +116,7 @@ class WorkerPool:
         # the frame's order, called before their process() calls return (module doc, "Frames")
         self.on_frame: Callable[[list[tuple[object, ProcessResult]]], None] | None = None
         self._flush_scheduled = False
-        self._workers: list[_Worker | None] = [None] * workers
+        self._workers: list[WorkerLink | None] = [None] * workers
         self._loop: asyncio.AbstractEventLoop | None = None      # the loop the pool started on
         self._free = workers * jobs_per_worker        # slots nobody holds (see _wait_slot)
         self._slot_waiters: deque[asyncio.Future] = deque()     # process() calls waiting for a slot, FIFO
@@ -183,32 +127,49 @@ class WorkerPool:
         self.body_bytes = 0                           # bodies of the process() calls not returned (calls)
         self.answer_frames = 0                        # workers' answer frames (a batch each) so far
         self.answers_framed = 0                       # jobs those frames answered
-        self._backlog: deque[_Job] = deque()
-        self._jobs: dict[int, _Job] = {}        # every job whose process() call has not returned
+        self._backlog: deque[Job] = deque()
+        self._jobs: dict[int, Job] = {}        # every job whose process() call has not returned
         self._next_id = 0
         self._closing = False
-        self._quick_deaths = 0
-        self._start_deaths = 0
-        self.failed = ""                # why the pool gave up (workers that cannot start or restart), or ""
-        self.restarts = 0
-        self._not_closed: set[str] = set()     # dead workers' segments whose recovery failed (kept as they are)
-        self.crashed_jobs = 0
+        self._segments = WorkerSegments(init.get("warc_dir"), init.get("index_dir"), self.tag)
+        self._deaths = Restarts(self._segments, max_job_attempts=max_job_attempts, on_worker_death=on_worker_death,
+                                resend=self._dispatch, respawn=self._respawn, closing=lambda: self._closing)
         self.final_cpu_s: dict[int, float] = {}     # worker pid -> CPU s, read just before it exits
 
     def tag(self, index: int) -> str:
         """Worker ``index``'s tag, the last part of its segment names."""
         return _UNSAFE_NAME.sub("_", f"{self.init.get('shard', '0')}_w{index}")
 
+    @property
+    def restarts(self) -> int:
+        """Workers that died and were handled (cut, jobs handed on, restarted unless closing)."""
+        return self._deaths.restarts
+
+    @property
+    def crashed_jobs(self) -> int:
+        """Jobs answered ``process_crashed``: blamed for ``max_job_attempts`` deaths."""
+        return self._deaths.crashed_jobs
+
+    @property
+    def failed(self) -> str:
+        """Why the pool gave up (workers that cannot start or restart), or ""."""
+        return self._deaths.failed
+
     async def start(self) -> None:
         """Close segments an earlier run of this shard's workers left open, then start the workers."""
         self._loop = asyncio.get_running_loop()
-        for path in self._open_segments(None):
-            for line in recover_segment(path, index_dir=self.init.get("index_dir") or None):
-                log.warning("segment recovery at start: %s", line)
+        self._segments.recover_left_open()
         for i in range(self.n):
             self._workers[i] = await self._spawn(i, 0)
 
-    async def _spawn(self, index: int, generation: int) -> _Worker:
+    async def _respawn(self, index: int, generation: int) -> None:
+        """A dead worker's slot gets a new worker, and the jobs that waited for one go to the workers."""
+        self._workers[index] = await self._spawn(index, generation)
+        backlog, self._backlog = self._backlog, deque()
+        for job in backlog:
+            self._dispatch(job)
+
+    async def _spawn(self, index: int, generation: int) -> WorkerLink:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         b = self.bodies
         init = dict(self.init, worker_tag=self.tag(index), body_pool=(b.size, b.blocks, b.header, b.block_bytes),
@@ -226,13 +187,13 @@ class WorkerPool:
             os.close(page_fd)
             child.close()
         loop = asyncio.get_running_loop()
-        holder: list[_Worker] = []
+        holder: list[WorkerLink] = []
         transport, answers = await loop.create_unix_connection(
             lambda: AnswerReader(lambda msg: self._on_answer(holder[0], msg)), sock=parent)
-        w = _Worker(index, generation, proc, transport, answers, progress)
+        w = WorkerLink(index, generation, proc, transport, answers, progress)
         holder.append(w)
         transport.write(frame(("init", init)))
-        w.reader_task = asyncio.ensure_future(self._watch(w))
+        w.reader_task = asyncio.ensure_future(self._deaths.watch(w))
         return w
 
     def raise_if_failed(self) -> None:
@@ -241,7 +202,7 @@ class WorkerPool:
             raise PoolFailed(self.failed)
 
     @property
-    def workers(self) -> list[_Worker]:
+    def workers(self) -> list[WorkerLink]:
         return [w for w in self._workers if w is not None]
 
     def pids(self) -> list[int]:
@@ -298,7 +259,7 @@ class WorkerPool:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             self._next_id += 1
-            job = _Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx=ctx)
+            job = Job(self._next_id, result, prior, loop.create_future(), digest, lookup, sitemap, 0, ctx=ctx)
             self._jobs[job.job_id] = job
             try:
                 self._dispatch(job)
@@ -343,7 +304,7 @@ class WorkerPool:
                 return
         self._free += 1
 
-    def _dispatch(self, job: _Job) -> None:
+    def _dispatch(self, job: Job) -> None:
         w, held = None, 0           # the first live worker holding the fewest jobs
         for live in self._workers:
             if live is not None and live.alive and (w is None or len(live.outstanding) < held):
@@ -393,7 +354,7 @@ class WorkerPool:
                 if w.alive and not w.transport.is_closing():
                     w.transport.write(data)
 
-    def _on_answer(self, w: _Worker, msg) -> None:
+    def _on_answer(self, w: WorkerLink, msg) -> None:
         """One frame from a worker: a near-duplicate question, or a batch of (job id, packed result)
         answered after its records were flushed."""
         if msg[0] == "near":
@@ -406,14 +367,13 @@ class WorkerPool:
         w.segment, w.acked_bytes = segment, size
         self.answer_frames += 1
         self.answers_framed += len(answers)
-        self._quick_deaths = 0
-        self._start_deaths = 0
+        self._deaths.answered()
         answered = []
         for job_id, pr in results:
             w.answered += 1
             job = w.outstanding.pop(job_id, None)
             if job is not None:
-                _release_body(job)      # answered: its blocks are free (a later read raises)
+                release_body(job)      # answered: its blocks are free (a later read raises)
                 if not job.future.done():
                     answered.append((job, pr))
         on_frame = self.on_frame
@@ -427,19 +387,7 @@ class WorkerPool:
         for job, pr in answered:
             job.future.set_result(pr)
 
-    async def _watch(self, w: _Worker) -> None:
-        """Wait for the worker's socket to close, then restart it (unless it was closed on purpose)."""
-        exc = await w.answers.closed
-        if exc is not None:
-            log.warning("worker %d connection lost: %r", w.index, exc)
-        if w.alive:
-            try:
-                await self._restart(w)
-            except Exception as e:      # a restart that stops half-way would leave jobs unanswered forever
-                log.exception("worker %d could not be restarted", w.index)
-                self.failed = f"processing worker {w.index} could not be restarted: {type(e).__name__}: {e}"
-
-    def _answer_near(self, w: _Worker, queries: list) -> None:
+    def _answer_near(self, w: WorkerLink, queries: list) -> None:
         """A worker asks, before archiving a batch, which stored pages its pages nearly duplicate."""
         answers = {}
         if self.near_duplicates is not None:
@@ -460,99 +408,6 @@ class WorkerPool:
             answers[job_id] = near
         if w.alive and not w.transport.is_closing():
             w.transport.write(frame(("near", answers)))     # now: the worker waits for it
-
-    async def _restart(self, dead: _Worker) -> None:
-        dead.alive = False
-        dead.out.clear()
-        dead.jobs = []
-        with contextlib.suppress(Exception):
-            dead.transport.close()
-        loop = asyncio.get_running_loop()
-        rc = await loop.run_in_executor(None, _reap, dead.proc)
-        self.restarts += 1
-        log.error("worker %d died (exit %s) holding %d jobs", dead.index, rc, len(dead.outstanding))
-        self._cut_unanswered(dead)
-        self._report_death(dead)
-        started = PROGRESS.unpack_from(dead.progress)[0]
-        dead.progress.close()
-        jobs = list(dead.outstanding.values())
-        dead.outstanding.clear()
-        suspect = next((j for j in jobs if j.job_id == started), None)    # None: died between jobs
-        if suspect is not None:
-            suspect.crashes += 1
-            if suspect.crashes >= self.max_job_attempts:
-                jobs.remove(suspect)
-                self.crashed_jobs += 1
-                _release_body(suspect)      # no worker holds it any more
-                if not suspect.future.done():
-                    suspect.future.set_result(ProcessResult(
-                        url=suspect.result.url, outcome=Outcome.PROCESS_CRASHED, status=suspect.result.status,
-                        error=f"{suspect.crashes} workers died processing this response"))
-        for job in jobs:
-            self._dispatch(job)         # to a live worker, else the backlog
-        if self._closing:
-            return                      # close() answers the backlog
-        if dead.answered == 0 and started == 0:
-            # died before starting any job (cannot import its modules, ...): a broken start, and
-            # restarting it forever would only hide that; its jobs stay queued, unanswered
-            self._start_deaths += 1
-            if self._start_deaths >= MAX_START_DEATHS:
-                self.failed = (f"processing workers keep dying at start ({self._start_deaths} in a row, last "
-                               f"exit status {rc}; the worker's own error is logged above)")
-                log.error("worker pool failed: %s", self.failed)
-                return
-        if dead.answered == 0:
-            # died again before answering anything (broken start or poison pages): don't spin
-            self._quick_deaths += 1
-            await asyncio.sleep(_RESPAWN_DELAY_S[min(self._quick_deaths, len(_RESPAWN_DELAY_S) - 1)])
-        if self._closing:
-            return
-        self._workers[dead.index] = await self._spawn(dead.index, dead.generation + 1)
-        backlog, self._backlog = self._backlog, deque()
-        for job in backlog:
-            self._dispatch(job)
-
-    def _report_death(self, dead: _Worker) -> None:
-        """Tell ``on_worker_death`` (which closes the dead worker's segment). Its failure is logged and
-        goes no further: the jobs must still be sent again, and a segment left ``.open`` is closed by
-        the recovery at the next start."""
-        if self.on_worker_death is None:
-            return
-        try:
-            self.on_worker_death(dead.index, dead.segment)
-        except Exception:
-            log.exception("worker %d: closing its segment %s failed; it stays open until the next start",
-                          dead.index, dead.segment)
-            if dead.segment:
-                self._not_closed.add(dead.segment)      # answered records: no later cut may remove them
-
-    def _open_segments(self, index: int | None) -> list[str]:
-        """``.open`` segments of worker ``index`` (None: of any worker of this shard, any run)."""
-        warc_dir = self.init.get("warc_dir")
-        if not warc_dir or not os.path.isdir(warc_dir):
-            return []
-        tag = re.escape(self.tag(index)) if index is not None else re.escape(self.tag(0))[:-1] + r"\d+"
-        pat = re.compile(rf"-{tag}\.warc\.gz{re.escape(OPEN_SUFFIX)}$")
-        return sorted(os.path.join(warc_dir, n) for n in os.listdir(warc_dir) if pat.search(n))
-
-    def _cut_unanswered(self, dead: _Worker) -> None:
-        """Remove a dead worker's records that no answer covered: those jobs are processed again."""
-        for path in self._open_segments(dead.index):
-            if path in self._not_closed:
-                continue                # an earlier generation's answered records, waiting for recovery
-            try:
-                if path == dead.segment:
-                    if os.path.getsize(path) > dead.acked_bytes:
-                        os.truncate(path, dead.acked_bytes)
-                        log.warning("worker %d: cut %s back to %d answered bytes", dead.index, path,
-                                    dead.acked_bytes)
-                else:
-                    os.remove(path)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(cdxj_path(path, self.init.get("index_dir") or None) + OPEN_SUFFIX)
-                    log.warning("worker %d: removed %s (no answered record)", dead.index, path)
-            except OSError as e:
-                log.error("worker %d: cannot cut segment %s: %s", dead.index, path, e)
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Let workers finish their jobs, close their WARC segments and exit.
@@ -588,8 +443,7 @@ class WorkerPool:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(w.reader_task, timeout_s)     # reads the last answers
             if w.proc.returncode != 0:
-                self._cut_unanswered(w)
-                self._report_death(w)
+                self._deaths.settle(w)
             with contextlib.suppress(Exception):
                 w.transport.close()
             w.progress.close()
@@ -600,24 +454,8 @@ class WorkerPool:
             self.bodies.close()
 
 
-def _release_body(job: _Job) -> None:
-    """No worker holds ``job`` any more: its body's blocks go back (the fetcher's, or the copy)."""
-    if job.copy is not None:
-        job.copy.release()
-    if job.result.pooled is not None:
-        job.result.pooled.release()
-
-
-def _resolve_unprocessed(job: _Job, why: str) -> None:
-    _release_body(job)          # the workers are gone (close)
+def _resolve_unprocessed(job: Job, why: str) -> None:
+    release_body(job)          # the workers are gone (close)
     if not job.future.done():
         job.future.set_result(ProcessResult(url=job.result.url, outcome=Outcome.PROCESS_CRASHED,
                                             status=job.result.status, error=why))
-
-
-def _reap(proc: subprocess.Popen) -> int:
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()

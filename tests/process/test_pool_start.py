@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from crawlerd.process import pool as poolmod
-from crawlerd.process.pool import MAX_START_DEATHS, PoolFailed, WorkerPool
+from crawlerd.process.pool import PoolFailed, WorkerPool
+from crawlerd.process.restart import MAX_START_DEATHS
 from tests.process.test_pool import init_for, page_html, response, wait_until
 
 
