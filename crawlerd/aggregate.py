@@ -1,9 +1,12 @@
 """The family's view: one ``status``/``stats`` dict made of every shard's own.
 
 A shard process answers ``status`` and ``stats`` in the shape a one-shard daemon does. The
-family adds them up: numbers are summed (counts, rates, bytes, queue lengths, CPU seconds),
+family adds them up: numbers are summed (counts, rates, bytes, caps, queue lengths, CPU seconds),
 tables are summed key by key, lists are joined; a few fields are the family's own (state, pid,
-uptime) or merged by their meaning (top hosts, recent errors, per-process CPU). Counters of a
+uptime) or merged by their meaning (top hosts, recent errors, per-process CPU). A number that is
+a maximum of its own (``MAXIMA``: a high-water mark, a longest stall or wait) is the largest of
+the shards'; a setting every shard states alike (``SETTINGS``) is stated once, not multiplied;
+``next_due_at`` is the earliest. Each shard's own figures stay under ``shards``. Counters of a
 shard's earlier lives (before a restart) are kept in a ``Retired`` total, so the family's
 counters only grow.
 """
@@ -16,6 +19,16 @@ from collections import Counter
 OWN = frozenset({"state", "pid", "data_dir", "uptime_s", "shard", "shards", "metrics_url"})
 # the counters that survive a shard's restart in the family's totals (each only grows)
 LIFETIME = ("pages", "bytes", "outcomes", "statuses", "dropped", "counters", "errors")
+# leaves (by name, at any depth) that are a maximum over time of one shard: the family's is the
+# largest; the latest event's duration (last_*_s) and a reader's position in its queues likewise
+MAXIMA = frozenset({"high_water_bytes", "peak_bytes", "largest_step_bytes", "max_s", "own_max_s", "recent_max_s",
+                    "lag_max_s", "max_job_s", "max_merge_s", "max_write_ms", "trim_ms_max", "oldest_waiting_s",
+                    "last_merge_s", "last_flush_s", "lag_last_s", "reader_queue", "window_end"})
+# leaves (by path) that are the same setting in every shard: the first shard's
+SETTINGS = frozenset({"budgets.base_budget", "budgets.per_inlink", "budgets.max_budget", "budgets.max_spread",
+                      "budgets.queues", "budgets.window", "budgets.graph.vouch_ratio", "budgets.graph.max_age_s",
+                      "malloc.trim_interval_s"})
+MINIMA = frozenset({"next_due_at"})         # a time the first shard reaches (None: none due)
 
 
 def merge(views: list[dict]) -> dict:
@@ -28,7 +41,7 @@ def merge(views: list[dict]) -> dict:
             if k not in out:
                 out[k] = _copy(x)
             else:
-                out[k] = _add(out[k], x)
+                out[k] = _add(out[k], x, k)
     return out
 
 
@@ -40,15 +53,21 @@ def _copy(x):
     return x
 
 
-def _add(a, b):
+def _add(a, b, path: str = ""):
+    """``a`` and ``b`` combined as what ``path`` (dotted keys from the view's top) names."""
+    leaf = path.rpartition(".")[2]
+    if leaf in MINIMA:
+        return b if a is None or (b is not None and b < a) else a
     if isinstance(a, bool) or isinstance(b, bool):
         return a or b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a + b
+        if path in SETTINGS:
+            return a
+        return max(a, b) if leaf in MAXIMA else a + b
     if isinstance(a, dict) and isinstance(b, dict):
         out = dict(a)
         for k, v in b.items():
-            out[k] = _add(out[k], v) if k in out else _copy(v)
+            out[k] = _add(out[k], v, f"{path}.{k}" if path else k) if k in out else _copy(v)
         return out
     if isinstance(a, list) and isinstance(b, list):
         return a + b
@@ -68,7 +87,7 @@ class Retired:
     def apply(self, merged: dict) -> dict:
         if self.total:
             for k, v in self.total.items():
-                merged[k] = _add(merged[k], v) if k in merged else _copy(v)
+                merged[k] = _add(merged[k], v, k) if k in merged else _copy(v)
         return merged
 
 

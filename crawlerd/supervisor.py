@@ -35,8 +35,8 @@ import time
 
 import lmdb
 
+from crawlerd import aggregate, control, layout
 from crawlerd import config as configmod
-from crawlerd import control, layout
 from crawlerd.allocator import tune_malloc
 from crawlerd.config import Config, ConfigError
 from crawlerd.exposition import render, render_text
@@ -67,6 +67,9 @@ NOT_ERRORS = frozenset(o.value for o in (Outcome.OK, Outcome.NOT_MODIFIED, Outco
                                          Outcome.DUST_SKIPPED))
 
 
+# a shard view's figures that stats() states for every shard at once (aggregate.merge)
+SHARD_TOTALS = ("frontier", "budgets", "recrawl", "fetcher", "dust", "memory", "near_index", "malloc", "unlanded",
+                "body_pool_fallbacks", "seen_pending", "worker_restarts", "worker_cpu_s", "recent_errors")
 # per-shard fields in `status` (`stats` has each shard's whole dict)
 SHARD_SUMMARY = ("shard", "pid", "pages", "pages_per_s_10s", "in_flight", "leases", "processing", "queued",
                  "hosts_active", "working_set_hosts", "sessions_started")
@@ -392,7 +395,8 @@ class Supervisor:
     def stats(self) -> dict:
         snap = self.metrics.snapshot(top=20)
         views = self._shard_views()
-        sh = views[0] if views else {}
+        # every shard's figures in one (aggregate.merge: sums, maxima, settings once); per shard under "shards"
+        sh = aggregate.merge([{k: v[k] for k in SHARD_TOTALS if k in v} for v in views])
         ru = os.times()
         workers = sh.get("worker_cpu_s", {})
         procs = [p for v in views for p in v["processes"]]
@@ -402,7 +406,7 @@ class Supervisor:
         return {**self.status(views), "bytes": snap["bytes"], "dropped": snap["dropped"],
                 "counters": snap["counters"], "top_hosts": snap["top_hosts"],
                 "frontier": sh.get("frontier", {}), "seen_pending": sh.get("seen_pending", 0),
-                "recent_errors": sh.get("recent_errors", []),
+                "recent_errors": sh.get("recent_errors", [])[-10:],
                 "cpu_s": round(ru.user + ru.system + sum(workers.values()), 3),
                 "cpu_by_process_s": {"crawl": round(ru.user + ru.system, 3),
                                      **{f"worker-{pid}": round(c, 3) for pid, c in workers.items()}},

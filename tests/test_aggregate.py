@@ -25,3 +25,15 @@ def test_numbers_add_up_tables_merge_and_own_fields_are_the_familys():
     assert v["cpu_by_process_s"] == {"crawl": 0.5, "shard-0": 1.0, "worker-200": 2.0, "shard-1": 3.0,
                                      "worker-201": 6.0}
     assert v["cpu_s"] == 12.5 and v["recent_errors"] == ["e0", "e1"] and len(v["shards"]) == 3
+
+
+def test_maxima_are_the_largest_settings_are_stated_once_and_the_next_due_time_is_the_earliest():
+    def shard(high, used, due):
+        return {"memory": {"body_pool": {"bytes": used, "cap_bytes": 100, "high_water_bytes": high}},
+                "budgets": {"base_budget": 2, "deferred_now": used, "graph": {"lag_max_s": high / 10}},
+                "recrawl": {"next_due_at": due}}
+    v = aggregate.merge([shard(40, 5, None), shard(70, 6, 9.0), shard(10, 7, 3.0)])
+    assert v["memory"]["body_pool"] == {"bytes": 18, "cap_bytes": 300, "high_water_bytes": 70}
+    assert v["budgets"] == {"base_budget": 2, "deferred_now": 18, "graph": {"lag_max_s": 7.0}}
+    assert v["recrawl"]["next_due_at"] == 3.0
+    assert aggregate.merge([shard(1, 1, None), shard(1, 1, None)])["recrawl"]["next_due_at"] is None
