@@ -88,8 +88,9 @@ HOSTS_SHARE = 0.5                # of max_bytes: host records; the rest: archive
 ARCHIVED_ENTRY_BYTES = 64        # key + value + LMDB node and page overhead
 SKIP_LOG_PER_RULE = 256
 # an archived entry not written yet, as the overlay will hold it at the commit: its key and value
-# objects (8 and 18 bytes, 33 each) and the write's slots (store/overlay.py, _SLOT_BYTES)
-PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 200
+# objects (8 and 18 bytes, 33 each) and the slots of a put of a key new to the view (store/overlay.py:
+# _PUT_SLOT_BYTES 104 + _VIEW_SLOT_BYTES 96)
+PENDING_ARCHIVED_BYTES = 2 * 33 + 8 + 18 + 104 + 96
 _ARCH = struct.Struct("<BBIIQ")
 _U64 = struct.Struct(">Q")
 _SEQ = 8                          # a host value: its u64 write sequence, then its JSON record

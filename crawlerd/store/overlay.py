@@ -31,9 +31,14 @@ keys the cache holds takes the value that layer wrote (the committed value from 
 written and not landed answers from the view first. RAM only: a new overlay starts empty.
 
 Unlanded bytes (``unlanded_bytes``, ``memory``): what the layers not landed hold, the open one
-included, estimated per write (key and value objects, ``_SLOT_BYTES`` for the layer's and view's
-slots). It follows the writer's backlog; a store that bounds it (the budget store) holds its
-writers back until a landing (``on_landed``).
+included, estimated per write: its key and value objects (an empty value is the interpreter's one
+``b""``), its slot in the layer and in the list the commit hands the writer (``_PUT_SLOT_BYTES``,
+``_DELETE_SLOT_BYTES``: a put's list entry is a (key, value) tuple), and for a key new to the view
+its slot and (value, layer) tuple there (``_VIEW_SLOT_BYTES``; a key the view holds already costs
+none). Measured against what tracemalloc sees freed when the layers land
+(``bench/budget_unlanded_bytes.py``, ``tests/bench/test_budget_unlanded_bytes.py``). It follows
+the writer's backlog; a store that bounds it (the budget store) holds its writers back until a
+landing (``on_landed``).
 
 Durability: a commit survives ``kill -9`` once it landed (its ``then`` ran; the thread commits
 without fdatasync unless asked, ``commit(sync=True)``); a caller whose promise depends on it
@@ -60,9 +65,12 @@ _INSORT_MAX = 32        # new keys merged one by one into a sorted list; more: a
 _PRUNE_SLACK = 4096     # a stale sorted list is pruned at a landing once more keys than its view's
                         # (plus this) landed since: bounded memory with no cursor, O(1) a landed key
 _BYTES_BASE = 33        # sys.getsizeof(b""): a cached key or value costs this + its length
-# a write held until it lands, beside its key and value: its slot in the layer's dict and the view's
-# (value, layer) tuple and slot (tests/store/test_overlay.py checks the estimate against tracemalloc)
-_SLOT_BYTES = 200
+# a write held until it lands, beside its key and value (module doc, "Unlanded bytes"): its slot in
+# the layer's dict and in the commit's list for the writer (a put's is a (key, value) tuple), and a
+# key new to the view its slot and (value, layer) tuple there
+_PUT_SLOT_BYTES = 104
+_DELETE_SLOT_BYTES = 48
+_VIEW_SLOT_BYTES = 96
 _PEAK_WINDOW_S = 2.0    # ``memory``'s recent peak: the highest over the last 2-4 s
 _MISS = object()
 
@@ -73,8 +81,11 @@ def _cost(key: bytes, value: bytes | None) -> int:
 
 
 def _held(value: bytes | None) -> int:
-    """Estimated bytes of a value a layer holds (None: a delete holds none)."""
-    return 0 if value is None else _BYTES_BASE + len(value)
+    """Estimated bytes of one write a layer holds beside its key: its value (None: a delete holds
+    none; ``b""`` is shared) and its slots in the layer and the commit's list."""
+    if value is None:
+        return _DELETE_SLOT_BYTES
+    return _PUT_SLOT_BYTES + _BYTES_BASE + len(value) if value else _PUT_SLOT_BYTES
 
 
 class Overlay:
@@ -121,6 +132,7 @@ class Overlay:
         # and the writes of a key new to its layer)
         self._open_bytes = 0
         self._pending_bytes = 0
+        self._view_new: dict[Any, int] = {}        # table -> keys the open layer brought into the view
         self.added_bytes = self.added_writes = 0
         self.high_water_bytes = 0
         self._peak = self._peak_prev = 0
@@ -168,19 +180,21 @@ class Overlay:
         lay[key] = value
         if old is _MISS:
             self.added_writes += 1
-        d = (_SLOT_BYTES + _BYTES_BASE + len(key) if old is _MISS else -_held(old)) + _held(value)
+        d = (_BYTES_BASE + len(key) if old is _MISS else -_held(old)) + _held(value)
+        v = self._view.get(db)
+        if v is None:
+            v = self._view[db] = {}
+        if key not in v:
+            d += _VIEW_SLOT_BYTES
+            self._view_new[db] = self._view_new.get(db, 0) + 1
+            fresh = self._fresh.get(db)
+            if fresh is not None:
+                fresh.append(key)
         if d < 0:
             self._note_peak()           # a shrinking rewrite: the most held so far is held now
         self._open_bytes += d
         if d > 0:
             self.added_bytes += d
-        v = self._view.get(db)
-        if v is None:
-            v = self._view[db] = {}
-        if key not in v:
-            fresh = self._fresh.get(db)
-            if fresh is not None:
-                fresh.append(key)
         v[key] = (value, self._lid)
         return True
 
@@ -194,22 +208,27 @@ class Overlay:
             v = self._view[db] = {}
         fresh = self._fresh.get(db)
         lid = self._lid
-        n = total = added = new = 0
+        n = total = added = new = viewed = 0
         get = lay.get
         for key, value in items:
             old = get(key, _MISS)
             lay[key] = value
             if old is _MISS:
                 new += 1
-                d = _SLOT_BYTES + _BYTES_BASE + len(key) + _held(value)
+                d = _BYTES_BASE + len(key) + _held(value)
             else:
                 d = _held(value) - _held(old)
+            if key not in v:
+                viewed += 1
+                d += _VIEW_SLOT_BYTES
+                if fresh is not None:
+                    fresh.append(key)
             total += d
             added += d if d > 0 else 0
-            if fresh is not None and key not in v:
-                fresh.append(key)
             v[key] = (value, lid)
             n += 1
+        if viewed:
+            self._view_new[db] = self._view_new.get(db, 0) + viewed
         self._open_bytes += total
         self.added_bytes += added
         self.added_writes += new
@@ -226,7 +245,10 @@ class Overlay:
         moot = self._layer.pop(db, None)       # writes before the drop are moot
         if moot:
             self._note_peak()                  # before the open layer shrinks
-            self._open_bytes -= sum(_SLOT_BYTES + _BYTES_BASE + len(k) + _held(v) for k, v in moot.items())
+            # with the view slots of the keys they brought into the view (those of the layers
+            # handed over stay counted until they land)
+            self._open_bytes -= (sum(_BYTES_BASE + len(k) + _held(v) for k, v in moot.items())
+                                 + self._view_new.pop(db, 0) * _VIEW_SLOT_BYTES)
         self._dropped.add(db)
         self._cleared[db] = self._lid
         self._view[db] = {}
@@ -343,6 +365,7 @@ class Overlay:
         self._dropped = set()
         self._lid += 1
         nbytes, self._open_bytes = self._open_bytes, 0
+        self._view_new = {}
         self._pending_bytes += nbytes
         self._landing.append((lid, layer, nbytes))
         self.layers += 1

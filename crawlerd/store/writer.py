@@ -156,32 +156,40 @@ class WriteThread:
                 if not self._pending:
                     return
                 batch, self._pending = self._pending, []
-            t0 = time.monotonic()
-            # by equality: a bound method is a new object per access
-            groups: dict[Sink, list[Any]] = {sink: [] for sink in self._first}
-            for sink, item, _ in batch:
-                if sink is not None:
-                    groups.setdefault(sink, []).append(item)
-            try:
-                for sink, items in groups.items():
-                    if items:
-                        sink(items)
-            except BaseException as e:          # a failing disk: stop here, acknowledge nothing more
-                log.exception("background write failed")
-                with self._cv:
-                    self._error = e
-                    self._pending = []
-                if self._on_error is not None:
-                    self._post([functools.partial(self._on_error, e)])
+            ok = self._write_group(batch)
+            del batch               # nothing of the group stays alive while the thread waits for the next
+            if not ok:
                 return
-            dt = time.monotonic() - t0
-            self.groups += 1
-            self.items += len(batch)
-            self.write_s += dt
-            self.max_write_s = max(self.max_write_s, dt)
-            thens = [then for _, _, then in batch if then is not None]
-            if thens and not self._post(thens):
-                return
+
+    def _write_group(self, batch: list) -> bool:
+        """Write one group and post its callbacks; False: stop. A method of its own so that nothing
+        of the group (its layers' keys and values) stays alive in a local while the thread waits
+        for the next."""
+        t0 = time.monotonic()
+        # by equality: a bound method is a new object per access
+        groups: dict[Sink, list[Any]] = {sink: [] for sink in self._first}
+        for sink, item, _ in batch:
+            if sink is not None:
+                groups.setdefault(sink, []).append(item)
+        try:
+            for sink, items in groups.items():
+                if items:
+                    sink(items)
+        except BaseException as e:          # a failing disk: stop here, acknowledge nothing more
+            log.exception("background write failed")
+            with self._cv:
+                self._error = e
+                self._pending = []
+            if self._on_error is not None:
+                self._post([functools.partial(self._on_error, e)])
+            return False
+        dt = time.monotonic() - t0
+        self.groups += 1
+        self.items += len(batch)
+        self.write_s += dt
+        self.max_write_s = max(self.max_write_s, dt)
+        thens = [then for _, _, then in batch if then is not None]
+        return not thens or self._post(thens)
 
     def _post(self, thens: list[Callable[[], None]]) -> bool:
         try:
