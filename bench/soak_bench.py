@@ -405,6 +405,12 @@ def summary_lines(result: dict, a: dict) -> list[str]:
         for part, (first, last) in p.get("parts_by_thirds", {}).items():
             lines.append(f"  {name:8s} {part}: {first / 2**20:.2f} -> {last / 2**20:.2f} MiB ({(last - first) / 2**20:+.2f}), "
                          "first -> last third of the fit")
+    comps = a.get("component_slopes") or {}
+    if comps:       # the crawl process's parts, the steepest first: which part of RssAnon's slope grows
+        lines.append("  crawl parts over the fit, B/page (first -> last MiB[, of cap]): " + "; ".join(
+            f"{k} {c['slope']:+.2f} ({_mib(c['first'])} -> {_mib(c['last'])}"
+            + (f" of {_mib(c['cap'])}" if c["cap"] else "") + ")"
+            for k, c in sorted(comps.items(), key=lambda kv: -abs(kv[1]["slope"] or 0)) if c["slope"] is not None))
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))

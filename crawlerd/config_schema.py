@@ -148,9 +148,14 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "Most hosts leased from at once (the working set): a ready host joins when a free transfer slot "
            "finds no member due, and stays for a session, so its connection is reused across its politeness "
            "gap instead of reopened (and TLS renegotiated) every turn. The set sizes itself to what the "
-           "crawl's rate needs below this cap; 0: off (every ready host in due-time order). Also bounds the "
-           "queue heads kept in RAM (four URLs of each of at most twice this many queues).", min=0,
+           "crawl's rate needs below this cap; 0: off (every ready host in due-time order).", min=0,
            max=1 << 24),
+        _k("queue_heads_bytes", int, 8 * MiB,
+           "RAM for the first URLs (up to four) of the queues being leased from, kept so a lease pops its "
+           "URL without a seek in the store, bytes, estimated per entry (key, URL record and the objects "
+           "holding them); over it the queue filled longest ago is forgotten. The working set's queues "
+           "take ~3-4 MiB at its default size; 0: none kept (every lease reads its queue's head from "
+           "the store).", min=0, max=1 << 34),
         _k("session_fetches", int, 20,
            "Leases a working-set host makes before it goes to the back of the ready hosts (its last "
            "request closes its connection).", min=1, max=1_000_000),
