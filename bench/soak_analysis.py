@@ -183,6 +183,44 @@ def caps_full(samples: list[dict]) -> int:
     return max(firsts, default=0)
 
 
+ANON_MAPS = ("heap", "anon")     # crawl_maps' anonymous kinds (smaps_groups in soak_bench.py)
+
+
+def component_slopes(after: list[dict]) -> dict[str, dict[str, float]]:
+    """Each part of the crawl's memory fitted against pages over the fit window, beside RssAnon:
+    every bounded component `crawlerd stats` reports (memory.*: its estimated bytes, with its cap),
+    the C heap in use and the resident anonymous mappings (``crawl_maps``: the brk heap, the other
+    anonymous maps; RssAnon is their sum with the stacks). A component
+    at its cap has a slope near 0; one that rises per page is the part of RssAnon's slope to read
+    first. ``{name: {"slope": B/page, "first": bytes, "last": bytes, "cap": bytes (0: none)}}``."""
+    pages = [float(s["pages"]) for s in after]
+    if len(after) < 3 or pages[-1] <= pages[0]:
+        return {}
+    series: dict[str, list[float | None]] = {}
+    caps: dict[str, int] = {}
+
+    def add(name: str, i: int, v: float) -> None:
+        series.setdefault(name, [None] * len(after))[i] = v
+    for i, s in enumerate(after):
+        for name, c in s.get("components_full", {}).items():
+            add(name, i, float(c.get("bytes", 0)))
+            caps[name] = max(caps.get(name, 0), int(c.get("cap_bytes", 0) or 0))
+        m = s.get("malloc", {})
+        if m.get("in_use") is not None:
+            add("C heap in use (and mapped blocks)", i, float(m["in_use"] + m.get("mmap", 0)))
+        for kind in ANON_MAPS:
+            if kind in s.get("crawl_maps", {}):
+                add(f"maps.{kind}", i, float(s["crawl_maps"][kind]))
+    out = {}
+    for name, ys in series.items():
+        pts = [(x, y) for x, y in zip(pages, ys, strict=True) if y is not None]
+        if len(pts) < 3:
+            continue
+        f = fit([x for x, _ in pts], [y for _, y in pts])
+        out[name] = {"slope": f["slope"], "first": pts[0][1], "last": pts[-1][1], "cap": caps.get(name, 0)}
+    return out
+
+
 def heap_fits(after: list[dict], pages: list[float]) -> dict:
     """The crawl process's C heap (glibc mallinfo2 from `crawlerd stats`, when the daemon reports it)
     fitted against pages: bytes handed out (``in_use``: live, what a leak would grow) and the heaps'
@@ -229,6 +267,7 @@ def analyse(samples: list[dict], hosts: int, warmup_fraction: float = 0.3, warmu
     out["pages_range"] = [after[0]["pages"], after[-1]["pages"]]
     out["queued_range"] = [after[0]["queued"], after[-1]["queued"]]
     out["hosts_active_range"] = [min(s["hosts_active"] for s in after), max(s["hosts_active"] for s in after)]
+    out["component_slopes"] = component_slopes(after)
 
     def series(s: dict) -> dict[str, dict[str, int]]:
         m = s["mem"]

@@ -61,6 +61,10 @@ SMALL_CAPS = [
     "recrawl.read_cache_bytes=4194304",
     "budgets.read_cache_bytes=4194304",
     "dns.cache_bytes=4194304",              # DNS answers
+    # the queue heads of the working set's hosts: ~2.5-3.6 MiB in use at its default size through a
+    # 20,000-host soak, so 2 MiB is full ~15 s in and stays full (the shipped 8 MiB never fills, and
+    # their count kept rising to ~845 s, inside the fit)
+    "frontier.queue_heads_bytes=2097152",
     # DRUM answers a merge's keys in one batch (URLs with their aux bytes): merging every 5 s
     # instead of 30 s keeps that transient batch, and so the noise on the fitted slopes, small
     "drum.max_age_s=5",
@@ -405,6 +409,12 @@ def summary_lines(result: dict, a: dict) -> list[str]:
         for part, (first, last) in p.get("parts_by_thirds", {}).items():
             lines.append(f"  {name:8s} {part}: {first / 2**20:.2f} -> {last / 2**20:.2f} MiB ({(last - first) / 2**20:+.2f}), "
                          "first -> last third of the fit")
+    comps = a.get("component_slopes") or {}
+    if comps:       # the crawl process's parts, the steepest first: which part of RssAnon's slope grows
+        lines.append("  crawl parts over the fit, B/page (first -> last MiB[, of cap]): " + "; ".join(
+            f"{k} {c['slope']:+.2f} ({_mib(c['first'])} -> {_mib(c['last'])}"
+            + (f" of {_mib(c['cap'])}" if c["cap"] else "") + ")"
+            for k, c in sorted(comps.items(), key=lambda kv: -abs(kv[1]["slope"] or 0)) if c["slope"] is not None))
     if a.get("crawl_maps_growth"):
         lines.append("  crawl RSS growth after warm-up by mapping: " + ", ".join(
             f"{k} {v / 2**20:+.1f} MiB" for k, v in sorted(a["crawl_maps_growth"].items(), key=lambda kv: -kv[1])))

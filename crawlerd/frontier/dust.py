@@ -93,7 +93,7 @@ class DustLearner:
                  prior_sample_share: float = 0.03, sample_halving: int = 5, min_sample_share: float = 0.002,
                  initial_probes: int = 24, admission_probes: bool = True, sync: bool = True,
                  clock=time.time, write_buffer_bytes: int = 0, cache_bytes: int = 32 << 20,
-                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0, read_cache_bytes: int = 8 << 20,
+                 archived_filter_bytes: int = 4 << 20, unlanded_bytes: int = 0, read_cache_bytes: int = 1 << 20,
                  native: bool = True):
         """``admission_probes``: a suspect may be a probe when it is admitted. False when what is
         admitted may wait elsewhere before the frontier (BEAST budgets): a probe held there

@@ -12,8 +12,9 @@ a new URL (``seq`` only grows: after them) extends a queue known whole (only tho
 up for an add's URLs), a host's queue taken is
 forgotten.
 
-Bounded: at most ``max_queues`` queues (the oldest filled is forgotten first), ``depth`` entries
-each; ``memory()`` estimates the bytes held.
+Bounded in bytes: ``depth`` entries a queue, and the queues' estimated bytes (``cap_bytes``,
+``frontier.queue_heads_bytes``) over which the oldest filled queue is forgotten, one dict pop each;
+``memory()`` reports the bytes held against that cap (`crawlerd stats` memory.frontier_heads).
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ class QueueHeads:
     store holds them (every queued key up to the last cached one is among them); ``whole``: no
     other entry is queued under the prefix. A queue not cached is read from the store."""
 
-    __slots__ = ("depth", "max_queues", "_q", "_whole", "_bytes", "fills", "hits")
+    __slots__ = ("depth", "cap_bytes", "_q", "_whole", "_bytes", "fills", "hits")
 
-    def __init__(self, depth: int = 4, max_queues: int = 8192) -> None:
-        if depth < 1 or max_queues < 1:
-            raise ValueError(f"queue heads: depth {depth}, max_queues {max_queues} (both >= 1)")
+    def __init__(self, depth: int = 4, cap_bytes: int = 8 << 20) -> None:
+        if depth < 1 or cap_bytes < 1:
+            raise ValueError(f"queue heads: depth {depth}, cap_bytes {cap_bytes} (both >= 1)")
         self.depth = depth
-        self.max_queues = max_queues
+        self.cap_bytes = cap_bytes
         self._q: dict[bytes, list] = {}
         self._whole: dict[bytes, list] = {}     # the cached queues known whole (what a new URL extends)
         self._bytes = 0
@@ -64,8 +65,6 @@ class QueueHeads:
         old = q.pop(prefix, None)       # re-inserted: the newest fill is forgotten last
         if old is not None:
             self._bytes -= self._cost(old[0])
-        elif len(q) >= self.max_queues:
-            self._drop(next(iter(q)))
         e = q[prefix] = [entries, whole]
         if whole:
             self._whole[prefix] = e
@@ -73,6 +72,7 @@ class QueueHeads:
             self._whole.pop(prefix, None)
         self._bytes += self._cost(entries)
         self.fills += 1
+        self._evict()
 
     def put(self, key: bytes, value: bytes) -> None:
         """``key`` was written into the queues table with ``value``."""
@@ -100,6 +100,8 @@ class QueueHeads:
             else:
                 self._not_whole(e, key[:5])     # more after the cached entries now
         # else: after the cached entries of a queue not known whole: nothing cached changes
+        if self._bytes > self.cap_bytes:
+            self._evict()
 
     def _not_whole(self, e: list, prefix: bytes) -> None:
         e[1] = False
@@ -121,6 +123,8 @@ class QueueHeads:
                     self._bytes += _ENTRY_BYTES + len(key) + len(value)
                 else:
                     self._not_whole(e, key[:5])
+        if self._bytes > self.cap_bytes:
+            self._evict()
 
     def delete(self, key: bytes) -> None:
         """``key`` was deleted from the queues table (whether or not it was there)."""
@@ -138,6 +142,13 @@ class QueueHeads:
         for p in [p for p in self._q if p[:4] == hprefix]:
             self._drop(p)
 
+    def _evict(self) -> None:
+        """Forget the oldest filled queues while the bytes are over the cap (a dict keeps its
+        insertion order and a refill re-inserts: the first key is the oldest fill)."""
+        q = self._q
+        while self._bytes > self.cap_bytes and q:
+            self._drop(next(iter(q)))
+
     def _drop(self, prefix: bytes) -> None:
         self._bytes -= self._cost(self._q.pop(prefix)[0])
         self._whole.pop(prefix, None)
@@ -152,10 +163,7 @@ class QueueHeads:
         return _QUEUE_BYTES + sum(_ENTRY_BYTES + len(k) + len(v) for k, v in entries)
 
     def memory(self) -> dict[str, int]:
-        """Estimated bytes held, and at the bound (every queue cached ``depth`` entries of the mean
-        size held now), entries, queues; pops answered here and ranged reads made."""
-        n = sum(len(e[0]) for e in self._q.values())
-        q = len(self._q)
-        per_entry = (self._bytes - q * _QUEUE_BYTES) / n if n else _ENTRY_BYTES
-        return {"bytes": self._bytes, "cap_bytes": int(self.max_queues * (_QUEUE_BYTES + self.depth * per_entry)),
-                "entries": n, "queues": q, "max_queues": self.max_queues, "hits": self.hits, "fills": self.fills}
+        """Estimated bytes held against the cap, entries, queues; pops answered here and ranged
+        reads made."""
+        return {"bytes": self._bytes, "cap_bytes": self.cap_bytes, "entries": sum(len(e[0]) for e in self._q.values()),
+                "queues": len(self._q), "hits": self.hits, "fills": self.fills}

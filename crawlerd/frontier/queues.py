@@ -77,7 +77,7 @@ class FrontierStore:
     """One LMDB environment. Key/invariants per table: see the module docstring."""
 
     def __init__(self, path: str, *, map_size_bytes: int, sync: bool, write_buffer_bytes: int = 0,
-                 head_queues: int = 8192):
+                 heads_bytes: int = 8 << 20):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.env = lmdb.open(path, map_size=map_size_bytes, max_dbs=8, sync=sync, metasync=False,
@@ -103,7 +103,7 @@ class FrontierStore:
         self._qcur_at = -1
         # with a writer attached: the first entries of the queues leased from (see heads.py)
         self.heads: QueueHeads | None = None
-        self._head_queues = head_queues
+        self._heads_bytes = heads_bytes        # their byte cap (0: none cached)
         self.lost = False           # a commit handed over was not written: what is on disk is the last that was
         # the ``leases`` table's changes since the last commit, applied at the commit (one sorted
         # putmulti; a lease that ends before the commit costs no write at all): lease id -> value
@@ -152,7 +152,7 @@ class FrontierStore:
             self._overlay = Overlay(self.env, writer, self.budget)
             self._overlay.land_first()      # lands no later than what a source forgets after it
             self._qcur, self._qcur_at = None, -1
-            self.heads = QueueHeads(max_queues=self._head_queues) if self._head_queues > 0 else None
+            self.heads = QueueHeads(cap_bytes=self._heads_bytes) if self._heads_bytes > 0 else None
         elif self._overlay is not None:
             ov, self._overlay = self._overlay, None
             self._qcur, self._ov_open = None, False

@@ -69,7 +69,7 @@ class Frontier:
                  blocklist: Iterable[str] = (), sync: bool = True, group_ops: int = 4096,
                  commit_interval_s: float = 1.0, shared_ips=None, deferred_level: bool = False,
                  write_buffer_bytes: int = 0, working_set_max: int = 4096, session_fetches: int = 20,
-                 session_s: float = 30.0):
+                 session_s: float = 30.0, queue_heads_bytes: int = 8 << 20):
         """Open (or create) the frontier in the LMDB directory ``path``; times are seconds of ``clock``.
 
         ``wall`` is the wall clock: host records store absolute wall-clock times, so a restart
@@ -88,6 +88,8 @@ class Frontier:
         when its other levels are empty (suspected duplicate URLs, ``crawlerd.frontier.dust``).
         ``working_set_max``, ``session_fetches``, ``session_s``: the hosts leased from and how long
         each stays (``crawlerd.frontier.working``; 0 hosts: off, every ready host by due time).
+        ``queue_heads_bytes``: the byte cap of the queue heads cached with a writer attached
+        (``crawlerd.frontier.heads``; 0: none cached).
         """
         if not 1 <= priority_levels <= (15 if deferred_level else 16):
             raise ValueError(f"priority_levels = {priority_levels}: expected 1..{15 if deferred_level else 16}")
@@ -110,11 +112,8 @@ class Frontier:
         self._lease_timeout_s = lease_timeout_s
         self._max_attempts = max_attempts
         self._host_conc = {k: max(1, min(int(v), 255)) for k, v in (host_concurrency or {}).items()}
-        # the queue heads cached while a writer is attached: the working set's queues (two levels
-        # a host), or as many as a working set of the default size's with it off
         self._store = FrontierStore(path, map_size_bytes=map_size_bytes, sync=sync,
-                                    write_buffer_bytes=write_buffer_bytes,
-                                    head_queues=2 * (working_set_max or 4096))
+                                    write_buffer_bytes=write_buffer_bytes, heads_bytes=queue_heads_bytes)
         self._hosts = HostTable(max_active_hosts)
         self._ips = IPTable(per_ip_concurrency, ip_delay_s)
         self._shared = shared_ips

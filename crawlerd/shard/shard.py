@@ -109,7 +109,8 @@ class Shard:
             map_size_bytes=fr.map_size_bytes, blocklist=[],
             host_concurrency=dict(p.host_concurrency), shared_ips=ip_slots, deferred_level=True,
             sync=False, write_buffer_bytes=cfg.storage.lmdb_write_buffer_bytes,    # fdatasync on the sync thread
-            working_set_max=fr.working_set_max, session_fetches=fr.session_fetches, session_s=fr.session_s)
+            working_set_max=fr.working_set_max, session_fetches=fr.session_fetches, session_s=fr.session_s,
+            queue_heads_bytes=fr.queue_heads_bytes)
         rc = cfg.recrawl
         self.recrawl = Recrawl(self._state("recrawl"), enabled=rc.enabled, initial_interval_s=rc.initial_interval_s,
                                min_interval_s=rc.min_interval_s, max_interval_s=rc.max_interval_s,

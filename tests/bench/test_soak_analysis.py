@@ -177,3 +177,24 @@ def test_the_parts_name_which_thread_arena_grows():
     assert "parts_by_thirds" not in a["procs"]["workers"]
     lines = soak.summary_lines({"samples": ss, "disk_bytes": {}, "rc": 0, "wall_s": 1.0}, a)
     assert any(f"heap {base:#x} resident (drum)" in line and "first -> last third" in line for line in lines)
+
+
+def test_each_memory_component_gets_its_own_slope_per_page_beside_rssanon():
+    """The fit window's parts: a component still growing shows its B/page, one at its cap ~0, and
+    the summary names them, the steepest first."""
+    ss = samples(fill_bytes=0, leak_b_per_page=3.0)
+    cap = 4 * MIB
+    for s in ss:
+        s["components_full"] = {"grows": {"bytes": 1 * MIB + 2 * s["pages"], "cap_bytes": 64 * MIB},
+                                "full": {"bytes": cap, "cap_bytes": cap}}
+        s["crawl_maps"] = {"anon": 80 * MIB + 3 * s["pages"], "heap": 20 * MIB, "libs": 9 * s["pages"]}
+    a = soak.analyse(ss, 100, 0.1, 0.5)
+    parts = a["component_slopes"]
+    assert abs(parts["grows"]["slope"] - 2.0) < 1e-6 and parts["grows"]["cap"] == 64 * MIB
+    assert abs(parts["full"]["slope"]) < 1e-9
+    assert abs(parts["maps.anon"]["slope"] - 3.0) < 1e-6 and abs(parts["maps.heap"]["slope"]) < 1e-9
+    assert "maps.libs" not in parts                      # file-backed: not part of RssAnon
+    assert abs(parts["C heap in use (and mapped blocks)"]["slope"]) < 1e-9
+    line = next(x for x in soak.summary_lines({"samples": ss, "disk_bytes": {}, "rc": 0, "wall_s": 1.0}, a)
+                if "parts over the fit" in x)
+    assert line.index("maps.anon +3.00") < line.index("grows +2.00") < line.index("full +0.00")

@@ -100,18 +100,26 @@ def test_pops_from_the_cached_heads_answer_as_the_plain_cursor_over_random_opera
     """Adds, pops, put-backs, deletes, takes and commits landing at random moments (the writer held
     back for stretches): the same heads, level masks and queues as a store reading its own cursor,
     with the heads shallow and few (evicted, refilled) and at the defaults."""
-    small = asyncio.run(run(tmp_path / "small", seed, QueueHeads(depth=2, max_queues=3), 3000))
+    small = asyncio.run(run(tmp_path / "small", seed, QueueHeads(depth=2, cap_bytes=1500), 3000))
     assert small.hits > 100 and small.fills > 100
     full = asyncio.run(run(tmp_path / "full", seed, QueueHeads(), 3000))
     assert full.hits > small.hits
 
 
-def test_the_heads_hold_at_most_their_queues_and_depth_and_count_what_they_hold():
-    heads = QueueHeads(depth=3, max_queues=2)
+def queue_cost(h: int, n: int, size: int) -> int:
+    """The bytes one queue of ``n`` entries of ``size``-byte records is charged."""
+    heads = QueueHeads(depth=n)
+    heads.fill(qprefix(h, 0), [(qkey(h, 0, s), b"x" * size) for s in range(1, n + 1)], False)
+    return heads.memory()["bytes"]
+
+
+def test_the_heads_hold_at_most_their_byte_cap_and_depth_and_count_what_they_hold():
+    heads = QueueHeads(depth=3, cap_bytes=2 * queue_cost(1, 3, 50) + 10)
     for h in (1, 2, 3):
         heads.fill(qprefix(h, 0), [(qkey(h, 0, s), b"x" * 50) for s in (1, 2, 3)], False)
+        assert heads.memory()["bytes"] <= heads.cap_bytes
     m = heads.memory()
-    assert m["queues"] == 2 and m["entries"] == 6 and 0 < m["bytes"] <= m["cap_bytes"]
+    assert m["queues"] == 2 and m["entries"] == 6 and 0 < m["bytes"] <= m["cap_bytes"] == heads.cap_bytes
     assert heads.pop(qprefix(1, 0)) is False            # the oldest filled was forgotten
     heads.put(qkey(2, 0, 1), b"y")                      # the same key: replaced, not added
     heads.put(qkey(3, 0, 0), b"z")                      # before the head: in, the last one out
@@ -120,3 +128,27 @@ def test_the_heads_hold_at_most_their_queues_and_depth_and_count_what_they_hold(
     assert heads.pop(qprefix(2, 0)) == (qkey(2, 0, 1), b"y", True)
     heads.clear()
     assert heads.memory()["bytes"] == 0
+
+
+def test_a_write_that_takes_the_heads_over_their_cap_forgets_the_oldest_filled_queue():
+    """The cap holds after every write, not only after a fill: a put or a new URL that grows a
+    cached queue past it forgets the queues filled longest ago."""
+    heads = QueueHeads(depth=4, cap_bytes=2 * queue_cost(1, 2, 50) + 100)
+    heads.fill(qprefix(1, 0), [(qkey(1, 0, s), b"x" * 50) for s in (1, 2)], True)
+    heads.fill(qprefix(2, 0), [(qkey(2, 0, s), b"x" * 50) for s in (1, 2)], True)
+    assert heads.memory()["queues"] == 2
+    heads.put_new([(qkey(2, 0, 3), b"n" * 200)])        # extends queue 2 (known whole) past the cap
+    m = heads.memory()
+    assert m["bytes"] <= m["cap_bytes"] and m["queues"] == 1
+    assert heads.pop(qprefix(1, 0)) is False            # queue 1, filled first, was forgotten
+    assert heads.pop(qprefix(2, 0)) == (qkey(2, 0, 1), b"x" * 50, True)
+    heads.put(qkey(2, 0, 0), b"p" * 400)                # a put back that alone is over the cap
+    assert heads.memory()["bytes"] <= heads.cap_bytes
+    assert heads.pop(qprefix(2, 0)) is False            # the only queue forgotten too: read from the store
+
+
+def test_the_heads_refuse_a_cap_or_depth_below_one():
+    with pytest.raises(ValueError):
+        QueueHeads(cap_bytes=0)
+    with pytest.raises(ValueError):
+        QueueHeads(depth=0)
