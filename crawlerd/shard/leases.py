@@ -53,10 +53,9 @@ LEASES_PER_STEP = 32
 
 class LeaseTable:
     """The leases this shard is working on. Key: lease id. Invariant: a lease is here from
-    ``LeaseRunner.start`` until its task ends having run (or shutdown abandons it); it is in
-    ``unstarted`` from then until its task first runs (it has not reached the fetcher yet, so the
-    fetcher's count of transfers does not include it). A task cancelled before its first step
-    leaves its lease here, for ``abandon_all`` to put back in its queue."""
+    ``LeaseRunner.start`` until its task ends (or shutdown abandons it); it is in ``unstarted``
+    from then until its task first runs (it has not reached the fetcher yet, so the fetcher's
+    count of transfers does not include it)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, Lease] = {}
@@ -76,12 +75,6 @@ class LeaseTable:
     def discard(self, lease_id: int) -> None:
         self._by_id.pop(lease_id, None)
         self._unstarted.discard(lease_id)
-
-    def ended(self, lease_id: int) -> None:
-        """The lease's task ended: gone, unless it never ran (then it is still the frontier's lease
-        and nobody worked on it: it stays for ``abandon_all``)."""
-        if lease_id not in self._unstarted:
-            self._by_id.pop(lease_id, None)
 
     def host_busy(self, host_key: str) -> bool:
         """Whether any lease of ``host_key`` is running (a linear scan: only robots redirects ask)."""
@@ -237,14 +230,10 @@ class LeaseRunner:
     # -- leases -----------------------------------------------------------------------
     def start(self, now: float, free: int) -> None:
         """Lease up to ``free`` due URLs/robots files (at most ``LEASES_PER_STEP``) and run each
-        in its own task, which leaves the table when it ends (``LeaseTable.ended``)."""
-        table, spawn, ended = self.table, self.tasks.spawn, self.table.ended
+        in its own task."""
         for lease in self.frontier.lease(now, min(free, LEASES_PER_STEP)):
-            table.add(lease)
-            # a URL lease's task is fetch_url itself: no wrapper coroutine, whose frame every
-            # resume of the task (transfer, worker's answer, durability waits) would pass through
-            spawn(self._run_robots(lease) if lease.kind == "robots" else self.fetch_url(lease),
-                  ended, lease.lease_id)
+            self.table.add(lease)
+            self.tasks.spawn(self._run(lease))
 
     def abandon_all(self) -> None:
         """Shutdown: every lease still open goes back to the front of its queue (nothing lost)."""
@@ -252,13 +241,18 @@ class LeaseRunner:
             self.frontier.complete(lease_id, outcome=Outcome.ABORTED, requeue=True)
         self.table.clear()
 
-    async def _run_robots(self, lease: Lease) -> None:
+    async def _run(self, lease: Lease) -> None:
         self.table.started(lease.lease_id)      # from here its transfer is the fetcher's to count
-        await self.host_files.fetch_robots(lease)
+        try:
+            if lease.kind == "robots":
+                await self.host_files.fetch_robots(lease)
+            else:
+                await self.fetch_url(lease)
+        finally:
+            self.table.discard(lease.lease_id)
 
     async def fetch_url(self, lease: Lease) -> None:
         """One URL lease: check blocklist and robots, fetch (conditionally), process, complete."""
-        self.table.started(lease.lease_id)      # from here its transfer is the fetcher's to count
         host_key, url, item = lease.host_key, lease.url, lease.item
         fp = (item.fp if item is not None else 0) or fingerprint(url)
         now = self.clock()

@@ -19,16 +19,15 @@ import logging
 import traceback
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any
 
 log = logging.getLogger("crawlerd.shard")
 
 
 class Tasks:
-    """The running tasks and the last errors.
+    """The set of running tasks and the last errors.
 
-    Invariant: a task is in ``running`` from ``spawn`` until it ends; when it ends its own
-    ``on_end`` runs, then ``on_done`` (the loop's wake-up: a finished lease frees a slot)."""
+    Invariant: a task is in the set from ``spawn`` until it ends; when it ends ``on_done`` runs
+    (the loop's wake-up: a finished lease frees a slot)."""
 
     def __init__(self, on_done: Callable[[], None], *, errors_kept: int = 20,
                  store_errors: tuple[type[BaseException], ...] = (),
@@ -36,20 +35,16 @@ class Tasks:
         self.on_done = on_done
         self.store_errors = store_errors
         self.on_store_error = on_store_error
-        # task -> its (on_end, arg), or None: one hook run from the done callback the set needs
-        # anyway, instead of a wrapper coroutine (a frame on every resume) or a second callback
-        self.running: dict[asyncio.Task, tuple[Callable[[Any], None], Any] | None] = {}
+        self.running: set[asyncio.Task] = set()
         self.recent_errors: deque[str] = deque(maxlen=errors_kept)
         self._loop: asyncio.AbstractEventLoop | None = None     # the loop of the first spawn
 
-    def spawn(self, coro: Coroutine, on_end: Callable[[Any], None] | None = None, arg: Any = None) -> None:
-        """Run ``coro`` as a task; ``on_end(arg)`` runs when it ends, however it ends (cancelled
-        before its first step included), before ``on_done``."""
+    def spawn(self, coro: Coroutine) -> None:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         t = loop.create_task(coro)
-        self.running[t] = None if on_end is None else (on_end, arg)
+        self.running.add(t)
         t.add_done_callback(self._done)
 
     def note_error(self, text: str) -> None:
@@ -66,9 +61,7 @@ class Tasks:
             t.cancel()
 
     def _done(self, t: asyncio.Task) -> None:
-        hook = self.running.pop(t, None)
-        if hook is not None:
-            hook[0](hook[1])
+        self.running.discard(t)
         if not t.cancelled() and t.exception() is not None:
             exc = t.exception()
             if self.on_store_error is not None and isinstance(exc, self.store_errors):

@@ -46,30 +46,3 @@ def test_a_task_that_ends_wakes_the_sleeper_and_a_failed_one_is_kept():
     woken, running, errors = asyncio.run(run())
     assert woken is True and running == 0
     assert errors == ["ValueError('boom')"]
-
-
-def test_a_tasks_on_end_runs_once_however_it_ends_before_the_wake_up():
-    async def run():
-        order = []
-        tasks = Tasks(lambda: order.append("done"))
-
-        async def ok():
-            await asyncio.sleep(0)
-
-        async def fail():
-            raise ValueError("boom")
-
-        tasks.spawn(ok(), order.append, "ok")
-        tasks.spawn(fail(), order.append, "fail")
-        tasks.spawn(ok())                           # no hook: only the wake-up
-        tasks.spawn(ok(), order.append, "cancelled")
-        list(tasks.running)[-1].cancel()            # before its first step
-        for _ in range(5):
-            await asyncio.sleep(0)
-        return order, len(tasks)
-
-    order, running = asyncio.run(run())
-    assert sorted(order) == ["cancelled", "done", "done", "done", "done", "fail", "ok"]
-    for name in ("ok", "fail", "cancelled"):
-        assert order[order.index(name) + 1] == "done"      # each hook right before its wake-up
-    assert running == 0
