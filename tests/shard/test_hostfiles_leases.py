@@ -254,3 +254,44 @@ def test_a_politeness_wait_lasts_its_gap_in_real_time():
         assert loop.run_until_complete(go()) >= 0.01
     finally:
         loop.close()
+
+
+
+def test_a_lease_task_leaves_the_table_when_it_ends_and_one_cancelled_unstarted_is_requeued(tmp_path):
+    clock = FakeClock(1000.0)
+    server = Server({HOST + "/robots.txt": (200, b"User-agent: *\nDisallow: /private\n", [])})
+
+    async def go():
+        p = Parts(str(tmp_path), "politeness.min_delay_s=0.0", clock=clock)
+        try:
+            hf, runner, _robots, _archived, _ = wire(p, server)
+            queue_host(p, "/private/a", "/private/b")
+            await hf.fetch_robots(lease_one(p, KIND_ROBOTS))
+            clock.t += 60.0
+            # a task that runs (denied by robots.txt: no request) leaves the table when it ends
+            runner.start(clock(), 1)
+            started = [(le.kind, le.url) for le in map(runner.table._by_id.get, runner.table.ids())]
+            assert len(runner.table) == 1 and runner.table.unstarted == 1
+            for _ in range(5):
+                await asyncio.sleep(0)
+            ran = (len(runner.table), runner.table.unstarted, len(runner.tasks), p.frontier.queued())
+            # a URL lease whose task is cancelled before its first step stays in the table, and
+            # abandon_all puts it back in its queue (nothing lost)
+            runner.start(clock(), 1)
+            assert len(runner.table) == 1 and p.frontier.queued() == 0
+            for t in list(runner.tasks.running):
+                t.cancel()
+            for _ in range(5):
+                await asyncio.sleep(0)
+            cancelled = (len(runner.table), runner.table.unstarted, len(runner.tasks))
+            runner.abandon_all()
+            return started, ran, cancelled, len(runner.table), p.frontier.queued(), server.asked
+        finally:
+            await p.close()
+
+    started, ran, cancelled, left, queued, asked = run(go())
+    assert started == [("url", HOST + "/private/a")]
+    assert ran == (0, 0, 0, 1)
+    assert cancelled == (1, 1, 0)
+    assert left == 0 and queued == 1
+    assert asked == [HOST + "/robots.txt"]
