@@ -23,6 +23,7 @@ from bisect import bisect_left
 
 _QUEUE_BYTES = 200          # a cached queue's dict slot, its key and its [entries, whole] list
 _ENTRY_BYTES = 130          # one entry's tuple and the key and value objects, beside their lengths
+_LEVEL_BYTES = tuple(bytes((level,)) for level in range(256))     # the last byte of a queue prefix
 
 
 class QueueHeads:
@@ -138,8 +139,16 @@ class QueueHeads:
             self._bytes -= _ENTRY_BYTES + len(k) + len(v)
 
     def forget(self, hprefix: bytes) -> None:
-        """Forget every cached queue of one host (its queue was taken or rewritten elsewhere)."""
-        for p in [p for p in self._q if p[:4] == hprefix]:
+        """Forget every cached queue of one host (its queue was taken or rewritten elsewhere).
+        A queue's prefix is the host's and one level byte: with more cached queues than level
+        bytes, look each level up rather than scan every cached queue (a host dropped while
+        thousands of queues are cached)."""
+        q = self._q
+        if len(q) <= len(_LEVEL_BYTES):
+            found = [p for p in q if p[:4] == hprefix]
+        else:
+            found = [p for p in (hprefix + b for b in _LEVEL_BYTES) if p in q]
+        for p in found:
             self._drop(p)
 
     def _evict(self) -> None:

@@ -152,3 +152,19 @@ def test_the_heads_refuse_a_cap_or_depth_below_one():
         QueueHeads(cap_bytes=0)
     with pytest.raises(ValueError):
         QueueHeads(depth=0)
+
+
+@pytest.mark.parametrize("queues", [3, 600])      # fewer cached queues than level bytes, and more
+def test_forgetting_a_host_drops_each_of_its_levels_and_no_other_hosts_queue(queues):
+    heads = QueueHeads(depth=2, cap_bytes=1 << 30)
+    for h in range(queues):
+        for level in (0, 1, 255):
+            heads.fill(qprefix(h, level), [(qkey(h, level, 1), b"x")], True)
+    before = heads.memory()
+    heads.forget(hprefix(1))
+    after = heads.memory()
+    assert after["queues"] == before["queues"] - 3
+    assert before["bytes"] - after["bytes"] == 3 * queue_cost(1, 1, 1)
+    for level in (0, 1, 255):
+        assert heads.pop(qprefix(1, level)) is False                    # not cached: read from the store
+        assert heads.pop(qprefix(2, level)) == (qkey(2, level, 1), b"x", False)
