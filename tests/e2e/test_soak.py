@@ -11,17 +11,23 @@ grows with the crawl lives on disk (a billion pages: at most 2 GB). The file-bac
 the page cache of the memory-mapped LMDB stores, which the kernel reclaims; it is bounded by the
 size of the state on disk.
 
-Long (`make test-long`): SOAK_SECONDS (default 900) and SOAK_HOSTS (default 20000) from the
-environment.
+Long (`make test-long`, ~55 minutes): SOAK_SECONDS (default 2400) and SOAK_HOSTS (default 20000)
+from the environment. Forty minutes, not fifteen: the last bounded caches (recrawl reads, DUST's
+states) still fill ten minutes in, and a fit that starts among them reads their fill as a slope
+(20-minute soaks of the same tree: +4.1 B/page; 40 minutes: +0.87, its late half -0.09).
+SOAK_REPORT=<json>: check a report `bench/soak_bench.py OUT ... --check-ledger` already wrote
+instead of running one (set SOAK_SECONDS and SOAK_HOSTS to its run's).
 """
 
+import json
 import os
 
 import pytest
 
 from tests.e2e.netns import NETNS_MARKS, run_driver
 
-SECONDS = float(os.environ.get("SOAK_SECONDS", "900"))
+SECONDS = float(os.environ.get("SOAK_SECONDS", "2400"))
+REPORT = os.environ.get("SOAK_REPORT", "")
 HOSTS = int(os.environ.get("SOAK_HOSTS", "20000"))
 INTERVAL_S = 3.0          # many samples: the per-page slope is a few bytes against MiB of noise
 MAX_SLOPE_B_PER_URL = 1.0       # a URL kept in RAM costs 100+ bytes (its text ~60, a str object 100+)
@@ -29,17 +35,22 @@ MAX_SLOPE_B_PER_PAGE = 2.0      # a billion pages: at most 2 GB
 MIN_FIT_URLS = 200_000          # the fit must span this many URLs, or the slope says nothing
 MIB = 1 << 20
 
-pytestmark = [*NETNS_MARKS, pytest.mark.long, pytest.mark.timeout(SECONDS + 900)]
+pytestmark = [*NETNS_MARKS, pytest.mark.long, pytest.mark.timeout(1.5 * SECONDS + 1200)]
 
 
 @pytest.fixture(scope="module")
 def soak(tmp_path_factory):
+    if REPORT:                  # a soak already run: its report checked as it stands
+        with open(REPORT) as f:
+            run = json.load(f)["runs"][0]
+        print("\n".join(run["summary"]))
+        return run
     base = tmp_path_factory.mktemp("soak")
     out = str(base / "soak.json")
     driver = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                           "bench", "soak_bench.py")
     report = run_driver(driver, out, "--seconds", str(SECONDS), "--hosts", str(HOSTS),
-                        "--interval", str(INTERVAL_S), "--check-ledger", timeout=SECONDS + 800)
+                        "--interval", str(INTERVAL_S), "--check-ledger", timeout=1.5 * SECONDS + 1100)
     run = report["runs"][0]
     print("\n".join(run["summary"]))
     return run
@@ -126,10 +137,12 @@ def test_fit_spans_many_urls(soak):
 # inside the warm-up) and prints each component's slope: +4.10 (+2.95 .. +5.43) B/page, every
 # bounded component flat (|slope| <= 0.32), the rest in the other anonymous maps (+2.56: Python's
 # arenas, thread arenas) and the brk heap (+1.62).
-_CRAWL_PER_PAGE = pytest.mark.xfail(
-    strict=False, reason="crawl per-page slope not shown within 2 B/page: main b3aa10e +8.20 (+5.08 .. +11.47), "
-    "main 004c484 +7.47 (+5.30 .. +9.69) with no call site rising, mem22 +4.10 (+2.95 .. +5.43) with every "
-    "bounded component flat")
+# mem22 bounded the last cache the traced soak saw filling (the frontier's queue heads, now in bytes)
+# and printed each bounded component's slope: in its 20-min soak all 18 were flat and the crawl read
+# +4.10 B/page (+2.95 .. +5.43). The lead's 40-min soak of the merged tree (main 4f4adfa; warm-up
+# 720 s, fit over 1.12 M pages and 10 M URLs): +0.87 B/page (+0.50 .. +1.22), +0.11 B/URL, its late
+# half -0.09; workers -0.06: the 20-minute fits began while the recrawl read cache and DUST's states
+# were still filling. So the default soak is 40 minutes and the crawl's per-page case is asserted.
 
 
 @pytest.mark.parametrize("proc", ["crawl", "workers"])
@@ -139,7 +152,7 @@ def test_private_memory_slope_per_url_is_small(soak, proc):
     assert p["anon_slope_b_per_url"] <= MAX_SLOPE_B_PER_URL, p
 
 
-@pytest.mark.parametrize("proc", [pytest.param("crawl", marks=_CRAWL_PER_PAGE), "workers"])
+@pytest.mark.parametrize("proc", ["crawl", "workers"])
 def test_private_memory_slope_per_page_is_small(soak, proc):
     # RAM grows with active hosts only (capped by config); pages fetched and their
     # fingerprints go to disk (WARC, LMDB, the near-duplicate index's run files)
