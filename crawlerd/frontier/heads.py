@@ -140,15 +140,10 @@ class QueueHeads:
 
     def forget(self, hprefix: bytes) -> None:
         """Forget every cached queue of one host (its queue was taken or rewritten elsewhere).
-        A queue's prefix is the host's and one level byte: with more cached queues than level
-        bytes, look each level up rather than scan every cached queue (a host dropped while
-        thousands of queues are cached)."""
+        A queue's prefix is the host's and one level byte: each level is looked up, not every
+        cached queue scanned (a host dropped while thousands of queues are cached)."""
         q = self._q
-        if len(q) <= len(_LEVEL_BYTES):
-            found = [p for p in q if p[:4] == hprefix]
-        else:
-            found = [p for p in (hprefix + b for b in _LEVEL_BYTES) if p in q]
-        for p in found:
+        for p in [p for p in (hprefix + b for b in _LEVEL_BYTES) if p in q]:
             self._drop(p)
 
     def _evict(self) -> None:
