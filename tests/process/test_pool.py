@@ -213,21 +213,22 @@ def run_pool(tmp_path, jobs, *, workers=2, jobs_per_worker=4, segment_max_bytes=
 
 def test_sigkill_worker_holding_jobs_every_page_once(tmp_path):
     jobs = [response(f"http://k.test/p/{i}", page_html(i)) for i in range(40)]
+    first, rest = jobs[:10], jobs[10:]
     killed: list[int] = []
 
     async def kill_one(pool, tasks):
         await wait_until(lambda: sum(t.done() for t in tasks) >= 5, "first answers")
         victim = pool.workers[0]
         os.kill(victim.proc.pid, signal.SIGSTOP)        # freeze it so it surely holds jobs
-        # a job goes to the worker holding fewest (ties to worker 0), so the frozen worker gets one
-        # as soon as the live one holds any; a second may never come if the live worker answers
-        # each job before the next is sent, so one held job is the case tested
+        # the rest are sent only now, while it is frozen: a job goes to the worker holding fewest
+        # (ties to worker 0), so the frozen worker is handed one however fast the first ten went
+        tasks.extend(asyncio.ensure_future(pool.process(r)) for r in rest)
         await wait_until(lambda: len(victim.outstanding) >= 1, "a job queued at the frozen worker")
         os.kill(victim.proc.pid, signal.SIGKILL)
         killed.append(victim.proc.pid)
         await wait_until(lambda: len(pool.pids()) == 2 and victim.proc.pid not in pool.pids(), "a replacement")
 
-    pool, results, init, recovering = run_pool(tmp_path, jobs, segment_max_bytes=40_000, during=kill_one)
+    pool, results, init, recovering = run_pool(tmp_path, first, segment_max_bytes=40_000, during=kill_one)
     assert pool.restarts == 1 and killed
     assert [r.url for r in results] == [j.url for j in jobs]
     assert all(r.outcome is Outcome.OK for r in results)
