@@ -32,7 +32,7 @@ class QueueHeads:
     store holds them (every queued key up to the last cached one is among them); ``whole``: no
     other entry is queued under the prefix. A queue not cached is read from the store."""
 
-    __slots__ = ("depth", "cap_bytes", "_q", "_whole", "_bytes", "fills", "hits")
+    __slots__ = ("depth", "cap_bytes", "_q", "_whole", "_bytes", "_entries", "fills", "hits")
 
     def __init__(self, depth: int = 4, cap_bytes: int = 8 << 20) -> None:
         if depth < 1 or cap_bytes < 1:
@@ -42,6 +42,7 @@ class QueueHeads:
         self._q: dict[bytes, list] = {}
         self._whole: dict[bytes, list] = {}     # the cached queues known whole (what a new URL extends)
         self._bytes = 0
+        self._entries = 0           # entries cached, kept as they change (memory() is asked every second)
         self.fills = 0              # ranged reads (a pop found nothing cached)
         self.hits = 0               # pops answered from here
 
@@ -57,6 +58,7 @@ class QueueHeads:
             return None if e[1] else False
         key, value = entries.pop(0)
         self._bytes -= _ENTRY_BYTES + len(key) + len(value)
+        self._entries -= 1
         self.hits += 1
         return key, value, bool(entries) or not e[1]
 
@@ -66,12 +68,14 @@ class QueueHeads:
         old = q.pop(prefix, None)       # re-inserted: the newest fill is forgotten last
         if old is not None:
             self._bytes -= self._cost(old[0])
+            self._entries -= len(old[0])
         e = q[prefix] = [entries, whole]
         if whole:
             self._whole[prefix] = e
         else:
             self._whole.pop(prefix, None)
         self._bytes += self._cost(entries)
+        self._entries += len(entries)
         self.fills += 1
         self._evict()
 
@@ -93,11 +97,14 @@ class QueueHeads:
                 if len(entries) > self.depth:
                     k, v = entries.pop()
                     self._bytes -= _ENTRY_BYTES + len(k) + len(v)
+                else:
+                    self._entries += 1
                     self._not_whole(e, key[:5])
         elif e[1]:
             if len(entries) < self.depth:
                 entries.append((key, value))
                 self._bytes += _ENTRY_BYTES + len(key) + len(value)
+                self._entries += 1
             else:
                 self._not_whole(e, key[:5])     # more after the cached entries now
         # else: after the cached entries of a queue not known whole: nothing cached changes
@@ -122,6 +129,7 @@ class QueueHeads:
                 if len(entries) < depth:
                     entries.append((key, value))
                     self._bytes += _ENTRY_BYTES + len(key) + len(value)
+                    self._entries += 1
                 else:
                     self._not_whole(e, key[:5])
         if self._bytes > self.cap_bytes:
@@ -137,6 +145,7 @@ class QueueHeads:
         if i < len(entries) and entries[i][0] == key:
             k, v = entries.pop(i)
             self._bytes -= _ENTRY_BYTES + len(k) + len(v)
+            self._entries -= 1
 
     def forget(self, hprefix: bytes) -> None:
         """Forget every cached queue of one host (its queue was taken or rewritten elsewhere).
@@ -154,20 +163,31 @@ class QueueHeads:
             self._drop(next(iter(q)))
 
     def _drop(self, prefix: bytes) -> None:
-        self._bytes -= self._cost(self._q.pop(prefix)[0])
+        entries = self._q.pop(prefix)[0]
+        self._bytes -= self._cost(entries)
+        self._entries -= len(entries)
         self._whole.pop(prefix, None)
 
     def clear(self) -> None:
         self._q.clear()
         self._whole.clear()
-        self._bytes = 0
+        self._bytes = self._entries = 0
 
     @staticmethod
     def _cost(entries: list[tuple[bytes, bytes]]) -> int:
         return _QUEUE_BYTES + sum(_ENTRY_BYTES + len(k) + len(v) for k, v in entries)
 
+    def check_invariants(self) -> None:
+        """The running byte and entry counts equal a recount of what is cached (tests)."""
+        entries = [e[0] for e in self._q.values()]
+        counted = (sum(self._cost(e) for e in entries), sum(len(e) for e in entries))
+        if counted != (self._bytes, self._entries):
+            raise AssertionError(f"queue heads count (bytes, entries) {(self._bytes, self._entries)}, hold {counted}")
+        if any(len(e) > self.depth for e in entries) or any(self._q.get(p) is not e for p, e in self._whole.items()):
+            raise AssertionError("queue heads: a queue over its depth, or a whole queue not cached")
+
     def memory(self) -> dict[str, int]:
         """Estimated bytes held against the cap, entries, queues; pops answered here and ranged
         reads made."""
-        return {"bytes": self._bytes, "cap_bytes": self.cap_bytes, "entries": sum(len(e[0]) for e in self._q.values()),
+        return {"bytes": self._bytes, "cap_bytes": self.cap_bytes, "entries": self._entries,
                 "queues": len(self._q), "hits": self.hits, "fills": self.fills}

@@ -80,6 +80,7 @@ async def run(tmp_path, seed: int, heads: QueueHeads, steps: int) -> QueueHeads:
             await asyncio.sleep(0.002 * rng.random())      # landings run meanwhile, or not
         if i % 97 == 0:
             assert queued(plain) == queued(threaded), i
+            heads.check_invariants()
     writer.release()
     plain.commit()
     done = asyncio.get_running_loop().create_future()
