@@ -146,7 +146,7 @@ class RecordCache:
         self.flushes = 0
 
     def get(self, dk: bytes):
-        """The record of ``dk`` (a new one when the table has none); the most recently used once the LRU is full."""
+        """The record of ``dk`` (a new one when the table has none); a hit moves once the LRU is full."""
         c = self.lru
         r = c.get(dk)
         if r is not None:
