@@ -3,7 +3,9 @@ the domains due now merged into the reader's queue (across a close, forgotten by
 
 import shutil
 
-from tests.frontier.budget_parts import Parts, drain
+import pytest
+
+from tests.frontier.budget_parts import Landing, Parts, drain
 
 # -- the reader's walk -----------------------------------------------------------------------------
 
@@ -91,6 +93,36 @@ def test_domains_due_now_pass_merged_with_the_readers_queue_in_domain_order(part
                    b"e2", b"e3", b"f2", b"f3", b"zz2", b"zz3", b"zz4"]
     assert all(b.domain(f"{d}.com")["queue"] == 2 for d in ("a", "b", "bb", "c", "zz"))
     parts.check()
+
+
+@pytest.mark.parametrize("writer", [False, True])
+def test_one_long_walk_passes_what_one_walk_per_domain_does(tmp_path, writer):
+    """A readmission that walks a long queue (its entries read a batch at a time) with due domains
+    merged in hands out the URLs, in the same order, that walks stopped after every URL do (each
+    starts from the table again), on a plain store and on one whose commits wait on a writer."""
+    landings = [Landing() if writer else None for _ in range(2)]
+    one, many = (Parts(tmp_path / name, mode="all", landing=la) for name, la in zip(("one", "many"), landings, strict=True))
+    for q in (one, many):
+        for i in range(60):
+            q.offer(f"d{i:02}.com", [f"d{i:02}/{k}".encode() for k in range(12)])
+        assert len(q.beast.readmit(5, advance=True)) == 5     # the reader on queue 1, d02.com half passed
+        for name in ("d15b", "e1", "e0"):                      # new while it stands there: listed in 2
+            q.offer(f"{name}.com", [f"{name}/{k}".encode() for k in range(12)])
+        q.edges.add("s.org", ["d00.com", "d01.com", "d15b.com", "d40.com", "e0.com", "e1.com"])
+        q.edges.flush()                                       # those listed in 2 are due now; d40 has more room
+    got = one.beast.readmit(10_000)
+    want = []
+    while part := many.beast.readmit(1):
+        want += part
+    assert got == want
+    assert len(got) > 120 and got.index(b"d15b/2") == got.index(b"d15/3") + 1 and got[-1] == b"e1/4"
+    assert drain(one.beast) == drain(many.beast)
+    for q in (one, many):
+        q.check()
+        q.close()
+    for la in landings:
+        if la is not None:
+            la.close()
 
 
 def test_a_due_domain_is_kept_across_a_close(tmp_path):

@@ -187,16 +187,22 @@ class Beast:
     def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[str]) -> list[bool]:
         """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, host
         key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL."""
-        blocks, i = [], 0
+        groups: dict[bytes, list[tuple[int, int]]] = {}
+        i = 0
         for j in block_ends(dks):
-            blocks.append((dks[i], i, j))
+            g = groups.get(dks[i])
+            if g is None:
+                groups[dks[i]] = [(i, j)]
+            else:
+                g.append((i, j))
             i = j
-        return self.offer_blocks(blocks, records, fps, hosts)
+        return self.offer_groups(groups, records, fps, hosts)
 
-    def offer_blocks(self, blocks: list[tuple[bytes, int, int]], records: list[bytes], fps: list[int],
+    def offer_groups(self, groups: dict[bytes, list[tuple[int, int]]], records: list[bytes], fps: list[int],
                      hosts: list[str]) -> list[bool]:
-        """``offer_many`` with the URLs given as consecutive blocks (domain key, first, end), each of
-        one domain (``Budgets.offer_many``: one per run of a host's URLs).
+        """``offer_many`` with the URLs given per domain: domain key -> its consecutive blocks (first,
+        end) in order, the domains in the order of their first URL (``Budgets.offer_many``: one block
+        per run of a host's URLs).
 
         A domain's URLs in the call (a page's links share a few hosts; a delivery's pages link
         the same domains again) read its record, budget and probation once and pass or defer
@@ -205,70 +211,81 @@ class Beast:
         other gives the decisions one ``offer`` per URL gives; each deferred URL takes the arrival
         sequence it would have had (the sequence orders a domain's hosts at one turn).
         """
-        groups: dict[bytes, list[tuple[bytes, int, int]]] = {}
-        for b in blocks:
-            g = groups.get(b[0])
-            if g is None:
-                groups[b[0]] = [b]
-            else:
-                g.append(b)
-        n = blocks[-1][2] if blocks else 0
+        n = len(records)
         out = [False] * n
         waits = []                                  # (domain key, record, its blocks, URLs passed)
         passes: list[tuple[int, int]] = []          # (first, count) of the URLs passed
-        reader = self._reader
-        r = reader.queue
+        r = self._reader.queue
+        get, standing, budget_of = self._records.get, self.graph.standing_key, self.rule.budget
+        probation = self.probation
+        admitted = held = 0
         for dk, segs in groups.items():
-            d = self._records.get(dk)
+            d = get(dk)
             if d.at != r:
                 d.at, d.spent = r, 0
-            total = 0
-            for _, i, j in segs:
-                total += j - i
-            passed = 0
-            room = self._budget(dk) - d.spent if d.deferred == 0 else 0
-            if room > 0:
-                if not (self.probation and self.graph.unvouched_key(dk)):
-                    passed = min(room, total)
-                    d.spent += passed
-                    d.admitted += passed
-                    self._records.changed_soft(dk, d)     # a crash may lose a charge (see "Charge point")
-                    self._c["admitted"] += passed
-                    self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
-                    left = passed
-                    for _, i, j in segs:
-                        k = min(left, j - i)
-                        out[i:i + k] = [True] * k
-                        passes.append((i, k))
-                        left -= k
-                        if not left:
-                            break
-                else:
-                    self._c["probation"] += 1         # nobody vouches for it yet: the next queue, not now
+            if len(segs) == 1:
+                total = segs[0][1] - segs[0][0]
+            else:
+                total = 0
+                for i, j in segs:
+                    total += j - i
+            if d.deferred:                          # a backlog: its URLs wait behind it
+                waits.append((dk, d, segs, 0))
+                continue
+            indeg, unvouched = standing(dk)
+            room = budget_of(indeg) - d.spent
+            if room <= 0:
+                waits.append((dk, d, segs, 0))
+                continue
+            if probation and unvouched:
+                held += 1                           # nobody vouches for it yet: the next queue, not now
+                waits.append((dk, d, segs, 0))
+                continue
+            passed = room if room < total else total
+            d.spent += passed
+            d.admitted += passed
+            self._records.changed_soft(dk, d)       # a crash may lose a charge (see "Charge point")
+            admitted += passed
+            self._top_admitted.note(dk, d.admitted)      # values only grow: the last one is enough
+            left = passed
+            for i, j in segs:
+                k = left if left < j - i else j - i
+                out[i:i + k] = [True] * k
+                passes.append((i, k))
+                left -= k
+                if not left:
+                    break
             if passed < total:
                 waits.append((dk, d, segs, passed))
+        c = self._c
+        c["admitted"] += admitted
+        c["probation"] += held
         if not waits:
             return out
         # a deferred URL's arrival sequence: the URLs deferred before it in the call, as one offer
         # per URL would number them
-        passes.sort()
-        starts = [i for i, _ in passes]
-        before = [0]
-        for _, k in passes:
-            before.append(before[-1] + k)
         base = self._seq
+        reader = self._reader
+        if passes:
+            passes.sort()
+            starts = [i for i, _ in passes]
+            before = [0]
+            for _, k in passes:
+                before.append(before[-1] + k)
+        else:
+            starts, before = [], [0]
         for dk, d, segs, passed in waits:
             if d.deferred == 0:                   # a new backlog: its next pass is in the next queue
                 d.level, d.wrap = 0, reader.wraps
                 reader.list_in(dk, d, r + 1)
             parts = []
-            for _, i, j in segs:
+            for i, j in segs:
                 if passed >= j - i:
                     passed -= j - i
                     continue
                 i += passed
                 passed = 0
-                parts.append((i, j, base + i - before[bisect_right(starts, i)]))
+                parts.append((i, j, base + i - before[bisect_right(starts, i)] if starts else base + i))
             self._append_parts(dk, d, records, fps, hosts, parts)
         self._seq = base + n - before[-1]
         return out

@@ -315,6 +315,13 @@ class DomainGraph:
             r = self._records.get(dk)
         return r.indeg == 0 and not r.flags & ROOT
 
+    def standing_key(self, dk: bytes) -> tuple[int, bool]:
+        """``(indegree_key(dk), unvouched_key(dk))`` from one read of its record (intake, per domain)."""
+        r = self._records.peek(dk)
+        if r is None:
+            r = self._records.get(dk)
+        return r.indeg, r.indeg == 0 and not r.flags & ROOT
+
     def is_root(self, pld: str) -> bool:
         return bool(self._records.get(domain_key(pld)).flags & ROOT)
 

@@ -119,6 +119,11 @@ class RecordCache:
     it. Invariant: every change since the last flush is in ``dirty`` or ``soft`` (an evicted changed
     record is read back from there, never from the table), so eviction loses nothing.
 
+    While the LRU holds fewer than ``cap`` records, nothing is evicted and a hit does not move its
+    record (a move was almost half of a hit): the records are then in order of first use, and once the
+    LRU is full each hit moves its record as before (the first evictions may take a record used
+    since, read back from the table when next used; what is read is the same either way).
+
     ``soft`` (``changed_soft``): records changed only in fields whose loss at a crash the owner
     allows (BEAST: a domain's charges in the reader's queue and its lifetime count, when it passed
     URLs and deferred none). They are written ``SOFT_COMMITS`` flushes after their first such change (or with a
@@ -141,11 +146,12 @@ class RecordCache:
         self.flushes = 0
 
     def get(self, dk: bytes):
-        """The record of ``dk`` (a new one when the table has none), now the most recently used."""
+        """The record of ``dk`` (a new one when the table has none); a hit moves once the LRU is full."""
         c = self.lru
         r = c.get(dk)
         if r is not None:
-            c.move_to_end(dk)
+            if len(c) >= self.cap:
+                c.move_to_end(dk)       # below its cap nothing is evicted, so the order does not matter yet
             return r
         r = self.dirty.get(dk)
         if r is None:
