@@ -197,14 +197,30 @@ cdef class BlockTables:
 
     cpdef int query_into(self, uint64_t q, int k, list out) except -1:
         """Append (doc_id, fp, distance) for every pair in the run within k bits of q; returns the count."""
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        return self._query(q, k, out)
+
+    def query_many_into(self, const uint64_t[::1] qs, int k, list outs):
+        """``query_into(qs[i], k, outs[i])`` for each i in one call (a batch's fingerprints: one
+        Python call per run, not one per page); returns the total count."""
+        cdef Py_ssize_t i, m = qs.shape[0]
+        cdef int found = 0
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        if len(outs) != m:
+            raise ValueError("one output list per query")
+        for i in range(m):
+            found += self._query(qs[i], k, <list>outs[i])
+        return found
+
+    cdef int _query(self, uint64_t q, int k, list out) except -1:
         cdef int t, tt, dist
         cdef int found = 0
         cdef Py_ssize_t lo, hi, i, j
         cdef uint64_t qr, x, prev, fp, d
         cdef const uint64_t* tab
         cdef bint seen_before, have_prev
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
         if self.n == 0:
             return 0
         for t in range(_BLOCKS):
@@ -259,6 +275,28 @@ def scan_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n,
         if cd_within(fps[i] ^ q, k):
             out.append((doc_ids[i], fps[i], cd_popcount64(fps[i] ^ q)))
             found += 1
+    return found
+
+
+def scan_many_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n,
+                   const uint64_t[::1] qs, int k, list outs):
+    """``scan_into`` for each query ``qs[j]`` into ``outs[j]``, in one pass over the n pairs (the
+    pairs' order within each output, as ``scan_into``); returns the total count."""
+    cdef Py_ssize_t i, j, m = qs.shape[0]
+    cdef int found = 0
+    cdef uint64_t x
+    if k < 0 or k > 3:
+        raise ValueError("k must be in 0..3")
+    if n > fps.shape[0] or n > doc_ids.shape[0] or n < 0:
+        raise ValueError("n exceeds the arrays")
+    if len(outs) != m:
+        raise ValueError("one output list per query")
+    for i in range(n):
+        x = fps[i]
+        for j in range(m):
+            if cd_within(x ^ qs[j], k):
+                (<list>outs[j]).append((doc_ids[i], x, cd_popcount64(x ^ qs[j])))
+                found += 1
     return found
 
 

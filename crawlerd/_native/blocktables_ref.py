@@ -132,6 +132,15 @@ class BlockTables:
                         j += 1
         return found
 
+    def query_many_into(self, qs, k: int, outs: list) -> int:
+        """``query_into(qs[i], k, outs[i])`` for each i; returns the total count."""
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        qs = np.asarray(qs, dtype=np.uint64).tolist()
+        if len(outs) != len(qs):
+            raise ValueError("one output list per query")
+        return sum(self.query_into(q, k, out) for q, out in zip(qs, outs, strict=True))
+
 
 def scan_into(fps, doc_ids, n: int, q: int, k: int, out: list) -> int:
     """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
@@ -145,6 +154,18 @@ def scan_into(fps, doc_ids, n: int, q: int, k: int, out: list) -> int:
             out.append((doc, fp, (fp ^ q).bit_count()))
             found += 1
     return found
+
+
+def scan_many_into(fps, doc_ids, n: int, qs, k: int, outs: list) -> int:
+    """``scan_into`` for each query ``qs[j]`` into ``outs[j]``; returns the total count."""
+    if k < 0 or k > 3:
+        raise ValueError("k must be in 0..3")
+    if n > len(fps) or n > len(doc_ids) or n < 0:
+        raise ValueError("n exceeds the arrays")
+    qs = np.asarray(qs, dtype=np.uint64).tolist()
+    if len(outs) != len(qs):
+        raise ValueError("one output list per query")
+    return sum(scan_into(fps, doc_ids, n, q, k, out) for q, out in zip(qs, outs, strict=True))
 
 
 def merge_tables(a: BlockTables, b: BlockTables) -> BlockTables:

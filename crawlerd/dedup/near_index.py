@@ -65,6 +65,7 @@ from crawlerd._native.blocktables import (
     bucket_offsets,
     merge_into,
     scan_into,
+    scan_many_into,
 )
 from crawlerd.dedup.simhash_index import Match, check_doc_id, check_fp, check_k
 from crawlerd.store.fsync import fsync_dir
@@ -78,6 +79,11 @@ _DIR_WORDS = 4 * 65537         # the bucket directory of the four tables
 _RUN_NAME = re.compile(r"near-run-(\d{12})\.tbl$")
 _MANIFEST = "manifest.json"
 MIN_BUDGET_BYTES = 4 << 20
+
+
+def match_order(m: Match) -> tuple[int, int, int]:
+    """The order of a query's answers: by distance, then doc id (then fingerprint)."""
+    return (m[2], m[0], m[1])
 
 
 def _run_bytes(run: BlockTables) -> int:
@@ -285,15 +291,31 @@ class NearIndex:
         for d in disk:
             d.tables.query_into(fp, k, out)
         if len(out) > 1:
-            out.sort(key=lambda m: (m[2], m[0], m[1]))
+            out.sort(key=match_order)
         return out
 
     def query_batch(self, fps: np.ndarray, k: int = 3) -> list[list[Match]]:
-        """``query`` for each fingerprint; visited in sorted order, so disk pages are read in sequence."""
+        """``query`` for each fingerprint, in one native call per part (tail, each run) for all of
+        them; visited in sorted order, so disk pages are read in sequence."""
+        check_k(k)
         fps = np.ascontiguousarray(fps, dtype=np.uint64)
+        if fps.ndim != 1:
+            raise ValueError("fps must be a 1-d array")
         out: list[list[Match]] = [[] for _ in range(fps.shape[0])]
-        for i in np.argsort(fps, kind="stable").tolist():
-            out[i] = self.query(int(fps[i]), k)
+        if not out:
+            return out
+        order = np.argsort(fps, kind="stable")
+        qs, outs = fps[order], [out[i] for i in order.tolist()]
+        if self._tail_n:
+            scan_many_into(self._tail_fps, self._tail_docs, self._tail_n, qs, k, outs)
+        ram, disk = self._state                 # one published state: no pair twice, none missing
+        for run in ram:
+            run.query_many_into(qs, k, outs)
+        for d in disk:
+            d.tables.query_many_into(qs, k, outs)
+        for found in out:
+            if len(found) > 1:
+                found.sort(key=match_order)
         return out
 
     def __len__(self) -> int:

@@ -52,6 +52,34 @@ class TestBlockTables:
         with pytest.raises(ValueError):
             impl.scan_into(fps, docs, 2, 0, 4, [])
 
+    def test_many_queries_answer_as_one_by_one(self, impl):
+        rng = np.random.default_rng(9)
+        fps = near_fps(rng, 3000)
+        fps[100:110] = fps[50]                       # repeats: every pair of an equal fingerprint
+        docs = np.arange(3000, dtype=np.int64)
+        run = impl.BlockTables.build(fps, docs)
+        qs = np.concatenate([fps[::97], fps[:40] ^ np.uint64(0b101), np.array([0, 2**64 - 1], dtype=np.uint64)])
+        for k in range(4):
+            outs: list = [[] for _ in qs]
+            assert run.query_many_into(qs, k, outs) == sum(map(len, outs))
+            one: list = [[] for _ in qs]
+            for q, out in zip(qs.tolist(), one, strict=True):
+                run.query_into(q, k, out)
+            assert outs == one
+            assert any(outs)
+            outs = [[] for _ in qs]
+            assert impl.scan_many_into(fps, docs, 2500, qs, k, outs) == sum(map(len, outs))
+            one = [[] for _ in qs]
+            for q, out in zip(qs.tolist(), one, strict=True):
+                impl.scan_into(fps, docs, 2500, q, k, out)
+            assert outs == one
+        with pytest.raises(ValueError):
+            run.query_many_into(qs, 1, [[]])
+        with pytest.raises(ValueError):
+            impl.scan_many_into(fps, docs, 10, qs[:1], 4, [[]])
+        with pytest.raises(ValueError):
+            impl.scan_many_into(fps, docs, 3001, qs[:1], 1, [[]])
+
     def test_merge_keeps_all_pairs_older_first(self, impl):
         rng = np.random.default_rng(1)
         a = impl.BlockTables.build(rng.integers(0, 2**64, 500, dtype=np.uint64), np.arange(500))
