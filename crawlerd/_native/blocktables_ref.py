@@ -142,6 +142,49 @@ class BlockTables:
         return sum(self.query_into(q, k, out) for q, out in zip(qs, outs, strict=True))
 
 
+class BlockTail:
+    """The newest pairs, unsorted, up to ``capacity``; queried by a scan (the native one hashes)."""
+
+    def __init__(self, capacity: int) -> None:
+        if not 1 <= capacity <= 1 << 30:
+            raise ValueError(f"capacity must be in 1..2**30, got {capacity}")
+        self.capacity = capacity
+        self.n = 0
+        self.fps = np.zeros(capacity, dtype=np.uint64)
+        self.doc_ids = np.zeros(capacity, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.fps.nbytes + self.doc_ids.nbytes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add(self, fp: int, doc_id: int) -> bool:
+        if self.n >= self.capacity:
+            raise ValueError("the tail is full")
+        self.fps[self.n], self.doc_ids[self.n] = fp, doc_id
+        self.n += 1
+        return self.n == self.capacity
+
+    def add_many(self, fps, doc_ids) -> int:
+        if len(fps) != len(doc_ids):
+            raise ValueError("fps and doc_ids must have one length")
+        take = min(len(fps), self.capacity - self.n)
+        for fp, doc in zip(np.asarray(fps[:take]).tolist(), np.asarray(doc_ids[:take]).tolist(), strict=True):
+            self.add(fp, doc)
+        return take
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def query_into(self, q: int, k: int, out: list) -> int:
+        return scan_into(self.fps, self.doc_ids, self.n, q, k, out)
+
+    def query_many_into(self, qs, k: int, outs: list) -> int:
+        return scan_many_into(self.fps, self.doc_ids, self.n, qs, k, outs)
+
+
 def scan_into(fps, doc_ids, n: int, q: int, k: int, out: list) -> int:
     """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
     if k < 0 or k > 3:
