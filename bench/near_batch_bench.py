@@ -168,7 +168,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             runs.append(asyncio.run(_run(args, d)))
     print("index:", runs[0]["layout"])
-    print(f"{'µs per page (median of %d)' % len(runs):<40} " + " ".join(f"{'run'+str(i):>8}" for i in range(len(runs))))
+    label = f"µs per page (median of {len(runs)})"
+    print(f"{label:<40} " + " ".join(f"{'run'+str(i):>8}" for i in range(len(runs))))
     for name in runs[0]["us_per_page"]:
         vals = [r["us_per_page"][name] for r in runs]
         print(f"{name:<40} {statistics.median(vals):8.2f}  " + " ".join(f"{v:8.2f}" for v in vals))

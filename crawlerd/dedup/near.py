@@ -57,8 +57,8 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd._native.blocktables import scan_many_into
+from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.dedup.near_index import NearIndex, match_order
 from crawlerd.dedup.simhash_index import check_fp
 from crawlerd.store.writer import WriteThread
