@@ -138,6 +138,7 @@ def test_check_and_add_many_answers_and_demotes_as_one_by_one(tmp_path, host_win
 
 def test_check_and_add_many_refuses_a_bad_fingerprint(tmp_path):
     with NearDuplicates(tmp_path) as nd:
+        assert nd.check_and_add_many([]) == ([], [])
         with pytest.raises(ValueError):
             nd.check_and_add_many([(1, "http://a.test/1", "http://a.test"), (2**64, "http://a.test/2", "http://a.test")])
 
