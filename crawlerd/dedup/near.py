@@ -57,9 +57,8 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from crawlerd._native.blocktables import scan_many_into
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
-from crawlerd.dedup.near_index import NearIndex, match_order
+from crawlerd.dedup.near_index import NearIndex, match_order, neighbours_within
 from crawlerd.dedup.simhash_index import check_fp
 from crawlerd.store.writer import WriteThread
 
@@ -222,9 +221,7 @@ class NearDuplicates:
         fps = [check_fp(p[0]) for p in pages]
         qs = np.array(fps, dtype=np.uint64)
         before = self._index.query_batch(qs, k)       # the stored pages as the batch began
-        # pages of the batch within k of each other (each finds itself too): few, usually none
-        peers: list[list[tuple[int, int, int]]] = [[] for _ in fps]
-        scan_many_into(qs, np.arange(len(fps), dtype=np.int64), len(fps), qs, k, peers)
+        peers = neighbours_within(qs, k)                # within the batch: few, usually only itself
         txn, window, hosts = self._txn, self._window, self._hosts
         stored_as: dict[int, int] = {}                # batch position -> doc id, of the pages stored
         answers: list[str] = []

@@ -67,6 +67,7 @@ from crawlerd._native.blocktables import (
     BlockTail,
     bucket_offsets,
     merge_into,
+    scan_many_into,
 )
 from crawlerd.dedup.simhash_index import Match, check_doc_id, check_fp, check_k
 from crawlerd.store.fsync import fsync_dir
@@ -85,6 +86,16 @@ MIN_BUDGET_BYTES = 4 << 20
 def match_order(m: Match) -> tuple[int, int, int]:
     """The order of a query's answers: by distance, then doc id (then fingerprint)."""
     return (m[2], m[0], m[1])
+
+
+def neighbours_within(fps: np.ndarray, k: int) -> list[list[Match]]:
+    """For each fingerprint of a small batch, (position, fp, distance) of every fingerprint of the
+    batch within k bits of it, itself included: the batch's pages compared with each other."""
+    check_k(k)
+    fps = np.ascontiguousarray(fps, dtype=np.uint64)
+    out: list[list[Match]] = [[] for _ in range(fps.shape[0])]
+    scan_many_into(fps, np.arange(fps.shape[0], dtype=np.int64), fps.shape[0], fps, k, out)
+    return out
 
 
 def _run_bytes(run: BlockTables) -> int:
