@@ -14,7 +14,7 @@ builds the index from them (see there for the runs and their merging);
 ``blocktables_ref.py`` is the pure-Python reference with the same API and answers.
 """
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 
 import numpy as np
 
@@ -197,14 +197,30 @@ cdef class BlockTables:
 
     cpdef int query_into(self, uint64_t q, int k, list out) except -1:
         """Append (doc_id, fp, distance) for every pair in the run within k bits of q; returns the count."""
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        return self._query(q, k, out)
+
+    def query_many_into(self, const uint64_t[::1] qs, int k, list outs):
+        """``query_into(qs[i], k, outs[i])`` for each i in one call (a batch's fingerprints: one
+        Python call per run, not one per page); returns the total count."""
+        cdef Py_ssize_t i, m = qs.shape[0]
+        cdef int found = 0
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        if len(outs) != m:
+            raise ValueError("one output list per query")
+        for i in range(m):
+            found += self._query(qs[i], k, <list>outs[i])
+        return found
+
+    cdef int _query(self, uint64_t q, int k, list out) except -1:
         cdef int t, tt, dist
         cdef int found = 0
         cdef Py_ssize_t lo, hi, i, j
         cdef uint64_t qr, x, prev, fp, d
         cdef const uint64_t* tab
         cdef bint seen_before, have_prev
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
         if self.n == 0:
             return 0
         for t in range(_BLOCKS):
@@ -246,6 +262,133 @@ cdef class BlockTables:
         return found
 
 
+cdef class BlockTail:
+    """The newest (fingerprint, doc id) pairs, unsorted, up to ``capacity``, with a hash chain per
+    16-bit block so a query looks at the pairs sharing one of its blocks, not at all of them.
+
+    Key: slot i (0 <= i < n) holds ``fps[i]``, ``doc_ids[i]`` in the order added. For each block t
+    (0..3, bits 63-16t .. 48-16t as in the tables) the slots whose block t hashes to bucket b form
+    one chain (``_head[t][b]``, then ``_next[t][i]``, newest first, -1 ends it). A fingerprint within
+    k <= 3 bits of a query equals it on one block, so it is on that block's chain of the query; it
+    is reported from the first such block only, once per pair, as ``scan_into`` would report it
+    (in another order: callers sort).
+    """
+
+    cdef readonly object fps
+    cdef readonly object doc_ids
+    cdef readonly Py_ssize_t n
+    cdef readonly Py_ssize_t capacity
+    cdef object _heads, _nexts
+    cdef uint64_t* _fp
+    cdef int64_t* _doc
+    cdef int32_t* _head
+    cdef int32_t* _next
+    cdef Py_ssize_t _nb
+
+    def __init__(self, Py_ssize_t capacity):
+        cdef uint64_t[::1] vf
+        cdef int64_t[::1] vd
+        cdef int32_t[::1] vh, vn
+        if not 1 <= capacity <= (1 << 30):
+            raise ValueError(f"capacity must be in 1..2**30, got {capacity}")
+        nb = 1
+        while nb * 2 <= capacity // 4 and nb < _BUCKETS:     # a chain of ~4 slots per bucket when full
+            nb *= 2
+        self._nb = nb
+        self.capacity = capacity
+        self.n = 0
+        self.fps = np.zeros(capacity, dtype=np.uint64)
+        self.doc_ids = np.zeros(capacity, dtype=np.int64)
+        self._heads = np.full(_BLOCKS * nb, -1, dtype=np.int32)
+        self._nexts = np.full(_BLOCKS * capacity, -1, dtype=np.int32)
+        vf, vd, vh, vn = self.fps, self.doc_ids, self._heads, self._nexts
+        self._fp, self._doc, self._head, self._next = &vf[0], &vd[0], &vh[0], &vn[0]
+
+    @property
+    def nbytes(self):
+        """Bytes of its arrays: 32 per slot, 16 per bucket (at most 4 per slot)."""
+        return self.fps.nbytes + self.doc_ids.nbytes + self._heads.nbytes + self._nexts.nbytes
+
+    def __len__(self):
+        return self.n
+
+    cdef inline Py_ssize_t _slot(self, int t, uint64_t fp) noexcept:
+        return t * self._nb + (((fp >> (48 - 16 * t)) & 0xFFFF) & (self._nb - 1))
+
+    cpdef bint add(self, uint64_t fp, int64_t doc_id) except -1:
+        """Append a pair; returns True when the tail is now full. ValueError if it was full."""
+        cdef Py_ssize_t i = self.n, s
+        cdef int t
+        if i >= self.capacity:
+            raise ValueError("the tail is full")
+        self._fp[i] = fp
+        self._doc[i] = doc_id
+        for t in range(_BLOCKS):
+            s = self._slot(t, fp)
+            self._next[t * self.capacity + i] = self._head[s]
+            self._head[s] = <int32_t>i
+        self.n = i + 1
+        return self.n == self.capacity
+
+    def add_many(self, const uint64_t[::1] fps, const int64_t[::1] doc_ids):
+        """Append pairs in order until the tail is full; returns how many were taken."""
+        cdef Py_ssize_t i, take
+        if fps.shape[0] != doc_ids.shape[0]:
+            raise ValueError("fps and doc_ids must have one length")
+        take = min(fps.shape[0], self.capacity - self.n)
+        for i in range(take):
+            self.add(fps[i], doc_ids[i])
+        return take
+
+    def clear(self):
+        """Forget every pair (their chains too)."""
+        cdef Py_ssize_t i
+        cdef int t
+        for i in range(self.n):
+            for t in range(_BLOCKS):
+                self._head[self._slot(t, self._fp[i])] = -1
+        self.n = 0
+
+    cdef int _query(self, uint64_t q, int k, list out) except -1:
+        cdef int t, tt, found = 0
+        cdef int32_t i
+        cdef uint64_t d
+        cdef bint seen_before
+        for t in range(_BLOCKS):
+            i = self._head[self._slot(t, q)]
+            while i >= 0:
+                d = self._fp[i] ^ q
+                if ((d >> (48 - 16 * t)) & 0xFFFF) == 0 and cd_within(d, k):
+                    seen_before = False         # reported from an earlier block's chain
+                    for tt in range(t):
+                        if ((d >> (48 - 16 * tt)) & 0xFFFF) == 0:
+                            seen_before = True
+                            break
+                    if not seen_before:
+                        out.append((self._doc[i], self._fp[i], cd_popcount64(d)))
+                        found += 1
+                i = self._next[t * self.capacity + i]
+        return found
+
+    cpdef int query_into(self, uint64_t q, int k, list out) except -1:
+        """Append (doc_id, fp, distance) for every pair within k bits of q; returns the count."""
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        return self._query(q, k, out)
+
+    def query_many_into(self, const uint64_t[::1] qs, int k, list outs):
+        """``query_into(qs[i], k, outs[i])`` for each i in one call; returns the total count."""
+        cdef Py_ssize_t i, m = qs.shape[0]
+        cdef int found = 0
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        if len(outs) != m:
+            raise ValueError("one output list per query")
+        for i in range(m):
+            found += self._query(qs[i], k, <list>outs[i])
+        return found
+
+
 def scan_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n, uint64_t q, int k,
               list out):
     """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
@@ -259,6 +402,28 @@ def scan_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n,
         if cd_within(fps[i] ^ q, k):
             out.append((doc_ids[i], fps[i], cd_popcount64(fps[i] ^ q)))
             found += 1
+    return found
+
+
+def scan_many_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n,
+                   const uint64_t[::1] qs, int k, list outs):
+    """``scan_into`` for each query ``qs[j]`` into ``outs[j]``, in one pass over the n pairs (the
+    pairs' order within each output, as ``scan_into``); returns the total count."""
+    cdef Py_ssize_t i, j, m = qs.shape[0]
+    cdef int found = 0
+    cdef uint64_t x
+    if k < 0 or k > 3:
+        raise ValueError("k must be in 0..3")
+    if n > fps.shape[0] or n > doc_ids.shape[0] or n < 0:
+        raise ValueError("n exceeds the arrays")
+    if len(outs) != m:
+        raise ValueError("one output list per query")
+    for i in range(n):
+        x = fps[i]
+        for j in range(m):
+            if cd_within(x ^ qs[j], k):
+                (<list>outs[j]).append((doc_ids[i], x, cd_popcount64(x ^ qs[j])))
+                found += 1
     return found
 
 

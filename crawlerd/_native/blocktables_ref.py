@@ -132,6 +132,58 @@ class BlockTables:
                         j += 1
         return found
 
+    def query_many_into(self, qs, k: int, outs: list) -> int:
+        """``query_into(qs[i], k, outs[i])`` for each i; returns the total count."""
+        if k < 0 or k > 3:
+            raise ValueError("k must be in 0..3")
+        qs = np.asarray(qs, dtype=np.uint64).tolist()
+        if len(outs) != len(qs):
+            raise ValueError("one output list per query")
+        return sum(self.query_into(q, k, out) for q, out in zip(qs, outs, strict=True))
+
+
+class BlockTail:
+    """The newest pairs, unsorted, up to ``capacity``; queried by a scan (the native one hashes)."""
+
+    def __init__(self, capacity: int) -> None:
+        if not 1 <= capacity <= 1 << 30:
+            raise ValueError(f"capacity must be in 1..2**30, got {capacity}")
+        self.capacity = capacity
+        self.n = 0
+        self.fps = np.zeros(capacity, dtype=np.uint64)
+        self.doc_ids = np.zeros(capacity, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.fps.nbytes + self.doc_ids.nbytes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add(self, fp: int, doc_id: int) -> bool:
+        if self.n >= self.capacity:
+            raise ValueError("the tail is full")
+        self.fps[self.n], self.doc_ids[self.n] = fp, doc_id
+        self.n += 1
+        return self.n == self.capacity
+
+    def add_many(self, fps, doc_ids) -> int:
+        if len(fps) != len(doc_ids):
+            raise ValueError("fps and doc_ids must have one length")
+        take = min(len(fps), self.capacity - self.n)
+        for fp, doc in zip(np.asarray(fps[:take]).tolist(), np.asarray(doc_ids[:take]).tolist(), strict=True):
+            self.add(fp, doc)
+        return take
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def query_into(self, q: int, k: int, out: list) -> int:
+        return scan_into(self.fps, self.doc_ids, self.n, q, k, out)
+
+    def query_many_into(self, qs, k: int, outs: list) -> int:
+        return scan_many_into(self.fps, self.doc_ids, self.n, qs, k, outs)
+
 
 def scan_into(fps, doc_ids, n: int, q: int, k: int, out: list) -> int:
     """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
@@ -145,6 +197,18 @@ def scan_into(fps, doc_ids, n: int, q: int, k: int, out: list) -> int:
             out.append((doc, fp, (fp ^ q).bit_count()))
             found += 1
     return found
+
+
+def scan_many_into(fps, doc_ids, n: int, qs, k: int, outs: list) -> int:
+    """``scan_into`` for each query ``qs[j]`` into ``outs[j]``; returns the total count."""
+    if k < 0 or k > 3:
+        raise ValueError("k must be in 0..3")
+    if n > len(fps) or n > len(doc_ids) or n < 0:
+        raise ValueError("n exceeds the arrays")
+    qs = np.asarray(qs, dtype=np.uint64).tolist()
+    if len(outs) != len(qs):
+        raise ValueError("one output list per query")
+    return sum(scan_into(fps, doc_ids, n, q, k, out) for q, out in zip(qs, outs, strict=True))
 
 
 def merge_tables(a: BlockTables, b: BlockTables) -> BlockTables:

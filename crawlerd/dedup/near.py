@@ -2,7 +2,8 @@
 
 Manku, Jain, Das Sarma (WWW 2007): a page whose 64-bit simhash lies within
 Hamming distance k (<= 3) of a stored page's is a near duplicate. The crawl
-process asks :meth:`NearDuplicates.check_and_add` once per fetched HTML page;
+process asks :meth:`NearDuplicates.check_and_add` once per fetched HTML page (a worker's
+batch of them at once: :meth:`NearDuplicates.check_and_add_many`, same answers);
 the answer names the stored page (its URL), so the event and the stats can say
 ``near_duplicate_of``. A near duplicate is still archived, only flagged.
 
@@ -50,13 +51,15 @@ import functools
 import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import lmdb
+import numpy as np
 
 from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
-from crawlerd.dedup.near_index import NearIndex
+from crawlerd.dedup.near_index import NearIndex, match_order, neighbours_within
+from crawlerd.dedup.simhash_index import check_fp
 from crawlerd.store.writer import WriteThread
 
 log = logging.getLogger("crawlerd.dedup.near")
@@ -184,19 +187,69 @@ class NearDuplicates:
         if match == url:
             match = ""      # the same URL again (recrawl): not a near duplicate, already stored
         elif not match:
-            doc = self.next_id
-            key, value = _KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass")
-            if self._added is not None:
-                self._added.append((key, value))
-                self._unlanded[key] = value
-            else:
-                txn.put(key, value, append=True)
-            self._index.add(simhash, doc)
-            self.next_id = doc + 1
+            self._store(txn, simhash, url)
         else:
             self.near_found += 1
         self._count(host_key, bool(match))
         return match
+
+    def _store(self, txn: lmdb.Transaction, simhash: int, url: str) -> int:
+        """Keep a page that had no stored neighbour as the next doc (LMDB, or handed over; index)."""
+        doc = self.next_id
+        key, value = _KEY.pack(doc), _FP.pack(simhash) + url.encode("utf-8", "surrogatepass")
+        if self._added is not None:
+            self._added.append((key, value))
+            self._unlanded[key] = value
+        else:
+            txn.put(key, value, append=True)
+        self._index.add(simhash, doc)
+        self.next_id = doc + 1
+        return doc
+
+    def check_and_add_many(self, pages: Sequence[tuple[int, str, str]]) -> tuple[list[str], list[str]]:
+        """``check_and_add(simhash, url, host_key)`` then ``should_demote(host_key)`` for each page,
+        in order, with the same answers; returns (the answers, the host key of each True demotion).
+
+        The index is asked once for the whole batch (one native pass per part of it), and the
+        batch's own pages are compared with each other, so a page may still match one stored
+        earlier in the batch. Inside ``batch()`` the pages are written in the batch's transaction.
+        """
+        if self._txn is None:
+            with self.batch():
+                return self.check_and_add_many(pages)
+        k = self.distance_bits
+        fps = [check_fp(p[0]) for p in pages]
+        qs = np.array(fps, dtype=np.uint64)
+        before = self._index.query_batch(qs, k)       # the stored pages as the batch began
+        peers = neighbours_within(qs, k)                # within the batch: few, usually only itself
+        txn, window, hosts = self._txn, self._window, self._hosts
+        stored_as: dict[int, int] = {}                # batch position -> doc id, of the pages stored
+        answers: list[str] = []
+        demoted: list[str] = []
+        for i, (simhash, url, host_key) in enumerate(pages):
+            self.checked += 1
+            found = before[i]
+            if len(peers[i]) > 1 and stored_as:
+                mine = [(stored_as[j], fp, dist) for j, fp, dist in peers[i] if j < i and j in stored_as]
+                if mine:
+                    found = sorted(found + mine, key=match_order)
+            match = ""
+            for doc, _fp, _dist in found:
+                match = self._url_in(txn, doc)
+                if match:
+                    break       # closest first; a doc whose URL is lost (damaged LMDB) is passed over
+            if match == url:
+                match = ""      # the same URL again (recrawl): not a near duplicate, already stored
+            elif not match:
+                stored_as[i] = self._store(txn, simhash, url)
+            else:
+                self.near_found += 1
+            h = window(host_key)
+            self._count_in(h, bool(match))
+            if hosts.peek(host_key) is h and self._demote(h):     # as should_demote: a window held
+                demoted.append(host_key)
+            answers.append(match)
+        return answers, demoted
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -285,11 +338,18 @@ class NearDuplicates:
 
     # -- per-host windows ----------------------------------------------------------------
     def _count(self, host_key: str, near: bool) -> None:
+        self._count_in(self._window(host_key), near)
+
+    def _window(self, host_key: str) -> _HostWindow:
+        """The host's window (most recently used now), made if it was not tracked."""
         hosts = self._hosts
         h = hosts.get(host_key)
         if h is None:
             h = _HostWindow()
             hosts.put(host_key, h, str_bytes(host_key) + _WINDOW_BYTES)
+        return h
+
+    def _count_in(self, h: _HostWindow, near: bool) -> None:
         h.pages += 1
         h.near_total += near
         if h.n == self.window_pages:
@@ -302,7 +362,10 @@ class NearDuplicates:
     def should_demote(self, host_key: str) -> bool:
         """True when the host's recent pages are mostly near duplicates; a True starts a fresh window."""
         h = self._hosts.peek(host_key)
-        if h is None or h.n < self.demote_min_pages or h.near < self.demote_ratio * h.n:
+        return h is not None and self._demote(h)
+
+    def _demote(self, h: _HostWindow) -> bool:
+        if h.n < self.demote_min_pages or h.near < self.demote_ratio * h.n:
             return False
         h.bits = h.n = h.near = 0
         h.demotions += 1

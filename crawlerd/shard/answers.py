@@ -342,10 +342,14 @@ class Answers:
         return near
 
     def near_duplicates(self, pages: list[tuple[int, str]]) -> list[str]:
-        """``near_duplicate`` for each (simhash, URL) of a worker's batch, in order: one commit of
-        the near-duplicate store for the batch instead of one per page."""
-        with self.near.batch():
-            return [self.near_duplicate(simhash, url) for simhash, url in pages]
+        """``near_duplicate`` for each (simhash, URL) of a worker's batch, in order, with the same
+        answers and demotions: one commit of the near-duplicate store and one index query for
+        the batch instead of one per page."""
+        found, demoted = self.near.check_and_add_many([(simhash, url, host_key_of(url)) for simhash, url in pages])
+        for host_key in demoted:        # mostly near-duplicates lately: a trap, slow it down
+            self.frontier.demote_host(host_key)
+            self.metrics.counters["near_dup_demotions"] += 1
+        return found
 
 
 def _validators(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:

@@ -52,6 +52,67 @@ class TestBlockTables:
         with pytest.raises(ValueError):
             impl.scan_into(fps, docs, 2, 0, 4, [])
 
+    def test_many_queries_answer_as_one_by_one(self, impl):
+        rng = np.random.default_rng(9)
+        fps = near_fps(rng, 3000)
+        fps[100:110] = fps[50]                       # repeats: every pair of an equal fingerprint
+        docs = np.arange(3000, dtype=np.int64)
+        run = impl.BlockTables.build(fps, docs)
+        qs = np.concatenate([fps[::97], fps[:40] ^ np.uint64(0b101), np.array([0, 2**64 - 1], dtype=np.uint64)])
+        for k in range(4):
+            outs: list = [[] for _ in qs]
+            assert run.query_many_into(qs, k, outs) == sum(map(len, outs))
+            one: list = [[] for _ in qs]
+            for q, out in zip(qs.tolist(), one, strict=True):
+                run.query_into(q, k, out)
+            assert outs == one
+            assert any(outs)
+            outs = [[] for _ in qs]
+            assert impl.scan_many_into(fps, docs, 2500, qs, k, outs) == sum(map(len, outs))
+            one = [[] for _ in qs]
+            for q, out in zip(qs.tolist(), one, strict=True):
+                impl.scan_into(fps, docs, 2500, q, k, out)
+            assert outs == one
+        with pytest.raises(ValueError):
+            run.query_many_into(qs, 1, [[]])
+        with pytest.raises(ValueError):
+            impl.scan_many_into(fps, docs, 10, qs[:1], 4, [[]])
+        with pytest.raises(ValueError):
+            impl.scan_many_into(fps, docs, 3001, qs[:1], 1, [[]])
+
+    def test_tail_finds_exactly_the_pairs_within_k_until_cleared(self, impl):
+        rng = np.random.default_rng(13)
+        fps = near_fps(rng, 700)
+        fps[200:205] = fps[10]                       # repeats: each pair of an equal fingerprint
+        fps[300] = fps[11] ^ np.uint64(0x0001_0001_0001_0001)     # 4 bits away, one in each block
+        docs = np.arange(700, dtype=np.int64) + 1000
+        for cap in (1, 5, 64, 700):
+            tail = impl.BlockTail(cap)
+            assert tail.add_many(fps[:3], docs[:3]) == min(3, cap)
+            assert tail.add_many(fps[3:], docs[3:]) == cap - min(3, cap)
+            assert len(tail) == cap and tail.nbytes >= 16 * cap
+            with pytest.raises(ValueError):
+                tail.add(1, 1)
+            fl, dl = fps[:cap].tolist(), docs[:cap].tolist()
+            qs = np.concatenate([fps[:cap:3], fps[:40] ^ np.uint64(0b1001), np.array([0], dtype=np.uint64)])
+            for k in range(4):
+                outs: list = [[] for _ in qs]
+                assert tail.query_many_into(qs, k, outs) == sum(map(len, outs))
+                for q, out in zip(qs.tolist(), outs, strict=True):
+                    one: list = []
+                    assert tail.query_into(q, k, one) == len(one)
+                    assert sorted(one) == sorted(out) == brute(fl, dl, q, k)
+            tail.clear()
+            assert len(tail) == 0 and tail.query_into(int(fps[0]), 3, []) == 0
+            assert not tail.add(int(fps[0]) ^ 1, 7) or cap == 1
+            out = []
+            tail.query_into(int(fps[0]), 3, out)
+            assert out == [(7, int(fps[0]) ^ 1, 1)]
+        with pytest.raises(ValueError):
+            impl.BlockTail(0)
+        with pytest.raises(ValueError):
+            impl.BlockTail(4).query_into(1, 4, [])
+
     def test_merge_keeps_all_pairs_older_first(self, impl):
         rng = np.random.default_rng(1)
         a = impl.BlockTables.build(rng.integers(0, 2**64, 500, dtype=np.uint64), np.arange(500))

@@ -97,6 +97,52 @@ def test_batches_answer_as_single_calls(tmp_path):
         assert len(nd) == len(model.docs) + 1 == nd.next_id
 
 
+@pytest.mark.parametrize("host_windows_bytes", [16 << 20, 0])
+def test_check_and_add_many_answers_and_demotes_as_one_by_one(tmp_path, host_windows_bytes):
+    """A batch asked at once gets the answers and demotions of its pages asked one by one (each
+    ``check_and_add`` then ``should_demote``): pages of one batch nearly duplicating each other
+    (and the same page twice) included, across the index's tail and runs; with no room for host
+    windows, no demotion either way."""
+    rng = random.Random(21)
+    model = Model(3)
+    items = list(stream(rng, 3000))
+    for _ in range(60):             # a batch of a trap's near copies of each other, new text
+        base, at = rng.getrandbits(64), rng.randrange(len(items))
+        items[at:at] = [(flip(rng, base, rng.randrange(0, 4)), f"http://trap.test/{rng.randrange(9)}",
+                         "http://trap.test") for _ in range(rng.randrange(2, 12))]
+    kw = {"tail_capacity": 16, "demote_min_pages": 4, "window_pages": 8, "host_windows_bytes": host_windows_bytes}
+    demoted_many, demoted_one = [], []
+    with NearDuplicates(tmp_path / "many", **kw) as many, NearDuplicates(tmp_path / "one", **kw) as one:
+        i = 0
+        while i < len(items):
+            batch = items[i:i + rng.randrange(1, 40)]
+            i += len(batch)
+            answers, demoted = many.check_and_add_many(batch)
+            demoted_many += demoted
+            expect = []
+            for fp, url, host in batch:
+                expect.append(one.check_and_add(fp, url, host))
+                assert expect[-1] == model.check_and_add(fp, url)
+                if one.should_demote(host):
+                    demoted_one.append(host)
+            assert answers == expect
+        assert many.stats() == one.stats()
+        assert len(many) == len(one) == len(model.docs)
+        assert many.index_stats()["ram_runs"] > 1
+        for host in {h for _, _, h in items}:
+            assert many.host_counts(host) == one.host_counts(host)
+    assert demoted_many == demoted_one
+    assert bool(demoted_many) == bool(host_windows_bytes)
+    assert sum(1 for a in items if a[2] == "http://trap.test") > 100
+
+
+def test_check_and_add_many_refuses_a_bad_fingerprint(tmp_path):
+    with NearDuplicates(tmp_path) as nd:
+        assert nd.check_and_add_many([]) == ([], [])
+        with pytest.raises(ValueError):
+            nd.check_and_add_many([(1, "http://a.test/1", "http://a.test"), (2**64, "http://a.test/2", "http://a.test")])
+
+
 def test_kill_after_a_batch_loses_nothing(tmp_path):
     """A batch's docs are committed when the batch ends: kill -9 after it loses none of them."""
     script = textwrap.dedent(f"""

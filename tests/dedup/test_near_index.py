@@ -44,9 +44,12 @@ def test_every_match_within_k_and_none_beyond(tmp_path_factory, seed, n, tail, k
                 assert idx.query(q, k) == brute(pairs[: i + 1], q, k)
         if rng.random() < 0.5:
             idx.flush()                 # everything on disk
-        for _ in range(10):
-            q = rng.choice(bases) ^ (1 << rng.randrange(64)) if rng.random() < 0.8 else rng.getrandbits(64)
+        qs = [rng.choice(bases) ^ (1 << rng.randrange(64)) if rng.random() < 0.8 else rng.getrandbits(64)
+              for _ in range(10)]
+        for q in qs:
             assert idx.query(q, k) == brute(pairs, q, k)
+        qs += qs[:3]                    # a batch may ask one fingerprint twice
+        assert idx.query_batch(np.array(qs, dtype=np.uint64), k) == [brute(pairs, q, k) for q in qs]
         idx.check_invariant()
     finally:
         idx.close(flush=False)
@@ -69,6 +72,9 @@ def test_ram_stays_within_budget_while_runs_go_to_disk(tmp_path):
     for j in (0, 123_456, 599_999):
         q = int(fps[j]) ^ 0b110
         assert (j, int(fps[j]), 2) in idx.query(q, 3)
+    qs = fps[[599_999, 0, 123_456, 7]] ^ np.uint64(0b1)
+    assert idx.query_batch(qs, 3) == [idx.query(int(q), 3) for q in qs]
+    assert idx.query_batch(np.array([], dtype=np.uint64), 3) == []
     idx.check_invariant()
     idx.close()
 
