@@ -6,7 +6,6 @@
               container that could lead back to it), made from and written to the host record's
               lists (``from_lists``, ``to_lists``) in one call.
 ``window_counts``  what a window's RAM estimate counts (``dust_hosts.host_state_bytes``).
-``window_json``  a window's JSON as the host record stores it, written in one pass.
 ``scan``      the first pass of ``HostState.learn`` over the window: which earlier pages the new
               one must be compared with in Python (their digests or simhashes are near), and
               which may differ from it in one name (``differing_name``); every other pair is a
@@ -20,7 +19,7 @@ and a learner built with ``native=False`` runs on the reference throughout.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.stdint cimport uint64_t
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp
 
 from crawlerd.frontier.dust_rules import parse
 
@@ -223,111 +222,6 @@ cdef inline bint _maybe(bytearray filt, uint64_t mask, uint64_t fp) noexcept:
     cdef unsigned char *f = <unsigned char *>PyByteArray_AS_STRING(filt)
     cdef uint64_t a = fp & mask, b = (fp >> 32) & mask
     return (f[a >> 3] >> (a & 7)) & 1 and (f[b >> 3] >> (b & 7)) & 1
-
-
-cdef extern from "Python.h":
-    bytes PyBytes_FromStringAndSize(const char *v, Py_ssize_t n)
-    char *PyBytes_AS_STRING(object o)
-    int PyUnicode_IS_COMPACT_ASCII(object o)
-
-
-cdef inline bint _plain(object s) noexcept:
-    """``s`` is a str of ASCII from " " to "~" without '"' or backslash: JSON writes it as it is."""
-    cdef const unsigned char *p
-    cdef Py_ssize_t i
-    cdef unsigned char c, bad = 0
-    if type(s) is not str or not PyUnicode_IS_COMPACT_ASCII(s):
-        return False
-    p = <const unsigned char *>PyUnicode_DATA(s)
-    for i in range(PyUnicode_GET_LENGTH(s)):     # no branch per character: the compiler vectorises it
-        c = p[i]
-        bad |= (c < 0x20) | (c > 0x7e) | (c == 0x22) | (c == 0x5c)
-    return not bad
-
-
-cdef inline Py_ssize_t _digits(uint64_t v) noexcept nogil:
-    """Decimal digits of ``v`` (comparisons only: no division)."""
-    cdef Py_ssize_t n = 1
-    cdef uint64_t p = 10
-    while n < 20 and v >= p:
-        n += 1
-        p *= 10
-    return n
-
-
-cdef const char *_PAIRS = (b"00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                           b"40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                           b"8081828384858687888990919293949596979899")
-
-
-@cython.cdivision(True)
-cdef inline Py_ssize_t _put_u64(char *out, uint64_t v, Py_ssize_t n) noexcept nogil:
-    """``v`` in decimal, its ``n`` digits (``_digits``), at ``out``, two at a time from the
-    right; returns ``n``."""
-    cdef Py_ssize_t i = n
-    cdef uint64_t r
-    while v >= 100:
-        r = 2 * (v % 100)
-        v //= 100
-        i -= 2
-        out[i] = _PAIRS[r]
-        out[i + 1] = _PAIRS[r + 1]
-    if v >= 10:
-        out[0] = _PAIRS[2 * v]
-        out[1] = _PAIRS[2 * v + 1]
-    else:
-        out[0] = <char>(48 + v)
-    return n
-
-
-cdef inline Py_ssize_t _put_str(char *out, str s) noexcept:
-    """``s`` (``_plain``) in quotes at ``out``; returns the bytes written."""
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(s)
-    out[0] = b'"'
-    memcpy(out + 1, PyUnicode_DATA(s), n)
-    out[n + 1] = b'"'
-    return n + 2
-
-
-def window_json(list evidence):
-    """The JSON text of ``to_lists(evidence)``, byte for byte as orjson writes it (compact), or
-    None when a URL or canonical is not plain (``_plain``: orjson would escape or encode some of
-    it; the caller encodes ``to_lists`` then). A host's record, window and all, is written at the
-    commit after each page of its host: this skips the window's lists and orjson's walk of them."""
-    cdef Evidence e
-    cdef Py_ssize_t size = 2, at = 1
-    for e in evidence:
-        if not _plain(e.url) or not _plain(e.canonical):
-            return None
-        # ["url",digest,simhash,"canonical"] and the comma after it: 10 bytes of punctuation
-        size += (PyUnicode_GET_LENGTH(e.url) + PyUnicode_GET_LENGTH(e.canonical) + 10
-                 + _digits(e.digest) + _digits(e.simhash))
-    if evidence:
-        size -= 1                       # no comma after the last
-    out = PyBytes_FromStringAndSize(NULL, size)
-    cdef char *b = PyBytes_AS_STRING(out)
-    b[0] = b'['
-    for e in evidence:
-        if at > 1:
-            b[at] = b','
-            at += 1
-        b[at] = b'['
-        at += 1
-        at += _put_str(b + at, e.url)
-        b[at] = b','
-        at += 1
-        at += _put_u64(b + at, e.digest, _digits(e.digest))
-        b[at] = b','
-        at += 1
-        at += _put_u64(b + at, e.simhash, _digits(e.simhash))
-        b[at] = b','
-        at += 1
-        at += _put_str(b + at, e.canonical)
-        b[at] = b']'
-        at += 1
-    b[at] = b']'
-    assert at + 1 == size
-    return out
 
 
 def probe(list pending, object filters, uint64_t mask, int g, object fp):

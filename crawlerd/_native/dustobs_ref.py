@@ -4,8 +4,6 @@ learner's per-page observation as it was written before the native pass. A learn
 
 from __future__ import annotations
 
-import orjson
-
 from crawlerd.frontier.dust_rules import Parts, parse
 
 COMPARE = 1
@@ -43,17 +41,6 @@ def from_lists(records) -> list[Evidence]:
 
 def to_lists(evidence: list) -> list[list]:
     return [[e.url, e.digest, e.simhash, e.canonical] for e in evidence]
-
-
-def _plain(s) -> bool:
-    return type(s) is str and all(" " <= c <= "~" and c not in '"\\' for c in s)
-
-
-def window_json(evidence: list) -> bytes | None:
-    """``to_lists`` as orjson writes it, or None when a URL or canonical is not plain ASCII."""
-    if not all(_plain(e.url) and _plain(e.canonical) for e in evidence):
-        return None
-    return orjson.dumps(to_lists(evidence))
 
 
 def window_counts(window: list) -> tuple[int, int, int, int]:

@@ -34,7 +34,7 @@ from crawlerd.frontier.dust_rules import (
 )
 
 __all__ = ["ID_CLASSES", "AGREE", "NEUTRAL", "DISAGREE", "CANDIDATE", "TRUSTED", "RETIRED", "Evidence", "RuleStat",
-           "HostState", "RefHostState", "Learned", "WindowJSON", "compare"]
+           "HostState", "RefHostState", "Learned", "compare"]
 
 AGREE, NEUTRAL, DISAGREE = 1, 0, -1
 CANDIDATE, TRUSTED, RETIRED = "candidate", "trusted", "retired"
@@ -53,16 +53,6 @@ def compare(a: Evidence, b: Evidence, near_bits: int) -> int:
             return AGREE
         return DISAGREE if a.canonical and b.canonical else NEUTRAL
     return DISAGREE
-
-
-class WindowJSON:
-    """An evidence window's JSON text (``dustobs.window_json``), in a host record that
-    ``dust_store`` encodes: written as it is (``json_text``)."""
-
-    __slots__ = ("json_text",)
-
-    def __init__(self, json_text: bytes):
-        self.json_text = json_text
 
 
 @dataclass(slots=True)
@@ -161,20 +151,11 @@ class HostState:
         self.epoch: int = r.get("ep", 0)
         self.next_id: int = r.get("id", 0)
 
-    def to_record(self, *, window_json: bool = False) -> dict:
-        """The host record. ``window_json``: its window as ``WindowJSON`` (its JSON text, written
-        in one native pass; ``dust_store`` writes it as it is) unless a URL in it is not plain
-        ASCII; else as lists (``Evidence.to_list``, in one call). A record is encoded per
-        archived page, about."""
-        window = None
-        if window_json:
-            text = self._ev.window_json(self.evidence)
-            if text is not None:
-                window = WindowJSON(text)
-        return {"r": [x.to_list() for x in self.rules] if self.rules else [],
-                "x": [x.to_list() for x in self.retired] if self.retired else [],
-                "e": window if window is not None else self._ev.to_lists(self.evidence),
-                "rel": sorted(self.relevant) if self.relevant else [], "ep": self.epoch, "id": self.next_id}
+    def to_record(self) -> dict:
+        # the evidence lists in one call (``Evidence.to_list``): a record is encoded per archived page
+        return {"r": [x.to_list() for x in self.rules], "x": [x.to_list() for x in self.retired],
+                "e": self._ev.to_lists(self.evidence),
+                "rel": sorted(self.relevant), "ep": self.epoch, "id": self.next_id}
 
     def window_counts(self) -> tuple[int, int, int, int]:
         """(URL and canonical characters, canonicals, parsed URLs, their characters) of the

@@ -127,9 +127,9 @@ class DustHosts:
         return {"bytes": self.cached_bytes, "cap_bytes": self.cache_bytes, "entries": len(self._cache)}
 
     def write(self, host: str, st: HostState) -> None:
-        raw = self.store.encode(st.to_record(window_json=True))
+        raw = self.store.encode(st.to_record())
         while len(raw) > self.max_host_bytes and st.shrink():
-            raw = self.store.encode(st.to_record(window_json=True))
+            raw = self.store.encode(st.to_record())
         for gone in self.store.put_host(host, raw):      # the least recently written hosts
             self.info.pop(gone, None)
             self.skips_by_host.pop(gone, None)

@@ -551,23 +551,6 @@ def _dumps(record: dict) -> bytes:
     took 4-6 times as long both ways on a 2 KB record), ``json`` for what orjson refuses (a lone
     surrogate, an integer past 64 bits)."""
     try:
-        return orjson.dumps(record, default=_text_as_is)
+        return orjson.dumps(record)
     except orjson.JSONEncodeError:
-        return json.dumps(record, separators=(",", ":"), default=_text_parsed).encode()
-
-
-def _text_as_is(value) -> orjson.Fragment:
-    """orjson's ``default``: a value that carries its JSON text (``json_text``, e.g. a host's
-    evidence window written natively, ``dust_evidence.WindowJSON``) is written as it is."""
-    text = getattr(value, "json_text", None)
-    if text is None:
-        raise TypeError(f"not JSON: {type(value).__name__}")
-    return orjson.Fragment(text)
-
-
-def _text_parsed(value):
-    """json's ``default``: the same value as what its text says."""
-    text = getattr(value, "json_text", None)
-    if text is None:
-        raise TypeError(f"not JSON: {type(value).__name__}")
-    return orjson.loads(text)
+        return json.dumps(record, separators=(",", ":")).encode()

@@ -7,14 +7,11 @@ import gc
 import random
 import types
 
-import orjson
 import pytest
 
 from crawlerd._native import dustobs, dustobs_ref
 from crawlerd.frontier import dust_rules as R
 from crawlerd.frontier.dust import DEFER, NORMAL, PROBE, SAMPLE, SKIP
-from crawlerd.frontier.dust_evidence import HostState, WindowJSON
-from crawlerd.frontier.dust_store import DustStore
 from crawlerd.url.canonical import fingerprint
 from tests.frontier.dust_site import Site, digest
 from tests.frontier.test_dust_admit import HOSTILE, _content, _variant
@@ -42,45 +39,6 @@ def test_scan_lists_the_pairs_the_reference_does_for_every_shape():
         assert pn == pr, (window, page, near)
         assert dustobs.to_lists(on) == dustobs_ref.to_lists(orf)
         assert dustobs.to_lists(wn) == dustobs_ref.to_lists(wr) == [list(x) for x in window]
-
-
-def test_a_windows_json_is_what_orjson_writes_of_its_lists_or_none_when_not_plain_ascii():
-    """``window_json`` of random windows of every shape (and of strings with each character JSON
-    escapes or orjson encodes), with digests and simhashes of every length: orjson's bytes for
-    ``to_lists`` when every URL and canonical is printable ASCII without a quote or backslash,
-    else None; the reference the same. A host record written with it reads back as its lists."""
-    rng = random.Random(11)
-    odd = ['http://h.example/a"b', "http://h.example/a\\b", "http://h.example/a\x7fb", "http://h.example/\x1f",
-           "http://h.example/\tb", "http://h.example/ä", "http://h.example/\udcff", "http://h.example/\U0001f600"]
-
-    def is_plain(s):
-        return s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
-
-    fine = [u for u in SHAPES if is_plain(u)]
-    numbers = [0, 1, 9, 10, 99, 100, 10 ** 19 - 1, 10 ** 19, 2 ** 64 - 1]
-    plain = 0
-    for _ in range(3000):
-        mode = rng.randrange(3)         # plain URLs only; and one odd string; any
-        pool = fine if mode < 2 else SHAPES + odd
-        window = [[rng.choice(pool), rng.choice(numbers + [rng.getrandbits(rng.randrange(1, 65))]),
-                   rng.choice(numbers + [rng.getrandbits(64)]), rng.choice(("", "http://h.example/a/b.html"))]
-                  for _ in range(rng.randrange(0, 30))]
-        if mode == 1 and window:
-            window[rng.randrange(len(window))][rng.choice((0, 3))] = rng.choice(odd)
-        wn, wr = dustobs.from_lists(window), dustobs_ref.from_lists(window)
-        text = dustobs.window_json(wn)
-        assert text == dustobs_ref.window_json(wr), window
-        assert (text is not None) == all(is_plain(x[0]) and is_plain(x[3]) for x in window), window
-        if text is not None:
-            plain += 1
-            assert text == orjson.dumps(dustobs.to_lists(wn))
-    assert 800 < plain < 2200                   # both kinds, many times
-    # (a lone surrogate left out: the store reads records with orjson, which refuses one)
-    for urls, native in ((fine, True), (fine + [u for u in odd if "\udcff" not in u], False)):
-        st = HostState({"e": [[u, rng.getrandbits(64), i, ""] for i, u in enumerate(urls)], "rel": ["x"], "ep": 3})
-        rec = st.to_record(window_json=True)
-        assert isinstance(rec["e"], WindowJSON) == native
-        assert orjson.loads(DustStore.encode(rec)) == st.to_record() == orjson.loads(DustStore.encode(st.to_record()))
 
 
 def test_the_archived_sets_probe_and_put_answer_as_the_reference():
