@@ -459,7 +459,7 @@ class DustLearner:
             rs.logged = 0
         if learned.trusted or learned.retired or learned.relevant:
             self.hosts.refresh(host, st)
-        if any(r.state != TRUSTED for r in st.rules):
+        if st.rules and any(r.state != TRUSTED for r in st.rules):     # most hosts have none
             self._learning[host] = None
             while len(self._learning) > _PENDING:
                 self._learning.popitem(last=False)

@@ -47,11 +47,16 @@ def host_state_bytes(st: HostState) -> int:
     """Estimated RAM of one cached host state, from its decoded objects (one pass over its window
     in C, one over its rules)."""
     chars, canonicals, parsed, parsed_chars = st.window_counts()
+    n = (STATE_BYTES + EVIDENCE_BYTES * len(st.evidence) + chars + CANONICAL_BYTES * canonicals
+         + PARSED_BYTES * parsed + PARSED_PER_CHAR * parsed_chars)
+    # most hosts have no rules and no relevant names: no generator for them (charged at each
+    # load and each write, so about twice per archived page)
     rules = st.rules + st.retired if st.retired else st.rules
-    return (STATE_BYTES + EVIDENCE_BYTES * len(st.evidence) + chars + CANONICAL_BYTES * canonicals
-            + PARSED_BYTES * parsed + PARSED_PER_CHAR * parsed_chars
-            + sum(RULE_BYTES + RULE_HASH_BYTES * (len(r.targets) + len(r.values)) for r in rules)
-            + sum(NAME_BYTES + len(n) for n in st.relevant))
+    if rules:
+        n += sum(RULE_BYTES + RULE_HASH_BYTES * (len(r.targets) + len(r.values)) for r in rules)
+    if st.relevant:
+        n += sum(NAME_BYTES + len(name) for name in st.relevant)
+    return n
 
 
 class DustHosts:

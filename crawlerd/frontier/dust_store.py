@@ -244,7 +244,8 @@ class DustStore:
         else:
             old_size, old_seq = held
         seq, writes = self._touch(hk, old_seq)
-        self._hset(hk)
+        if not old_size:
+            self._hset(hk)          # a host with a record has its bits (the filter is never cleared)
         value = seq + raw
         self.meta["host_bytes"] += len(value) - old_size
         txn.put(hk, value, db=self._hosts)
@@ -488,7 +489,7 @@ class DustStore:
         on the loop once it landed; without one, ``then`` runs now."""
         self._write_archived()
         txn = self.txn()
-        txn.put(b"counters", json.dumps(self.meta, separators=(",", ":")).encode(), db=self._meta)
+        txn.put(b"counters", _dumps(self.meta), db=self._meta)     # with the priors' table: orjson
         if self._overlay is not None:
             self._overlay.commit(then, sync=sync)
             self._budget.committed()
@@ -545,9 +546,10 @@ def _read_cost(hk: bytes, raw: bytes | None) -> int:
 
 
 def _dumps(record: dict) -> bytes:
-    """A host record as compact JSON: orjson (a record is read, and one written back, per archived
-    page whose host misses the decoded cache; ``json`` took 4-6 times as long both ways on a
-    2 KB record), ``json`` for what orjson refuses (a lone surrogate, an integer past 64 bits)."""
+    """A host record (or the meta record, at each commit) as compact JSON: orjson (a record is
+    read, and one written back, per archived page whose host misses the decoded cache; ``json``
+    took 4-6 times as long both ways on a 2 KB record), ``json`` for what orjson refuses (a lone
+    surrogate, an integer past 64 bits)."""
     try:
         return orjson.dumps(record)
     except orjson.JSONEncodeError:

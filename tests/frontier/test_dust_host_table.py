@@ -1,6 +1,7 @@
 """The DUST store's host table (crawlerd.frontier.dust_store): a host's write sequence kept in its
 record and moved only when it fell more than ``touch_slack`` behind, records written before that
-(the sequence in ``meta``) read and moved over, and the host keys' filter in front of the reads."""
+(the sequence in ``meta``) read and moved over, the host keys' filter in front of the reads, and
+the meta record."""
 
 import gc
 import random
@@ -241,3 +242,47 @@ def test_the_read_cache_changes_no_decision_and_no_table_through_evictions_a_cra
         s.reopen()
         check_host_tables(s.learner.store)
         s.learner.close()
+
+
+def test_a_host_rewritten_deleted_and_written_again_is_found_at_every_step_and_after_a_reopen(tmp_path):
+    """A rewrite of a host that has a record sets no filter bits again (they are set and never
+    cleared); a host whose record was deleted and one never written get theirs at their write."""
+    path = str(tmp_path / "d")
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    hosts = [f"h{i}.example" for i in range(50)]
+    for i, h in enumerate(hosts):
+        store.put_host(h, {"v": 0})
+        if i % 2:
+            assert store.get_host_sized(h, remember=True)[0] == {"v": 0}    # held: rewritten without a read
+        store.put_host(h, {"v": 1})
+    for h in hosts[::3]:
+        store.delete_host(h)
+        assert store.get_host(h) is None
+        store.put_host(h, {"v": 2})
+    store.commit()
+    want = {h: {"v": 2 if i % 3 == 0 else 1} for i, h in enumerate(hosts)}
+    assert {h: store.get_host(h) for h in hosts} == want
+    check_host_tables(store)
+    store.close()
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    assert {h: store.get_host(h) for h in hosts} == want
+    assert store.get_host("never.example") is None
+    store.close()
+
+
+def test_the_meta_record_keeps_any_text_and_large_counters_through_a_reopen(tmp_path):
+    """Meta is written at each commit (compact JSON, orjson first): what orjson refuses (a lone
+    surrogate, an integer past 64 bits) is written all the same."""
+    path = str(tmp_path / "d")
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    store.meta["priors"] = {"?sid": [3, 0, 1], "?café": [2, 1, 0]}
+    store.commit()
+    store.close()
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    assert store.meta["priors"] == {"?sid": [3, 0, 1], "?café": [2, 1, 0]}
+    store.meta["priors"]["?x\udcff"] = [1, 2 ** 70, 0]
+    store.commit()
+    store.close()
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    assert store.meta["priors"] == {"?sid": [3, 0, 1], "?café": [2, 1, 0], "?x\udcff": [1, 2 ** 70, 0]}
+    store.close()
