@@ -226,7 +226,7 @@ class DustStore:
         seq, body = _split(raw)
         if remember:
             self._held[host] = (len(raw), seq)
-        return orjson.loads(body), len(raw)
+        return _loads(body), len(raw)
 
     def forget(self, host: str) -> None:
         """The caller no longer holds ``host`` (see ``get_host_sized``)."""
@@ -332,7 +332,7 @@ class DustStore:
     def hosts(self):
         """(host, record) for every stored host (a scan: for stats and start-up)."""
         for k, v in self.txn().cursor(db=self._hosts):
-            yield k.decode("utf-8", "surrogateescape"), orjson.loads(_split(v)[1])
+            yield k.decode("utf-8", "surrogateescape"), _loads(_split(v)[1])
 
     # -- archived set ----------------------------------------------------------------------
     def _fset(self, g: int, fp: int) -> None:
@@ -543,6 +543,15 @@ _MISS = object()
 def _read_cost(hk: bytes, raw: bytes | None) -> int:
     """Estimated bytes of a read-cache entry: its key and value objects (the map's own in ByteLRU)."""
     return 33 + len(hk) + (0 if raw is None else 33 + len(raw))
+
+
+def _loads(body: bytes) -> dict:
+    """A record ``_dumps`` wrote: orjson, or ``json`` for what ``_dumps`` had to write with it (orjson
+    rejects the ``\\udcXX`` escape of a lone surrogate)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
 
 
 def _dumps(record: dict) -> bytes:

@@ -286,3 +286,20 @@ def test_the_meta_record_keeps_any_text_and_large_counters_through_a_reopen(tmp_
     store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
     assert store.meta["priors"] == {"?sid": [3, 0, 1], "?café": [2, 1, 0], "?x\udcff": [1, 2 ** 70, 0]}
     store.close()
+
+
+def test_a_host_record_orjson_refuses_is_read_back_as_written_and_after_a_reopen(tmp_path):
+    """A record holding a lone surrogate (a URL that was not valid UTF-8, kept by surrogateescape)
+    or an integer past 64 bits is written with ``json``; it reads back the same, cached or not."""
+    path = str(tmp_path / "d")
+    odd = {"urls": ["/a\udcff", "/b"], "n": 2 ** 70}
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    store.put_host("odd.example", odd)
+    store.put_host("plain.example", {"urls": ["/c"]})
+    assert store.get_host("odd.example") == odd
+    store.commit()
+    assert dict(store.hosts()) == {"odd.example": odd, "plain.example": {"urls": ["/c"]}}
+    store.close()
+    store = DustStore(path, max_bytes=1 << 20, max_host_bytes=4096, sync=False)
+    assert store.get_host("odd.example") == odd
+    store.close()
