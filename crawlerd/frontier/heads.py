@@ -97,9 +97,9 @@ class QueueHeads:
                 if len(entries) > self.depth:
                     k, v = entries.pop()
                     self._bytes -= _ENTRY_BYTES + len(k) + len(v)
+                    self._not_whole(e, key[:5])
                 else:
                     self._entries += 1
-                    self._not_whole(e, key[:5])
         elif e[1]:
             if len(entries) < self.depth:
                 entries.append((key, value))

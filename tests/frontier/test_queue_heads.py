@@ -169,3 +169,21 @@ def test_forgetting_a_host_drops_each_of_its_levels_and_no_other_hosts_queue(que
     for level in (0, 1, 255):
         assert heads.pop(qprefix(1, level)) is False                    # not cached: read from the store
         assert heads.pop(qprefix(2, level)) == (qkey(2, level, 1), b"x", False)
+
+
+def test_a_put_back_into_a_full_queue_known_whole_pushes_its_last_entry_out_and_it_is_not_whole_any_more():
+    """The pushed-out entry is still queued in the store: once the cached ones are popped the
+    queue must be read again (False), not reported empty (None)."""
+    heads = QueueHeads(depth=2)
+    p = qprefix(7, 0)
+    heads.fill(p, [(qkey(7, 0, 2), b"b"), (qkey(7, 0, 3), b"c")], True)
+    heads.put(qkey(7, 0, 1), b"a")                  # put back before them: (3, c) falls out
+    assert [heads.pop(p)[:2] for _ in range(2)] == [(qkey(7, 0, 1), b"a"), (qkey(7, 0, 2), b"b")]
+    assert heads.pop(p) is False
+    heads.check_invariants()
+    small = QueueHeads(depth=3)                     # with room, it stays whole
+    small.fill(p, [(qkey(7, 0, 2), b"b")], True)
+    small.put(qkey(7, 0, 1), b"a")
+    assert [small.pop(p)[:2] for _ in range(2)] == [(qkey(7, 0, 1), b"a"), (qkey(7, 0, 2), b"b")]
+    assert small.pop(p) is None
+    small.check_invariants()
