@@ -97,6 +97,18 @@ def _bucket_offsets(table):
     return off
 
 
+cdef int _check_k(int k) except -1:
+    if k < 0 or k > 3:
+        raise ValueError("k must be in 0..3")
+    return 0
+
+
+cdef int _check_outs(list outs, Py_ssize_t m) except -1:
+    if len(outs) != m:
+        raise ValueError("one output list per query")
+    return 0
+
+
 cdef class BlockTables:
     """One immutable sorted run of (fingerprint, doc id) pairs, four block tables.
 
@@ -197,8 +209,7 @@ cdef class BlockTables:
 
     cpdef int query_into(self, uint64_t q, int k, list out) except -1:
         """Append (doc_id, fp, distance) for every pair in the run within k bits of q; returns the count."""
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
+        _check_k(k)
         return self._query(q, k, out)
 
     def query_many_into(self, const uint64_t[::1] qs, int k, list outs):
@@ -206,10 +217,8 @@ cdef class BlockTables:
         Python call per run, not one per page); returns the total count."""
         cdef Py_ssize_t i, m = qs.shape[0]
         cdef int found = 0
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
-        if len(outs) != m:
-            raise ValueError("one output list per query")
+        _check_k(k)
+        _check_outs(outs, m)
         for i in range(m):
             found += self._query(qs[i], k, <list>outs[i])
         return found
@@ -372,18 +381,15 @@ cdef class BlockTail:
 
     cpdef int query_into(self, uint64_t q, int k, list out) except -1:
         """Append (doc_id, fp, distance) for every pair within k bits of q; returns the count."""
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
+        _check_k(k)
         return self._query(q, k, out)
 
     def query_many_into(self, const uint64_t[::1] qs, int k, list outs):
         """``query_into(qs[i], k, outs[i])`` for each i in one call; returns the total count."""
         cdef Py_ssize_t i, m = qs.shape[0]
         cdef int found = 0
-        if k < 0 or k > 3:
-            raise ValueError("k must be in 0..3")
-        if len(outs) != m:
-            raise ValueError("one output list per query")
+        _check_k(k)
+        _check_outs(outs, m)
         for i in range(m):
             found += self._query(qs[i], k, <list>outs[i])
         return found
@@ -394,8 +400,7 @@ def scan_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize_t n,
     """Append (doc_id, fp, distance) for each of the first n unsorted pairs within k bits of q."""
     cdef Py_ssize_t i
     cdef int found = 0
-    if k < 0 or k > 3:
-        raise ValueError("k must be in 0..3")
+    _check_k(k)
     if n > fps.shape[0] or n > doc_ids.shape[0] or n < 0:
         raise ValueError("n exceeds the arrays")
     for i in range(n):
@@ -412,12 +417,10 @@ def scan_many_into(const uint64_t[::1] fps, const int64_t[::1] doc_ids, Py_ssize
     cdef Py_ssize_t i, j, m = qs.shape[0]
     cdef int found = 0
     cdef uint64_t x
-    if k < 0 or k > 3:
-        raise ValueError("k must be in 0..3")
+    _check_k(k)
     if n > fps.shape[0] or n > doc_ids.shape[0] or n < 0:
         raise ValueError("n exceeds the arrays")
-    if len(outs) != m:
-        raise ValueError("one output list per query")
+    _check_outs(outs, m)
     for i in range(n):
         x = fps[i]
         for j in range(m):

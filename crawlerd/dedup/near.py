@@ -177,21 +177,25 @@ class NearDuplicates:
         if self._txn is None:
             with self.batch():
                 return self.check_and_add(simhash, url, host_key)
-        txn = self._txn
         self.checked += 1
+        match, _doc = self._answer(self._txn, self._index.query(simhash, self.distance_bits), simhash, url)
+        self._count(host_key, bool(match))
+        return match
+
+    def _answer(self, txn: lmdb.Transaction, found: list, simhash: int, url: str) -> tuple[str, int | None]:
+        """One page's answer from its stored neighbours (closest first): the first whose URL is
+        read, and None; or "" and the doc id the page was stored as, when there is none."""
         match = ""
-        for doc, _fp, _dist in self._index.query(simhash, self.distance_bits):
+        for doc, _fp, _dist in found:
             match = self._url_in(txn, doc)
             if match:
                 break       # closest first; a doc whose URL is lost (damaged LMDB) is passed over
         if match == url:
-            match = ""      # the same URL again (recrawl): not a near duplicate, already stored
-        elif not match:
-            self._store(txn, simhash, url)
-        else:
-            self.near_found += 1
-        self._count(host_key, bool(match))
-        return match
+            return "", None     # the same URL again (recrawl): not a near duplicate, already stored
+        if not match:
+            return "", self._store(txn, simhash, url)
+        self.near_found += 1
+        return match, None
 
     def _store(self, txn: lmdb.Transaction, simhash: int, url: str) -> int:
         """Keep a page that had no stored neighbour as the next doc (LMDB, or handed over; index)."""
@@ -233,17 +237,9 @@ class NearDuplicates:
                 mine = [(stored_as[j], fp, dist) for j, fp, dist in peers[i] if j < i and j in stored_as]
                 if mine:
                     found = sorted(found + mine, key=match_order)
-            match = ""
-            for doc, _fp, _dist in found:
-                match = self._url_in(txn, doc)
-                if match:
-                    break       # closest first; a doc whose URL is lost (damaged LMDB) is passed over
-            if match == url:
-                match = ""      # the same URL again (recrawl): not a near duplicate, already stored
-            elif not match:
-                stored_as[i] = self._store(txn, simhash, url)
-            else:
-                self.near_found += 1
+            match, doc = self._answer(txn, found, simhash, url)
+            if doc is not None:
+                stored_as[i] = doc
             h = window(host_key)
             self._count_in(h, bool(match))
             if hosts.peek(host_key) is h and self._demote(h):     # as should_demote: a window held

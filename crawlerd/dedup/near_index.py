@@ -290,13 +290,8 @@ class NearIndex:
         check_fp(fp)
         check_k(k)
         out: list[Match] = []
-        if self._tail.n:
-            self._tail.query_into(fp, k, out)
-        ram, disk = self._state                 # one published state: no pair twice, none missing
-        for run in ram:
-            run.query_into(fp, k, out)
-        for d in disk:
-            d.tables.query_into(fp, k, out)
+        for part in self._parts():
+            part.query_into(fp, k, out)
         if len(out) > 1:
             out.sort(key=match_order)
         return out
@@ -313,17 +308,18 @@ class NearIndex:
             return out
         order = np.argsort(fps, kind="stable")
         qs, outs = fps[order], [out[i] for i in order.tolist()]
-        if self._tail.n:
-            self._tail.query_many_into(qs, k, outs)
-        ram, disk = self._state                 # one published state: no pair twice, none missing
-        for run in ram:
-            run.query_many_into(qs, k, outs)
-        for d in disk:
-            d.tables.query_many_into(qs, k, outs)
+        for part in self._parts():
+            part.query_many_into(qs, k, outs)
         for found in out:
             if len(found) > 1:
                 found.sort(key=match_order)
         return out
+
+    def _parts(self) -> list:
+        """What a query reads: the tail (when it holds pairs), the RAM runs, the files' tables, all
+        from one published state (no pair twice, none missing)."""
+        ram, disk = self._state
+        return [*((self._tail,) if self._tail.n else ()), *ram, *(d.tables for d in disk)]
 
     def __len__(self) -> int:
         return self._count
