@@ -70,7 +70,7 @@ from bisect import bisect_right
 import xxhash
 
 from crawlerd.frontier.budgets import audit, fifo
-from crawlerd.frontier.budgets.fifo import block_ends
+from crawlerd.frontier.budgets.fifo import blocks_by
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.reader import BeastCorrupt, QueueReader
 from crawlerd.frontier.budgets.rule import BudgetRule
@@ -187,16 +187,7 @@ class Beast:
     def offer_many(self, dks: list[bytes], records: list[bytes], fps: list[int], hosts: list[str]) -> list[bool]:
         """``offer`` for several URLs in order (parallel lists: domain key, record, fingerprint, host
         key), with the same decisions and state as one ``offer`` each; returns passed or not, per URL."""
-        groups: dict[bytes, list[tuple[int, int]]] = {}
-        i = 0
-        for j in block_ends(dks):
-            g = groups.get(dks[i])
-            if g is None:
-                groups[dks[i]] = [(i, j)]
-            else:
-                g.append((i, j))
-            i = j
-        return self.offer_groups(groups, records, fps, hosts)
+        return self.offer_groups(blocks_by(dks), records, fps, hosts)
 
     def offer_groups(self, groups: dict[bytes, list[tuple[int, int]]], records: list[bytes], fps: list[int],
                      hosts: list[str]) -> list[bool]:

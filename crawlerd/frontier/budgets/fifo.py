@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import struct
 
-from crawlerd._native.fiforuns import block_ends, pack_block  # noqa: F401 (block_ends: for beast and stage)
+from crawlerd._native.fiforuns import block_ends, pack_block
 
 RUN = b"\x01"                         # key suffix: the value is a run
 RUN_BYTES = 1536                      # a run is closed before its value passes this
@@ -210,3 +210,20 @@ def upgrade_v1(txn, db) -> None:
         txn.delete(k, db=db)
         cut = k.index(b"\0") + 1
         txn.put(k[:cut] + _TS.pack(0, int.from_bytes(k[cut:], "big")), v, db=db)
+
+
+def blocks_by(keys: list, group_of=None) -> dict:
+    """The runs of equal ``keys`` as blocks (first, end), grouped by ``group_of(key)`` (by the key
+    itself when None): each group's blocks in order, the groups in the order of their first block
+    (``Beast.offer_groups``: a page's links come in runs of one host's URLs)."""
+    groups: dict = {}
+    i = 0
+    for j in block_ends(keys):
+        g = keys[i] if group_of is None else group_of(keys[i])
+        runs = groups.get(g)
+        if runs is None:
+            groups[g] = [(i, j)]
+        else:
+            runs.append((i, j))
+        i = j
+    return groups

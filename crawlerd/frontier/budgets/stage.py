@@ -22,7 +22,7 @@ import lmdb
 
 from crawlerd.frontier.budgets.beast import Beast
 from crawlerd.frontier.budgets.edges import EdgeClock
-from crawlerd.frontier.budgets.fifo import block_ends
+from crawlerd.frontier.budgets.fifo import blocks_by
 from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import BudgetStore, KeyMemo, domain_key
@@ -158,17 +158,7 @@ class Budgets:
         """``offer`` for several new URLs in order (parallel lists: record, fingerprint, host key),
         with the same decisions; returns passed or not, per URL. A page's links share a few hosts:
         a host's domain key is looked up once per run of its URLs (found in C)."""
-        groups: dict[bytes, list[tuple[int, int]]] = {}     # domain key -> its blocks (first, end)
-        i, keys = 0, _domain_keys
-        for j in block_ends(host_keys):
-            dk = keys[host_keys[i]]
-            g = groups.get(dk)
-            if g is None:
-                groups[dk] = [(i, j)]
-            else:
-                g.append((i, j))
-            i = j
-        return self.beast.offer_groups(groups, records, fps, host_keys)
+        return self.beast.offer_groups(blocks_by(host_keys, _domain_keys.__getitem__), records, fps, host_keys)
 
     def add_root(self, url: str) -> None:
         """The URL is a seed: its domain is a trust root of STAR."""
