@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 
 from crawlerd._native.schedstat import read_schedstat
+from crawlerd._native.stallclock import DueClock
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -192,6 +193,7 @@ class LoopLag:
 
     def __init__(self, interval_s: float = 0.1, recent_s: int = 10, watch_s: float | None = None):
         self.interval_s = interval_s
+        self.due = DueClock()       # the timer's due time on time.monotonic()'s clock, for the watch thread
         # a thread that names where the loop is when a stall passes watch_s (None: no thread)
         self.watch = StallWatch(self, watch_s) if watch_s else None
         self.counts = [0] * (len(LAG_BUCKETS_S) + 1)
@@ -233,7 +235,7 @@ class LoopLag:
 
     def _arm(self) -> None:
         self._due = self._loop.time() + self.interval_s
-        self.due_mono = time.monotonic() + self.interval_s     # the same due time, for the watch thread
+        self.due.due = time.monotonic() + self.interval_s     # the same due time, for the watch thread
         self._timer = self._loop.call_at(self._due, self._fire)
 
     def _fire(self) -> None:
@@ -252,7 +254,7 @@ class LoopLag:
             st["runq_s"] += waited
             st["gc_s"] += gc_s - gc0
             if self.watch is not None:
-                self.watch.settle(self.due_mono, waited, gc_s - gc0)
+                self.watch.settle(self.due.due, waited, gc_s - gc0)
         self._arm()
 
     def record(self, lag_s: float, own_s: float | None = None) -> None:
@@ -312,8 +314,10 @@ class StallWatch:
     summed over those stalls (``settle``, from the loop once the stall ended): a place whose
     stalls were mostly waiting for a CPU or a collection is where the loop happened to be, not
     what held it. Invariant: at most ``STALL_SITES`` places, the least frequent dropped first.
-    Costs the loop nothing; the thread wakes ``2 / threshold_s`` times a second and takes the
-    GIL only to look (a collection holds the GIL, so the place seen is where it was triggered)."""
+    The thread looks every ``threshold_s / 2`` with the GIL released (``LoopLag.due``, a
+    :class:`~crawlerd._native.stallclock.DueClock`) and takes the GIL only when the loop is late,
+    to read where it is: looking costs the loop nothing (a collection holds the GIL, so the place
+    seen is where it was triggered)."""
 
     def __init__(self, lag: LoopLag, threshold_s: float):
         self.lag = lag
@@ -323,30 +327,25 @@ class StallWatch:
         self.split: dict[str, list[float]] = {}
         self._placed: tuple[float, str] | None = None     # (due time, place) of the last stall seen
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._loop_thread = 0
 
     def start(self) -> None:
         self._loop_thread = threading.get_ident()
-        self._stop.clear()
+        self.lag.due.reset()
         self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.lag.due.stop()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
             self._thread = None
 
     def _watch(self) -> None:
         seen_due = None
-        while not self._stop.wait(self.threshold_s / 2):
-            due = getattr(self.lag, "due_mono", None)
-            if due is None:
-                continue
-            late = time.monotonic() - due
-            if late < self.threshold_s:
-                continue
+        wait = self.lag.due.wait_overdue
+        while (overdue := wait(self.threshold_s, self.threshold_s / 2)) is not None:
+            due, late = overdue
             frame = sys._current_frames().get(self._loop_thread)     # noqa: SLF001 (documented in sys)
             place = where(frame) if frame is not None else "?"
             if due != seen_due:

@@ -171,6 +171,36 @@ def test_the_schedstat_read_parses_the_file():
         read_schedstat(-1)
 
 
+def test_the_due_clock_answers_once_the_due_time_is_overdue_and_ends_on_stop():
+    import threading
+
+    from crawlerd._native.stallclock import DueClock
+
+    clock = DueClock()
+    assert clock.due == 0.0
+    start = time.monotonic()
+    clock.due = start + 0.1
+    due, late = clock.wait_overdue(0.05, 0.005)
+    assert due == clock.due and late >= 0.05
+    assert time.monotonic() - start >= 0.15           # not before the due time plus the threshold
+
+    clock.due = time.monotonic() + 3600.0             # never overdue: only stop() ends the wait
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(clock.wait_overdue(0.02, 0.005)))
+    waiter.start()
+    spins = 0
+    end = time.monotonic() + 0.1
+    while time.monotonic() < end:                     # this thread runs Python while the other waits
+        spins += 1
+    clock.stop()
+    waiter.join(timeout=2.0)
+    assert not waiter.is_alive() and got == [None]
+    assert spins > 1000
+    clock.reset()
+    clock.due = time.monotonic() - 1.0
+    assert clock.wait_overdue(0.5, 0.005)[1] >= 1.0  # usable again after reset
+
+
 async def lag_around(block, lag: LoopLag) -> dict:
     """``lag`` started on this loop; after its first samples ``block()`` holds the loop, then one
     more sample lands (the late one) and the snapshot is returned."""
