@@ -512,6 +512,12 @@ SCHEMA: dict[str, tuple[str, list[Key]]] = {
            "latency-bound shard loop the CPU first on a machine shared with other work (workers keep a "
            "share: about a third at +5), at the price of a longer wait between a fetch and its archiving "
            "under contention (the work a kill -9 makes the crawl redo).", min=0, max=19),
+        _k("batch_scheduling", bool, True,
+           "Run the processing workers and the crawl process's background threads (writer, DRUM, sync, "
+           "intake logs, index merge, stall watch) under Linux SCHED_BATCH: the same fair share of CPU, "
+           "but a worker or thread woken by the shard loop's hand-over never preempts the loop on its CPU "
+           "(pages/s x1.06 on a 2-core box, bench/RESULTS.md). No privilege needed; false: the default "
+           "policy. Ignored where the platform has no SCHED_BATCH."),
     ]),
     "malloc": ("glibc malloc in the crawl process and its workers (no effect with another C library; "
                "ARCHITECTURE.md, Memory bounds: the C heap).", [

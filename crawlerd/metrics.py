@@ -19,6 +19,7 @@ from collections import Counter, deque
 
 from crawlerd._native.schedstat import read_schedstat
 from crawlerd._native.stallclock import DueClock
+from crawlerd.sched import background_thread
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -332,7 +333,7 @@ class StallWatch:
     def start(self) -> None:
         self._loop_thread = threading.get_ident()
         self.lag.due.reset()
-        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+        self._thread = background_thread(self._watch, "stall-watch")
         self._thread.start()
 
     def stop(self) -> None:

@@ -70,6 +70,7 @@ from crawlerd._native.blocktables import (
     scan_many_into,
 )
 from crawlerd.dedup.simhash_index import Match, check_doc_id, check_fp, check_k
+from crawlerd.sched import background_thread
 from crawlerd.store.fsync import fsync_dir
 
 log = logging.getLogger("crawlerd.dedup.near_index")
@@ -203,7 +204,7 @@ class NearIndex:
         self._state: tuple[tuple[BlockTables, ...], tuple[_DiskRun, ...]] = ((), disk)
         self._count_disk = sum(r.n for r in disk)
         self._count = self._count_disk
-        self._thread = threading.Thread(target=self._run, name="near-index-merge", daemon=True)
+        self._thread = background_thread(self._run, "near-index-merge")
         self._thread.start()
 
     # -- open -----------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.sitemaps import read_sitemap
 from crawlerd.process.wire import LEN, PROGRESS, BodyReader, FrameReader, fetch_result, pack_result
 from crawlerd.records import PriorCapture, ProcessResult
+from crawlerd.sched import batch_this_thread
 
 CRASH_ENV = "CRAWLERD_TEST_CRASH_PATTERN"
 _CRASH_EXIT = 70
@@ -175,6 +176,8 @@ def worker_main(fd: int, progress_fd: int = -1, bodies_fd: int = -1) -> int:
                     trimmer = Trimmer(init.get("trim_interval_s", trimmer.interval_s))
                     if init.get("nice"):
                         os.nice(init["nice"])      # the shard loop first on a busy machine (process.worker_nice)
+                    if init.get("batch"):
+                        batch_this_thread()        # woken by a job frame, never preempts the loop (crawlerd.sched)
                     segment_max_bytes = init["segment_max_bytes"]
                     ask_near = bool(init.get("near_duplicates"))
                     if bodies_fd >= 0:

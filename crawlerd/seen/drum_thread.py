@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from crawlerd.sched import background_thread
 from crawlerd.seen.drum_answers import DrumResult
 
 CALL_KEYS = 8192               # keys per DRUM call: its journal/bucket code holds the GIL for one call
@@ -87,7 +87,7 @@ class DrumThread:
 
     def __init__(self, name: str) -> None:
         self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread = background_thread(self._serve, name)
         self._thread.start()
 
     def call(self, fn: Callable, arg, reply: Callable[[object, BaseException | None], None]) -> None:

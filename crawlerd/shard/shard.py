@@ -15,7 +15,7 @@ import time
 
 import lmdb
 
-from crawlerd import layout
+from crawlerd import layout, sched
 from crawlerd._native.bodypool import BodyPool
 from crawlerd.allocator import Trimmer
 from crawlerd.config import Config
@@ -75,6 +75,7 @@ class Shard:
     def __init__(self, cfg: Config, metrics: Metrics, *, clock=time.monotonic, wall=time.time,
                  index: int = 0, shards: int = 1, outbox=None, inbox=None, ip_slots=None, ownership=None):
         self.cfg = cfg
+        sched.set_background_batch(cfg.process.batch_scheduling)     # before this shard's threads start
         self.index = index
         self.shards = shards
         self.outbox = outbox
@@ -163,7 +164,8 @@ class Shard:
             "segment_max_bytes": cfg.warc.segment_max_bytes, "shard": str(index), "user_agent": cfg.crawl.user_agent,
             "agent_token": cfg.robots.agent_token, "max_decoded_bytes": cfg.fetch.max_decoded_bytes,
             "max_links": cfg.process.max_links_per_page, "index_sort_buffer_bytes": cfg.warc.index_sort_buffer_bytes,
-            "nice": cfg.process.worker_nice, "trim_interval_s": cfg.malloc.trim_interval_s,
+            "nice": cfg.process.worker_nice, "batch": cfg.process.batch_scheduling,
+            "trim_interval_s": cfg.malloc.trim_interval_s,
             "memtrace_dir": self._state("tracemalloc")},    # the workers' debug switches (memtrace)
             on_worker_death=on_worker_death(metrics, cfg.path("index")), body_pool=self.bodies)
         self.guard = AddressGuard(list(cfg.network.allow))

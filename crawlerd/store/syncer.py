@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from crawlerd.sched import background_thread
+
 log = logging.getLogger("crawlerd.store")
 
 
@@ -31,7 +33,7 @@ class SyncThread:
         self.syncs = 0
         self.sync_s = 0.0                       # total time spent syncing
         self.max_sync_s = 0.0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = background_thread(self._run, name)
         self._thread.start()
 
     def request(self, flush: Callable[[], None], then: Callable[[], None] | None = None) -> None:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crawlerd.sched import background_thread
 from crawlerd.store.syncer import run_all
 
 log = logging.getLogger("crawlerd.store")
@@ -71,7 +72,7 @@ class WriteThread:
         self.items = 0
         self.write_s = 0.0
         self.max_write_s = 0.0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = background_thread(self._run, name)
         self._thread.start()
 
     def submit(self, sink: Sink | None, item: Any = None, then: Callable[[], None] | None = None) -> None:

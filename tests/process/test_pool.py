@@ -637,6 +637,21 @@ def test_workers_run_at_the_configured_niceness_above_the_crawl_loop(tmp_path):
     assert asyncio.run(run()) == [min(19, os.nice(0) + 3)]     # the kernel caps niceness at 19
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH on this platform")
+@pytest.mark.parametrize("batch", [True, False])
+def test_workers_run_under_sched_batch_only_when_asked(tmp_path, batch):
+    async def run():
+        pool = WorkerPool(1, {**init_for(tmp_path), "batch": batch})
+        await pool.start()
+        try:
+            await pool.process(response("http://b.test/", page_html(1)))    # the init frame was read
+            return [os.sched_getscheduler(pid) for pid in pool.pids()]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(run()) == [os.SCHED_BATCH if batch else os.sched_getscheduler(0)]
+
+
 def test_a_worker_logs_its_memory_and_traces_itself_only_when_asked(tmp_path, monkeypatch):
     # diagnosis: the debug switches reach the worker process (it inherits the environment)
     def serve(memtrace_dir, pages: int) -> str:
