@@ -10,7 +10,9 @@ in the calls (``time.thread_time``), by call kind (``om`` intake, ``rm`` readmis
 commit, ``rpl`` pages' links, ``ap`` edge answers, ``ar`` seeds), the writer thread's CPU
 (``/proc`` ticks), the budget tables' writes per page (each commit's layer, last write per key),
 the verdicts and readmission counts that differ from the recorded ones (``mismatches``: 0 means
-the same decisions), and a hash of each table at the end. The commits the edge deliveries make on
+the same decisions), and a hash of each table at the end (its rows as FIFO format 4 laid them out,
+so that trees before and after format 5 compare), and the bytes the writer thread wrote per page
+(``wchar``: LMDB writes each page a commit changed). The commits the edge deliveries make on
 their own (``Budgets._commit_edges``) are not in the recording. Each tree runs in a subprocess,
 the trees alternating, ``--runs`` times; medians.
 
@@ -36,6 +38,10 @@ _Answer = collections.namedtuple("_Answer", "seq unique aux key")
 _TABLES = ("graph", "votes", "domains", "deferred", "queues", "turns", "meta")
 
 
+def _wchar(tid: int) -> int:
+    return int(open(f"/proc/self/task/{tid}/io").read().split("wchar: ")[1].split()[0])
+
+
 def _ticks(tid: int) -> int:
     f = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])
@@ -49,6 +55,20 @@ def _load(path: str) -> list:
                 calls.append(pickle.load(f))
             except EOFError:
                 return calls
+
+
+def _rows(txn, store, name: str):
+    """A table's rows as FIFO format 4 laid them out, whichever layout the tree under test writes:
+    from format 5 on, ``deferred`` also holds the domain records (keys without a NUL, ending in
+    ``\\x01``), which read here as the ``domains`` rows they were."""
+    if name not in ("deferred", "domains"):
+        yield from txn.cursor(db=getattr(store, name))
+        return
+    rows = sorted([(bytes(k), bytes(v)) for k, v in txn.cursor(db=store.deferred)]
+                  + [(bytes(k) + b"\x01", bytes(v)) for k, v in txn.cursor(db=store.domains)])
+    for k, v in rows:
+        if (b"\0" in k) == (name == "deferred"):
+            yield (k, v) if name == "deferred" else (k[:-1], v)
 
 
 async def _replay(calls: list) -> dict:
@@ -72,7 +92,7 @@ async def _replay(calls: list) -> dict:
     ov.commit = counting
     cpu: collections.Counter[str] = collections.Counter()
     mismatches = 0
-    w0 = _ticks(writer._thread.native_id)
+    w0, b0 = _ticks(writer._thread.native_id), _wchar(writer._thread.native_id)
     tt = time.thread_time
     for i, x in enumerate(calls):
         k = x[0]
@@ -101,7 +121,7 @@ async def _replay(calls: list) -> dict:
     b.commit(lambda: done.set_result(None))
     cpu["c"] += tt() - t
     await done
-    w1 = _ticks(writer._thread.native_id)
+    w1, b1 = _ticks(writer._thread.native_id), _wchar(writer._thread.native_id)
     pages = max(1, sum(len(x[1]) for x in calls if x[0] == "rpl"))
     b.store.attach_writer(None)
     writer.close()
@@ -109,12 +129,13 @@ async def _replay(calls: list) -> dict:
     with b.store.env.begin() as txn:
         for n in ("deferred", "domains", "queues", "turns", "graph", "votes"):
             h = hashlib.sha1()
-            for key, v in txn.cursor(db=getattr(b.store, n)):
+            for key, v in _rows(txn, b.store, n):
                 h.update(key + b"|" + v + b"\n")
             hashes[n] = h.hexdigest()[:10]
     b.store.close()
     return {"pages": pages, "loop_us_per_page": sum(cpu.values()) * 1e6 / pages,
             "writer_us_per_page": (w1 - w0) / os.sysconf("SC_CLK_TCK") * 1e6 / pages,
+            "writer_kib_per_page": (b1 - b0) / 1024 / pages,
             "calls_us_per_page": {k: v * 1e6 / pages for k, v in sorted(cpu.items())},
             "writes_per_page": {k: v / pages for k, v in sorted(writes.items())},
             "mismatches": mismatches, "tables": hashes}
@@ -138,12 +159,14 @@ def main() -> None:
                                  capture_output=True, text=True).stdout
             rows[py].append(json.loads(out))
     for py, rs in rows.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in ("loop_us_per_page", "writer_us_per_page")}
+        med = {k: statistics.median(r[k] for r in rs)
+               for k in ("loop_us_per_page", "writer_us_per_page", "writer_kib_per_page")}
         calls = {k: round(statistics.median(r["calls_us_per_page"][k] for r in rs), 1) for k in rs[0]["calls_us_per_page"]}
         writes = {k: round(statistics.median(r["writes_per_page"].get(k, 0) for r in rs), 2) for k in rs[0]["writes_per_page"]}
         each = ", ".join(f"{r['loop_us_per_page']:.0f}" for r in rs)
         print(f"{py}: {rs[0]['pages']} pages; loop {med['loop_us_per_page']:.1f} us/page "
-              f"(runs {each}), writer {med['writer_us_per_page']:.1f} us/page; "
+              f"(runs {each}), writer {med['writer_us_per_page']:.1f} us/page, "
+              f"{med['writer_kib_per_page']:.1f} KiB/page; "
               f"mismatches {[r['mismatches'] for r in rs]}")
         print(f"  calls us/page: {calls}")
         print(f"  writes/page: {writes}")

@@ -106,3 +106,27 @@ def drain(beast, limit=10_000, calls=10_000):
             return out
         out.extend(got)
     raise AssertionError("readmit kept returning records")
+
+
+def to_format_4(state: str) -> int:
+    """Lay a closed budget state out as FIFO format 4 did: the domain records (``deferred`` keys
+    without a NUL, ending in ``RECORD``) back in their own ``domains`` table, the meta saying format
+    4. Returns the records moved."""
+    import json
+
+    import lmdb
+
+    from crawlerd.frontier.budgets.store import RECORD
+    env = lmdb.open(state, max_dbs=8, map_size=1 << 26)
+    deferred, domains, meta = (env.open_db(n) for n in (b"deferred", b"domains", b"meta"))
+    with env.begin(write=True) as txn:
+        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=deferred) if b"\0" not in k]
+        for k, v in rows:
+            assert k.endswith(RECORD)
+            txn.delete(k, db=deferred)
+            txn.put(k[:-len(RECORD)], v, db=domains)
+        m = json.loads(txn.get(b"beast", db=meta))
+        m["fifo"] = 4
+        txn.put(b"beast", json.dumps(m).encode(), db=meta)
+    env.close()
+    return len(rows)

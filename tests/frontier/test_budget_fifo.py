@@ -10,7 +10,7 @@ import pytest
 
 from crawlerd.frontier.budgets import fifo
 from crawlerd.layout import StateFormatError
-from tests.frontier.budget_parts import Landing, Parts, drain
+from tests.frontier.budget_parts import Landing, Parts, drain, to_format_4
 
 
 class Side:
@@ -26,12 +26,13 @@ class Side:
 
 
 def _runs(p):
-    """Run entries in the committed table (a key of turn, seq and RUN after the domain and NUL)."""
+    """Run entries in the committed table (a key of turn, seq and RUN after the domain and NUL; the
+    keys without a NUL are the domain records)."""
     p.store.commit()
     if p.landing is not None:
         p.landing.land(p.store)
     with p.store.env.begin() as txn:
-        keys = [bytes(k) for k in txn.cursor(db=p.store.deferred).iternext(values=False)]
+        keys = [bytes(k) for k in txn.cursor(db=p.store.deferred).iternext(values=False) if b"\0" in k]
     return sum(len(k) - k.index(b"\0") - 1 == 17 and k.endswith(fifo.RUN) for k in keys)
 
 
@@ -109,6 +110,7 @@ def test_a_backlog_written_one_key_per_url_opens_and_keeps_its_order(tmp_path, m
     for i in range(8):
         p.beast.offer("x.com", f"a{i}".encode(), host="http://a.x.com")
     p.close()
+    to_format_4(os.path.join(str(tmp_path / "b"), "state"))      # the domain records in their own table
     env = lmdb.open(os.path.join(str(tmp_path / "b"), "state"), max_dbs=8, map_size=1 << 26)
     meta = env.open_db(b"meta")
     with env.begin(write=True) as txn:
@@ -189,6 +191,32 @@ def fifo_host_hash(host):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_a_format_4_state_with_its_domain_records_in_their_own_table_opens_and_hands_out_the_same(tmp_path, seed):
+    """A state of format 4 (the domain records in ``domains``) opens with its records moved into
+    ``deferred`` after each domain's entries, in the commit that records format 5: nothing is left
+    in ``domains``, the tables check, and every URL comes out in the order of a store that never
+    changed format."""
+    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
+    for p in (plain, old):
+        _offer_pages(p, random.Random(seed), 40)
+        p.close()
+    assert to_format_4(os.path.join(str(tmp_path / "old"), "state")) > 0
+    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
+    old.store.commit()
+    with old.store.env.begin() as txn:
+        assert txn.stat(old.store.domains)["entries"] == 0
+        assert json.loads(txn.get(b"beast", db=old.store.meta))["fifo"] == 5
+    assert old.beast.domain("d1.com") == plain.beast.domain("d1.com")
+    for p in (plain, old):
+        _offer_pages(p, random.Random(seed + 50), 40)
+        p.check()
+    assert drain(old.beast) == drain(plain.beast)
+    old.check()
+    plain.close()
+    old.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out_the_same(tmp_path, seed):
     """A state of format 3 (every host's next turn in ``turns``, records without the first host)
     opens as it is: a backlog it holds keeps its host turns from the table, new deferrals follow in
@@ -198,6 +226,7 @@ def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out
     for p in (plain, old):
         _offer_pages(p, random.Random(seed), 40)
         p.close()
+    to_format_4(os.path.join(str(tmp_path / "old"), "state"))    # the domain records in their own table
     env = lmdb.open(os.path.join(str(tmp_path / "old"), "state"), max_dbs=8, map_size=1 << 26)
     domains, turns, meta = (env.open_db(n) for n in (b"domains", b"turns", b"meta"))
     moved = 0

@@ -1,5 +1,6 @@
 """BEAST's tables checked against each other by a full scan (``Beast.check_invariants``: tests and
-``crawlerd check``): the deferred URLs stored match the count kept, each domain with deferred URLs
+``crawlerd check``): the deferred URLs stored match the count kept (the ``deferred`` table's entries;
+its keys without a NUL are the domain records), each domain with deferred URLs
 is listed in exactly its queue, at or after the reader, and host turns are kept only while URLs wait.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import struct
 
 from crawlerd.frontier.budgets import fifo
-from crawlerd.frontier.budgets.store import BudgetStore, DomainRecord, domain_name
+from crawlerd.frontier.budgets.store import RECORD, BudgetStore, DomainRecord, domain_name
 
 _U64BE = struct.Struct(">Q")     # a ``queues`` key: queue number, then the domain key
 _FP_SIZE = 8                     # a ``turns`` key ends with NUL and a host hash of this size
@@ -20,8 +21,13 @@ def check_tables(store: BudgetStore, *, waiting: int, reader: int) -> None:
     st = store
     txn = st.txn()
     counts: dict[bytes, int] = {}
+    records: list[tuple[bytes, bytes]] = []
     for k, v in txn.cursor(db=st.deferred):
-        at = k.index(b"\0") + 1
+        at = k.find(b"\0") + 1
+        if not at:                  # a domain record (key | RECORD)
+            assert k[-1:] == RECORD, f"{bytes(k)!r}: in deferred, neither an entry nor a domain record"
+            records.append((bytes(k[:-1]), bytes(v)))
+            continue
         dk = bytes(k[:at - 1])
         counts[dk] = counts.get(dk, 0) + fifo.count(k, v, at)
     assert sum(counts.values()) == waiting, f"{sum(counts.values())} deferred URLs stored, {waiting} counted"
@@ -32,7 +38,8 @@ def check_tables(store: BudgetStore, *, waiting: int, reader: int) -> None:
         assert dk not in listed, f"{domain_name(dk)} listed in queues {listed[dk]} and {q}"
         assert q >= reader, f"{domain_name(dk)} listed in queue {q}, behind the reader at {reader}"
         listed[dk] = q
-    for dk, raw in txn.cursor(db=st.domains):
+    assert not txn.stat(st.domains)["entries"], "domain records left in the table of FIFO format 4"
+    for dk, raw in records:
         d = DomainRecord.decode(raw)
         name = domain_name(dk)
         assert d.deferred or (d.turn == 0 and d.host_next == 0 and dk not in turned), \

@@ -75,6 +75,7 @@ from crawlerd.frontier.budgets.graph import DomainGraph
 from crawlerd.frontier.budgets.reader import BeastCorrupt, QueueReader
 from crawlerd.frontier.budgets.rule import BudgetRule
 from crawlerd.frontier.budgets.store import (
+    RECORD,
     BudgetStore,
     DomainRecord,
     KeyMemo,
@@ -87,10 +88,22 @@ from crawlerd.layout import StateFormatError
 
 _U64BE = struct.Struct(">Q")
 _FP = struct.Struct("<Q")
-FIFO_FORMAT = 4                        # 4: the first host's turn in the domain record, a delivery's votes of
-#                                        a source one entry (``graph``); 3: a host's run is one entry
-#                                        (``fifo``); 2: one key per URL; 1: no turn
+FIFO_FORMAT = 5                        # 5: the domain records in ``deferred`` (key | RECORD); 4: the first
+#                                        host's turn in the domain record, a delivery's votes of a source
+#                                        one entry (``graph``); 3: a host's run is one entry (``fifo``);
+#                                        2: one key per URL; 1: no turn
 EXPLAIN_SCAN = 200_000                 # deferred URLs of one domain ``explain`` walks at most
+
+
+def _move_records(store: BudgetStore) -> None:
+    """FIFO format 4 and before: the domain records from ``domains`` to ``deferred`` (key | ``RECORD``),
+    in the open transaction (committed with the new format's meta)."""
+    txn = store.txn()
+    if not txn.stat(store.domains)["entries"]:
+        return
+    rows = [(bytes(k) + RECORD, bytes(v)) for k, v in txn.cursor(db=store.domains)]
+    txn.cursor(db=store.deferred).putmulti(rows)
+    txn.drop(store.domains, delete=False)
 
 
 def _host_hash_of(host: str) -> tuple[int, bytes]:
@@ -122,8 +135,8 @@ class Beast:
         self.max_spread = max_spread
         self.probation = probation
         self._max_level = max_spread.bit_length() - 1
-        self._records = RecordCache(store, store.domains, DomainRecord.decode,
-                                    lambda: DomainRecord(at=self._reader.queue), cache_entries)
+        self._records = RecordCache(store, store.deferred, DomainRecord.decode,
+                                    lambda: DomainRecord(at=self._reader.queue), cache_entries, suffix=RECORD)
         meta = store.get_meta(b"beast")
         self._seq: int = meta.get("seq", 0)
         counters = dict(meta.get("counters", {}))
@@ -142,7 +155,10 @@ class Beast:
         self._waiting: int = meta["waiting"] if "waiting" in meta else store.count(store.deferred)
         if meta.get("fifo", 1) < 2:
             fifo.upgrade_v1(store.txn(), store.deferred)
-            self._flush()
+        if meta.get("fifo", 1) < 5:
+            _move_records(store)
+        if meta.get("fifo", 1) < FIFO_FORMAT:
+            self._flush()           # the new format's meta, with what was rewritten (one commit)
         reader = self._reader
         for dk in reader.saved_due(meta):            # saved at close (see "Due now")
             if reader.waits_later(self._records.get(dk)):
@@ -438,12 +454,12 @@ class Beast:
 
     def _grew(self, dks: list[bytes]) -> None:
         # STAR listener: a waiting domain whose budget now has room in the reader's queue passes at once.
-        reader, txn, db = self._reader, self.store.txn(), self.store.domains
+        reader, txn, db = self._reader, self.store.txn(), self.store.deferred
         r = reader.queue
         for dk in dks:
             d = self._records.peek(dk)
             if d is None:
-                raw = txn.get(dk, db=db)
+                raw = txn.get(dk + RECORD, db=db)
                 if raw is None or DomainRecord.decode(raw).deferred == 0:
                     continue
                 d = self._records.get(dk)

@@ -62,6 +62,9 @@ class KeyMemo(dict):
         return v
 
 
+RECORD = b"\x01"        # a BEAST domain record's key in ``deferred``: domain key | RECORD (see BudgetStore)
+
+
 def domain_name(dk: bytes) -> str:
     """The name behind a domain key (a hashed key reads as ``#<hash>``)."""
     return dk.decode("utf-8", "surrogateescape")
@@ -74,7 +77,7 @@ _REC_V1 = struct.Struct("<QQQQIIQQ")    # the same without turn (state written b
 
 
 class DomainRecord:
-    """Value of the ``domains`` table. Key: domain key.
+    """A BEAST domain record, in the ``deferred`` table. Key: domain key | ``RECORD``.
 
     ``spent`` URLs passed while the reader stood on queue ``at``; ``deferred`` URLs waiting in its
     FIFO; ``queue`` the BEAST queue it passes next in, +1 (0: none; invariant: non-zero iff
@@ -112,9 +115,10 @@ SOFT_MAX = 1 << 16      # at most this many such records wait; past it the oldes
 
 
 class RecordCache:
-    """A write-back cache of one table's records (``graph`` or ``domains``), for one owner.
+    """A write-back cache of one table's records (``graph``, or BEAST's in ``deferred``), for one owner.
 
-    Key: domain key -> record (a mutable object with ``encode()``). The ``cap`` most recently
+    Key: domain key -> record (a mutable object with ``encode()``), stored in the table under
+    domain key | ``suffix`` (BEAST: ``RECORD``, after the domain's FIFO entries). The ``cap`` most recently
     used records are held in an LRU; a changed record is also in ``dirty`` until ``flush`` writes
     it. Invariant: every change since the last flush is in ``dirty`` or ``soft`` (an evicted changed
     record is read back from there, never from the table), so eviction loses nothing.
@@ -135,8 +139,9 @@ class RecordCache:
     """
 
     def __init__(self, store: BudgetStore, db, decode: Callable[[bytes], object], new: Callable[[], object],
-                 cap: int):
+                 cap: int, suffix: bytes = b""):
         self.store, self.db, self.decode, self.new, self.cap = store, db, decode, new, cap
+        self.suffix = suffix
         self.lru: OrderedDict[bytes, object] = OrderedDict()
         self.dirty: dict[bytes, object] = {}
         self.soft: dict[bytes, object] = {}
@@ -157,7 +162,7 @@ class RecordCache:
         if r is None:
             r = self.soft.get(dk)
             if r is None:
-                raw = self.store.txn().get(dk, db=self.db)
+                raw = self.store.txn().get(dk + self.suffix, db=self.db)
                 r = self.decode(raw) if raw else self.new()
         c[dk] = r
         if len(c) > self.cap:
@@ -211,7 +216,8 @@ class RecordCache:
                     del self.soft_order[:end]
                     self.soft_head = self.soft_due = 0
         if self.dirty:
-            puts = [(dk, r.encode()) for dk, r in self.dirty.items()]
+            sfx = self.suffix
+            puts = [(dk + sfx, r.encode()) for dk, r in self.dirty.items()]
             puts.sort()
             self.store.txn().cursor(db=self.db).putmulti(puts)
             self.dirty.clear()
@@ -235,10 +241,15 @@ class BudgetStore:
     ``votes``     source domain key | NUL | seq -> target domain keys joined by NUL: cross-domain links
                   not yet counted (their source cannot vouch for more domains yet), oldest first;
                   one entry per source and edge delivery (``graph.GraphRecord``).
-    ``domains``   domain key -> BEAST record (``DomainRecord``).
     ``deferred``  domain key | NUL | host turn u64 | seq u64 -> fp u64 | caller's record: a domain's
                   deferred URLs, in host turns, then arrival (``beast``: "Hosts in turn"); a host's
-                  run of them is one entry (key suffix ``RUN``, ``fifo``).
+                  run of them is one entry (key suffix ``RUN``, ``fifo``). And domain key | ``RECORD``
+                  -> BEAST record (``DomainRecord``): right after the domain's entries, where a
+                  deferral appends, so that a commit's deferral and the record it changes usually
+                  share a leaf page (LMDB rewrites each page a commit touched: with the records in
+                  a table of their own, each deferral touched two). A key with a NUL is an entry,
+                  one without is a record (a domain key never holds a NUL).
+    ``domains``   empty (FIFO format 4 and before kept the BEAST records there; ``Beast`` moves them).
     ``turns``     domain key | NUL | host hash u64 -> the host's next turn u64 (only domains with a backlog;
                   not the host that started it, whose next turn is in its ``domains`` record).
     ``queues``    queue u64 | domain key -> empty: the BEAST queues, each listing the domains that
@@ -285,7 +296,7 @@ class BudgetStore:
         self.queues = self.env.open_db(b"queues")
         self.turns = self.env.open_db(b"turns")
         self.meta = self.env.open_db(b"meta")
-        self.budget.dbs = (self.graph, self.votes, self.domains, self.deferred, self.queues, self.turns, self.meta)
+        self.budget.dbs = (self.graph, self.votes, self.deferred, self.queues, self.turns, self.meta)   # not domains: empty
         self._txn: lmdb.Transaction | None = None
         self._overlay: Overlay | None = None
         self._hooks: list[Callable[[], None]] = []
