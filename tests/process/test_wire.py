@@ -8,7 +8,14 @@ import pickle
 import pytest
 
 from crawlerd.outcome import Outcome
-from crawlerd.process.wire import AnswerReader, frame, pack_result, results_frame, unpack_result, unpack_results
+from crawlerd.process.wire import (
+    AnswerReader,
+    frame,
+    pack_result,
+    results_frame,
+    unpack_result,
+    unpack_results,
+)
 from crawlerd.records import Link, ProcessResult
 
 
