@@ -13,10 +13,10 @@ others), built as the tree's worker builds it. CPU µs per frame (min over ``--r
   pass over them (``_native.intake.links``: seen-set records), as ``Answers._follow`` does (the
   same code in every tree: what the link records cost past the decode).
 
-And the collector's view of one decoded frame (collector off): ``gen-0 allocations`` (tracked
-objects allocated less freed, ``gc.get_count()[0]``: what drives gen-0 passes) and ``tracked
-left`` (tracked objects alive while the frame's results are held, as they are until the pages'
-leases complete).
+And the collector's view of one decoded frame (``collector_view``): tracked objects alive while
+the frame is handled, and after. (The frame's temporaries are freed before the loop's paced
+gen-0 pass, which runs between callbacks, ``crawlerd/gcpace.py``: only a pass inside the
+callback would walk them.)
 
 Run it with each tree's Python (the script adapts to the tree's wire API; run from outside a
 source tree so each Python imports its own crawlerd)::
@@ -97,17 +97,22 @@ def _best(fn, items, repeats: int) -> float:
 
 
 def collector_view(data: bytes) -> dict:
+    """Tracked objects alive (``gc.get_objects()``, collector off) while the pool holds the decoded
+    frame and its results (``on_frame`` runs then: a pass inside it would walk them), and once the
+    frame is dropped (the results are held until the pages' leases complete)."""
     gc.collect()
     gc.disable()
     try:
-        before_count, before_live = gc.get_count()[0], len(gc.get_objects())
-        held = unpack(pickle.loads(memoryview(data)[4:]))
-        after_count, after_live = gc.get_count()[0], len(gc.get_objects())
+        before = len(gc.get_objects())
+        msg = pickle.loads(memoryview(data)[4:])
+        held = unpack(msg)
+        during = len(gc.get_objects()) - before - 2         # less msg and held themselves
+        del msg
+        left = len(gc.get_objects()) - before - 1
         links = sum(len(pr.links) for _, pr in held)
     finally:
         gc.enable()
-    return {"gen-0 allocations": after_count - before_count, "tracked left": after_live - before_live - 1,
-            "links": links}
+    return {"tracked during decode": during, "tracked left": left, "links": links}
 
 
 def main() -> None:
