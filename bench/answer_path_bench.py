@@ -82,11 +82,20 @@ def process_result(i: int, links: int) -> ProcessResult:
                          warc_record_id=f"<urn:uuid:12345678-1234-1234-1234-{i:012d}>")
 
 
-def _pack(pr: ProcessResult) -> tuple:
+def _pack(pr: ProcessResult) -> bytes:
+    """A one-answer frame's pickle as the tree's worker writes it (decoded by ``_unpack``)."""
+    if hasattr(wire, "results_frame"):      # links as columns (wire24)
+        return wire.results_frame([(0, pr)], "seg", 123)[wire.LEN.size:]
     try:
-        return wire.pack_result(pr, {})
+        return pickle.dumps(wire.pack_result(pr, {}), protocol=5)
     except TypeError:       # a tree before host keys were shared
-        return wire.pack_result(pr)
+        return pickle.dumps(wire.pack_result(pr), protocol=5)
+
+
+def _unpack(data: bytes) -> ProcessResult:
+    if hasattr(wire, "unpack_results"):
+        return wire.unpack_results(pickle.loads(data))[0][0][1]
+    return wire.unpack_result(pickle.loads(data))
 
 
 class _Pool:
@@ -106,7 +115,7 @@ class _Pool:
 
     def answer(self) -> None:
         waiting, self.waiting = self.waiting, []
-        answered = [(ctx, wire.unpack_result(pickle.loads(self.answers.pop())), fut) for ctx, fut in waiting]
+        answered = [(ctx, _unpack(self.answers.pop()), fut) for ctx, fut in waiting]
         if self.on_frame is not None:
             self.on_frame([(ctx, pr) for ctx, pr, _ in answered if ctx is not None])
         for _ctx, pr, fut in answered:
@@ -165,7 +174,7 @@ def bench_process(pages: int, links: int, repeats: int, batch: int, per_page: bo
             near = NearDuplicates(cfg.path("dedup"))
             events = FetchEvents(cfg.path("events"), wall=time.time)
             base = r * pages
-            pool = _Pool([pickle.dumps(_pack(process_result(base + i, links)), protocol=5)
+            pool = _Pool([_pack(process_result(base + i, links))
                           for i in reversed(range(pages))])
             kw = {"batch": False} if per_page else {}       # a tree before frames as batches: page by page
             ans = Answers(cfg, pool=pool, digests=digests, near=near, recrawl=recrawl, frontier=None,
@@ -182,12 +191,16 @@ def bench_process(pages: int, links: int, repeats: int, batch: int, per_page: bo
 
 def bench_handover(pages: int, links: int, batch: int, repeats: int) -> dict[str, float]:
     prs = [process_result(i, links) for i in range(batch)]
-    try:        # as the tree's worker packs a frame (host keys shared within it, where it does)
-        host_keys: dict[str, str] = {}
-        packed = [(i, wire.pack_result(pr, host_keys)) for i, pr in enumerate(prs)]
-    except TypeError:
-        packed = [(i, wire.pack_result(pr)) for i, pr in enumerate(prs)]
-    data = wire.frame(("results", packed, "seg", 123))
+    columns = hasattr(wire, "results_frame")
+    if columns:     # links as columns (wire24)
+        data = wire.results_frame(list(enumerate(prs)), "seg", 123)
+    else:
+        try:        # as the tree's worker packs a frame (host keys shared within it, where it does)
+            host_keys: dict[str, str] = {}
+            packed = [(i, wire.pack_result(pr, host_keys)) for i, pr in enumerate(prs)]
+        except TypeError:
+            packed = [(i, wire.pack_result(pr)) for i, pr in enumerate(prs)]
+        data = wire.frame(("results", packed, "seg", 123))
     frames = max(1, pages // batch)
     got: list = []
 
@@ -203,6 +216,9 @@ def bench_handover(pages: int, links: int, batch: int, repeats: int) -> dict[str
 
     def on_frame(msg):
         # what WorkerPool._on_answer does per answer, less the futures
+        if columns:
+            got.extend(pr for _job_id, pr in wire.unpack_results(msg)[0])
+            return
         for _job_id, packed in msg[1]:
             got.append(wire.unpack_result(packed))
     best_answer = best_job = float("inf")

@@ -74,7 +74,7 @@ from crawlerd.metrics import proc_cpu_s
 from crawlerd.outcome import Outcome
 from crawlerd.process.jobs import Job, WorkerLink, release_body
 from crawlerd.process.restart import Restarts, WorkerSegments
-from crawlerd.process.wire import PROGRESS, AnswerReader, frame, unpack_result
+from crawlerd.process.wire import PROGRESS, AnswerReader, frame, unpack_results
 from crawlerd.records import FetchResult, PriorCapture, ProcessResult
 
 log = logging.getLogger("crawlerd.pool")
@@ -357,16 +357,15 @@ class WorkerPool:
     def _on_answer(self, w: WorkerLink, msg) -> None:
         """One frame from a worker: a near-duplicate question, or a batch of (job id, packed result)
         answered after its records were flushed."""
-        if msg[0] == "near":
+        if type(msg) is tuple and msg and msg[0] == "near":
             self._answer_near(w, msg[1])
             return
-        _kind, answers, segment, size = msg
         # decoded whole before anything is applied: a frame that does not decode (ValueError, the
         # connection closes and the worker restarts) leaves every job it named outstanding, sent again
-        results = [(job_id, unpack_result(packed)) for job_id, packed in answers]
+        results, segment, size = unpack_results(msg)
         w.segment, w.acked_bytes = segment, size
         self.answer_frames += 1
-        self.answers_framed += len(answers)
+        self.answers_framed += len(results)
         self._deaths.answered()
         answered = []
         for job_id, pr in results:

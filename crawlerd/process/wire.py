@@ -4,7 +4,9 @@ on one end, ``crawlerd.process.worker_process`` on the other).
 One Unix socketpair per worker carries length-prefixed pickles of plain tuples (``LEN``, then
 the pickle of at most ``MAX_FRAME`` bytes): ``("init", dict)``, ``("job", id, meta, first
 block, size, prior, digest, lookup, sitemap)`` or several in one ``("jobs", [job])``, ``("near", ...)``
-both ways, ``("results", [(id, packed result)], segment, size)`` and ``("close",)``. Beside it, an 8-byte progress page both
+both ways, ``("results", [(id, packed result)], segment, size, hosts)`` (``results_frame``: a
+result's links one bytes of columns naming the frame's ``hosts``, ``crawlerd._native.linkwire``)
+and ``("close",)``. Beside it, an 8-byte progress page both
 processes map (``PROGRESS``: the id of the job the worker is working on), and the body pool
 (:mod:`crawlerd._native.bodypool`), which a worker maps read-only (:class:`BodyReader`): a job's
 body is the chain of blocks from its first block, or inline in ``meta`` when the first block is -1.
@@ -18,11 +20,12 @@ import mmap
 import pickle
 import socket
 import struct
-from itertools import starmap
 
 from crawlerd._native.bodypool import read_chain
+from crawlerd._native.linkwire import pack as pack_links
+from crawlerd._native.linkwire import unpack as unpack_links
 from crawlerd.outcome import Outcome
-from crawlerd.records import FetchResult, Link, ProcessResult
+from crawlerd.records import FetchResult, ProcessResult
 
 LEN = struct.Struct("!I")
 MAX_FRAME = 1 << 30
@@ -33,27 +36,24 @@ def frame(obj) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     return LEN.pack(len(data)) + data
 
-# A ProcessResult crosses the socket as a tuple, its links as tuples: pickling dataclass
-# instances with slots calls their Python-level __getstate__/__setstate__ per Link, which
-# cost ~90 us per 50-link page on the two sides together (bench/process_bench.py).
+# A ProcessResult crosses the socket as a tuple of plain values: pickling dataclass instances
+# with slots calls their Python-level __getstate__/__setstate__ per object (bench/process_bench.py).
+# Its links go as one bytes of columns (crawlerd._native.linkwire): a tuple per link cost the
+# crawl loop a tuple, a string, a long and a Link built from them each, and left the tuples to
+# the cyclic collector (bench/answer_wire_bench.py).
 _PR_FIELDS = tuple(f.name for f in dataclasses.fields(ProcessResult))
 _LINKS_AT = _PR_FIELDS.index("links")
 _OUTCOME_AT = _PR_FIELDS.index("outcome")
 
-def pack_result(pr: ProcessResult, host_keys: dict[str, str] | None = None) -> tuple:
-    """``pr`` as plain tuples for the wire (inverse: ``unpack_result``).
 
-    ``host_keys``: one dict for every result of a frame; equal host keys of its links then go as
-    one string object, which pickle writes once and refers to after (the memo), so the crawl
-    process decodes each once (a page's links name few hosts: the frame is ~15 % smaller, both
-    ends cheaper, and the decoded keys share one cached hash)."""
+def pack_result(pr: ProcessResult, hosts: dict) -> tuple:
+    """``pr`` as plain values for the wire (inverse: ``unpack_result``), its links as one bytes
+    (``linkwire.pack``). ``hosts``: the frame's host keys -> index, one dict for every result of
+    a frame (``list(hosts)`` goes in the frame): a key is sent and decoded once per frame and
+    the links naming it share the one decoded string (and its cached hash)."""
     values = [getattr(pr, name) for name in _PR_FIELDS]
     values[_OUTCOME_AT] = pr.outcome.value
-    if host_keys is None:
-        values[_LINKS_AT] = [(ln.url, ln.fp, ln.host_key, ln.nofollow) for ln in pr.links]
-    else:
-        same = host_keys.setdefault
-        values[_LINKS_AT] = [(ln.url, ln.fp, same(ln.host_key, ln.host_key), ln.nofollow) for ln in pr.links]
+    values[_LINKS_AT] = pack_links(pr.links, hosts)
     return tuple(values)
 
 
@@ -61,12 +61,36 @@ def pack_result(pr: ProcessResult, host_keys: dict[str, str] | None = None) -> t
 _OUTCOMES = {o.value: o for o in Outcome}
 
 
-def unpack_result(values: tuple) -> ProcessResult:
+def unpack_result(values: tuple, hosts: list) -> ProcessResult:
+    """A ``pack_result`` tuple as the result; ``hosts`` the frame's host list. ValueError if it
+    does not decode (an unknown outcome, a links record ``linkwire.unpack`` cannot read)."""
     values = list(values)
+    if len(values) != len(_PR_FIELDS):
+        raise ValueError(f"a result of {len(values)} values, not {len(_PR_FIELDS)}")
     outcome = _OUTCOMES.get(values[_OUTCOME_AT])
     values[_OUTCOME_AT] = outcome if outcome is not None else Outcome(values[_OUTCOME_AT])  # ValueError
-    values[_LINKS_AT] = list(starmap(Link, values[_LINKS_AT]))     # a third cheaper than a listcomp
+    values[_LINKS_AT] = unpack_links(values[_LINKS_AT], hosts)
     return ProcessResult(*values)
+
+
+def results_frame(answers: list[tuple[int, ProcessResult]], segment: str, size: int) -> bytes:
+    """A worker's answer frame: ``("results", [(job id, packed result)], segment, size, hosts)``."""
+    hosts: dict = {}
+    packed = [(job_id, pack_result(pr, hosts)) for job_id, pr in answers]
+    return frame(("results", packed, segment, size, list(hosts)))
+
+
+def unpack_results(msg: tuple) -> tuple[list[tuple[int, ProcessResult]], str, int]:
+    """A decoded ``results_frame``: ``([(job id, result)], segment, size)``, every result decoded
+    (ValueError, whatever is wrong with the frame's shape or values: the pool's reader closes
+    the connection on it, nothing of the frame applied)."""
+    try:
+        _kind, answers, segment, size, hosts = msg
+        if type(hosts) is not list:
+            raise TypeError(f"the frame's hosts are a {type(hosts).__name__}")
+        return [(job_id, unpack_result(packed, hosts)) for job_id, packed in answers], segment, size
+    except (TypeError, IndexError, KeyError, AttributeError, OverflowError) as e:
+        raise ValueError(f"malformed answer frame: {type(e).__name__}: {e}") from e
 
 
 class FrameReader:

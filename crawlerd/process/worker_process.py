@@ -46,7 +46,7 @@ from crawlerd.bytecache import ByteLRU, slots_bytes, str_bytes
 from crawlerd.memtrace import MemLog, MemTrace
 from crawlerd.outcome import Outcome, storage_error
 from crawlerd.process.sitemaps import read_sitemap
-from crawlerd.process.wire import LEN, PROGRESS, BodyReader, FrameReader, fetch_result, pack_result
+from crawlerd.process.wire import LEN, PROGRESS, BodyReader, FrameReader, fetch_result, results_frame
 from crawlerd.records import PriorCapture, ProcessResult
 from crawlerd.sched import batch_this_thread
 
@@ -266,11 +266,9 @@ def worker_main(fd: int, progress_fd: int = -1, bodies_fd: int = -1) -> int:
                     answers = [(job_id, not_archived(pr, e, init["warc_dir"])) for job_id, pr in answers]
                 segment = warc.current_path or ""
                 size = warc.size        # flushed above: the segment's length on disk, without a stat
-                host_keys: dict[str, str] = {}      # the frame's host keys, each sent once (pack_result)
-                data = pickle.dumps(("results", [(job_id, pack_result(pr, host_keys)) for job_id, pr in answers],
-                                     segment, size), protocol=pickle.HIGHEST_PROTOCOL)
+                data = results_frame(answers, segment, size)
                 try:
-                    sock.sendall(LEN.pack(len(data)) + data)
+                    sock.sendall(data)
                 except (ConnectionResetError, BrokenPipeError):
                     break             # the crawl process is gone: close the segment and exit quietly
                 if progress is not None:

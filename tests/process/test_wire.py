@@ -1,5 +1,6 @@
 """The worker's answer frame (crawlerd.process.wire): results round trip, host keys go once per
-frame, and a frame the crawl process cannot read closes the worker's connection."""
+frame, and a frame the crawl process cannot read (a malformed pickle, shape, outcome or links
+record) closes the worker's connection and applies nothing."""
 
 import asyncio
 import pickle
@@ -7,7 +8,14 @@ import pickle
 import pytest
 
 from crawlerd.outcome import Outcome
-from crawlerd.process.wire import AnswerReader, frame, pack_result, unpack_result
+from crawlerd.process.wire import (
+    AnswerReader,
+    frame,
+    pack_result,
+    results_frame,
+    unpack_result,
+    unpack_results,
+)
 from crawlerd.records import Link, ProcessResult
 
 
@@ -21,21 +29,21 @@ def result(n: int, *, outcome: Outcome = Outcome.OK) -> ProcessResult:
                          warc_record_id=f"<urn:uuid:{n}>", canonical="http://c.test/", error="")
 
 
-def test_results_round_trip_through_a_frame_with_and_without_shared_host_keys():
+def decoded(data: bytes) -> list[tuple[int, ProcessResult]]:
+    return unpack_results(pickle.loads(data[4:]))[0]
+
+
+def test_results_round_trip_through_a_frame():
     prs = [result(1), result(2, outcome=Outcome.BAD_ENCODING), ProcessResult(url="http://e.test/", outcome=Outcome.OK)]
-    for host_keys in (None, {}):
-        data = frame(("results", [(i, pack_result(pr, host_keys)) for i, pr in enumerate(prs)], "seg", 7))
-        _kind, answers, _seg, _size = pickle.loads(data[4:])
-        assert [unpack_result(p) for _, p in answers] == prs
+    data = results_frame(list(enumerate(prs)), "seg", 7)
+    _kind, _answers, segment, size, hosts = pickle.loads(data[4:])
+    assert (segment, size, hosts) == ("seg", 7, ["http://h0.test", "http://h1.test", "http://h2.test"])
+    assert decoded(data) == list(enumerate(prs))
+    assert unpack_results(pickle.loads(data[4:]))[1:] == ("seg", 7)
 
 
 def test_a_frame_sends_each_host_key_once_and_its_links_share_the_decoded_key():
-    prs = [result(1), result(2)]
-    host_keys: dict[str, str] = {}
-    shared = frame(("results", [(i, pack_result(pr, host_keys)) for i, pr in enumerate(prs)], "seg", 7))
-    alone = frame(("results", [(i, pack_result(pr)) for i, pr in enumerate(prs)], "seg", 7))
-    assert len(shared) < len(alone)
-    links = [ln for _, p in pickle.loads(shared[4:])[1] for ln in unpack_result(p).links]
+    links = [ln for _, pr in decoded(results_frame([(1, result(1)), (2, result(2))], "seg", 7)) for ln in pr.links]
     assert len(links) == 24
     keys = {}
     for ln in links:        # across both results of the frame: one object per distinct key
@@ -44,10 +52,35 @@ def test_a_frame_sends_each_host_key_once_and_its_links_share_the_decoded_key():
 
 
 def test_an_unknown_outcome_is_refused():
-    values = pack_result(result(1))
+    values = pack_result(result(1), {})
     bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in values)
     with pytest.raises(ValueError):
-        unpack_result(bad)
+        unpack_result(bad, ["http://h0.test", "http://h1.test", "http://h2.test"])
+
+
+def bad_outcome_frame() -> bytes:
+    hosts: dict = {}
+    bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in pack_result(result(1), hosts))
+    return frame(("results", [(1, bad)], "seg", 7, list(hosts)))
+
+
+def malformed_frames() -> list[bytes]:
+    """Frames that unpickle but are not answers the pool can read whole."""
+    hosts: dict = {}
+    good = pack_result(result(1), hosts)
+    keys = list(hosts)
+    cut_links = tuple(v[:-3] if isinstance(v, bytes) and v.startswith(b"\x0c\x00") else v for v in good)
+    assert cut_links != good
+    return [bad_outcome_frame(),                                            # an outcome nobody knows
+            frame(("results", [(1, good)], "seg", 7, keys[:1])),           # a host index past the list
+            frame(("results", [(1, cut_links)], "seg", 7, keys)),          # a links record cut short
+            frame(("results", [(1, good)], "seg", 7)),                     # no host list
+            frame(("results", [(1, good)], "seg", 7, "not a list")),
+            frame(("results", [(1, good[:-1])], "seg", 7, keys)),          # a field short
+            frame(("results", [(1,)], "seg", 7, keys)),
+            frame(("results", 5, "seg", 7, keys)),
+            frame(("results", [(1, None)], "seg", 7, keys)),
+            frame(42), frame(()), frame("results")]
 
 
 class _Transport:
@@ -58,13 +91,13 @@ class _Transport:
         self.closed = True
 
 
-def _feed(chunks: list[bytes]) -> tuple[list, AnswerReader, _Transport]:
+def _feed(chunks: list[bytes], on_frame=None) -> tuple[list, AnswerReader, _Transport]:
     async def go():
         got: list = []
 
-        def on_frame(msg):
-            got.extend(unpack_result(p) for _, p in msg[1])
-        proto = AnswerReader(on_frame)
+        def keep(msg):
+            got.extend(pr for _, pr in unpack_results(msg)[0])
+        proto = AnswerReader(on_frame or keep)
         transport = _Transport()
         proto.connection_made(transport)
         for chunk in chunks:
@@ -75,7 +108,7 @@ def _feed(chunks: list[bytes]) -> tuple[list, AnswerReader, _Transport]:
 
 def test_a_frame_cut_anywhere_is_read_once_it_is_whole():
     prs = [result(1), result(2)]
-    data = frame(("results", [(i, pack_result(pr, {})) for i, pr in enumerate(prs)], "seg", 7))
+    data = results_frame(list(enumerate(prs)), "seg", 7)
     for cut in (1, 3, 4, 5, len(data) // 2, len(data) - 1):
         got, proto, transport = _feed([data[:cut], data[cut:]])
         assert got == prs and proto.error is None and not transport.closed
@@ -84,39 +117,59 @@ def test_a_frame_cut_anywhere_is_read_once_it_is_whole():
 
 
 def test_hostile_frames_close_the_connection_and_decode_nothing():
-    good = pack_result(result(1))
-    bad_outcome = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in good)
     for data in (b"\x00\x00\x00\x05garbage",                                  # not a pickle
-                 frame(("results", [(1, bad_outcome)], "seg", 7)),             # an outcome nobody knows
+                 *malformed_frames(),
                  b"\x7f\xff\xff\xff" + b"x" * 16):                              # longer than MAX_FRAME
         got, proto, transport = _feed([data])
         assert got == [] and proto.error is not None and transport.closed
+
+
+def _pool_and_jobs(loop):
+    from types import SimpleNamespace
+
+    from crawlerd.process.pool import WorkerPool
+    pool = WorkerPool(1, {})
+    jobs = {i: SimpleNamespace(job_id=i, future=loop.create_future(), copy=pool.bodies.put(b"x" * 100),
+                               result=SimpleNamespace(pooled=None)) for i in (1, 2)}
+    w = SimpleNamespace(segment="old", acked_bytes=5, answered=0, outstanding=dict(jobs))
+    return pool, jobs, w
+
+
+def test_a_malformed_frame_reaches_the_pool_as_a_closed_connection():
+    """Through the pool's own frame handler: each malformed frame ends in the reader's error (the
+    connection closes, the worker's death is handled: its jobs sent again, or the pool's named
+    failure if it keeps dying before answering), never in an exception out of the protocol."""
+    async def go():
+        pool, jobs, w = _pool_and_jobs(asyncio.get_running_loop())
+        for data in malformed_frames():
+            proto = AnswerReader(lambda msg: pool._on_answer(w, msg))
+            transport = _Transport()
+            proto.connection_made(transport)
+            proto.data_received(data)
+            assert isinstance(proto.error, ValueError) and transport.closed, data
+            assert set(w.outstanding) == {1, 2} and pool.answer_frames == 0
+        pool.bodies.close()
+    asyncio.run(go())
 
 
 def test_an_answer_frame_that_does_not_decode_applies_nothing():
     """The pool decodes a frame whole before it applies it: an answer that does not decode leaves
     every job of the frame outstanding (the connection closes, the restarted worker gets them
     again) instead of losing the ones taken off before it."""
-    from types import SimpleNamespace
-
-    from crawlerd.process.pool import WorkerPool
-
     async def go():
-        loop = asyncio.get_running_loop()
-        pool = WorkerPool(1, {})
-        jobs = {i: SimpleNamespace(job_id=i, future=loop.create_future(), copy=pool.bodies.put(b"x" * 100),
-                                   result=SimpleNamespace(pooled=None)) for i in (1, 2)}
+        pool, jobs, w = _pool_and_jobs(asyncio.get_running_loop())
 
         def released():
             return [i for i, j in jobs.items() if j.copy.released]
 
-        w = SimpleNamespace(segment="old", acked_bytes=5, answered=0, outstanding=dict(jobs))
-        bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in pack_result(result(2)))
+        hosts: dict = {}
+        good = pack_result(result(1), hosts)
+        bad = tuple("no_such_outcome" if v == Outcome.OK.value else v for v in pack_result(result(2), hosts))
         with pytest.raises(ValueError):
-            pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, bad)], "new", 99))
+            pool._on_answer(w, ("results", [(1, good), (2, bad)], "new", 99, list(hosts)))
         assert set(w.outstanding) == {1, 2} and not any(j.future.done() for j in jobs.values())
         assert (w.segment, w.acked_bytes, w.answered, released(), pool.answer_frames) == ("old", 5, 0, [], 0)
-        pool._on_answer(w, ("results", [(1, pack_result(result(1))), (2, pack_result(result(2)))], "new", 99))
+        pool._on_answer(w, pickle.loads(results_frame([(1, result(1)), (2, result(2))], "new", 99)[4:]))
         assert w.outstanding == {} and [jobs[i].future.result() for i in (1, 2)] == [result(1), result(2)]
         assert (w.segment, w.acked_bytes, w.answered, released()) == ("new", 99, 2, [1, 2])
         assert pool.bodies.used == 0
