@@ -3,10 +3,10 @@
 Each frame's inclusive share of the loop thread's samples (stacks under ``Supervisor.run``) and,
 given the run's loop µs per request, µs per request. "Answers.process own" is ``Answers.process``
 less the stacks under DUST's ``DustGate.observe`` and ``Intake.submit_links`` (other components);
-the hand-over is ``_Answers.data_received`` (the worker's frames read, the near-duplicate answers
+the hand-over is ``AnswerReader.data_received`` (the worker's frames read, the near-duplicate answers
 given, the futures resolved) and ``WorkerPool._flush_out`` (the job frames written). Since the
 twentieth pass a frame's answers are handled in ``Answers.answer_frame``, called from
-``_Answers.data_received``: it counts with ``Answers.process`` ("own", "Answers.process +
+``AnswerReader.data_received``: it counts with ``Answers.process`` ("own", "Answers.process +
 answer_frame") and not in the hand-over, so the rows add up as on a tree before it.
 
     python3 bench/answer_frames.py RUN-crawlerd-http-crawl.txt LOOP_US_PER_REQUEST
@@ -22,11 +22,11 @@ HANDOVER = "hand-over (data_received + _flush_out)"
 BOTH = "Answers.process + answer_frame (incl.)"
 FRAMES = ["Answers.process", "Answers.answer_frame", "Recrawl.record_many", "DigestSet.record_many",
           "Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record",
-          "_Answers.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
+          "AnswerReader.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
           "Answers.near_duplicates", "WorkerPool._flush_out", "GcPacer.step", "DustGate.observe",
           "Intake.submit_links"]
 ROWS = [BOTH, OWN, "Answers.answer_frame", "Recrawl.record_many", "DigestSet.record_many", "Answers.record_visit", "WorkerPool.process", "FetchEvents.fetched", "DigestSet.record", HANDOVER,
-        "_Answers.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
+        "AnswerReader.data_received", "WorkerPool._on_answer", "unpack_result", "WorkerPool._answer_near",
         "Answers.near_duplicates", "WorkerPool._flush_out", "GcPacer.step", "DustGate.observe", "Intake.submit_links"]
 
 
@@ -49,7 +49,7 @@ def shares(path: str) -> tuple[int, Counter]:
                 counts[BOTH] += samples
                 if not set(frames[answer[0] + 1:]) & {"DustGate.observe", "Intake.submit_links"}:
                     counts[OWN] += samples
-            elif "_Answers.data_received" in present or "WorkerPool._flush_out" in present:
+            elif "AnswerReader.data_received" in present or "WorkerPool._flush_out" in present:
                 counts[HANDOVER] += samples
     return total, counts
 

@@ -190,23 +190,15 @@ def fifo_host_hash(host):
     return _host_hashes[host][1]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_format_4_state_with_its_domain_records_in_their_own_table_opens_and_hands_out_the_same(tmp_path, seed):
-    """A state of format 4 (the domain records in ``domains``) opens with its records moved into
-    ``deferred`` after each domain's entries, in the commit that records format 5: nothing is left
-    in ``domains``, the tables check, and every URL comes out in the order of a store that never
-    changed format."""
-    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
-    for p in (plain, old):
+def _two_stores_offered(tmp_path, seed: int) -> None:
+    """Two stores, ``plain`` and ``old``, offered the same pages and closed."""
+    for p in (Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")):
         _offer_pages(p, random.Random(seed), 40)
         p.close()
-    assert to_format_4(os.path.join(str(tmp_path / "old"), "state")) > 0
-    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
-    old.store.commit()
-    with old.store.env.begin() as txn:
-        assert txn.stat(old.store.domains)["entries"] == 0
-        assert json.loads(txn.get(b"beast", db=old.store.meta))["fifo"] == 5
-    assert old.beast.domain("d1.com") == plain.beast.domain("d1.com")
+
+
+def _assert_they_hand_out_the_same(plain: Parts, old: Parts, seed: int) -> None:
+    """Both offered the same further pages, tables checked, then drained: the same URLs in the same order."""
     for p in (plain, old):
         _offer_pages(p, random.Random(seed + 50), 40)
         p.check()
@@ -217,15 +209,29 @@ def test_a_format_4_state_with_its_domain_records_in_their_own_table_opens_and_h
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_a_format_4_state_with_its_domain_records_in_their_own_table_opens_and_hands_out_the_same(tmp_path, seed):
+    """A state of format 4 (the domain records in ``domains``) opens with its records moved into
+    ``deferred`` after each domain's entries, in the commit that records format 5: nothing is left
+    in ``domains``, the tables check, and every URL comes out in the order of a store that never
+    changed format."""
+    _two_stores_offered(tmp_path, seed)
+    assert to_format_4(os.path.join(str(tmp_path / "old"), "state")) > 0
+    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
+    old.store.commit()
+    with old.store.env.begin() as txn:
+        assert txn.stat(old.store.domains)["entries"] == 0
+        assert json.loads(txn.get(b"beast", db=old.store.meta))["fifo"] == 5
+    assert old.beast.domain("d1.com") == plain.beast.domain("d1.com")
+    _assert_they_hand_out_the_same(plain, old, seed)
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out_the_same(tmp_path, seed):
     """A state of format 3 (every host's next turn in ``turns``, records without the first host)
     opens as it is: a backlog it holds keeps its host turns from the table, new deferrals follow in
     turn order, and every URL comes out in the order of a store that never changed format."""
     import struct
-    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
-    for p in (plain, old):
-        _offer_pages(p, random.Random(seed), 40)
-        p.close()
+    _two_stores_offered(tmp_path, seed)
     to_format_4(os.path.join(str(tmp_path / "old"), "state"))    # the domain records in their own table
     env = lmdb.open(os.path.join(str(tmp_path / "old"), "state"), max_dbs=8, map_size=1 << 26)
     domains, turns, meta = (env.open_db(n) for n in (b"domains", b"turns", b"meta"))
@@ -242,14 +248,7 @@ def test_a_format_3_state_with_every_host_in_the_turns_table_opens_and_hands_out
         txn.put(b"beast", json.dumps(m).encode(), db=meta)
     env.close()
     assert moved > 0
-    plain, old = Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all")
-    for p in (plain, old):
-        _offer_pages(p, random.Random(seed + 50), 40)
-        p.check()
-    assert drain(old.beast) == drain(plain.beast)
-    old.check()
-    plain.close()
-    old.close()
+    _assert_they_hand_out_the_same(Parts(tmp_path / "plain", mode="all"), Parts(tmp_path / "old", mode="all"), seed)
 
 
 @pytest.mark.parametrize("seed", range(6))
