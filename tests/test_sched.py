@@ -26,13 +26,14 @@ def restore_batch():
 @pytest.mark.parametrize("batch", [True, False])
 def test_a_background_thread_runs_under_sched_batch_only_when_asked(restore_batch, batch):
     sched.set_background_batch(batch)
+    caller = os.sched_getscheduler(0)
     seen = []
     t = sched.background_thread(lambda: seen.append(os.sched_getscheduler(0)), "probe")
     t.start()
     t.join(timeout=5)
     assert t.daemon and t.name == "probe"
-    assert seen == [os.SCHED_BATCH if batch else os.sched_getscheduler(0)]
-    assert os.sched_getscheduler(0) != os.SCHED_BATCH      # the caller (the loop's thread) keeps its policy
+    assert seen == [os.SCHED_BATCH if batch else caller]
+    assert os.sched_getscheduler(0) == caller      # the caller (the loop's thread) keeps its policy
 
 
 @pytest.mark.parametrize("batch", [True, False])
